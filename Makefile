@@ -1,0 +1,39 @@
+# epbuild — the README's two commands are `make demo` and `make test`.
+GO      ?= go
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+BIN     := bin/epbuild
+
+.PHONY: all build test lint vet bench schema demo clean fuzz
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/epbuild
+
+# The test command: vet, then every test with the race detector (fuzz seed corpora included).
+test: vet
+	$(GO) test -race -count=1 -timeout 12m ./...
+
+vet:
+	$(GO) vet ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-clean:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# Measurements: Go benchmarks plus comparison tests that print `BENCH <name> ratio=<x>`
+# (epbuild's time over git apply, sha256sum, tar | zstd, git clone in the same run).
+bench:
+	EPBUILD_BENCH=1 $(GO) test -count=1 -timeout 60m -run '^TestCompare' -v ./... | grep -E '^(BENCH|--- FAIL|FAIL|ok )' 
+	$(GO) test -count=1 -timeout 30m -run '^$$' -bench . -benchmem ./...
+
+schema:
+	$(GO) run ./cmd/epbuild schema -o recipes/schema.json
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime 30s ./recipes/
+	$(GO) test -run '^$$' -fuzz FuzzVersionOrder -fuzztime 30s ./compat/
+
+clean:
+	rm -rf bin

@@ -1,0 +1,124 @@
+// Package builder runs a plan: resolve a recipe into pinned inputs, fetch, patch,
+// build, check, package, install and verify. The command line calls it; it calls
+// recipes, patches and compat.
+package builder
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	"github.com/epbuild/epbuild/patches"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// Plan is a resolved recipe: every source pinned, every patch set expanded with its
+// pins, the options and env. It is what `epbuild show` prints and what every stage's
+// cache key derives from.
+type Plan struct {
+	Recipe     string            `json:"recipe"`
+	Cluster    string            `json:"cluster"`
+	File       string            `json:"file"`
+	Overrides  []string          `json:"overrides,omitempty"`
+	Toolchain  recipes.Toolchain `json:"toolchain"`
+	Components []PlanComponent   `json:"components"`
+	Env        map[string]string `json:"env,omitempty"`
+	Notes      []string          `json:"notes,omitempty"`
+	// Key is the sha256 of the plan's JSON without the key itself.
+	Key string `json:"key"`
+}
+
+// PlanComponent is one component with its patch sets expanded.
+type PlanComponent struct {
+	recipes.Component
+	PatchSets []*patches.Set `json:"patch-sets,omitempty"`
+}
+
+// Resolver turns recipes into plans.
+type Resolver struct {
+	Library *recipes.Library
+	Patches *patches.Catalog
+}
+
+// NewResolver loads the embedded patch sets and uses lib for recipes.
+func NewResolver(lib *recipes.Library) (*Resolver, error) {
+	cat, err := patches.Load()
+	if err != nil {
+		return nil, fmt.Errorf("load patch sets: %w", err)
+	}
+	return &Resolver{Library: lib, Patches: cat}, nil
+}
+
+// PatchSetLookup adapts the catalog for recipe validation.
+func (r *Resolver) PatchSetLookup() recipes.PatchSetLookup {
+	return func(name string) (string, bool) {
+		s, ok := r.Patches.Get(name)
+		if !ok {
+			return "", false
+		}
+		return string(s.Component), true
+	}
+}
+
+// Load reads, overrides and validates a recipe.
+func (r *Resolver) Load(name string, sets []string) (*recipes.Doc, error) {
+	doc, err := r.Library.Load(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := doc.Apply(sets); err != nil {
+		return nil, err
+	}
+	if err := doc.Validate(r.PatchSetLookup()); err != nil {
+		return nil, err
+	}
+	return doc, nil
+}
+
+// Resolve loads a recipe with overrides and expands it into a plan.
+func (r *Resolver) Resolve(name string, sets []string) (*Plan, error) {
+	doc, err := r.Load(name, sets)
+	if err != nil {
+		return nil, err
+	}
+	rc := doc.Recipe
+	p := &Plan{
+		Recipe:    rc.Name,
+		Cluster:   rc.Cluster,
+		File:      doc.File,
+		Overrides: sets,
+		Toolchain: rc.Toolchain,
+		Env:       rc.Env,
+		Notes:     rc.Notes,
+	}
+	for _, name := range rc.Order() {
+		c, _ := rc.Component(name)
+		pc := PlanComponent{Component: *c}
+		for _, ps := range c.Patches {
+			s, _ := r.Patches.Get(ps)
+			pc.PatchSets = append(pc.PatchSets, s)
+		}
+		p.Components = append(p.Components, pc)
+	}
+	// the key depends on what is built, not on how it was asked for
+	keyed := *p
+	keyed.File, keyed.Overrides = "", nil
+	b, err := json.Marshal(keyed)
+	if err != nil {
+		return nil, fmt.Errorf("hash plan of %s: %w", rc.Name, err)
+	}
+	sum := sha256.Sum256(b)
+	p.Key = hex.EncodeToString(sum[:])
+	return p, nil
+}
+
+// Component returns the plan's component with that name.
+func (p *Plan) Component(name string) (*PlanComponent, bool) {
+	for i := range p.Components {
+		if p.Components[i].Name == name {
+			return &p.Components[i], true
+		}
+	}
+	return nil, false
+}

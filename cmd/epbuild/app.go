@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/charmbracelet/log"
+	"github.com/mattn/go-isatty"
+	"github.com/muesli/termenv"
+	"github.com/spf13/cobra"
+
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// Exit codes, as the README documents them.
+const (
+	exitOK       = 0
+	exitFailed   = 1 // the job failed: patch conflict, build error, check failed
+	exitBadInput = 2 // recipe, flag or pin
+	exitEnv      = 3 // the environment lacks something (toolchain, driver)
+)
+
+// Streams are the command's I/O, so that tests run commands with buffers.
+type Streams struct {
+	In  io.Reader
+	Out io.Writer
+	Err io.Writer
+}
+
+// App holds what every command needs: I/O, the environment, the logger and the
+// global flags. It is built once per invocation; nothing is global.
+type App struct {
+	Streams
+	Getenv func(string) string
+	Log    *log.Logger
+
+	logLevel  string
+	logFormat string
+	recipeDir []string
+}
+
+// exitCoder is implemented by errors that know their exit code (recipe errors are 2,
+// missing toolchain 3, ...).
+type exitCoder interface{ ExitCode() int }
+
+// usageError is a bad flag or argument.
+type usageError struct{ error }
+
+func (usageError) ExitCode() int { return exitBadInput }
+
+// exitError carries an exit code for a result that was already printed (a failed
+// check, say): nothing more is said.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+func (e *exitError) ExitCode() int { return e.code }
+
+// Main runs epbuild with args and returns the exit code.
+func Main(args []string, s Streams, getenv func(string) string) int {
+	app := &App{Streams: s, Getenv: getenv}
+	root := NewRootCmd(app)
+	root.SetArgs(args)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code := exitFailed
+	var ec exitCoder
+	if errors.As(err, &ec) {
+		code = ec.ExitCode()
+	} else if isCobraUsage(err) {
+		code = exitBadInput
+	}
+	if e := (*exitError)(nil); errors.As(err, &e) && e.msg == "" {
+		return code
+	}
+	fmt.Fprintf(s.Err, "epbuild: %v\n", err)
+	return code
+}
+
+// isCobraUsage recognises cobra's own argument errors, which are plain errors.
+func isCobraUsage(err error) bool {
+	m := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires at least", "invalid argument", "flag needs an argument", "required flag"} {
+		if strings.Contains(m, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// NewRootCmd builds the command tree for one invocation.
+func NewRootCmd(app *App) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "epbuild",
+		Short: "Build, check and verify DeepEP + NVSHMEM from pinned recipes",
+		Long: `epbuild turns a declarative recipe into an installed, verified DeepEP + NVSHMEM stack
+for one kind of cluster: sources pinned by commit or sha256, patch sets applied in a fixed
+order and proven by their effects, a checked build, a reproducible artifact, and a
+verify-install that checks the installed copy and the host.
+
+Exit codes: 0 done; 1 the job failed (patch conflict, build error, check failed);
+2 bad input (recipe, flag, pin); 3 the environment lacks something (toolchain, driver).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return app.setupLog()
+		},
+	}
+	root.SetIn(app.In)
+	root.SetOut(app.Out)
+	root.SetErr(app.Err)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&app.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	pf.StringVar(&app.logFormat, "log-format", "text", "log format on stderr: text or json")
+	pf.StringArrayVar(&app.recipeDir, "recipe-dir", nil, "also look for NAME.yaml recipes in this directory (before the embedded ones)")
+
+	root.AddCommand(
+		newListCmd(app),
+		newShowCmd(app),
+		newValidateCmd(app),
+		newSchemaCmd(app),
+		newVersionCmd(app),
+	)
+	return root
+}
+
+// setupLog builds the logger on stderr. charmbracelet/log queries the terminal for
+// colours when its writer has an Fd, even with NO_COLOR: it gets a writer without one,
+// and the colour profile is decided here.
+func (app *App) setupLog() error {
+	lvl, err := log.ParseLevel(app.logLevel)
+	if err != nil {
+		return usageError{fmt.Errorf("--log-level %q: use debug, info, warn or error", app.logLevel)}
+	}
+	opts := log.Options{Level: lvl, ReportTimestamp: true}
+	switch app.logFormat {
+	case "text":
+	case "json":
+		opts.Formatter = log.JSONFormatter
+	default:
+		return usageError{fmt.Errorf("--log-format %q: use text or json", app.logFormat)}
+	}
+	l := log.NewWithOptions(struct{ io.Writer }{app.Err}, opts)
+	if app.colour() {
+		l.SetColorProfile(termenv.ANSI256)
+	} else {
+		l.SetColorProfile(termenv.Ascii)
+	}
+	app.Log = l
+	return nil
+}
+
+func (app *App) colour() bool {
+	if app.Getenv("NO_COLOR") != "" || app.Getenv("TERM") == "dumb" {
+		return false
+	}
+	f, ok := app.Err.(*os.File)
+	return ok && isatty.IsTerminal(f.Fd())
+}
+
+func (app *App) library() *recipes.Library { return recipes.NewLibrary(app.recipeDir...) }

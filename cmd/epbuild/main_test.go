@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run executes epbuild in-process with buffers and a fixed environment.
+func run(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	getenv := func(k string) string { return env[k] }
+	code = Main(args, Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, getenv)
+	return code, out.String(), errb.String()
+}
+
+func TestListShowsRecipes(t *testing.T) {
+	code, out, errs := run(t, nil, "list")
+	if code != 0 {
+		t.Fatalf("list exit %d: %s", code, errs)
+	}
+	for _, n := range []string{"efa-aws", "gcp-b200", "ibrc-dualport", "single-node"} {
+		if !strings.Contains(out, n) {
+			t.Errorf("list does not show %s:\n%s", n, out)
+		}
+	}
+	if strings.Contains(errs, "\x1b[") {
+		t.Errorf("stderr has terminal escapes though it is not a terminal: %q", errs)
+	}
+}
+
+func TestShowJSONPins(t *testing.T) {
+	code, out, errs := run(t, nil, "show", "gcp-b200", "--json")
+	if code != 0 {
+		t.Fatalf("show exit %d: %s", code, errs)
+	}
+	for _, pin := range []string{"29d31c095796f3c8ece47ee9cdcc167051bbeed9", "8a07e7e7ed57cfc63005f670d64d410cb30b061b", "919760f413fb834e76382d129ba9c3314ce722be"} {
+		if !strings.Contains(out, pin) {
+			t.Errorf("show gcp-b200 --json lacks %s", pin)
+		}
+	}
+	var plan struct {
+		Key        string `json:"key"`
+		Components []struct {
+			Name   string `json:"name"`
+			Source struct {
+				Git *struct{ Commit string } `json:"git"`
+			} `json:"source"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal([]byte(out), &plan); err != nil {
+		t.Fatalf("show --json is not JSON: %v", err)
+	}
+	const other = "131da55f643ac87c810ba0bc51d359258bf433a1"
+	code, out2, errs := run(t, nil, "show", "gcp-b200", "--json", "--set", "nvshmem.commit="+other)
+	if code != 0 {
+		t.Fatalf("show --set exit %d: %s", code, errs)
+	}
+	var plan2 = plan
+	if err := json.Unmarshal([]byte(out2), &plan2); err != nil {
+		t.Fatal(err)
+	}
+	if plan2.Components[0].Name != "nvshmem" || plan2.Components[0].Source.Git.Commit != other {
+		t.Errorf("--set nvshmem.commit did not change the resolved pin: %+v", plan2.Components[0])
+	}
+	if plan2.Key == plan.Key {
+		t.Errorf("the plan key did not change with the pin")
+	}
+}
+
+func TestBadRecipeExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	good := `name: t
+cluster: test
+description: test
+components:
+  - name: deepep
+    source:
+      git:
+        url: https://github.com/deepseek-ai/DeepEP
+        commit: 29d31c095796f3c8ece47ee9cdcc167051bbeed9
+`
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ok := write("ok.yaml", good)
+	misspelt := write("misspelt.yaml", strings.Replace(good, "    source:", "    sorce:", 1))
+	short := write("short.yaml", strings.Replace(good, "29d31c095796f3c8ece47ee9cdcc167051bbeed9", "29d31c0", 1))
+
+	if code, out, errs := run(t, nil, "validate", ok); code != 0 || !strings.Contains(out, "ok") {
+		t.Errorf("validate good: exit %d %s %s", code, out, errs)
+	}
+	code, _, errs := run(t, nil, "validate", misspelt)
+	if code != 2 || !strings.Contains(errs, "misspelt.yaml:6:5") || !strings.Contains(errs, "sorce") {
+		t.Errorf("misspelt key: exit %d, stderr %q; want 2 and file:line:col", code, errs)
+	}
+	code, _, errs = run(t, nil, "show", short)
+	if code != 2 || !strings.Contains(errs, "full 40-hex commit is required") || !strings.Contains(errs, "short.yaml:9:17") {
+		t.Errorf("short SHA: exit %d, stderr %q", code, errs)
+	}
+	code, _, errs = run(t, nil, "show", "gcp-b200", "--set", "nvshmem.commit=919760f")
+	if code != 2 || !strings.Contains(errs, "--set nvshmem.commit=919760f") {
+		t.Errorf("short SHA in --set: exit %d, stderr %q", code, errs)
+	}
+	if code, _, _ := run(t, nil, "show", "no-such-recipe"); code != 2 {
+		t.Errorf("unknown recipe: exit %d, want 2", code)
+	}
+	if code, _, _ := run(t, nil, "list", "--bogus"); code != 2 {
+		t.Errorf("unknown flag: exit %d, want 2", code)
+	}
+	if code, _, _ := run(t, nil, "--log-level", "loud", "list"); code != 2 {
+		t.Errorf("bad log level: exit %d, want 2", code)
+	}
+}
+
+func TestRecipeDir(t *testing.T) {
+	dir := t.TempDir()
+	body := `name: mine
+cluster: local
+description: mine
+components:
+  - name: deepep
+    source:
+      git: {url: "https://github.com/deepseek-ai/DeepEP", commit: 29d31c095796f3c8ece47ee9cdcc167051bbeed9}
+`
+	if err := os.WriteFile(filepath.Join(dir, "mine.yaml"), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run(t, nil, "--recipe-dir", dir, "list")
+	if code != 0 || !strings.Contains(out, "mine") || !strings.Contains(out, "gcp-b200") {
+		t.Errorf("list with --recipe-dir: exit %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// The committed schema must be what the Go types generate (make schema).
+func TestSchemaUpToDate(t *testing.T) {
+	want, err := recipeSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join("..", "..", "recipes", "schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("recipes/schema.json is stale: run `make schema`")
+	}
+}
+
+func TestVersionAndLogFormat(t *testing.T) {
+	code, out, _ := run(t, nil, "version")
+	if code != 0 || !strings.HasPrefix(out, "epbuild ") {
+		t.Errorf("version: %d %q", code, out)
+	}
+	code, _, errs := run(t, map[string]string{"NO_COLOR": "1"}, "--log-format", "json", "--log-level", "debug", "show", "no-such")
+	if code != 2 || !strings.Contains(errs, "no recipe named") {
+		t.Errorf("show no-such: %d %q", code, errs)
+	}
+}

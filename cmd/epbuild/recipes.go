@@ -1,0 +1,280 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/invopop/jsonschema"
+	"github.com/spf13/cobra"
+
+	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+func newListCmd(app *App) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the recipes: name, cluster, description, pins",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := builder.NewResolver(app.library())
+			if err != nil {
+				return err
+			}
+			names, err := res.Library.Names()
+			if err != nil {
+				return err
+			}
+			type row struct {
+				Name        string              `json:"name"`
+				Cluster     string              `json:"cluster"`
+				Description string              `json:"description"`
+				Pins        map[string]string   `json:"pins"`
+				Patches     map[string][]string `json:"patches,omitempty"`
+			}
+			var rows []row
+			for _, n := range names {
+				plan, err := res.Resolve(n, nil)
+				if err != nil {
+					return fmt.Errorf("recipe %s: %w", n, err)
+				}
+				r := row{Name: n, Cluster: plan.Cluster, Pins: map[string]string{}, Patches: map[string][]string{}}
+				doc, _ := res.Library.Load(n)
+				r.Description = strings.TrimSpace(doc.Recipe.Description)
+				for _, c := range plan.Components {
+					r.Pins[c.Name] = c.Source.Pin()
+					if len(c.Patches) > 0 {
+						r.Patches[c.Name] = c.Patches
+					}
+				}
+				rows = append(rows, r)
+			}
+			if asJSON {
+				return writeJSON(app.Out, rows)
+			}
+			tw := tabwriter.NewWriter(app.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tCLUSTER\tPINS\tPATCH SETS")
+			for _, r := range rows {
+				var pins, sets []string
+				for _, c := range sortedMapKeys(r.Pins) {
+					pins = append(pins, c+"@"+shortPin(r.Pins[c]))
+				}
+				for _, c := range sortedMapKeys(r.Patches) {
+					sets = append(sets, strings.Join(r.Patches[c], ","))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.Cluster, strings.Join(pins, " "), strings.Join(sets, " "))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newShowCmd(app *App) *cobra.Command {
+	var (
+		asJSON bool
+		sets   []string
+	)
+	cmd := &cobra.Command{
+		Use:   "show NAME|FILE",
+		Short: "Print a recipe resolved: overrides applied, patch sets expanded with their pins",
+		Long:  "Print a recipe resolved: overrides applied, patch sets expanded with their pins.\n\n--set keys: " + recipes.SetHelp,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := builder.NewResolver(app.library())
+			if err != nil {
+				return err
+			}
+			plan, err := res.Resolve(args[0], sets)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(app.Out, plan)
+			}
+			writePlan(app.Out, plan)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the resolved plan as JSON")
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "override a recipe value, e.g. --set nvshmem.commit=<40-hex> (repeatable)")
+	return cmd
+}
+
+func writePlan(w io.Writer, p *builder.Plan) {
+	fmt.Fprintf(w, "recipe   %s  (%s)\ncluster  %s\nplan     %s\n", p.Recipe, p.File, p.Cluster, p.Key[:16])
+	for _, o := range p.Overrides {
+		fmt.Fprintf(w, "set      %s\n", o)
+	}
+	t := p.Toolchain
+	fmt.Fprintf(w, "toolchain cuda %s, torch %s, python %s, arch %s, requires %s\n", orDash(t.CUDA), orDash(t.Torch), orDash(t.Python), orDash(strings.Join(t.Arch, ",")), orDash(strings.Join(t.Require, ",")))
+	for _, c := range p.Components {
+		fmt.Fprintf(w, "\n%s %s\n", c.Name, c.Version)
+		switch {
+		case c.Source.Git != nil:
+			fmt.Fprintf(w, "  source  git %s @ %s", c.Source.Git.URL, c.Source.Git.Commit)
+			if c.Source.Git.Ref != "" {
+				fmt.Fprintf(w, " (%s)", c.Source.Git.Ref)
+			}
+			fmt.Fprintln(w)
+		case c.Source.Archive != nil:
+			fmt.Fprintf(w, "  source  archive %s sha256 %s\n", c.Source.Archive.URL, c.Source.Archive.SHA256)
+		case c.Source.Python != nil:
+			fmt.Fprintf(w, "  source  python package %s %s\n", c.Source.Python.Package, c.Source.Python.Version)
+		}
+		if len(c.Depends) > 0 {
+			fmt.Fprintf(w, "  depends %s\n", strings.Join(c.Depends, ", "))
+		}
+		for _, s := range c.PatchSets {
+			fmt.Fprintf(w, "  patches %s: %s\n", s.Name, strings.TrimSpace(s.Description))
+			for _, pt := range s.Patches {
+				switch {
+				case pt.UpstreamDiff != nil:
+					fmt.Fprintf(w, "    %s  diff %s %s..%s\n", pt.Name, pt.UpstreamDiff.Repo, pt.UpstreamDiff.Base, pt.UpstreamDiff.Head)
+				case pt.UpstreamFile != nil:
+					fmt.Fprintf(w, "    %s  file %s@%s:%s sha256 %s\n", pt.Name, pt.UpstreamFile.Repo, pt.UpstreamFile.Commit, pt.UpstreamFile.Path, pt.UpstreamFile.SHA256)
+				case pt.Replace != nil:
+					fmt.Fprintf(w, "    %s  replace %s with %s@%s:%s sha256 %s\n", pt.Name, pt.Replace.Target, pt.Replace.Repo, pt.Replace.Commit, pt.Replace.Path, pt.Replace.SHA256)
+				default:
+					fmt.Fprintf(w, "    %s  %s sha256 %s\n", pt.Name, pt.File, pt.SHA256)
+				}
+			}
+			for _, e := range s.Effects {
+				fmt.Fprintf(w, "    effect %s\n", e.String())
+			}
+		}
+		for _, st := range c.Build {
+			fmt.Fprintf(w, "  build   %s\n", st.Kind())
+			var kv map[string]string
+			switch {
+			case st.CMake != nil:
+				kv = st.CMake.Options
+				for _, k := range sortedMapKeys(st.CMake.Env) {
+					fmt.Fprintf(w, "    env %s=%s\n", k, st.CMake.Env[k])
+				}
+			case st.PythonExtension != nil:
+				for _, k := range sortedMapKeys(st.PythonExtension.Env) {
+					fmt.Fprintf(w, "    env %s=%s\n", k, st.PythonExtension.Env[k])
+				}
+			case st.Command != nil:
+				fmt.Fprintf(w, "    run %s\n", strings.Join(st.Command.Run, " "))
+			}
+			for _, k := range sortedMapKeys(kv) {
+				fmt.Fprintf(w, "    -D%s=%s\n", k, kv[k])
+			}
+		}
+	}
+	if len(p.Env) > 0 {
+		fmt.Fprintln(w, "\nruntime env")
+		for _, k := range sortedMapKeys(p.Env) {
+			fmt.Fprintf(w, "  %s=%s\n", k, p.Env[k])
+		}
+	}
+	for _, n := range p.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+func newValidateCmd(app *App) *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate FILE|NAME...",
+		Short: "Check recipe files: strict YAML, pins, names, references",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := builder.NewResolver(app.library())
+			if err != nil {
+				return err
+			}
+			bad := 0
+			for _, a := range args {
+				if _, err := res.Load(a, nil); err != nil {
+					fmt.Fprintln(app.Err, err)
+					bad++
+					continue
+				}
+				fmt.Fprintf(app.Out, "%s: ok\n", a)
+			}
+			if bad > 0 {
+				return &exitError{code: exitBadInput, msg: fmt.Sprintf("%d of %d recipes are invalid", bad, len(args))}
+			}
+			return nil
+		},
+	}
+}
+
+func newSchemaCmd(app *App) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "schema",
+		Short: "Print the recipe JSON Schema (what recipes/schema.json holds)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := recipeSchema()
+			if err != nil {
+				return err
+			}
+			if out == "" {
+				_, err = app.Out.Write(b)
+				return err
+			}
+			tmp := out + ".tmp"
+			if err := os.WriteFile(tmp, b, 0o644); err != nil {
+				return fmt.Errorf("write schema %s: %w", out, err)
+			}
+			return os.Rename(tmp, out)
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this file instead of stdout")
+	return cmd
+}
+
+func recipeSchema() ([]byte, error) {
+	r := &jsonschema.Reflector{RequiredFromJSONSchemaTags: false, DoNotReference: false}
+	s := r.Reflect(&recipes.Recipe{})
+	s.ID = "https://github.com/epbuild/epbuild/recipes/schema.json"
+	s.Title = "epbuild recipe"
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode recipe schema: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func sortedMapKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func shortPin(p string) string {
+	if s, ok := strings.CutPrefix(p, "sha256:"); ok && len(s) > 12 {
+		return "sha256:" + s[:12]
+	}
+	if len(p) == 40 {
+		return p[:12]
+	}
+	return p
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,48 @@
+// Package effect states and checks what a patch set must have done to a tree: the
+// checks run on the patched source tree and again on the installed copy, because a
+// patch that reached only the source copy is the failure this tool exists to catch.
+package effect
+
+// Kind names one sort of effect.
+type Kind string
+
+// The effect kinds a patch set (or a recipe check) may state.
+const (
+	// PythonDef: class Class in File defines method Method.
+	PythonDef Kind = "python-def"
+	// PythonCall: method Class.Method in File calls Callee (self.Callee(...) or Class.Callee(self, ...)).
+	PythonCall Kind = "python-call"
+	// Contains: File contains Text (verbatim).
+	Contains Kind = "contains"
+	// Absent: File does not contain Text; with Files, none of those files does.
+	Absent Kind = "absent"
+	// Include: the C/C++ File has an #include of Header (comments ignored).
+	Include Kind = "include"
+	// EnvRead: File reads the environment variable Name (Python os.environ/os.getenv, C getenv).
+	EnvRead Kind = "env-read"
+	// ELFSymbol: the ELF File defines (exports) the dynamic symbol Symbol.
+	ELFSymbol Kind = "elf-symbol"
+)
+
+// Effect is one stated effect. Only the fields its Kind uses are set.
+type Effect struct {
+	Kind Kind `json:"kind" yaml:"kind" jsonschema:"enum=python-def,enum=python-call,enum=contains,enum=absent,enum=include,enum=env-read,enum=elf-symbol"`
+	// File is the path in the source tree, relative to its root; with Absent it may be a glob.
+	File string `json:"file,omitempty" yaml:"file,omitempty"`
+	// Files lists several paths or globs (Absent, Include with Not) checked together.
+	Files []string `json:"files,omitempty" yaml:"files,omitempty"`
+	// Installed is where File lands in an install prefix, relative to it; a glob such as
+	// "lib/python*/site-packages/deep_ep/buffer.py". Empty: the effect is only checked on the tree.
+	Installed string `json:"installed,omitempty" yaml:"installed,omitempty"`
+	Class     string `json:"class,omitempty" yaml:"class,omitempty"`
+	Method    string `json:"method,omitempty" yaml:"method,omitempty"`
+	Callee    string `json:"callee,omitempty" yaml:"callee,omitempty"`
+	Text      string `json:"text,omitempty" yaml:"text,omitempty"`
+	Header    string `json:"header,omitempty" yaml:"header,omitempty"`
+	Name      string `json:"name,omitempty" yaml:"name,omitempty"`
+	Symbol    string `json:"symbol,omitempty" yaml:"symbol,omitempty"`
+	// Not inverts Include: no listed file includes Header.
+	Not bool `json:"not,omitempty" yaml:"not,omitempty"`
+	// Why is shown when the effect is missing: what goes wrong at run time without it.
+	Why string `json:"why,omitempty" yaml:"why,omitempty"`
+}

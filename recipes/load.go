@@ -1,0 +1,232 @@
+package recipes
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+)
+
+//go:embed *.yaml
+var embedded embed.FS
+
+// Embedded is the file system of the recipes built into the binary.
+func Embedded() fs.FS { return embedded }
+
+// Error is a problem in a recipe, located in its file (or in a --set flag).
+type Error struct {
+	File string `json:"file"`
+	Line int    `json:"line,omitempty"`
+	Col  int    `json:"col,omitempty"`
+	Msg  string `json:"message"`
+	// Source is the offending line(s) with a marker, when the file is known.
+	Source string `json:"source,omitempty"`
+}
+
+func (e *Error) Error() string {
+	loc := e.File
+	if e.Line > 0 {
+		loc = fmt.Sprintf("%s:%d:%d", e.File, e.Line, e.Col)
+	}
+	if e.Source != "" {
+		return loc + ": " + e.Msg + "\n" + e.Source
+	}
+	return loc + ": " + e.Msg
+}
+
+// ExitCode marks recipe errors as bad input.
+func (e *Error) ExitCode() int { return 2 }
+
+// Errors is every problem found in one recipe, in file order.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "\n")
+}
+
+// ExitCode marks recipe errors as bad input.
+func (es Errors) ExitCode() int { return 2 }
+
+// Doc is a loaded recipe with what is needed to point at its lines.
+type Doc struct {
+	Recipe Recipe
+	// File is the name shown in errors (recipes/gcp-b200.yaml for an embedded one).
+	File string
+	data []byte
+	ast  *ast.File
+	// set maps a YAML path to the --set flag that overrode it, for error messages.
+	set map[string]string
+}
+
+// Library finds recipes by name: in the directories given (--recipe-dir), then among
+// the embedded ones.
+type Library struct {
+	dirs []string
+}
+
+// NewLibrary returns a library that looks in dirs before the embedded recipes.
+func NewLibrary(dirs ...string) *Library { return &Library{dirs: dirs} }
+
+// Names lists every recipe name the library knows, sorted, without duplicates.
+func (l *Library) Names() ([]string, error) {
+	seen := map[string]bool{}
+	add := func(fsys fs.FS, where string) error {
+		ents, err := fs.ReadDir(fsys, ".")
+		if err != nil {
+			return fmt.Errorf("list recipes in %s: %w", where, err)
+		}
+		for _, e := range ents {
+			if n, ok := strings.CutSuffix(e.Name(), ".yaml"); ok && !e.IsDir() {
+				seen[n] = true
+			}
+		}
+		return nil
+	}
+	for _, d := range l.dirs {
+		if err := add(os.DirFS(d), d); err != nil {
+			return nil, err
+		}
+	}
+	if err := add(embedded, "the embedded recipes"); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(seen))
+	for n := range seen {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Load reads a recipe by name, or from a file when nameOrPath names one (contains a
+// path separator or ends in .yaml).
+func (l *Library) Load(nameOrPath string) (*Doc, error) {
+	if strings.ContainsRune(nameOrPath, filepath.Separator) || strings.HasSuffix(nameOrPath, ".yaml") || strings.HasSuffix(nameOrPath, ".yml") {
+		return LoadFile(nameOrPath)
+	}
+	for _, d := range l.dirs {
+		p := filepath.Join(d, nameOrPath+".yaml")
+		if _, err := os.Stat(p); err == nil {
+			return LoadFile(p)
+		}
+	}
+	data, err := fs.ReadFile(embedded, nameOrPath+".yaml")
+	if err != nil {
+		names, _ := l.Names()
+		return nil, &Error{File: nameOrPath, Msg: fmt.Sprintf("no recipe named %q; known recipes: %s (or give a file path)", nameOrPath, strings.Join(names, ", "))}
+	}
+	return Parse("recipes/"+nameOrPath+".yaml", data)
+}
+
+// LoadFile reads and decodes a recipe file (without semantic validation).
+func LoadFile(path string) (*Doc, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("read recipe: %v", err)}
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes recipe YAML strictly: an unknown field, a duplicate key or a wrong type
+// is an *Error with file:line:col and the offending line.
+func Parse(file string, data []byte) (doc *Doc, err error) {
+	// goccy/go-yaml panics on some malformed documents (odd tags): a recipe is user
+	// input, so that becomes an error, not a crash.
+	defer func() {
+		if p := recover(); p != nil {
+			doc, err = nil, &Error{File: file, Msg: fmt.Sprintf("the YAML could not be decoded (%v); check the syntax, tags (!x) and indentation", p)}
+		}
+	}()
+	d := &Doc{File: file, data: data, set: map[string]string{}}
+	f, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		return nil, yamlError(file, err)
+	}
+	d.ast = f
+	dec := yaml.NewDecoder(bytes.NewReader(data), yaml.Strict())
+	if err := dec.Decode(&d.Recipe); err != nil {
+		return nil, yamlError(file, err)
+	}
+	return d, nil
+}
+
+func yamlError(file string, err error) error {
+	var ye yaml.Error
+	if errors.As(err, &ye) && ye.GetToken() != nil {
+		tk := ye.GetToken()
+		msg := ye.GetMessage()
+		var uf *yaml.UnknownFieldError
+		if errors.As(err, &uf) {
+			msg += " (check the spelling against the schema, recipes/schema.json)"
+		}
+		return &Error{File: file, Line: tk.Position.Line, Col: tk.Position.Column, Msg: msg, Source: snippet(ye)}
+	}
+	return &Error{File: file, Msg: fmt.Sprintf("decode recipe: %v", err)}
+}
+
+// snippet is the source excerpt goccy prints, without its leading message line.
+func snippet(ye yaml.Error) string {
+	s := ye.FormatError(false, true)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return strings.TrimRight(s[i+1:], "\n")
+	}
+	return ""
+}
+
+// errAt builds an Error located at a YAML path of the document ($.components[0].name).
+// A path overridden by --set is reported against the flag; a path with no node (a
+// missing field) falls back to its nearest existing parent.
+func (d *Doc) errAt(path, format string, args ...any) *Error {
+	msg := fmt.Sprintf(format, args...)
+	for p := path; p != ""; p = parentPath(p) {
+		if flag, ok := d.set[p]; ok {
+			return &Error{File: "--set " + flag, Msg: msg}
+		}
+	}
+	if d.ast != nil {
+		for p := path; p != ""; p = parentPath(p) {
+			yp, err := yaml.PathString(p)
+			if err != nil {
+				continue
+			}
+			n, err := yp.FilterFile(d.ast)
+			if err != nil || n == nil || n.GetToken() == nil {
+				continue
+			}
+			tk := n.GetToken()
+			src := yaml.FormatErrorWithToken(msg, tk, false, true)
+			if i := strings.IndexByte(src, '\n'); i >= 0 {
+				src = strings.TrimRight(src[i+1:], "\n")
+			} else {
+				src = ""
+			}
+			return &Error{File: d.File, Line: tk.Position.Line, Col: tk.Position.Column, Msg: msg, Source: src}
+		}
+	}
+	return &Error{File: d.File, Msg: msg}
+}
+
+// parentPath drops the last element of a YAML path: $.a.b[2] → $.a.b → $.a → $.
+func parentPath(p string) string {
+	if p == "$" {
+		return ""
+	}
+	i := strings.LastIndexAny(p, ".[")
+	if i <= 0 {
+		return "$"
+	}
+	return p[:i]
+}

@@ -1,0 +1,195 @@
+// Package recipes owns the recipe model: the types, strict loading with file:line:col
+// errors, --set overrides and semantic validation. A recipe says what to build for one
+// kind of cluster; every source in it is pinned (a full commit or a sha256).
+package recipes
+
+// Recipe is one declarative build: the components, their pinned sources and patch sets
+// in order, how each is built, the toolchain it needs, the runtime env and the checks.
+type Recipe struct {
+	// Name is the recipe's id, as given to `epbuild recipe NAME`.
+	Name string `json:"name" jsonschema:"pattern=^[a-z0-9][a-z0-9-]*$"`
+	// Cluster says which kind of cluster the recipe is for.
+	Cluster string `json:"cluster"`
+	// Description is one or two sentences for `epbuild list`.
+	Description string `json:"description"`
+	// Toolchain is what the build host must have; checked before any work (exit 3).
+	Toolchain Toolchain `json:"toolchain,omitzero"`
+	// Components are built in dependency order.
+	Components []Component `json:"components" jsonschema:"minItems=1"`
+	// Env is the runtime environment written to env.sh. Values may use {{component.prefix}}
+	// and {{prefix}} (the install prefix).
+	Env map[string]string `json:"env,omitempty"`
+	// Matrix holds default CI matrix axes (component name → versions).
+	Matrix map[string][]string `json:"matrix,omitempty"`
+	// Notes are shown by `epbuild show`: caveats a user must know.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Toolchain lists requirements on the build host. Versions are vendor versions or
+// constraints (">=12.9", "2.10.0+cu129").
+type Toolchain struct {
+	CUDA   string `json:"cuda,omitempty"`
+	Torch  string `json:"torch,omitempty"`
+	Python string `json:"python,omitempty"`
+	GCC    string `json:"gcc,omitempty"`
+	CMake  string `json:"cmake,omitempty"`
+	// Arch lists the GPU architectures the build must carry code for (sm_90a, sm_100).
+	Arch []string `json:"arch,omitempty"`
+	// Require names further host facts: rdma-core-data-direct, libfabric, gdrcopy,
+	// nvshmem-wheel, mpi.
+	Require []string `json:"require,omitempty"`
+}
+
+// Component is one thing built (or taken from the environment): nvshmem, deepep, nccl.
+type Component struct {
+	Name string `json:"name" jsonschema:"pattern=^[a-z][a-z0-9-]*$"`
+	// Version is the vendor version of the pinned source (3.5.19-1).
+	Version string `json:"version,omitempty"`
+	Source  Source `json:"source"`
+	// Patches are patch-set names (directories under patches/), applied in this order.
+	Patches []string `json:"patches,omitempty"`
+	// Depends names components whose staged prefix this one builds against.
+	Depends []string `json:"depends,omitempty"`
+	Build   []Step   `json:"build,omitempty"`
+	Checks  []Check  `json:"checks,omitempty"`
+}
+
+// Source is where a component comes from; exactly one field is set.
+type Source struct {
+	Git     *GitSource     `json:"git,omitempty"`
+	Archive *ArchiveSource `json:"archive,omitempty"`
+	// Python: the component is a package already installed in the Python environment
+	// (the NVSHMEM wheel that vLLM and SGLang use); nothing is fetched.
+	Python *PythonSource `json:"python,omitempty"`
+}
+
+// GitSource pins a repository at a full commit; Ref, when given, must point at Commit.
+type GitSource struct {
+	URL    string `json:"url" jsonschema:"format=uri"`
+	Commit string `json:"commit" jsonschema:"pattern=^[0-9a-f]{40}$"`
+	Ref    string `json:"ref,omitempty"`
+}
+
+// ArchiveSource pins a tarball by sha256.
+type ArchiveSource struct {
+	URL    string `json:"url" jsonschema:"format=uri"`
+	SHA256 string `json:"sha256" jsonschema:"pattern=^[0-9a-f]{64}$"`
+	// Strip drops this many leading directories (1 for nvshmem_src/).
+	Strip int `json:"strip,omitempty" jsonschema:"minimum=0"`
+}
+
+// PythonSource names a package of the Python environment and the version it must have.
+type PythonSource struct {
+	Package string `json:"package"`
+	Version string `json:"version,omitempty"`
+}
+
+// Step is one build step; exactly one field is set.
+type Step struct {
+	CMake           *CMakeStep           `json:"cmake,omitempty"`
+	PythonExtension *PythonExtensionStep `json:"python-extension,omitempty"`
+	Command         *CommandStep         `json:"command,omitempty"`
+}
+
+// CMakeStep configures, builds and installs a CMake project into the staged prefix.
+type CMakeStep struct {
+	// Options become -D KEY=VALUE.
+	Options map[string]string `json:"options,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	// Dir is the CMake source directory inside the tree (default: the root).
+	Dir string `json:"dir,omitempty"`
+}
+
+// PythonExtensionStep builds a Python package with a compiled extension (DeepEP's
+// setup.py) and installs it into the staged prefix; Wheel also keeps a wheel.
+type PythonExtensionStep struct {
+	Env   map[string]string `json:"env,omitempty"`
+	Wheel bool              `json:"wheel,omitempty"`
+}
+
+// CommandStep runs a command in the tree; for what cmake and python-extension don't cover.
+type CommandStep struct {
+	Run []string          `json:"run" jsonschema:"minItems=1"`
+	Env map[string]string `json:"env,omitempty"`
+	Dir string            `json:"dir,omitempty"`
+}
+
+// Check is a post-build check on the component's staged prefix (and again by
+// verify-install on the installed prefix); exactly one kind is set.
+type Check struct {
+	// Import: python3 can import this module from the prefix, from outside the build tree.
+	Import string `json:"import,omitempty"`
+	// Arch: the ELF files matching File carry code for these GPU architectures.
+	Arch *ArchCheck `json:"arch,omitempty"`
+	// Symbol: the ELF file defines (or, with Defined false, leaves undefined) a symbol.
+	Symbol *SymbolCheck `json:"symbol,omitempty"`
+	// NVSHMEMBuildVars: the installed NVSHMEM was built with these variables.
+	NVSHMEMBuildVars map[string]string `json:"nvshmem-build-vars,omitempty"`
+	// File: a file exists in the prefix (a glob).
+	File string `json:"file,omitempty"`
+}
+
+// ArchCheck requires GPU code for archs in the files matching File (a glob in the prefix).
+type ArchCheck struct {
+	File string   `json:"file"`
+	Want []string `json:"want" jsonschema:"minItems=1"`
+}
+
+// SymbolCheck requires a dynamic symbol to be defined (or undefined) in File.
+type SymbolCheck struct {
+	File    string `json:"file"`
+	Name    string `json:"name"`
+	Defined *bool  `json:"defined,omitempty"`
+}
+
+// Component returns the component with that name.
+func (r *Recipe) Component(name string) (*Component, bool) {
+	for i := range r.Components {
+		if r.Components[i].Name == name {
+			return &r.Components[i], true
+		}
+	}
+	return nil, false
+}
+
+// Kind names the source kind: git, archive or python.
+func (s Source) Kind() string {
+	switch {
+	case s.Git != nil:
+		return "git"
+	case s.Archive != nil:
+		return "archive"
+	case s.Python != nil:
+		return "python"
+	}
+	return ""
+}
+
+// Pin is the one-line pin of a source: a commit, a sha256 or a Python package.
+func (s Source) Pin() string {
+	switch {
+	case s.Git != nil:
+		return s.Git.Commit
+	case s.Archive != nil:
+		return "sha256:" + s.Archive.SHA256
+	case s.Python != nil:
+		if s.Python.Version != "" {
+			return "python:" + s.Python.Package + " " + s.Python.Version
+		}
+		return "python:" + s.Python.Package
+	}
+	return ""
+}
+
+// Kind names the step kind.
+func (s Step) Kind() string {
+	switch {
+	case s.CMake != nil:
+		return "cmake"
+	case s.PythonExtension != nil:
+		return "python-extension"
+	case s.Command != nil:
+		return "command"
+	}
+	return ""
+}

@@ -1,0 +1,203 @@
+package recipes
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// SetHelp lists the keys --set accepts, for the command line's help text.
+const SetHelp = `COMPONENT.version=V, COMPONENT.commit=SHA, COMPONENT.ref=REF, COMPONENT.url=URL,
+COMPONENT.sha256=HEX, COMPONENT.strip=N, COMPONENT.package=NAME, COMPONENT.patches=a,b (empty: none),
+COMPONENT.options.KEY=V (every cmake step), COMPONENT.env.KEY=V (every build step),
+env.KEY=V (runtime env; empty value removes it), toolchain.cuda|torch|python|gcc|cmake=V,
+toolchain.arch=sm_90a,sm_100`
+
+// Apply applies --set overrides in order. Each is `key=value`; see SetHelp. The
+// overridden paths are remembered so that validation errors point at the flag.
+func (d *Doc) Apply(sets []string) error {
+	for _, s := range sets {
+		if err := d.apply1(s); err != nil {
+			return &Error{File: "--set " + s, Msg: err.Error()}
+		}
+	}
+	return nil
+}
+
+func (d *Doc) apply1(s string) error {
+	key, val, ok := strings.Cut(s, "=")
+	if !ok || key == "" {
+		return fmt.Errorf("expected KEY=VALUE, e.g. nvshmem.commit=<40-hex>; keys: %s", SetHelp)
+	}
+	r := &d.Recipe
+	head, rest, _ := strings.Cut(key, ".")
+	switch head {
+	case "env":
+		if !envRe.MatchString(rest) {
+			return fmt.Errorf("%q is not a valid environment variable name", rest)
+		}
+		if r.Env == nil {
+			r.Env = map[string]string{}
+		}
+		if val == "" {
+			delete(r.Env, rest)
+		} else {
+			r.Env[rest] = val
+		}
+		d.set["$.env."+rest] = s
+		return nil
+	case "toolchain":
+		t := &r.Toolchain
+		switch rest {
+		case "cuda":
+			t.CUDA = val
+		case "torch":
+			t.Torch = val
+		case "python":
+			t.Python = val
+		case "gcc":
+			t.GCC = val
+		case "cmake":
+			t.CMake = val
+		case "arch":
+			t.Arch = splitList(val)
+		default:
+			return fmt.Errorf("unknown toolchain key %q (cuda, torch, python, gcc, cmake, arch)", rest)
+		}
+		d.set["$.toolchain."+rest] = s
+		return nil
+	}
+	idx := -1
+	for i := range r.Components {
+		if r.Components[i].Name == head {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		names := make([]string, len(r.Components))
+		for i, c := range r.Components {
+			names[i] = c.Name
+		}
+		return fmt.Errorf("recipe %s has no component %q (components: %s; or env., toolchain.)", r.Name, head, strings.Join(names, ", "))
+	}
+	c := &r.Components[idx]
+	base := fmt.Sprintf("$.components[%d]", idx)
+	field, sub, _ := strings.Cut(rest, ".")
+	needGit := func() error {
+		if c.Source.Git == nil {
+			return fmt.Errorf("component %s has a %s source, not git; %s does not apply", c.Name, c.Source.Kind(), field)
+		}
+		return nil
+	}
+	needArchive := func() error {
+		if c.Source.Archive == nil {
+			return fmt.Errorf("component %s has a %s source, not an archive; %s does not apply", c.Name, c.Source.Kind(), field)
+		}
+		return nil
+	}
+	path := base
+	switch field {
+	case "version":
+		c.Version, path = val, base+".version"
+	case "commit", "ref":
+		if err := needGit(); err != nil {
+			return err
+		}
+		if field == "commit" {
+			c.Source.Git.Commit = val
+			// the ref named beside the old commit would now point elsewhere
+			c.Source.Git.Ref = ""
+		} else {
+			c.Source.Git.Ref = val
+		}
+		path = base + ".source.git." + field
+	case "url":
+		switch c.Source.Kind() {
+		case "git":
+			c.Source.Git.URL, path = val, base+".source.git.url"
+		case "archive":
+			c.Source.Archive.URL, path = val, base+".source.archive.url"
+		default:
+			return fmt.Errorf("component %s has a python source; set %s.package instead", c.Name, c.Name)
+		}
+	case "sha256":
+		if err := needArchive(); err != nil {
+			return err
+		}
+		c.Source.Archive.SHA256, path = val, base+".source.archive.sha256"
+	case "strip":
+		if err := needArchive(); err != nil {
+			return err
+		}
+		n, err := strconv.Atoi(val)
+		if err != nil {
+			return fmt.Errorf("strip must be a number: %v", err)
+		}
+		c.Source.Archive.Strip, path = n, base+".source.archive.strip"
+	case "package":
+		if c.Source.Python == nil {
+			return fmt.Errorf("component %s has a %s source, not python", c.Name, c.Source.Kind())
+		}
+		c.Source.Python.Package, path = val, base+".source.python.package"
+	case "patches":
+		c.Patches, path = splitList(val), base+".patches"
+	case "options":
+		if sub == "" {
+			return fmt.Errorf("use %s.options.KEY=VALUE", c.Name)
+		}
+		n := 0
+		for j := range c.Build {
+			if cm := c.Build[j].CMake; cm != nil {
+				if cm.Options == nil {
+					cm.Options = map[string]string{}
+				}
+				cm.Options[sub] = val
+				d.set[fmt.Sprintf("%s.build[%d].cmake.options.%s", base, j, sub)] = s
+				n++
+			}
+		}
+		if n == 0 {
+			return fmt.Errorf("component %s has no cmake step for options", c.Name)
+		}
+		return nil
+	case "env":
+		if sub == "" || !envRe.MatchString(sub) {
+			return fmt.Errorf("use %s.env.NAME=VALUE with a valid variable name", c.Name)
+		}
+		if len(c.Build) == 0 {
+			return fmt.Errorf("component %s has no build step to set env on", c.Name)
+		}
+		for j := range c.Build {
+			st := &c.Build[j]
+			var env *map[string]string
+			switch {
+			case st.CMake != nil:
+				env = &st.CMake.Env
+			case st.PythonExtension != nil:
+				env = &st.PythonExtension.Env
+			case st.Command != nil:
+				env = &st.Command.Env
+			}
+			if *env == nil {
+				*env = map[string]string{}
+			}
+			(*env)[sub] = val
+			d.set[fmt.Sprintf("%s.build[%d].%s.env.%s", base, j, st.Kind(), sub)] = s
+		}
+		return nil
+	default:
+		return fmt.Errorf("unknown key %q for component %s; keys: %s", rest, c.Name, SetHelp)
+	}
+	d.set[path] = s
+	return nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -1,0 +1,242 @@
+package recipes
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestEmbeddedRecipesValidate(t *testing.T) {
+	lib := NewLibrary()
+	names, err := lib.Names()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"efa-aws", "gcp-b200", "ibrc-dualport", "single-node"} {
+		found := false
+		for _, n := range names {
+			found = found || n == want
+		}
+		if !found {
+			t.Errorf("recipe %s is not embedded (have %v)", want, names)
+		}
+	}
+	for _, n := range names {
+		doc, err := lib.Load(n)
+		if err != nil {
+			t.Fatalf("load %s: %v", n, err)
+		}
+		if doc.Recipe.Name != n {
+			t.Errorf("recipes/%s.yaml declares name %q", n, doc.Recipe.Name)
+		}
+		if err := doc.Validate(nil); err != nil {
+			t.Errorf("validate %s: %v", n, err)
+		}
+		data, _ := fs.ReadFile(Embedded(), n+".yaml")
+		if !strings.HasPrefix(string(data), "# yaml-language-server: $schema=./schema.json") {
+			t.Errorf("recipes/%s.yaml does not reference the schema on its first line", n)
+		}
+	}
+}
+
+// The pins of KNOWLEDGE.md, as the recipes must carry them.
+func TestRecipePins(t *testing.T) {
+	want := map[string]map[string]string{
+		"gcp-b200":      {"deepep": "29d31c095796f3c8ece47ee9cdcc167051bbeed9", "nvshmem": "919760f413fb834e76382d129ba9c3314ce722be"},
+		"efa-aws":       {"deepep": "29d31c095796f3c8ece47ee9cdcc167051bbeed9", "nvshmem": "131da55f643ac87c810ba0bc51d359258bf433a1"},
+		"ibrc-dualport": {"deepep": "a84a24808fb0ea732f49b874cc456a69dde69076", "nvshmem": "sha256:eb2c8fb3b7084c2db86bd9fd905387909f1dfd483e7b45f7b3c3d5fcf5374b5a"},
+		"single-node":   {"deepep": "29d31c095796f3c8ece47ee9cdcc167051bbeed9"},
+	}
+	lib := NewLibrary()
+	for name, pins := range want {
+		doc, err := lib.Load(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for comp, pin := range pins {
+			c, ok := doc.Recipe.Component(comp)
+			if !ok {
+				t.Fatalf("%s has no component %s", name, comp)
+			}
+			if got := c.Source.Pin(); got != pin {
+				t.Errorf("%s %s pinned at %s, want %s", name, comp, got, pin)
+			}
+		}
+	}
+}
+
+func writeRecipe(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "r.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const goodRecipe = `name: t
+cluster: test
+description: a test recipe
+components:
+  - name: nvshmem
+    version: 3.4.5-0
+    source:
+      git:
+        url: https://github.com/NVIDIA/nvshmem
+        commit: 131da55f643ac87c810ba0bc51d359258bf433a1
+  - name: deepep
+    source:
+      git:
+        url: https://github.com/deepseek-ai/DeepEP
+        commit: 29d31c095796f3c8ece47ee9cdcc167051bbeed9
+    depends: [nvshmem]
+    build:
+      - python-extension:
+          env:
+            NVSHMEM_DIR: "{{nvshmem.prefix}}"
+`
+
+func loadAndValidate(t *testing.T, body string, sets ...string) error {
+	t.Helper()
+	doc, err := LoadFile(writeRecipe(t, body))
+	if err != nil {
+		return err
+	}
+	if err := doc.Apply(sets); err != nil {
+		return err
+	}
+	return doc.Validate(nil)
+}
+
+func TestRecipeErrors(t *testing.T) {
+	cases := []struct {
+		name, body string
+		sets       []string
+		want       []string // substrings of the error
+		line, col  int      // where the first error points (0: not checked)
+	}{
+		{"good", goodRecipe, nil, nil, 0, 0},
+		{"misspelt key", strings.Replace(goodRecipe, "    depends:", "    depend:", 1), nil, []string{"unknown field \"depend\"", "r.yaml:16:5"}, 16, 5},
+		{"duplicate key", strings.Replace(goodRecipe, "cluster: test\n", "cluster: test\ncluster: again\n", 1), nil, []string{"duplicate", "r.yaml:3:1"}, 3, 1},
+		{"wrong type", strings.Replace(goodRecipe, "    depends: [nvshmem]", "    depends: {a: b}", 1), nil, []string{"r.yaml:16"}, 16, 0},
+		{"short sha", strings.Replace(goodRecipe, "29d31c095796f3c8ece47ee9cdcc167051bbeed9", "29d31c0", 1), nil, []string{"short SHA", "full 40-hex commit is required", "r.yaml:15:17"}, 15, 17},
+		{"not hex", strings.Replace(goodRecipe, "29d31c095796f3c8ece47ee9cdcc167051bbeed9", "main", 1), nil, []string{"not a commit id", "ref:"}, 0, 0},
+		{"unknown dep", strings.Replace(goodRecipe, "depends: [nvshmem]", "depends: [nccl]", 1), nil, []string{"depends on \"nccl\"", "r.yaml:16"}, 0, 0},
+		{"bad env", strings.Replace(goodRecipe, "NVSHMEM_DIR:", "1BAD:", 1), nil, []string{"1BAD"}, 0, 0},
+		{"bad template", strings.Replace(goodRecipe, "{{nvshmem.prefix}}", "{{nvshmem.home}}", 1), nil, []string{"unknown template"}, 0, 0},
+		{"cycle", strings.Replace(goodRecipe, "        commit: 131da55f643ac87c810ba0bc51d359258bf433a1\n", "        commit: 131da55f643ac87c810ba0bc51d359258bf433a1\n    depends: [deepep]\n", 1), nil, []string{"dependency cycle", "→"}, 0, 0},
+		{"two sources", strings.Replace(goodRecipe, "    source:\n      git:\n        url: https://github.com/NVIDIA/nvshmem", "    source:\n      python: {package: nvidia-nvshmem-cu12}\n      git:\n        url: https://github.com/NVIDIA/nvshmem", 1), nil, []string{"exactly one of git, archive, python"}, 0, 0},
+		{"bad version", strings.Replace(goodRecipe, "3.4.5-0", "3.4.5-rc", 1), nil, []string{"package revision"}, 0, 0},
+		{"set short sha", goodRecipe, []string{"nvshmem.commit=919760f"}, []string{"--set nvshmem.commit=919760f", "short SHA"}, 0, 0},
+		{"set unknown component", goodRecipe, []string{"nccl.commit=919760f413fb834e76382d129ba9c3314ce722be"}, []string{"no component \"nccl\""}, 0, 0},
+		{"set no equals", goodRecipe, []string{"nvshmem.commit"}, []string{"KEY=VALUE"}, 0, 0},
+		{"set archive key on git", goodRecipe, []string{"nvshmem.sha256=00"}, []string{"not an archive"}, 0, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := loadAndValidate(t, c.body, c.sets...)
+			if len(c.want) == 0 {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("no error; want %q", c.want)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			var ec interface{ ExitCode() int }
+			if !errors.As(err, &ec) || ec.ExitCode() != 2 {
+				t.Errorf("error is not bad input (exit 2): %T", err)
+			}
+			if c.line > 0 {
+				var e *Error
+				var es Errors
+				switch {
+				case errors.As(err, &es):
+					e = es[0]
+				case errors.As(err, &e):
+				}
+				if e == nil || e.Line != c.line || (c.col > 0 && e.Col != c.col) {
+					t.Errorf("error located at %+v, want line %d col %d", e, c.line, c.col)
+				}
+			}
+		})
+	}
+}
+
+func TestSetOverrides(t *testing.T) {
+	doc, err := LoadFile(writeRecipe(t, goodRecipe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = doc.Apply([]string{
+		"nvshmem.commit=919760f413fb834e76382d129ba9c3314ce722be",
+		"nvshmem.version=3.5.19-1",
+		"deepep.env.TORCH_CUDA_ARCH_LIST=10.0",
+		"env.NVSHMEM_IB_GID_INDEX=3",
+		"toolchain.arch=sm_90a,sm_100",
+		"deepep.patches=a,b",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := doc.Recipe
+	nv, _ := r.Component("nvshmem")
+	dp, _ := r.Component("deepep")
+	if nv.Source.Git.Commit != "919760f413fb834e76382d129ba9c3314ce722be" || nv.Version != "3.5.19-1" {
+		t.Errorf("nvshmem not overridden: %+v %s", nv.Source.Git, nv.Version)
+	}
+	if dp.Build[0].PythonExtension.Env["TORCH_CUDA_ARCH_LIST"] != "10.0" || r.Env["NVSHMEM_IB_GID_INDEX"] != "3" {
+		t.Errorf("env not overridden")
+	}
+	if strings.Join(r.Toolchain.Arch, " ") != "sm_90a sm_100" || strings.Join(dp.Patches, " ") != "a b" {
+		t.Errorf("lists not overridden: %v %v", r.Toolchain.Arch, dp.Patches)
+	}
+	if err := doc.Validate(nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOrder(t *testing.T) {
+	doc, err := LoadFile(writeRecipe(t, strings.Replace(goodRecipe, "components:\n", "components:\n  - name: app\n    source: {python: {package: x}}\n    depends: [deepep]\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(doc.Recipe.Order(), " "); got != "nvshmem deepep app" {
+		t.Errorf("order %q", got)
+	}
+}
+
+// FuzzLoad: no input makes the loader panic, and an accepted recipe validates without
+// panicking and survives its own overrides.
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte(goodRecipe))
+	f.Add([]byte("name: [\n"))
+	f.Add([]byte("components:\n  - {name: a, source: {archive: {url: 'http://x/y', sha256: ab, strip: -1}}}\n"))
+	for _, n := range []string{"gcp-b200", "efa-aws", "ibrc-dualport", "single-node"} {
+		b, err := fs.ReadFile(Embedded(), n+".yaml")
+		if err == nil {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		doc, err := Parse("fuzz.yaml", data)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("decode error is not a located *Error: %T %v", err, err)
+			}
+			return
+		}
+		_ = doc.Validate(nil)
+		_ = doc.Recipe.Order()
+	})
+}

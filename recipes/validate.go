@@ -1,0 +1,381 @@
+package recipes
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/epbuild/epbuild/compat"
+)
+
+var (
+	nameRe     = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+	compRe     = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+	envRe      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	hexRe      = regexp.MustCompile(`^[0-9a-fA-F]+$`)
+	archRe     = regexp.MustCompile(`^(sm|compute)_[0-9]{2,3}[af]?$`)
+	templateRe = regexp.MustCompile(`\{\{\s*([^{}]*?)\s*\}\}`)
+)
+
+// Requirements a toolchain may name, with what each means.
+var knownRequire = map[string]string{
+	"rdma-core-data-direct": "rdma-core headers defining MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT (R22)",
+	"rdma-core":             "rdma-core headers (infiniband/mlx5dv.h)",
+	"libfabric":             "libfabric headers and library (LIBFABRIC_HOME)",
+	"gdrcopy":               "GDRCopy headers and library (GDRCOPY_HOME)",
+	"nvshmem-wheel":         "the nvidia-nvshmem-cu12/cu13 wheel in the Python environment",
+	"mpi":                   "an MPI installation",
+}
+
+// PatchSetLookup tells validation which component a patch set applies to.
+type PatchSetLookup func(name string) (component string, ok bool)
+
+// IsFullCommit reports whether s is a full 40-hex commit id.
+func IsFullCommit(s string) bool { return len(s) == 40 && hexRe.MatchString(s) && strings.ToLower(s) == s }
+
+// Validate checks what strict decoding cannot: pins, names, references, cycles. It
+// returns every problem at once, each located in the file (or the --set flag).
+func (d *Doc) Validate(patchSets PatchSetLookup) error {
+	var errs Errors
+	add := func(path, format string, args ...any) { errs = append(errs, d.errAt(path, format, args...)) }
+	r := &d.Recipe
+
+	if r.Name == "" {
+		add("$", "missing field name")
+	} else if !nameRe.MatchString(r.Name) {
+		add("$.name", "recipe name %q must be lower-case letters, digits and '-'", r.Name)
+	}
+	if strings.TrimSpace(r.Cluster) == "" {
+		add("$", "missing field cluster: say which kind of cluster the recipe is for")
+	}
+	if strings.TrimSpace(r.Description) == "" {
+		add("$", "missing field description")
+	}
+	d.validateToolchain(add)
+	if len(r.Components) == 0 {
+		add("$", "a recipe needs at least one component under components:")
+	}
+	names := map[string]int{}
+	for i, c := range r.Components {
+		p := fmt.Sprintf("$.components[%d]", i)
+		if !compRe.MatchString(c.Name) {
+			add(p+".name", "component name %q must start with a letter and use lower-case letters, digits and '-'", c.Name)
+		}
+		if j, dup := names[c.Name]; dup {
+			add(p+".name", "component %q is declared twice (also components[%d])", c.Name, j)
+		}
+		names[c.Name] = i
+	}
+	for i := range r.Components {
+		d.validateComponent(i, names, patchSets, add)
+	}
+	if cyc := findCycle(r); cyc != "" {
+		add("$.components", "dependency cycle between components: %s", cyc)
+	}
+	for _, k := range sortedKeys(r.Env) {
+		if !envRe.MatchString(k) {
+			add("$.env", "environment variable name %q is not valid (letters, digits, '_', not starting with a digit)", k)
+		}
+		d.validateTemplates("$.env."+k, r.Env[k], names, nil, add)
+	}
+	for _, comp := range sortedKeys(r.Matrix) {
+		if _, ok := names[comp]; !ok {
+			add("$.matrix", "matrix axis %q names no component of this recipe", comp)
+		}
+		for j, v := range r.Matrix[comp] {
+			if _, err := compat.ParseVersion(v); err != nil {
+				add(fmt.Sprintf("$.matrix.%s[%d]", comp, j), "%v", err)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		sort.SliceStable(errs, func(i, j int) bool {
+			if errs[i].File != errs[j].File {
+				return errs[i].File < errs[j].File
+			}
+			return errs[i].Line < errs[j].Line
+		})
+		return errs
+	}
+	return nil
+}
+
+func (d *Doc) validateToolchain(add func(string, string, ...any)) {
+	t := d.Recipe.Toolchain
+	for _, f := range []struct{ key, val string }{{"cuda", t.CUDA}, {"torch", t.Torch}, {"python", t.Python}, {"gcc", t.GCC}, {"cmake", t.CMake}} {
+		if f.val == "" {
+			continue
+		}
+		if _, err := compat.ParseConstraint(f.val); err != nil {
+			add("$.toolchain."+f.key, "toolchain %s: %v (write a version like 12.9 or a constraint like \">=12.9\")", f.key, err)
+		}
+	}
+	for i, a := range t.Arch {
+		if !archRe.MatchString(a) {
+			add(fmt.Sprintf("$.toolchain.arch[%d]", i), "GPU architecture %q is not of the form sm_90, sm_90a, sm_100, sm_100f", a)
+		}
+	}
+	for i, q := range t.Require {
+		if _, ok := knownRequire[q]; !ok {
+			add(fmt.Sprintf("$.toolchain.require[%d]", i), "unknown requirement %q; known: %s", q, strings.Join(sortedKeys(knownRequire), ", "))
+		}
+	}
+}
+
+func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetLookup, add func(string, string, ...any)) {
+	c := &d.Recipe.Components[i]
+	p := fmt.Sprintf("$.components[%d]", i)
+	if c.Version != "" {
+		if _, err := compat.ParseVersion(c.Version); err != nil {
+			add(p+".version", "%v", err)
+		}
+	}
+	d.validateSource(p+".source", c.Name, c.Source, add)
+	seen := map[string]bool{}
+	for j, ps := range c.Patches {
+		pp := fmt.Sprintf("%s.patches[%d]", p, j)
+		if seen[ps] {
+			add(pp, "patch set %q is listed twice for %s", ps, c.Name)
+		}
+		seen[ps] = true
+		if patchSets == nil {
+			continue
+		}
+		comp, ok := patchSets(ps)
+		switch {
+		case !ok:
+			add(pp, "unknown patch set %q (see the directories under patches/)", ps)
+		case comp != c.Name:
+			add(pp, "patch set %q applies to component %s, not %s", ps, comp, c.Name)
+		}
+	}
+	if c.Source.Python != nil && len(c.Patches) > 0 {
+		add(p+".patches", "component %s comes from the Python environment and cannot be patched", c.Name)
+	}
+	deps := map[string]bool{}
+	for j, dep := range c.Depends {
+		if dep == c.Name {
+			add(fmt.Sprintf("%s.depends[%d]", p, j), "component %s depends on itself", c.Name)
+		} else if _, ok := names[dep]; !ok {
+			add(fmt.Sprintf("%s.depends[%d]", p, j), "component %s depends on %q, which this recipe does not declare", c.Name, dep)
+		}
+		deps[dep] = true
+	}
+	if c.Source.Python != nil && len(c.Build) > 0 {
+		add(p+".build", "component %s comes from the Python environment and has nothing to build", c.Name)
+	}
+	for j, s := range c.Build {
+		sp := fmt.Sprintf("%s.build[%d]", p, j)
+		n := 0
+		for _, set := range []bool{s.CMake != nil, s.PythonExtension != nil, s.Command != nil} {
+			if set {
+				n++
+			}
+		}
+		if n != 1 {
+			add(sp, "a build step has exactly one of cmake, python-extension, command (found %d)", n)
+			continue
+		}
+		var env map[string]string
+		switch {
+		case s.CMake != nil:
+			env = s.CMake.Env
+			for _, k := range sortedKeys(s.CMake.Options) {
+				if !envRe.MatchString(k) {
+					add(sp+".cmake.options", "CMake option name %q is not valid", k)
+				}
+				d.validateTemplates(sp+".cmake.options."+k, s.CMake.Options[k], names, deps, add)
+			}
+		case s.PythonExtension != nil:
+			env = s.PythonExtension.Env
+		case s.Command != nil:
+			env = s.Command.Env
+			if len(s.Command.Run) == 0 {
+				add(sp+".command", "a command step needs run: [program, args...]")
+			}
+		}
+		for _, k := range sortedKeys(env) {
+			if !envRe.MatchString(k) {
+				add(sp, "environment variable name %q is not valid (letters, digits, '_', not starting with a digit)", k)
+			}
+			d.validateTemplates(sp+"."+s.Kind()+".env."+k, env[k], names, deps, add)
+		}
+	}
+	for j, ch := range c.Checks {
+		cp := fmt.Sprintf("%s.checks[%d]", p, j)
+		n := 0
+		for _, set := range []bool{ch.Import != "", ch.Arch != nil, ch.Symbol != nil, ch.NVSHMEMBuildVars != nil, ch.File != ""} {
+			if set {
+				n++
+			}
+		}
+		if n != 1 {
+			add(cp, "a check has exactly one of import, arch, symbol, nvshmem-build-vars, file (found %d)", n)
+		}
+		if ch.Arch != nil {
+			for k, a := range ch.Arch.Want {
+				if !archRe.MatchString(a) {
+					add(fmt.Sprintf("%s.arch.want[%d]", cp, k), "GPU architecture %q is not of the form sm_90, sm_90a, sm_100", a)
+				}
+			}
+		}
+	}
+}
+
+func (d *Doc) validateSource(p, comp string, s Source, add func(string, string, ...any)) {
+	n := 0
+	for _, set := range []bool{s.Git != nil, s.Archive != nil, s.Python != nil} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		add(p, "component %s: source needs exactly one of git, archive, python (found %d)", comp, n)
+		return
+	}
+	switch {
+	case s.Git != nil:
+		checkURL(p+".git.url", s.Git.URL, add)
+		c := s.Git.Commit
+		switch {
+		case c == "":
+			add(p+".git", "component %s: git source needs commit: a full 40-hex commit id", comp)
+		case IsFullCommit(c):
+		case hexRe.MatchString(c) && len(c) < 40:
+			add(p+".git.commit", "component %s: %q is a short SHA; a full 40-hex commit is required (nothing floats: `git rev-parse %s` in a clone of %s prints it)", comp, c, c, s.Git.URL)
+		case hexRe.MatchString(c) && len(c) == 40:
+			add(p+".git.commit", "component %s: commit %q must be lower-case hex", comp, c)
+		default:
+			add(p+".git.commit", "component %s: %q is not a commit id; a full 40-hex commit is required (put a tag or branch in ref:, beside the commit)", comp, c)
+		}
+		if strings.ContainsAny(s.Git.Ref, " \t~^:?*[\\") {
+			add(p+".git.ref", "component %s: %q is not a valid git ref", comp, s.Git.Ref)
+		}
+	case s.Archive != nil:
+		checkURL(p+".archive.url", s.Archive.URL, add)
+		if len(s.Archive.SHA256) != 64 || !hexRe.MatchString(s.Archive.SHA256) {
+			add(p+".archive.sha256", "component %s: sha256 must be 64 hex digits (got %d characters); `sha256sum FILE` prints it", comp, len(s.Archive.SHA256))
+		}
+		if s.Archive.Strip < 0 {
+			add(p+".archive.strip", "component %s: strip must be 0 or more", comp)
+		}
+	case s.Python != nil:
+		if s.Python.Package == "" {
+			add(p+".python", "component %s: python source needs package: (e.g. nvidia-nvshmem-cu12)", comp)
+		}
+		if s.Python.Version != "" {
+			if _, err := compat.ParseConstraint(s.Python.Version); err != nil {
+				add(p+".python.version", "component %s: %v", comp, err)
+			}
+		}
+	}
+}
+
+func checkURL(p, raw string, add func(string, string, ...any)) {
+	u, err := url.Parse(raw)
+	if raw == "" || err != nil || u.Host == "" && u.Scheme != "file" || (u.Scheme != "https" && u.Scheme != "http" && u.Scheme != "file") {
+		add(p, "%q is not a usable URL (https://host/path, or file:///path)", raw)
+	}
+}
+
+// validateTemplates checks the {{...}} references in a value: {{prefix}}, {{cuda.home}},
+// and {{C.prefix}}, {{C.src}}, {{C.version}} for a component C (a dependency, where
+// deps is given).
+func (d *Doc) validateTemplates(p, val string, names map[string]int, deps map[string]bool, add func(string, string, ...any)) {
+	for _, m := range templateRe.FindAllStringSubmatch(val, -1) {
+		ref := m[1]
+		if ref == "prefix" || ref == "cuda.home" || ref == "jobs" {
+			continue
+		}
+		comp, field, ok := strings.Cut(ref, ".")
+		if !ok || (field != "prefix" && field != "src" && field != "version") {
+			add(p, "unknown template {{%s}}: use {{prefix}}, {{cuda.home}}, {{jobs}} or {{COMPONENT.prefix|src|version}}", ref)
+			continue
+		}
+		if _, known := names[comp]; !known {
+			add(p, "template {{%s}} names no component of this recipe", ref)
+		} else if deps != nil && !deps[comp] {
+			add(p, "template {{%s}} uses component %s, which is not in depends:", ref, comp)
+		}
+	}
+}
+
+func findCycle(r *Recipe) string {
+	const (
+		white = iota
+		grey
+		black
+	)
+	color := map[string]int{}
+	var stack []string
+	var visit func(string) string
+	visit = func(n string) string {
+		color[n] = grey
+		stack = append(stack, n)
+		c, _ := r.Component(n)
+		if c != nil {
+			for _, dep := range c.Depends {
+				if _, ok := r.Component(dep); !ok {
+					continue
+				}
+				switch color[dep] {
+				case grey:
+					i := 0
+					for stack[i] != dep {
+						i++
+					}
+					return strings.Join(append(append([]string{}, stack[i:]...), dep), " → ")
+				case white:
+					if cyc := visit(dep); cyc != "" {
+						return cyc
+					}
+				}
+			}
+		}
+		stack = stack[:len(stack)-1]
+		color[n] = black
+		return ""
+	}
+	for _, c := range r.Components {
+		if color[c.Name] == white {
+			if cyc := visit(c.Name); cyc != "" {
+				return cyc
+			}
+		}
+	}
+	return ""
+}
+
+// Order gives the components in dependency order (dependencies first, else file order).
+func (r *Recipe) Order() []string {
+	done := map[string]bool{}
+	var out []string
+	var visit func(string)
+	visit = func(n string) {
+		if done[n] {
+			return
+		}
+		done[n] = true
+		if c, ok := r.Component(n); ok {
+			for _, dep := range c.Depends {
+				visit(dep)
+			}
+			out = append(out, n)
+		}
+	}
+	for _, c := range r.Components {
+		visit(c.Name)
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
