@@ -133,6 +133,10 @@ Exit codes: 0 done; 1 the job failed (patch conflict, build error, check failed)
 		newValidateCmd(app),
 		newSchemaCmd(app),
 		newVersionCmd(app),
+		newRecipeCmd(app),
+		newFetchCmd(app),
+		newMirrorCmd(app),
+		newCacheCmd(app),
 	)
 	return root
 }

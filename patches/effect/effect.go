@@ -8,17 +8,22 @@ type Kind string
 
 // The effect kinds a patch set (or a recipe check) may state.
 const (
-	// PythonDef: class Class in File defines method Method.
+	// PythonDef: class Class in File defines method Method (a def in code: not in a
+	// comment or string). Class may be dotted for a nested class ("Outer.Inner").
 	PythonDef Kind = "python-def"
-	// PythonCall: method Class.Method in File calls Callee (self.Callee(...) or Class.Callee(self, ...)).
+	// PythonCall: method Class.Method in File calls Callee (self.Callee(...),
+	// Class.Callee(self, ...) or super().Callee(...)) in code that runs when it runs: not in
+	// a comment or string, not in a nested def the method never calls.
 	PythonCall Kind = "python-call"
 	// Contains: File contains Text (verbatim).
 	Contains Kind = "contains"
 	// Absent: File does not contain Text; with Files, none of those files does.
 	Absent Kind = "absent"
-	// Include: the C/C++ File has an #include of Header (comments ignored).
+	// Include: the C/C++ File has an #include of Header, matched by whole trailing path
+	// components (comments and #if 0 blocks ignored); with Not, none of Files has one.
 	Include Kind = "include"
-	// EnvRead: File reads the environment variable Name (Python os.environ/os.getenv, C getenv).
+	// EnvRead: File reads the environment variable Name (Python os.environ/os.getenv, C
+	// getenv and functions whose name ends in getenv), with a string-literal name.
 	EnvRead Kind = "env-read"
 	// ELFSymbol: the ELF File defines (exports) the dynamic symbol Symbol.
 	ELFSymbol Kind = "elf-symbol"
@@ -27,7 +32,8 @@ const (
 // Effect is one stated effect. Only the fields its Kind uses are set.
 type Effect struct {
 	Kind Kind `json:"kind" yaml:"kind" jsonschema:"enum=python-def,enum=python-call,enum=contains,enum=absent,enum=include,enum=env-read,enum=elf-symbol"`
-	// File is the path in the source tree, relative to its root; with Absent it may be a glob.
+	// File is the path in the source tree, relative to its root; it may be a glob. Every
+	// file it matches must pass (a stale second copy counts); none matching fails.
 	File string `json:"file,omitempty" yaml:"file,omitempty"`
 	// Files lists several paths or globs (Absent, Include with Not) checked together.
 	Files []string `json:"files,omitempty" yaml:"files,omitempty"`

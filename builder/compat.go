@@ -1,0 +1,183 @@
+package builder
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/epbuild/epbuild/compat"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// FactsFromPlan gives the compat rules' view of a plan: each component's version,
+// repository, commit, source kind, patch sets, CMake options, build env, expected NVSHMEM
+// build variables and command steps; the toolchain as the recipe asks for it (versions
+// are constraints at plan stage); the runtime env. Host facts are left nil (no host).
+func FactsFromPlan(p *Plan) compat.Facts {
+	f := compat.Facts{
+		Recipe:  p.Recipe,
+		Cluster: p.Cluster,
+		Env:     maps.Clone(p.Env),
+		Toolchain: compat.Toolchain{
+			CUDA:    p.Toolchain.CUDA,
+			Torch:   p.Toolchain.Torch,
+			Python:  p.Toolchain.Python,
+			GCC:     p.Toolchain.GCC,
+			CMake:   p.Toolchain.CMake,
+			Arch:    slices.Clone(p.Toolchain.Arch),
+			Require: slices.Clone(p.Toolchain.Require),
+		},
+	}
+	for _, c := range p.Components {
+		fc := compat.Component{
+			Name:    c.Name,
+			Version: c.Version,
+			Source:  c.Source.Kind(),
+			Patches: slices.Clone(c.Patches),
+		}
+		switch {
+		case c.Source.Git != nil:
+			fc.Repo, fc.Commit = c.Source.Git.URL, c.Source.Git.Commit
+		case c.Source.Archive != nil:
+			fc.Repo = c.Source.Archive.URL
+		case c.Source.Python != nil && fc.Version == "":
+			// the wheel's version is known at preflight; the recipe gives its constraint
+			fc.Version = c.Source.Python.Version
+		}
+		for _, st := range c.Build {
+			switch {
+			case st.CMake != nil:
+				fc.Options = mergeInto(fc.Options, st.CMake.Options)
+				fc.BuildEnv = mergeInto(fc.BuildEnv, st.CMake.Env)
+			case st.PythonExtension != nil:
+				fc.BuildEnv = mergeInto(fc.BuildEnv, st.PythonExtension.Env)
+			case st.Command != nil:
+				fc.BuildEnv = mergeInto(fc.BuildEnv, st.Command.Env)
+				fc.Commands = append(fc.Commands, slices.Clone(st.Command.Run))
+			}
+		}
+		for _, ch := range c.Checks {
+			fc.BuildVars = mergeInto(fc.BuildVars, ch.NVSHMEMBuildVars)
+		}
+		f.Components = append(f.Components, fc)
+	}
+	return f
+}
+
+func mergeInto(dst, src map[string]string) map[string]string {
+	if len(src) == 0 {
+		return dst
+	}
+	if dst == nil {
+		dst = map[string]string{}
+	}
+	maps.Copy(dst, src)
+	return dst
+}
+
+// PreflightFacts turns plan facts into preflight facts: the toolchain versions become
+// the probed ones (a tool not found stays the recipe's constraint, so rules on it stay
+// undecided rather than pass), the requirements found become Present, and a component
+// taken from the Python environment gets the installed package's version.
+func PreflightFacts(f compat.Facts, p *Plan, t *Toolchain) compat.Facts {
+	set := func(dst *string, probed string) {
+		if probed != "" {
+			*dst = probed
+		}
+	}
+	set(&f.Toolchain.CUDA, t.CUDA)
+	set(&f.Toolchain.Torch, t.Torch)
+	set(&f.Toolchain.Python, t.PythonVersion)
+	set(&f.Toolchain.GCC, t.GCC)
+	set(&f.Toolchain.CMake, t.CMake)
+	present := []string{}
+	for name, ok := range map[string]bool{
+		"rdma-core":             t.RDMACore != "",
+		"rdma-core-data-direct": t.RDMADataDirect,
+		"libfabric":             t.LibfabricHome != "",
+		"gdrcopy":               t.GDRCopyHome != "",
+		"mpi":                   t.MPIHome != "",
+	} {
+		if ok {
+			present = append(present, name)
+		}
+	}
+	for _, c := range p.Components {
+		if c.Source.Python == nil {
+			continue
+		}
+		if pkg, ok := t.PythonPackages[c.Source.Python.Package]; ok && pkg.Version != "" {
+			present = append(present, "nvshmem-wheel")
+			if fc, ok := f.Component(c.Name); ok {
+				fc.Version = pkg.Version
+			}
+		}
+	}
+	slices.Sort(present)
+	f.Toolchain.Present = slices.Compact(present)
+	return f
+}
+
+// ApplyCatalog resolves `--set COMPONENT.version=V` through the catalogue of known
+// releases. For each component whose version a --set changed, without a --set of its
+// commit, ref, url, sha256 or strip, the source is replaced by the catalogue's pin for V:
+// the pin of the component's current kind when the catalogue has one, else its preferred
+// pin (switching between git and archive). The version becomes the catalogue's spelling
+// ("3.5.19" → "3.5.19-1"). A component the catalogue does not list (deepep) keeps its
+// source, as does a component taken from the Python environment (its version names the
+// wheel's). A version the catalogue does not know is an error: the old pin would build
+// another release than the one asked for.
+//
+// Call it after doc.Apply(sets) and before doc.Validate.
+func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
+	versions := map[string]string{}
+	pinned := map[string]bool{}
+	for _, s := range sets {
+		key, val, ok := strings.Cut(s, "=")
+		if !ok {
+			continue
+		}
+		comp, field, ok := strings.Cut(key, ".")
+		if !ok {
+			continue
+		}
+		switch field {
+		case "version":
+			versions[comp] = val
+		case "commit", "ref", "url", "sha256", "strip":
+			pinned[comp] = true
+		}
+	}
+	for _, name := range sortedNames(versions) {
+		c, ok := doc.Recipe.Component(name)
+		if !ok || pinned[name] || !cat.Has(name) || c.Source.Python != nil {
+			continue
+		}
+		v := versions[name]
+		rel, ok := cat.Release(name, v)
+		if !ok {
+			return &recipes.Error{File: "--set " + name + ".version=" + v, Msg: fmt.Sprintf(
+				"%s %s is not in the catalogue of known releases (%s); pin it with --set %s.commit=<40-hex> or --set %s.url=… --set %s.sha256=…",
+				name, v, strings.Join(cat.Versions(name), ", "), name, name, name)}
+		}
+		pin, _ := cat.LookupKind(name, v, c.Source.Kind())
+		c.Version = rel.Version
+		switch {
+		case pin.Git != nil:
+			c.Source = recipes.Source{Git: &recipes.GitSource{URL: pin.Git.URL, Commit: pin.Git.Commit, Ref: pin.Git.Ref}}
+		case pin.Archive != nil:
+			c.Source = recipes.Source{Archive: &recipes.ArchiveSource{URL: pin.Archive.URL, SHA256: pin.Archive.SHA256, Strip: pin.Archive.Strip}}
+		}
+	}
+	return nil
+}
+
+func sortedNames(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

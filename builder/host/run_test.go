@@ -1,0 +1,472 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func statuses(r Report) map[string]Status {
+	m := map[string]Status{}
+	for _, c := range r.Checks {
+		m[c.ID] = c.Status
+	}
+	return m
+}
+
+// wantStatuses compares every check's status, so a check that goes missing, appears, or
+// changes outcome fails the test; on failure it prints what each check read.
+func wantStatuses(t *testing.T, r Report, want map[string]Status) {
+	t.Helper()
+	got := statuses(r)
+	for id, w := range want {
+		if got[id] != w {
+			c, _ := r.Check(id)
+			t.Errorf("%s: status %q, want %q (read: %s; fix: %s)", id, got[id], w, c.Read, c.Fix)
+		}
+	}
+	for id := range got {
+		if _, ok := want[id]; !ok {
+			t.Errorf("unexpected check %s", id)
+		}
+	}
+}
+
+func mustCheck(t *testing.T, r Report, id string) Check {
+	t.Helper()
+	c, ok := r.Check(id)
+	if !ok {
+		t.Fatalf("no check %s in %+v", id, r.Checks)
+	}
+	return c
+}
+
+func TestGCPB200PassesAndImpliesTheMapping(t *testing.T) {
+	t.Parallel()
+	rep := Run(context.Background(), NewSysroot(gcpB200(t)), gcpB200Config())
+	wantStatuses(t, rep, map[string]Status{
+		"host.gpus": StatusPass, "host.peermem": StatusPass,
+		"host.regkey.peer-mapping-override": StatusPass, "host.regkey.stream-memops": StatusPass,
+		"host.ib.devices": StatusPass, "host.ib.port-state": StatusPass, "host.ib.link-layer": StatusPass,
+		"host.roce.gid-type": StatusPass, "host.pcie.gpu-nic-pairing": StatusPass,
+		"host.gdrdrv": StatusSkip, "host.memlock": StatusPass, "host.nccl.version": StatusPass,
+	})
+	want := "0:mlx5_0:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,4:mlx5_4:1,5:mlx5_5:1,6:mlx5_6:1,7:mlx5_7:1"
+	if got := rep.MappingValue(); got != want {
+		t.Errorf("mapping %q, want %q", got, want)
+	}
+	if got := MappingLine(rep); got != "export DEEP_EP_DEVICE_TO_HCA_MAPPING="+want {
+		t.Errorf("mapping line %q", got)
+	}
+	if got := rep.HCAList(3); got != "mlx5_3:1" {
+		t.Errorf("NVSHMEM_HCA_LIST for GPU 3: %q, want mlx5_3:1", got)
+	}
+	if rep.Failed() {
+		t.Error("Failed() is true for a passing report")
+	}
+	for _, p := range rep.Pairs {
+		if len(p.Nearest) != 1 || !strings.HasPrefix(p.Via, "0000:") {
+			t.Errorf("GPU %d: nearest %v via %q, want one NIC via a switch port", p.GPU, p.Nearest, p.Via)
+		}
+	}
+	if r := mustCheck(t, rep, "host.regkey.peer-mapping-override").Read; !strings.Contains(r, `RegistryDwords: "PeerMappingOverride=1;"`) {
+		t.Errorf("regkey read %q does not show the params line", r)
+	}
+}
+
+// Names are assigned against PCI order here, so only the PCIe tree can give the right pairs.
+func TestPairingFollowsThePCIeTreeNotTheNames(t *testing.T) {
+	t.Parallel()
+	perm := []int{3, 7, 1, 5, 0, 4, 2, 6}
+	root := gcpB200With(t, nodeOpts{peermem: true, streamMemOps: 1, registryDwords: "PeerMappingOverride=1;",
+		nicName: func(i int, _ string) string { return fmt.Sprintf("mlx5_%d", perm[i]) }})
+	cfg := gcpB200Config()
+	rep := Run(context.Background(), NewSysroot(root), cfg)
+	want := "0:mlx5_3:1,1:mlx5_7:1,2:mlx5_1:1,3:mlx5_5:1,4:mlx5_0:1,5:mlx5_4:1,6:mlx5_2:1,7:mlx5_6:1"
+	if got := rep.MappingValue(); got != want {
+		t.Errorf("mapping %q, want %q", got, want)
+	}
+	// The recipe's identity mapping is now wrong for 8 GPUs out of 8.
+	c := mustCheck(t, rep, "host.pcie.gpu-nic-pairing")
+	if c.Status != StatusFail || !strings.Contains(c.Read, "GPU 0 is paired with mlx5_3 but the mapping says mlx5_0") {
+		t.Errorf("pairing: %s %q", c.Status, c.Read)
+	}
+	if !strings.Contains(c.Fix, want) {
+		t.Errorf("fix %q does not give the right mapping", c.Fix)
+	}
+}
+
+func TestMisconfiguredMappingEveryGPUOnMlx5_0Fails(t *testing.T) {
+	t.Parallel()
+	cfg := gcpB200Config()
+	var items []string
+	for i := 0; i < 8; i++ {
+		items = append(items, fmt.Sprintf("%d:mlx5_0:1", i))
+	}
+	cfg.Mapping = strings.Join(items, ",")
+	rep := Run(context.Background(), NewSysroot(gcpB200(t)), cfg)
+	c := mustCheck(t, rep, "host.pcie.gpu-nic-pairing")
+	if c.Status != StatusFail {
+		t.Fatalf("pairing status %s, want fail", c.Status)
+	}
+	if !strings.Contains(c.Read, "GPU 3 is paired with mlx5_3 but the mapping says mlx5_0") {
+		t.Errorf("read %q lacks the GPU 3 mismatch", c.Read)
+	}
+	if strings.Contains(c.Read, "GPU 0 is paired") {
+		t.Errorf("GPU 0 really is on mlx5_0, yet reported: %q", c.Read)
+	}
+	if !rep.Failed() {
+		t.Error("Failed() is false")
+	}
+}
+
+func TestMappingWithMissingGPUOrUnknownHCAFails(t *testing.T) {
+	t.Parallel()
+	cfg := gcpB200Config()
+	cfg.Mapping = "0:mlx5_0:1,1:mlx5_9:1,2:mlx5_2:2"
+	c := mustCheck(t, Run(context.Background(), NewSysroot(gcpB200(t)), cfg), "host.pcie.gpu-nic-pairing")
+	for _, want := range []string{
+		"GPU 1: the mapping says mlx5_9, which is not a usable RDMA device",
+		"GPU 2: the mapping says mlx5_2 port 2, which is not an ACTIVE port",
+		"GPU 7 has no entry in the mapping",
+	} {
+		if !strings.Contains(c.Read, want) {
+			t.Errorf("read lacks %q:\n%s", want, c.Read)
+		}
+	}
+}
+
+func TestNodeWithoutPeermemOrRegkeysFailsWithTheFix(t *testing.T) {
+	t.Parallel()
+	root := gcpB200With(t, nodeOpts{nicName: mlx5Name, registryDwords: "RMIntrLockingMode=1"})
+	rep := Run(context.Background(), NewSysroot(root), gcpB200Config())
+	pm := mustCheck(t, rep, "host.peermem")
+	if pm.Status != StatusFail || !strings.Contains(pm.Fix, "modprobe nvidia_peermem") {
+		t.Errorf("peermem: %s, fix %q", pm.Status, pm.Fix)
+	}
+	pmo := mustCheck(t, rep, "host.regkey.peer-mapping-override")
+	if pmo.Status != StatusFail ||
+		!strings.Contains(pmo.Fix, `options nvidia NVreg_RegistryDwords="RMIntrLockingMode=1;PeerMappingOverride=1;"`) ||
+		!strings.Contains(pmo.Fix, "reboot") {
+		t.Errorf("peer mapping override: %s, fix %q (must keep the existing dword and say reboot)", pmo.Status, pmo.Fix)
+	}
+	sm := mustCheck(t, rep, "host.regkey.stream-memops")
+	if sm.Status != StatusFail || sm.Read != "/proc/driver/nvidia/params: EnableStreamMemOPs: 0" ||
+		!strings.Contains(sm.Fix, "NVreg_EnableStreamMemOPs=1") {
+		t.Errorf("stream memops: %s %q fix %q", sm.Status, sm.Read, sm.Fix)
+	}
+	// The same node is fine for a recipe that does not need them.
+	cfg := gcpB200Config()
+	cfg.NeedPeerMem, cfg.NeedPeerMappingOverride = false, false
+	rep = Run(context.Background(), NewSysroot(root), cfg)
+	for _, id := range []string{"host.peermem", "host.regkey.peer-mapping-override", "host.regkey.stream-memops"} {
+		if s := mustCheck(t, rep, id).Status; s != StatusSkip {
+			t.Errorf("%s: %s, want skip when not needed", id, s)
+		}
+	}
+}
+
+// R17: NVSHMEM ≤ 3.2.5 sees peer memory only through /sys/kernel/mm/memory_peers.
+func TestOldNVSHMEMNeedsMemoryPeers(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Transport: TransportIBRC, GIDIndex: 3, NeedPeerMem: true, NVSHMEMVersion: "3.2.5-1"}
+	root := gcpB200(t)
+	if c := mustCheck(t, Run(context.Background(), NewSysroot(root), cfg), "host.peermem"); c.Status != StatusFail ||
+		!strings.Contains(c.Fix, "c6051f3") {
+		t.Errorf("only nvidia_peermem with NVSHMEM 3.2.5: %s, fix %q", c.Status, c.Fix)
+	}
+	f := &fixture{t: t, root: root}
+	f.write("/sys/kernel/mm/memory_peers/nv_mem/version", "1.3-0\n")
+	if c := mustCheck(t, Run(context.Background(), NewSysroot(root), cfg), "host.peermem"); c.Status != StatusPass ||
+		!strings.Contains(c.Read, "/sys/kernel/mm/memory_peers/nv_mem/version: 1.3-0") {
+		t.Errorf("with nv_mem: %s %q", c.Status, c.Read)
+	}
+}
+
+func TestWrongGIDIndexFailsAndSuggestsTheIPv4RoCEv2Index(t *testing.T) {
+	t.Parallel()
+	cfg := gcpB200Config()
+	cfg.GIDIndex = 0
+	c := mustCheck(t, Run(context.Background(), NewSysroot(gcpB200(t)), cfg), "host.roce.gid-type")
+	if c.Status != StatusFail || !strings.Contains(c.Read, "mlx5_0 port 1 GID 0: IB/RoCE v1") {
+		t.Errorf("GID 0: %s %q", c.Status, c.Read)
+	}
+	if !strings.Contains(c.Fix, "NVSHMEM_IB_GID_INDEX=3") {
+		t.Errorf("fix %q should suggest index 3 (RoCE v2, IPv4-mapped) over 1 (link-local)", c.Fix)
+	}
+	cfg.GIDIndex = 7 // no such entry
+	if c := mustCheck(t, Run(context.Background(), NewSysroot(gcpB200(t)), cfg), "host.roce.gid-type"); c.Status != StatusFail {
+		t.Errorf("missing GID 7: %s", c.Status)
+	}
+}
+
+func TestPortDownFails(t *testing.T) {
+	t.Parallel()
+	root := gcpB200With(t, nodeOpts{peermem: true, streamMemOps: 1, registryDwords: "PeerMappingOverride=1;", nicName: mlx5Name,
+		portState: func(i int) string {
+			if i == 5 {
+				return "1: DOWN"
+			}
+			return "4: ACTIVE"
+		}})
+	c := mustCheck(t, Run(context.Background(), NewSysroot(root), gcpB200Config()), "host.ib.port-state")
+	if c.Status != StatusFail || c.Read != "mlx5_5 port 1: 1: DOWN" {
+		t.Errorf("port state: %s %q", c.Status, c.Read)
+	}
+}
+
+// R14: GCP names its RoCE devices rocep<bus>s0 unless DOCA-OFED renames them.
+func TestUnrenamedGCPDevicesNeedHCAPrefix(t *testing.T) {
+	t.Parallel()
+	root := gcpB200With(t, nodeOpts{peermem: true, streamMemOps: 1, registryDwords: "PeerMappingOverride=1;", nicName: roceName})
+	cfg := gcpB200Config()
+	cfg.HCAPrefix, cfg.Mapping = "", ""
+	rep := Run(context.Background(), NewSysroot(root), cfg)
+	c := mustCheck(t, rep, "host.ib.devices")
+	if c.Status != StatusFail || !strings.Contains(c.Fix, "NVSHMEM_HCA_PREFIX=rocep") {
+		t.Errorf("devices: %s fix %q", c.Status, c.Fix)
+	}
+	cfg.HCAPrefix = "rocep"
+	rep = Run(context.Background(), NewSysroot(root), cfg)
+	if s := mustCheck(t, rep, "host.ib.devices").Status; s != StatusPass {
+		t.Errorf("with the prefix: %s", s)
+	}
+	if got := rep.HCAList(0); got != "rocep4s0:1" {
+		t.Errorf("GPU 0 → %q, want rocep4s0:1 (the NIC at bus 0x04)", got)
+	}
+}
+
+func TestAWSP5PairsEachH100WithItsFourEFAs(t *testing.T) {
+	t.Parallel()
+	rep := Run(context.Background(), NewSysroot(awsP5(t)), awsP5Config())
+	wantStatuses(t, rep, map[string]Status{
+		"host.gpus": StatusPass, "host.peermem": StatusSkip,
+		"host.regkey.peer-mapping-override": StatusSkip, "host.regkey.stream-memops": StatusSkip,
+		"host.ib.devices": StatusPass, "host.ib.port-state": StatusPass, "host.ib.link-layer": StatusPass,
+		"host.roce.gid-type": StatusSkip, "host.pcie.gpu-nic-pairing": StatusPass,
+		"host.gdrdrv": StatusPass, "host.memlock": StatusPass, "host.nccl.version": StatusSkip,
+	})
+	if g := mustCheck(t, rep, "host.gpus").Read; !strings.HasPrefix(g, "8 GPUs:") {
+		t.Errorf("GPUs %q: the NVSwitches (class 0x068000) must not count", g)
+	}
+	if len(rep.Pairs) != 8 {
+		t.Fatalf("%d pairs", len(rep.Pairs))
+	}
+	seen := map[string]bool{}
+	for _, p := range rep.Pairs {
+		if len(p.Nearest) != 4 {
+			t.Errorf("GPU %d: nearest %v, want its 4 EFAs", p.GPU, p.Nearest)
+		}
+		for _, n := range p.Nearest {
+			if seen[n] {
+				t.Errorf("%s is nearest to two GPUs", n)
+			}
+			seen[n] = true
+		}
+		if p.HCA != p.Nearest[0] {
+			t.Errorf("GPU %d chose %s, not the first of %v", p.GPU, p.HCA, p.Nearest)
+		}
+	}
+	if got := strings.Join(rep.Pairs[0].Nearest, ","); got != "rdmap4s0,rdmap5s0,rdmap6s0,rdmap7s0" {
+		t.Errorf("GPU 0 nearest %s", got)
+	}
+	// Without gdrdrv, the efa provider will not start (R8).
+	root := awsP5(t)
+	f := &fixture{t: t, root: root}
+	if err := removeAll(f.disk("/dev/gdrdrv")); err != nil {
+		t.Fatal(err)
+	}
+	c := mustCheck(t, Run(context.Background(), NewSysroot(root), awsP5Config()), "host.gdrdrv")
+	if c.Status != StatusFail || c.Read != "/dev/gdrdrv: absent" {
+		t.Errorf("gdrdrv: %s %q", c.Status, c.Read)
+	}
+}
+
+// More GPUs than NICs under their switches: pairing warns that they share.
+func TestGPUsSharingANICWarn(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.limits("unlimited", "unlimited")
+	sw := f.pcieSwitch(0, 0)
+	f.gpu(sw.endpoint(), 0)
+	f.gpu(sw.endpoint(), 0)
+	nic := sw.endpoint()
+	f.pci(nic, "0x15b3", "0x020700", 0, "mlx5_core")
+	f.ibDevice("mlx5_0", nic, "mlx5_core", port{state: "4: ACTIVE", linkLayer: "InfiniBand",
+		gids: map[int]gid{0: {"IB/RoCE v1", "fe80:0000:0000:0000:b83f:d203:00a1:b2c4"}}})
+	rep := Run(context.Background(), NewSysroot(f.root), Config{Transport: TransportIBRC})
+	c := mustCheck(t, rep, "host.pcie.gpu-nic-pairing")
+	if c.Status != StatusWarn || !strings.Contains(c.Read, "GPU 1 shares mlx5_0 with GPU 0") {
+		t.Errorf("pairing: %s %q", c.Status, c.Read)
+	}
+	if s := mustCheck(t, rep, "host.roce.gid-type").Status; s != StatusSkip {
+		t.Errorf("GID type on InfiniBand: %s, want skip", s)
+	}
+}
+
+func TestMemlockAndNCCL(t *testing.T) {
+	t.Parallel()
+	root := gcpB200(t)
+	f := &fixture{t: t, root: root}
+	if err := removeAll(f.disk("/proc")); err != nil {
+		t.Fatal(err)
+	}
+	f.limits("8388608", "8388608")
+	cfg := gcpB200Config()
+	cfg.NCCLRuntimeVersion = "2.21.5"
+	rep := Run(context.Background(), NewSysroot(root), cfg)
+	if c := mustCheck(t, rep, "host.memlock"); c.Status != StatusFail || c.Read != "/proc/self/limits: Max locked memory (soft) 8388608" {
+		t.Errorf("memlock: %s %q", c.Status, c.Read)
+	}
+	if c := mustCheck(t, rep, "host.nccl.version"); c.Status != StatusFail {
+		t.Errorf("NCCL 2.21.5 under a 2.27.3-1 build: %s", c.Status)
+	}
+	cfg.MinMemlockBytes = 8 << 20
+	cfg.NCCLRuntimeVersion, cfg.NCCLSameVersion = "2.28.3-1", true
+	rep = Run(context.Background(), NewSysroot(root), cfg)
+	if s := mustCheck(t, rep, "host.memlock").Status; s != StatusPass {
+		t.Errorf("memlock 8 MiB against a minimum of 8 MiB: %s", s)
+	}
+	if s := mustCheck(t, rep, "host.nccl.version").Status; s != StatusFail {
+		t.Errorf("newer NCCL when the same one is required: %s", s)
+	}
+}
+
+// The machine the tests run on: whatever it has, the checks must finish and say
+// something sensible. Only the structure is asserted.
+func TestRealRootStructure(t *testing.T) {
+	t.Parallel()
+	cfg := gcpB200Config()
+	cfg.NeedGDRCopy = true
+	rep := Run(context.Background(), NewSysroot(""), cfg)
+	assertStructure(t, rep)
+	if _, ok := rep.Check("host.memlock"); !ok {
+		t.Error("no memlock check")
+	}
+}
+
+var knownIDs = map[string]bool{
+	"host.gpus": true, "host.peermem": true, "host.regkey.peer-mapping-override": true,
+	"host.regkey.stream-memops": true, "host.ib.devices": true, "host.ib.port-state": true,
+	"host.ib.link-layer": true, "host.roce.gid-type": true, "host.pcie.gpu-nic-pairing": true,
+	"host.gdrdrv": true, "host.memlock": true, "host.nccl.version": true,
+}
+
+func assertStructure(t *testing.T, rep Report) {
+	t.Helper()
+	if len(rep.Checks) != len(knownIDs) {
+		t.Errorf("%d checks, want %d", len(rep.Checks), len(knownIDs))
+	}
+	seen := map[string]bool{}
+	for _, c := range rep.Checks {
+		if !knownIDs[c.ID] || seen[c.ID] {
+			t.Errorf("check id %q unknown or repeated", c.ID)
+		}
+		seen[c.ID] = true
+		switch c.Status {
+		case StatusPass, StatusWarn, StatusFail, StatusSkip:
+		default:
+			t.Errorf("%s: status %q", c.ID, c.Status)
+		}
+		if c.Why == "" || c.Read == "" {
+			t.Errorf("%s: empty why or read: %+v", c.ID, c)
+		}
+		if c.Status == StatusFail && c.Fix == "" && c.ID != "host.ib.link-layer" {
+			t.Errorf("%s fails with no fix: %+v", c.ID, c)
+		}
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []Config{
+		{Transport: "rdma"},
+		{Transport: TransportIBGDA, GIDIndex: -1},
+		{Transport: TransportIBGDA, Mapping: "0:mlx5_0:1,0:mlx5_1:1"},
+		{Transport: TransportIBGDA, Mapping: "a:mlx5_0"},
+		{Transport: TransportIBGDA, Mapping: "0:mlx5_0:0"},
+	} {
+		rep := Run(context.Background(), NewSysroot(t.TempDir()), cfg)
+		if len(rep.Checks) != 1 || rep.Checks[0].ID != "host.config" || !rep.Failed() {
+			t.Errorf("%+v: %+v", cfg, rep.Checks)
+		}
+	}
+}
+
+func TestCancelledRunStops(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rep := Run(ctx, NewSysroot(gcpB200(t)), gcpB200Config())
+	if len(rep.Checks) != 1 || rep.Checks[0].ID != "host.cancelled" {
+		t.Errorf("%+v", rep.Checks)
+	}
+}
+
+func TestWriteTableAndJSON(t *testing.T) {
+	t.Parallel()
+	cfg := gcpB200Config()
+	cfg.NeedPeerMem = true
+	root := gcpB200With(t, nodeOpts{nicName: mlx5Name, streamMemOps: 1, registryDwords: "PeerMappingOverride=1;"})
+	rep := Run(context.Background(), NewSysroot(root), cfg)
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, rep); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
+	if len(lines) != len(rep.Checks)+1 || !strings.HasPrefix(lines[0], "ID") {
+		t.Fatalf("table:\n%s", buf.String())
+	}
+	var row string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "host.peermem ") {
+			row = l
+		}
+	}
+	if !strings.Contains(row, "fail") || !strings.Contains(row, "/sys/module/nvidia_peermem: absent") ||
+		!strings.Contains(row, "modprobe nvidia_peermem") {
+		t.Errorf("peermem row %q", row)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"checks":`, `"id":"host.peermem"`, `"status":"fail"`, `"read":`, `"why":`, `"fix":`, `"pairs":`, `"nearest":["mlx5_0"]`} {
+		if !bytes.Contains(b, []byte(key)) {
+			t.Errorf("JSON lacks %s", key)
+		}
+	}
+}
+
+func TestVersionsMappingsAndNames(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{
+		{"2.21.5-1", "2.21.5-1", 0}, {"2.21.5", "2.21.5-1", 0}, {"2.22.3-1", "2.21.5-1", 1},
+		{"2.21.5-1", "2.21.10-1", -1}, {"2.21.5-2", "2.21.5-1", 1}, {"(2, 27, 3)", "2.27.3-1", 0},
+		{"3.2.5-1", "3.2.5", 0}, {"3.3.9", "3.2.5", 1},
+	} {
+		if got, ok := compareVersions(tc.a, tc.b); !ok || got != tc.want {
+			t.Errorf("compare(%s, %s) = %d %v, want %d", tc.a, tc.b, got, ok, tc.want)
+		}
+	}
+	if _, ok := compareVersions("main", "2.21.5"); ok {
+		t.Error("a non-version compared")
+	}
+	m, err := parseMapping("0:mlx5_0:1, 1:mlx5_1")
+	if err != nil || len(m) != 2 || m[1] != (mappingEntry{GPU: 1, HCA: "mlx5_1"}) {
+		t.Errorf("parse: %+v %v", m, err)
+	}
+	if !natLess("mlx5_2", "mlx5_10") || natLess("mlx5_10", "mlx5_2") || !natLess("rdmap4s0", "rdmap16s27") {
+		t.Error("natural order")
+	}
+	if d, via := treeDepth("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0",
+		"/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0"); d != 3 || via != "0000:01:00.0" {
+		t.Errorf("depth %d via %s", d, via)
+	}
+}

@@ -1,0 +1,297 @@
+// Package host checks that a node is fit to run DeepEP + NVSHMEM: peer memory, NVIDIA
+// regkeys, RDMA devices, RoCE GIDs, GPU↔NIC pairing from the PCIe tree, gdrdrv, locked
+// memory, NCCL version and NIC traffic spread. Every read of /sys, /proc and /dev goes
+// through a Sysroot, so the same checks run against the real root or against a capture.
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// maxSymlinkHops bounds symlink resolution the way the kernel does (ELOOP after 40).
+const maxSymlinkHops = 40
+
+// entryKind says what a recorded path was, so a capture can recreate it.
+type entryKind int
+
+const (
+	kindFile entryKind = iota
+	kindDir
+	kindLink
+	kindNode // a device node; captured as an empty file because mknod needs privilege
+)
+
+type entry struct {
+	kind   entryKind
+	data   []byte // kindFile: the bytes the checks saw
+	target string // kindLink: the link text, as readlink returned it
+}
+
+// recorder remembers every path read through a Sysroot, keyed by its resolved host path
+// ("/sys/devices/..."); symlinks are recorded where they sit, so a capture keeps them.
+type recorder struct {
+	mu      sync.Mutex
+	entries map[string]entry
+}
+
+func (r *recorder) add(p string, e entry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.entries[p]; ok && old.kind == kindFile && e.kind != kindFile {
+		return // a file read beats a mere listing of the same path
+	}
+	r.entries[p] = e
+}
+
+func (r *recorder) snapshot() map[string]entry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]entry, len(r.entries))
+	for k, v := range r.entries {
+		out[k] = v
+	}
+	return out
+}
+
+// Sysroot is the root under which /sys, /proc and /dev are read: "" is the real root, a
+// directory is a capture. It records every path read (see Paths), which is what Capture
+// archives. Copies share the record.
+type Sysroot struct {
+	dir string
+	rec *recorder
+}
+
+// NewSysroot returns a Sysroot reading under dir ("" for the real root) with an empty record.
+func NewSysroot(dir string) Sysroot {
+	return Sysroot{dir: dir, rec: &recorder{entries: map[string]entry{}}}
+}
+
+// Dir is the directory the Sysroot reads under ("" for the real root).
+func (s Sysroot) Dir() string { return s.dir }
+
+// Paths lists, sorted, every host path read so far (files, listed directories, symlinks).
+func (s Sysroot) Paths() []string {
+	snap := s.record()
+	out := make([]string, 0, len(snap))
+	for p := range snap {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s Sysroot) record() map[string]entry {
+	if s.rec == nil {
+		return nil
+	}
+	return s.rec.snapshot()
+}
+
+func (s Sysroot) add(p string, e entry) {
+	if s.rec != nil {
+		s.rec.add(p, e)
+	}
+}
+
+// onDisk maps a host path ("/sys/...") to where it lies on this machine.
+func (s Sysroot) onDisk(p string) string {
+	if s.dir == "" {
+		return filepath.FromSlash(p)
+	}
+	return filepath.Join(s.dir, filepath.FromSlash(p))
+}
+
+// resolve walks p component by component, following (and recording) symlinks inside the
+// sysroot, so an absolute link target never escapes a capture and every link the answer
+// depended on ends up in the capture. With followLast false the last component is not
+// followed (readlink, lstat).
+func (s Sysroot) resolve(p string, followLast bool) (string, error) {
+	if !path.IsAbs(p) {
+		return "", fmt.Errorf("resolve %q: not an absolute host path", p)
+	}
+	rest := splitPath(p)
+	cur := "/"
+	hops := 0
+	for len(rest) > 0 {
+		comp := rest[0]
+		rest = rest[1:]
+		next := path.Join(cur, comp)
+		if len(rest) == 0 && !followLast {
+			return next, nil
+		}
+		fi, err := os.Lstat(s.onDisk(next))
+		if err != nil {
+			return next, err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		hops++
+		if hops > maxSymlinkHops {
+			return next, syscall.ELOOP
+		}
+		target, err := os.Readlink(s.onDisk(next))
+		if err != nil {
+			return next, err
+		}
+		s.add(next, entry{kind: kindLink, target: target})
+		// cur holds no symlinks, so cleaning ".." lexically against it is exact.
+		joined := target
+		if !path.IsAbs(target) {
+			joined = path.Join(cur, target)
+		}
+		rest = append(splitPath(joined), rest...)
+		cur = "/"
+	}
+	return cur, nil
+}
+
+// hostErr words an error by the host path, leaving out where the sysroot lies on disk, so
+// a report reads the same from a capture as from the node it was taken on.
+func hostErr(op, p string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return fmt.Errorf("%s %s: %w", op, p, err)
+}
+
+func splitPath(p string) []string {
+	var out []string
+	for _, c := range strings.Split(path.Clean(p), "/") {
+		if c != "" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Resolve returns p with every symlink followed, as a host path ("/sys/devices/...").
+func (s Sysroot) Resolve(p string) (string, error) {
+	r, err := s.resolve(p, true)
+	if err != nil {
+		return "", hostErr("resolve", p, err)
+	}
+	return r, nil
+}
+
+// ReadFile reads a host file through the sysroot and records its bytes.
+func (s Sysroot) ReadFile(p string) ([]byte, error) {
+	r, err := s.resolve(p, true)
+	if err != nil {
+		return nil, hostErr("read", p, err)
+	}
+	b, err := os.ReadFile(s.onDisk(r))
+	if err != nil {
+		return nil, hostErr("read", p, err)
+	}
+	s.add(r, entry{kind: kindFile, data: b})
+	return b, nil
+}
+
+// ReadString is ReadFile with surrounding white space trimmed (sysfs values end in "\n").
+func (s Sysroot) ReadString(p string) (string, error) {
+	b, err := s.ReadFile(p)
+	return strings.TrimSpace(string(b)), err
+}
+
+// Readlink returns the text of the symlink p (its parents are followed) and records it.
+func (s Sysroot) Readlink(p string) (string, error) {
+	r, err := s.resolve(p, false)
+	if err != nil {
+		return "", hostErr("readlink", p, err)
+	}
+	target, err := os.Readlink(s.onDisk(r))
+	if err != nil {
+		return "", hostErr("readlink", p, err)
+	}
+	s.add(r, entry{kind: kindLink, target: target})
+	return target, nil
+}
+
+// ReadDir lists a host directory, sorted by name, and records the directory with its
+// symlink and directory entries (regular files are recorded only when read: the checks
+// never use a file's name without reading it).
+func (s Sysroot) ReadDir(p string) ([]fs.DirEntry, error) {
+	r, err := s.resolve(p, true)
+	if err != nil {
+		return nil, hostErr("list", p, err)
+	}
+	ents, err := os.ReadDir(s.onDisk(r))
+	if err != nil {
+		return nil, hostErr("list", p, err)
+	}
+	s.add(r, entry{kind: kindDir})
+	for _, e := range ents {
+		ep := path.Join(r, e.Name())
+		switch {
+		case e.Type()&fs.ModeSymlink != 0:
+			if t, err := os.Readlink(s.onDisk(ep)); err == nil {
+				s.add(ep, entry{kind: kindLink, target: t})
+			}
+		case e.IsDir():
+			s.add(ep, entry{kind: kindDir})
+		}
+	}
+	return ents, nil
+}
+
+// Names lists a directory's entry names, sorted.
+func (s Sysroot) Names(p string) ([]string, error) {
+	ents, err := s.ReadDir(p)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(ents))
+	for i, e := range ents {
+		names[i] = e.Name()
+	}
+	return names, nil
+}
+
+// Stat follows p and records what it found (a directory, a device node, or a file with its
+// bytes). A missing path returns an error satisfying errors.Is(err, fs.ErrNotExist).
+func (s Sysroot) Stat(p string) (fs.FileInfo, error) {
+	r, err := s.resolve(p, true)
+	if err != nil {
+		return nil, hostErr("stat", p, err)
+	}
+	fi, err := os.Lstat(s.onDisk(r))
+	if err != nil {
+		return nil, hostErr("stat", p, err)
+	}
+	switch {
+	case fi.IsDir():
+		s.add(r, entry{kind: kindDir})
+	case fi.Mode()&(fs.ModeDevice|fs.ModeCharDevice) != 0:
+		s.add(r, entry{kind: kindNode})
+	case fi.Mode().IsRegular():
+		if b, err := os.ReadFile(s.onDisk(r)); err == nil {
+			s.add(r, entry{kind: kindFile, data: b})
+		}
+	}
+	return fi, nil
+}
+
+// exists reports whether p exists; any error other than "not there" counts as absent too,
+// and is returned for the report.
+func (s Sysroot) exists(p string) (bool, error) {
+	_, err := s.Stat(p)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return false, err
+}

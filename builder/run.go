@@ -1,0 +1,519 @@
+package builder
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/log"
+	"github.com/go-git/go-git/v5"
+
+	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/patches"
+)
+
+// The stages, in order; --force=STAGE reruns that stage and those after it.
+var stageOrder = []string{"patch", "build", "check", "package"}
+
+// Format versions: bump one to invalidate that stage's cached outputs after a change in
+// how epbuild produces them.
+const (
+	patchFormat   = "patch/1"
+	buildFormat   = "build/1"
+	checkFormat   = "check/1"
+	packageFormat = "package/1"
+)
+
+// Sources picks the fetcher for a URL (the embedded demo repositories have their own).
+type Sources interface {
+	For(rawURL string) *source.Fetcher
+}
+
+// Runner runs a plan through the stages.
+type Runner struct {
+	Store     *Store
+	Sources   Sources
+	Log       *log.Logger
+	Toolchain *Toolchain
+	// Environ is the base environment for build steps and checks.
+	Environ []string
+	// OutDir receives the artifact.
+	OutDir string
+	// Force lists stages to rerun ("all" for every one).
+	Force        []string
+	AllowApplied bool
+	// Version is epbuild's version, recorded in the manifest.
+	Version string
+	// SourceDateEpoch, when set, stamps the artifact; else the newest pinned commit's time.
+	SourceDateEpoch string
+}
+
+// StageEvent records one stage of one component.
+type StageEvent struct {
+	Stage     string  `json:"stage"`
+	Component string  `json:"component,omitempty"`
+	Key       string  `json:"key"`
+	Cached    bool    `json:"cached"`
+	Seconds   float64 `json:"seconds"`
+}
+
+// ComponentResult is what the stages produced for one component.
+type ComponentResult struct {
+	Name        string               `json:"name"`
+	PatchKey    string               `json:"patch_key,omitempty"`
+	BuildKey    string               `json:"build_key,omitempty"`
+	CheckKey    string               `json:"check_key,omitempty"`
+	Tree        string               `json:"-"`
+	Prefix      string               `json:"-"`
+	CommitTime  int64                `json:"commit_time,omitempty"`
+	Patches     []*patches.SetResult `json:"patches,omitempty"`
+	TreeEffects []CheckResult        `json:"tree_effects,omitempty"`
+	Checks      []CheckResult        `json:"checks,omitempty"`
+}
+
+// Result is a whole run.
+type Result struct {
+	Plan       *Plan             `json:"plan"`
+	Stages     []StageEvent      `json:"stages"`
+	Components []ComponentResult `json:"components"`
+	Artifact   string            `json:"artifact,omitempty"`
+	SHA256     string            `json:"sha256,omitempty"`
+}
+
+// Keys computes every stage key of the plan without doing any work (for --plan).
+func (r *Runner) Keys(p *Plan) []StageEvent {
+	var ev []StageEvent
+	ks := r.keys(p)
+	for _, c := range p.Components {
+		k := ks[c.Name]
+		for _, st := range []struct{ stage, key string }{{"patch", k.patch}, {"build", k.build}, {"check", k.check}} {
+			if st.key != "" {
+				ev = append(ev, StageEvent{Stage: st.stage, Component: c.Name, Key: st.key, Cached: r.Store.Has(st.stage, st.key)})
+			}
+		}
+	}
+	pk := r.packageKey(p, ks)
+	ev = append(ev, StageEvent{Stage: "package", Key: pk, Cached: r.Store.Has("package", pk)})
+	return ev
+}
+
+type compKeys struct{ patch, build, check string }
+
+func (r *Runner) keys(p *Plan) map[string]compKeys {
+	out := map[string]compKeys{}
+	for _, c := range p.Components {
+		var k compKeys
+		if c.Source.Python != nil {
+			pk := r.Toolchain.PythonPackages[c.Source.Python.Package]
+			k.build = Key(buildFormat, "python", c.Source.Python.Package, pk.Version, pk.Dir)
+			out[c.Name] = k
+			continue
+		}
+		k.patch = Key(patchFormat, c.Source, c.PatchSets)
+		deps := map[string]string{}
+		for _, d := range c.Depends {
+			deps[d] = out[d].build
+		}
+		if len(c.Build) > 0 {
+			k.build = Key(buildFormat, k.patch, c.Version, c.Build, deps, r.Toolchain.Fingerprint())
+		}
+		if k.build != "" {
+			k.check = Key(checkFormat, k.build, c.Checks, c.PatchSets, p.Env, deps)
+		}
+		out[c.Name] = k
+	}
+	return out
+}
+
+func (r *Runner) packageKey(p *Plan, ks map[string]compKeys) string {
+	return Key(packageFormat, p.Key, ks, r.SourceDateEpoch, r.Version)
+}
+
+func (r *Runner) forced(stage string) bool {
+	idx := func(s string) int {
+		for i, x := range stageOrder {
+			if x == s {
+				return i
+			}
+		}
+		return -1
+	}
+	for _, f := range r.Force {
+		// forcing a stage forces the ones after it
+		if f == "all" || (idx(f) >= 0 && idx(stage) >= idx(f)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Run takes the plan through every stage. It stops at the first failure; a rerun
+// resumes there, since every finished stage is in the store.
+func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
+	res := &Result{Plan: p}
+	ks := r.keys(p)
+	prefixes := map[string]string{}
+	trees := map[string]string{}
+	for _, c := range p.Components {
+		c := c
+		k := ks[c.Name]
+		cr := ComponentResult{Name: c.Name, PatchKey: k.patch, BuildKey: k.build, CheckKey: k.check}
+		if c.Source.Python != nil {
+			cr.Prefix = r.Toolchain.PythonPackages[c.Source.Python.Package].Dir
+			prefixes[c.Name] = cr.Prefix
+			res.Components = append(res.Components, cr)
+			continue
+		}
+		// patch: a checkout (or unpacked archive) with the patch sets applied and their
+		// effects proven on the tree
+		var pj patchJSON
+		err := r.stage(ctx, res, "patch", c.Name, k.patch, func(dir string) error {
+			return r.patchStage(ctx, &c, dir)
+		}, func(dir string) error { return ReadJSON(dir, "patch.json", &pj) })
+		if err != nil {
+			return res, err
+		}
+		cr.Tree = filepath.Join(r.Store.Path("patch", k.patch), "tree")
+		cr.Patches, cr.TreeEffects, cr.CommitTime = pj.Sets, pj.Effects, pj.CommitTime
+		trees[c.Name] = cr.Tree
+		if k.build != "" {
+			err := r.stage(ctx, res, "build", c.Name, k.build, func(dir string) error {
+				return r.buildStage(ctx, p, &c, cr.Tree, k.build, dir, prefixes, trees)
+			}, nil)
+			if err != nil {
+				return res, err
+			}
+			cr.Prefix = filepath.Join(r.Store.Path("build", k.build), "prefix")
+			prefixes[c.Name] = cr.Prefix
+		}
+		res.Components = append(res.Components, cr)
+	}
+	// check, once every component is built: imports need the whole runtime env
+	env, err := RuntimeEnv(p, prefixes, r.Environ)
+	if err != nil {
+		return res, err
+	}
+	checker := &Checker{Python: r.Toolchain.Python, Env: env}
+	for i := range res.Components {
+		cr := &res.Components[i]
+		pc, _ := p.Component(cr.Name)
+		if cr.CheckKey == "" {
+			continue
+		}
+		var cj checkJSON
+		err := r.stage(ctx, res, "check", cr.Name, cr.CheckKey, func(dir string) error {
+			results := checker.Component(ctx, pc, cr.Prefix)
+			for _, x := range results {
+				if !x.OK() {
+					return &ChecksFailed{Where: "the staged prefix of " + cr.Name, Results: results}
+				}
+			}
+			return WriteJSON(dir, "check.json", checkJSON{Results: results})
+		}, func(dir string) error { return ReadJSON(dir, "check.json", &cj) })
+		if err != nil {
+			return res, err
+		}
+		cr.Checks = cj.Results
+	}
+	pk := r.packageKey(p, ks)
+	err = r.stage(ctx, res, "package", "", pk, func(dir string) error {
+		return r.packageStage(ctx, p, res, dir)
+	}, nil)
+	if err != nil {
+		return res, err
+	}
+	art := filepath.Join(r.Store.Path("package", pk), ArtifactName(p))
+	sum, err := ReadSum(art)
+	if err != nil {
+		return res, err
+	}
+	res.SHA256 = sum
+	res.Artifact = filepath.Join(r.OutDir, ArtifactName(p))
+	if err := publishArtifact(art, res.Artifact, sum); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// stage runs one stage through the store, logging whether it was cached.
+func (r *Runner) stage(ctx context.Context, res *Result, stage, comp, key string, make func(dir string) error, load func(dir string) error) error {
+	if r.forced(stage) && r.Store.Has(stage, key) {
+		if err := r.Store.Forget(stage, key); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	what := stage
+	if comp != "" {
+		what = stage + " " + comp
+	}
+	cached, err := r.Store.Produce(ctx, stage, key, func(dir string) error {
+		r.Log.Info("running", "stage", stage, "component", comp, "key", key[:12])
+		return make(dir)
+	})
+	if err != nil {
+		return err
+	}
+	ev := StageEvent{Stage: stage, Component: comp, Key: key, Cached: cached, Seconds: time.Since(start).Seconds()}
+	res.Stages = append(res.Stages, ev)
+	if cached {
+		r.Log.Debug("cached", "stage", what, "key", key[:12])
+	} else {
+		r.Log.Info("done", "stage", what, "seconds", fmt.Sprintf("%.1f", ev.Seconds))
+	}
+	if load != nil {
+		return load(r.Store.Path(stage, key))
+	}
+	return nil
+}
+
+type patchJSON struct {
+	Sets       []*patches.SetResult `json:"sets,omitempty"`
+	Effects    []CheckResult        `json:"effects,omitempty"`
+	CommitTime int64                `json:"commit_time,omitempty"`
+}
+
+type checkJSON struct {
+	Results []CheckResult `json:"results"`
+}
+
+// upstream adapts a source.Fetcher to the patch engine's Upstream.
+type upstream struct{ s Sources }
+
+func (u upstream) Diff(ctx context.Context, d patches.DiffSpec) ([]byte, error) {
+	return u.s.For(d.Repo).Diff(ctx, source.DiffSpec{Repo: d.Repo, Base: d.Base, Head: d.Head, Ref: d.Ref})
+}
+
+func (u upstream) File(ctx context.Context, f patches.FileSpec) ([]byte, error) {
+	return u.s.For(f.Repo).File(ctx, source.FileSpec{Repo: f.Repo, Commit: f.Commit, Path: f.Path})
+}
+
+// Materialize lays out a component's pinned source in dest (which must not exist).
+func Materialize(ctx context.Context, s Sources, c *PlanComponent, dest string) error {
+	switch {
+	case c.Source.Git != nil:
+		g := c.Source.Git
+		return s.For(g.URL).CheckoutGit(ctx, source.Git{URL: g.URL, Commit: g.Commit, Ref: g.Ref}, dest)
+	case c.Source.Archive != nil:
+		a := c.Source.Archive
+		return s.For(a.URL).ExtractArchive(ctx, source.Archive{URL: a.URL, SHA256: a.SHA256, Strip: a.Strip}, dest)
+	}
+	return fmt.Errorf("component %s: a %s source has no tree", c.Name, c.Source.Kind())
+}
+
+// ApplySets applies the component's patch sets in order on tree, then checks their
+// effects there.
+func ApplySets(ctx context.Context, s Sources, c *PlanComponent, tree string, opts patches.Options) ([]*patches.SetResult, []CheckResult, error) {
+	var sets []*patches.SetResult
+	for _, set := range c.PatchSets {
+		sr, err := patches.Apply(ctx, tree, set, upstream{s}, opts)
+		if sr != nil {
+			sets = append(sets, sr)
+		}
+		if err != nil {
+			return sets, nil, &PatchError{Component: c.Name, Set: set.Name, Err: err}
+		}
+	}
+	if opts.CheckOnly {
+		return sets, nil, nil
+	}
+	return sets, TreeEffects(c, tree), nil
+}
+
+// PatchError is a patch set that did not apply: exit 1 (a conflict), or 2 when the
+// patch set's own pin is wrong.
+type PatchError struct {
+	Component, Set string
+	Err            error
+}
+
+func (e *PatchError) Error() string {
+	return fmt.Sprintf("patch %s with %s: %v", e.Component, e.Set, e.Err)
+}
+func (e *PatchError) Unwrap() error { return e.Err }
+
+// ExitCode: a bad pin is bad input, anything else a failed job.
+func (e *PatchError) ExitCode() int {
+	var pe *patches.PinError
+	if errors.As(e.Err, &pe) || errors.Is(e.Err, source.ErrBadPin) {
+		return 2
+	}
+	return 1
+}
+
+func (r *Runner) patchStage(ctx context.Context, c *PlanComponent, dir string) error {
+	tree := filepath.Join(dir, "tree")
+	if err := Materialize(ctx, r.Sources, c, tree); err != nil {
+		return err
+	}
+	sets, effects, err := ApplySets(ctx, r.Sources, c, tree, patches.Options{AllowApplied: r.AllowApplied})
+	if err != nil {
+		return err
+	}
+	for _, e := range effects {
+		if !e.OK() {
+			return &ChecksFailed{Where: "the patched tree of " + c.Name, Results: effects}
+		}
+	}
+	pj := patchJSON{Sets: sets, Effects: effects}
+	if c.Source.Git != nil {
+		pj.CommitTime = commitTime(tree)
+	}
+	return WriteJSON(dir, "patch.json", pj)
+}
+
+func commitTime(tree string) int64 {
+	repo, err := git.PlainOpen(tree)
+	if err != nil {
+		return 0
+	}
+	head, err := repo.Head()
+	if err != nil {
+		return 0
+	}
+	cm, err := repo.CommitObject(head.Hash())
+	if err != nil {
+		return 0
+	}
+	return cm.Committer.When.Unix()
+}
+
+func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree, key, dir string, prefixes, trees map[string]string) error {
+	work, err := os.MkdirTemp(filepath.Join(r.Store.dir, "tmp"), "work-"+key[:12]+"-")
+	if err != nil {
+		return fmt.Errorf("build %s: %w", c.Name, err)
+	}
+	defer func() { _ = makeWritable(work); _ = os.RemoveAll(work) }()
+	src := filepath.Join(work, "src")
+	if err := copyTree(tree, src); err != nil {
+		return fmt.Errorf("build %s: copy the patched tree: %w", c.Name, err)
+	}
+	logs := filepath.Join(dir, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return err
+	}
+	prefix := filepath.Join(r.Store.Path("build", key), "prefix")
+	destdir := filepath.Join(dir, "destdir")
+	if err := os.MkdirAll(destdir+prefix, 0o755); err != nil {
+		return fmt.Errorf("build %s: %w", c.Name, err)
+	}
+	t := r.Toolchain
+	vars := map[string]string{"prefix": prefix, "jobs": strconv.Itoa(t.Jobs), "cuda.home": t.CUDAHome}
+	for name, pre := range prefixes {
+		vars[name+".prefix"] = pre
+	}
+	for name, tr := range trees {
+		vars[name+".src"] = tr
+	}
+	for _, pc := range p.Components {
+		vars[pc.Name+".version"] = pc.Version
+	}
+	base := map[string]string{}
+	if t.CUDAHome != "" {
+		base["CUDA_HOME"] = t.CUDAHome
+		// CUDA 13 moved cuda/std under include/cccl; host compilers need it (R12)
+		if t.CCCL != "" {
+			cpath := t.CCCL
+			if old := getenvFrom(r.Environ, "CPATH"); old != "" {
+				cpath += ":" + old
+			}
+			base["CPATH"] = cpath
+		}
+	}
+	se := &stepEnv{component: c.Name, src: src, work: work, prefix: prefix, destdir: destdir, logs: logs,
+		env: withEnv(r.Environ, base), jobs: t.Jobs, ninja: t.Ninja != "", python: t.Python}
+	for i, st := range c.Build {
+		var err error
+		switch {
+		case st.CMake != nil:
+			err = se.cmake(ctx, i, st.CMake, vars)
+		case st.PythonExtension != nil:
+			err = se.pythonExtension(ctx, i, st.PythonExtension, vars)
+		case st.Command != nil:
+			err = se.command(ctx, i, st.Command, vars)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(destdir+prefix, filepath.Join(dir, "prefix")); err != nil {
+		return fmt.Errorf("build %s: stage the prefix: %w", c.Name, err)
+	}
+	return os.RemoveAll(destdir)
+}
+
+func getenvFrom(env []string, k string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, k+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// ArtifactName is <recipe>-<short plan key>.tar.zst.
+func ArtifactName(p *Plan) string { return p.Recipe + "-" + p.Key[:12] + ".tar.zst" }
+
+// ReadSum returns the sha256 recorded beside an artifact (NAME.sha256), computing and
+// recording it if absent.
+func ReadSum(path string) (string, error) {
+	if b, err := os.ReadFile(path + ".sha256"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 && len(f[0]) == 64 {
+			return f[0], nil
+		}
+	}
+	sum, err := fileSHA256(path)
+	if err != nil {
+		return "", err
+	}
+	return sum, nil
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("hash %s: %w", path, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.CopyBuffer(h, f, make([]byte, 1<<20)); err != nil {
+		return "", fmt.Errorf("hash %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// publishArtifact copies the stored artifact to dst atomically, unless dst already
+// holds the same bytes.
+func publishArtifact(src, dst, sum string) error {
+	if got, err := fileSHA256(dst); err == nil && got == sum {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return fmt.Errorf("write artifact %s: %w", dst, err)
+	}
+	tmp := dst + ".tmp-" + strconv.Itoa(os.Getpid())
+	if err := copyFile(src, tmp, 0o644, make([]byte, 1<<20)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write artifact %s: %w", dst, err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write artifact %s: %w", dst, err)
+	}
+	return os.WriteFile(dst+".sha256", []byte(sum+"  "+filepath.Base(dst)+"\n"), 0o644)
+}
+
+// isEmbedded reports whether a URL names an embedded demo repository.
+func isEmbedded(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && u.Host == EmbeddedHost
+}

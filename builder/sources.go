@@ -1,0 +1,58 @@
+package builder
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"github.com/charmbracelet/log"
+
+	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/demo"
+	"github.com/epbuild/epbuild/builder/source"
+)
+
+// EmbeddedHost is the URL host served by the embedded demo mirror.
+const EmbeddedHost = demo.Host
+
+// FetchSources serves every URL from the user's fetcher (network or --mirror) except the
+// embedded demo repositories, which come from a mirror epbuild lays out from its own
+// binary on first use.
+type FetchSources struct {
+	Main  *source.Fetcher
+	cache *cache.Cache
+	log   *log.Logger
+
+	once     sync.Once
+	embedded *source.Fetcher
+	err      error
+}
+
+// NewSources builds the fetchers over one cache.
+func NewSources(c *cache.Cache, mirror string, l *log.Logger, progress source.ProgressMode) (*FetchSources, error) {
+	main, err := source.New(source.Options{Cache: c, Mirror: mirror, Logger: l, Progress: progress})
+	if err != nil {
+		return nil, err
+	}
+	return &FetchSources{Main: main, cache: c, log: l}, nil
+}
+
+// For picks the fetcher for a URL.
+func (s *FetchSources) For(rawURL string) *source.Fetcher {
+	if !isEmbedded(rawURL) {
+		return s.Main
+	}
+	s.once.Do(func() {
+		dir := filepath.Join(s.cache.Dir(), "embedded", demo.Digest())
+		if err := demo.Ensure(dir); err != nil {
+			s.err = fmt.Errorf("lay out the embedded demo repositories: %w", err)
+			return
+		}
+		s.embedded, s.err = source.New(source.Options{Cache: s.cache, Mirror: dir, Logger: s.log})
+	})
+	if s.err != nil {
+		s.log.Error("embedded mirror", "err", s.err)
+		return s.Main
+	}
+	return s.embedded
+}
