@@ -68,7 +68,7 @@ type PythonPackage struct {
 func (t *Toolchain) Fingerprint() string {
 	b, _ := json.Marshal(struct {
 		OS, Arch, CUDA, CUDAHome, Python, PythonVersion, Torch, GCC, GXX, CMake string
-		Pkgs                                                                  map[string]PythonPackage
+		Pkgs                                                                    map[string]PythonPackage
 	}{t.OS, t.Arch, t.CUDA, t.CUDAHome, t.Python, t.PythonVersion, t.Torch, t.GCC, t.GXX, t.CMake, t.PythonPackages})
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])

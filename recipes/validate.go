@@ -33,7 +33,9 @@ var knownRequire = map[string]string{
 type PatchSetLookup func(name string) (component string, ok bool)
 
 // IsFullCommit reports whether s is a full 40-hex commit id.
-func IsFullCommit(s string) bool { return len(s) == 40 && hexRe.MatchString(s) && strings.ToLower(s) == s }
+func IsFullCommit(s string) bool {
+	return len(s) == 40 && hexRe.MatchString(s) && strings.ToLower(s) == s
+}
 
 // Validate checks what strict decoding cannot: pins, names, references, cycles. It
 // returns every problem at once, each located in the file (or the --set flag).

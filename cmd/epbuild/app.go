@@ -135,6 +135,7 @@ Exit codes: 0 done; 1 the job failed (patch conflict, build error, check failed)
 		newVersionCmd(app),
 		newRecipeCmd(app),
 		newFetchCmd(app),
+		newPatchCmd(app),
 		newMirrorCmd(app),
 		newCacheCmd(app),
 	)

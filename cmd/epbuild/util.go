@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-func errorsAs[T error](err error, target *T) bool { return errors.As(err, target) }
+func errorsAs[T any](err error, target *T) bool { return errors.As(err, target) }
 
 func humanBytes(n int64) string {
 	const unit = 1024

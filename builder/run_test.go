@@ -1,0 +1,212 @@
+package builder
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/charmbracelet/log"
+
+	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// demoRun runs the embedded demo recipe with its cache under dir and returns the result.
+func demoRun(t testing.TB, dir, out string, force ...string) (*Result, error) {
+	t.Helper()
+	ctx := context.Background()
+	res, err := NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := res.Resolve("demo", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := log.New(io.Discard)
+	src, err := NewSources(c, "", logger, source.ProgressLines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := (&Prober{Getenv: os.Getenv}).ProbeCached(ctx, filepath.Join(dir, "toolchain"))
+	if err := Preflight(plan, tc); err != nil {
+		t.Skipf("the demo cannot build here: %v", err)
+	}
+	r := &Runner{Store: store, Sources: src, Log: logger, Toolchain: tc, Environ: os.Environ(), OutDir: out, Version: "test", Force: force}
+	return r.Run(ctx, plan)
+}
+
+func TestDemoEndToEnd(t *testing.T) {
+	dir, out := t.TempDir(), t.TempDir()
+	res, err := demoRun(t, dir, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range res.Stages {
+		if s.Cached {
+			t.Errorf("cold run found %s %s cached", s.Stage, s.Component)
+		}
+	}
+	if len(res.Stages) != 7 {
+		t.Errorf("stages: %+v", res.Stages)
+	}
+	// the effects were proven on the tree, the checks on the staged prefix
+	var passed int
+	for _, c := range res.Components {
+		for _, e := range append(c.TreeEffects, c.Checks...) {
+			if e.Status == "fail" {
+				t.Errorf("%s: %s failed: %s", c.Name, e.ID, e.Found)
+			}
+			if e.Status == "pass" {
+				passed++
+			}
+		}
+	}
+	if passed < 8 {
+		t.Errorf("only %d checks passed", passed)
+	}
+	// the artifact installs and its python package works with env.sh
+	inst := t.TempDir()
+	if b, err := exec.Command("tar", "--zstd", "-xf", res.Artifact, "-C", inst).CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v %s", err, b)
+	}
+	cmd := exec.Command("bash", "-c", `. ./env.sh && cd / && python3 -c 'import pydemo; c = pydemo.Channel(1); print(c.describe())'`)
+	cmd.Dir = inst
+	b, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(b), "channel 1 of 4, 1 lanes") {
+		t.Fatalf("installed demo does not run: %v\n%s", err, b)
+	}
+
+	// a rerun does no work and gives the same artifact
+	res2, err := demoRun(t, dir, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range res2.Stages {
+		if !s.Cached {
+			t.Errorf("rerun redid %s %s", s.Stage, s.Component)
+		}
+	}
+	if res2.SHA256 != res.SHA256 {
+		t.Errorf("rerun changed the artifact: %s vs %s", res2.SHA256, res.SHA256)
+	}
+	// --force=build rebuilds build, check, package but not patch; same bytes
+	res3, err := demoRun(t, dir, out, "build")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range res3.Stages {
+		if s.Cached != (s.Stage == "patch") {
+			t.Errorf("--force=build: %s %s cached=%v", s.Stage, s.Component, s.Cached)
+		}
+	}
+	if res3.SHA256 != res.SHA256 {
+		t.Errorf("a forced rebuild changed the artifact: %s vs %s", res3.SHA256, res.SHA256)
+	}
+	// another cache, another output directory: the same bytes
+	res4, err := demoRun(t, t.TempDir(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res4.SHA256 != res.SHA256 {
+		t.Errorf("the artifact depends on the cache location: %s vs %s", res4.SHA256, res.SHA256)
+	}
+}
+
+// TestDemoKilled kills the demo run at random moments; each next run completes and
+// yields the identical artifact.
+func TestDemoKilled(t *testing.T) {
+	if os.Getenv("EPBUILD_TEST_CHILD") == "demo" {
+		if _, err := demoRun(t, os.Getenv("EPBUILD_TEST_DIR"), os.Getenv("EPBUILD_TEST_OUT")); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	ref, err := demoRun(t, t.TempDir(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	trials := 20
+	if testing.Short() {
+		trials = 5
+	}
+	dir, out := t.TempDir(), t.TempDir()
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	killed := 0
+	for i := 0; i < trials; i++ {
+		if i%5 == 0 {
+			// start cold again now and then, so kills land in every stage
+			os.RemoveAll(dir)
+			os.MkdirAll(dir, 0o755)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestDemoKilled$")
+		cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD=demo", "EPBUILD_TEST_DIR="+dir, "EPBUILD_TEST_OUT="+out)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(time.Duration(rng.Intn(1500)) * time.Millisecond):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+			killed++
+		}
+		res, err := demoRun(t, dir, out)
+		if err != nil {
+			t.Fatalf("trial %d: the run after a kill failed: %v", i, err)
+		}
+		if res.SHA256 != ref.SHA256 {
+			t.Fatalf("trial %d: artifact %s after a kill, want %s", i, res.SHA256, ref.SHA256)
+		}
+	}
+	t.Logf("%d of %d runs killed midway", killed, trials)
+}
+
+// TestCompareNoop: a rerun with everything cached, over the cold run.
+func TestCompareNoop(t *testing.T) {
+	if os.Getenv("EPBUILD_BENCH") == "" {
+		t.Skip("set EPBUILD_BENCH=1 to measure")
+	}
+	bin := filepath.Join(t.TempDir(), "epbuild")
+	if b, err := exec.Command("go", "build", "-o", bin, "../cmd/epbuild").CombinedOutput(); err != nil {
+		t.Fatalf("build epbuild: %v %s", err, b)
+	}
+	dir := t.TempDir()
+	run := func() time.Duration {
+		cmd := exec.Command(bin, "recipe", "demo", "-o", filepath.Join(dir, "out"), "--log-level", "error")
+		cmd.Env = append(os.Environ(), "EPBUILD_CACHE="+filepath.Join(dir, "cache"))
+		start := time.Now()
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("epbuild recipe demo: %v\n%s", err, b)
+		}
+		return time.Since(start)
+	}
+	cold := run()
+	warm := run()
+	for i := 0; i < 4; i++ {
+		if w := run(); w < warm {
+			warm = w
+		}
+	}
+	fmt.Printf("BENCH noop ratio=%.3f cold_s=%.3f warm_s=%.3f\n", warm.Seconds()/cold.Seconds(), cold.Seconds(), warm.Seconds())
+}
