@@ -1,0 +1,490 @@
+package patches
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/bluekeyes/go-gitdiff/gitdiff"
+)
+
+// Options tune Apply.
+type Options struct {
+	// MaxOffset overrides the set's max-offset when not nil.
+	MaxOffset *int
+	// AllowApplied skips a patch that is already in the tree instead of failing.
+	AllowApplied bool
+	// CheckOnly computes everything and writes nothing.
+	CheckOnly bool
+}
+
+// Status is what happened to one patch.
+type Status string
+
+// The patch statuses.
+const (
+	StatusApplied        Status = "applied"
+	StatusAppliedOffset  Status = "applied-offset"
+	StatusAlreadyApplied Status = "already-applied"
+	StatusConflict       Status = "conflict"
+	// StatusChecked: with CheckOnly, the patch would apply (its hunks say where).
+	StatusChecked Status = "checked"
+)
+
+// Op is what a patch does to one file.
+type Op string
+
+// The file operations.
+const (
+	OpModify  Op = "modify"
+	OpCreate  Op = "create"
+	OpDelete  Op = "delete"
+	OpRename  Op = "rename"
+	OpCopy    Op = "copy"
+	OpMode    Op = "mode"
+	OpReplace Op = "replace"
+)
+
+// SetResult is the outcome of applying a set.
+type SetResult struct {
+	Set     string        `json:"set"`
+	Patches []PatchResult `json:"patches"`
+	// Written is true when the tree was changed.
+	Written bool `json:"written"`
+}
+
+// PatchResult is the outcome of one patch.
+type PatchResult struct {
+	Name string `json:"name"`
+	Kind Kind   `json:"kind"`
+	// Digest is the sha256 of the bytes applied: the patch file, the computed
+	// diff, the upstream patch file, or the replacement file.
+	Digest string       `json:"digest"`
+	Status Status       `json:"status"`
+	Files  []FileResult `json:"files,omitempty"`
+}
+
+// Moved says whether offset search placed any hunk away from its line.
+func (r PatchResult) Moved() bool {
+	for _, f := range r.Files {
+		for _, h := range f.Hunks {
+			if h.Offset != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// FileResult is what one patch did to one file.
+type FileResult struct {
+	Path string `json:"path"`
+	// OldPath is the source of a rename or copy.
+	OldPath string       `json:"old_path,omitempty"`
+	Op      Op           `json:"op"`
+	Hunks   []HunkResult `json:"hunks,omitempty"`
+}
+
+// Apply applies set to the tree at root: every patch in order, in memory first,
+// then writes the result. It applies fully or not at all: on any error the tree
+// is as it was. Upstream content comes from up (nil is fine for a set of
+// KindFile patches only). On error the result says what each patch up to the
+// failing one did (nothing of it is written).
+func Apply(ctx context.Context, root string, set *Set, up Upstream, opts Options) (*SetResult, error) {
+	maxOffset := set.MaxOffset
+	if opts.MaxOffset != nil {
+		maxOffset = *opts.MaxOffset
+	}
+	if maxOffset < 0 {
+		return nil, fmt.Errorf("apply set %s: max offset %d is negative", set.Name, maxOffset)
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, fmt.Errorf("apply set %s: open tree: %w", set.Name, err)
+	}
+	defer r.Close()
+
+	// Fetch and parse everything before the first apply: a bad pin or a
+	// refused path stops the set before any work.
+	preps := make([]prepared, 0, len(set.Patches))
+	for _, p := range set.Patches {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("apply set %s: %w", set.Name, err)
+		}
+		pp, err := prepare(ctx, set, p, up)
+		if err != nil {
+			return nil, err
+		}
+		preps = append(preps, pp)
+	}
+
+	st := &state{disk: newDisk(r), changes: map[string]*node{}}
+	res := &SetResult{Set: set.Name}
+	for _, pp := range preps {
+		pr := PatchResult{Name: pp.patch.Name, Kind: pp.patch.Kind(), Digest: pp.digest}
+		next, files, err := pp.apply(st, maxOffset)
+		if err == nil {
+			st = next
+			pr.Files = files
+			pr.Status = StatusApplied
+			if pr.Moved() {
+				pr.Status = StatusAppliedOffset
+			}
+			if opts.CheckOnly {
+				pr.Status = StatusChecked
+			}
+			res.Patches = append(res.Patches, pr)
+			continue
+		}
+		var conflict *ConflictError
+		if !errors.As(err, &conflict) {
+			pr.Status = StatusConflict
+			res.Patches = append(res.Patches, pr)
+			return res, err
+		}
+		if pp.applied(st, maxOffset) {
+			pr.Status = StatusAlreadyApplied
+			res.Patches = append(res.Patches, pr)
+			if !opts.AllowApplied {
+				return res, &AlreadyAppliedError{Patch: pp.patch.Name}
+			}
+			continue
+		}
+		pr.Status = StatusConflict
+		res.Patches = append(res.Patches, pr)
+		return res, err
+	}
+	if opts.CheckOnly {
+		return res, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("apply set %s: %w", set.Name, err)
+	}
+	ops := st.diff()
+	w := &writer{root: r, dirs: map[string]bool{}}
+	if err := w.apply(ops); err != nil {
+		return res, fmt.Errorf("apply set %s: %w", set.Name, err)
+	}
+	res.Written = len(ops) > 0
+	return res, nil
+}
+
+// prepared is a patch with its content fetched, checked and parsed.
+type prepared struct {
+	patch  Patch
+	data   []byte
+	digest string
+	msgs   [][]*gitdiff.File // nil for KindReplace
+}
+
+func prepare(ctx context.Context, set *Set, p Patch, up Upstream) (prepared, error) {
+	data, err := set.content(ctx, p, up)
+	if err != nil {
+		return prepared{}, err
+	}
+	pp := prepared{patch: p, data: data, digest: sha256Hex(data)}
+	if p.Kind() == KindReplace {
+		if reason := unsafeReason(p.Replace.Target); reason != "" {
+			return prepared{}, &UnsafePathError{Patch: p.Name, Path: p.Replace.Target, Reason: reason}
+		}
+		return pp, nil
+	}
+	pp.msgs, err = parsePatch(p.Name, data)
+	if err != nil {
+		return prepared{}, err
+	}
+	return pp, nil
+}
+
+func (pp prepared) apply(st *state, maxOffset int) (*state, []FileResult, error) {
+	if pp.msgs == nil {
+		return pp.replace(st)
+	}
+	return applyMessages(st, pp.patch.Name, pp.msgs, maxOffset)
+}
+
+// applied says whether the patch is already in the tree: its reverse applies cleanly.
+func (pp prepared) applied(st *state, maxOffset int) bool {
+	if pp.msgs == nil {
+		n, err := lookup(st, pp.patch.Name, pp.patch.Replace.Target)
+		return err == nil && n.kind == regular && n.data == string(pp.data)
+	}
+	rev := reversePatch(pp.msgs)
+	if rev == nil {
+		return false
+	}
+	_, _, err := applyMessages(st, pp.patch.Name, rev, maxOffset)
+	return err == nil
+}
+
+func (pp prepared) replace(st *state) (*state, []FileResult, error) {
+	name, target := pp.patch.Name, pp.patch.Replace.Target
+	n, err := lookup(st, name, target)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c := fileConflict(name, target, n); c != nil {
+		return nil, nil, c
+	}
+	if n.data == string(pp.data) {
+		// Nothing would change: the replacement is already there.
+		return nil, nil, &ConflictError{Patch: name, File: target, Reason: "file already holds the replacement"}
+	}
+	next := st.fork()
+	next.changes[target] = &node{kind: regular, data: string(pp.data), perm: n.perm}
+	return next, []FileResult{{Path: target, Op: OpReplace}}, nil
+}
+
+// lookup reads a path of the state, turning a symlink on the way into a refusal.
+func lookup(st *state, patch, p string) (*node, error) {
+	n, err := st.get(p)
+	var se *symlinkError
+	if errors.As(err, &se) {
+		reason := "target is a symlink"
+		if se.at != p {
+			reason = "path goes through the symlink " + se.at
+		}
+		return nil, &UnsafePathError{Patch: patch, Path: p, Reason: reason}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("patch %s: %w", patch, err)
+	}
+	return n, nil
+}
+
+// fileConflict says why an existing path cannot be patched as a file.
+func fileConflict(patch, p string, n *node) *ConflictError {
+	switch n.kind {
+	case regular:
+		return nil
+	case absent:
+		return &ConflictError{Patch: patch, File: p, Reason: "file does not exist"}
+	case directory:
+		return &ConflictError{Patch: patch, File: p, Reason: "is a directory"}
+	default:
+		return &ConflictError{Patch: patch, File: p, Reason: "is not a regular file"}
+	}
+}
+
+// fileChange is one file diff computed against the state before its message.
+type fileChange struct {
+	result FileResult
+	remove string // the old path a delete or rename removes
+	target string // the path written ("" for a delete)
+	fresh  bool   // target must not exist before (create, rename, copy)
+	node   *node
+}
+
+// applyMessages applies a patch's messages in order. Within one message, as in
+// git, every file diff reads the tree as it was before that message, so a
+// rename onto a path that the same message frees works.
+func applyMessages(st *state, patch string, msgs [][]*gitdiff.File, maxOffset int) (*state, []FileResult, error) {
+	var results []FileResult
+	cur := st
+	for _, files := range msgs {
+		changes := make([]fileChange, 0, len(files))
+		freed := map[string]bool{}
+		for _, f := range files {
+			c, err := applyFile(cur, patch, f, maxOffset)
+			if err != nil {
+				return nil, nil, err
+			}
+			if c.remove != "" {
+				freed[c.remove] = true
+			}
+			changes = append(changes, c)
+		}
+		next := cur.fork()
+		for _, c := range changes {
+			if c.remove != "" {
+				next.changes[c.remove] = absentNode()
+			}
+		}
+		written := map[string]bool{}
+		for _, c := range changes {
+			if c.target == "" {
+				continue
+			}
+			if written[c.target] {
+				return nil, nil, &ConflictError{Patch: patch, File: c.target, Reason: "the patch writes this file twice"}
+			}
+			written[c.target] = true
+			if c.fresh {
+				if err := checkFresh(cur, next, patch, c.target, freed[c.target]); err != nil {
+					return nil, nil, err
+				}
+			}
+			next.changes[c.target] = c.node
+		}
+		for _, c := range changes {
+			results = append(results, c.result)
+		}
+		cur = next
+	}
+	return cur, results, nil
+}
+
+// checkFresh checks that a file can be created at p: nothing there (or freed
+// by the same message), and no parent directory that is a file.
+func checkFresh(before, after *state, patch, p string, freed bool) error {
+	n, err := lookup(before, patch, p)
+	if err != nil {
+		return err
+	}
+	switch {
+	case n.kind == directory:
+		return &ConflictError{Patch: patch, File: p, Reason: "a directory is in the way"}
+	case n.kind != absent && !freed:
+		return &ConflictError{Patch: patch, File: p, Reason: "file already exists"}
+	}
+	for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
+		d, err := lookup(after, patch, dir)
+		if err != nil {
+			return err
+		}
+		if d.kind != absent && d.kind != directory {
+			return &ConflictError{Patch: patch, File: p, Reason: "its parent " + dir + " is not a directory"}
+		}
+	}
+	return nil
+}
+
+func applyFile(st *state, patch string, f *gitdiff.File, maxOffset int) (fileChange, error) {
+	var c fileChange
+	src := &node{kind: regular, perm: permFor(f.NewMode)}
+	if f.IsNew {
+		c.result = FileResult{Path: f.NewName, Op: OpCreate}
+		c.fresh = true
+	} else {
+		n, err := lookup(st, patch, f.OldName)
+		if err != nil {
+			return c, err
+		}
+		if cerr := fileConflict(patch, f.OldName, n); cerr != nil {
+			return c, cerr
+		}
+		src = n
+		c.result = FileResult{Path: f.NewName, Op: OpModify}
+		switch {
+		case f.IsDelete:
+			c.result = FileResult{Path: f.OldName, Op: OpDelete}
+			c.remove = f.OldName
+		case f.IsRename:
+			c.result = FileResult{Path: f.NewName, OldPath: f.OldName, Op: OpRename}
+			c.remove, c.fresh = f.OldName, true
+		case f.IsCopy:
+			c.result = FileResult{Path: f.NewName, OldPath: f.OldName, Op: OpCopy}
+			c.fresh = true
+		case len(f.TextFragments) == 0 && f.BinaryFragment == nil && modeChange(f):
+			c.result.Op = OpMode
+		}
+	}
+	shown := c.result.Path
+
+	perm := src.perm
+	if modeChange(f) {
+		if isExec(f.OldMode) != (src.perm&0o100 != 0) {
+			return c, &ConflictError{Patch: patch, File: shown, Reason: fmt.Sprintf("mode is %s, the patch expects %o", gitMode(src.perm), f.OldMode)}
+		}
+		perm = withExec(perm, isExec(f.NewMode))
+	}
+
+	data := src.data
+	switch {
+	case f.IsBinary:
+		out, err := applyBinary(patch, shown, src.data, f)
+		if err != nil {
+			return c, err
+		}
+		data = out
+	case len(f.TextFragments) > 0:
+		out, hunks, fail := applyFragments(src.data, f.TextFragments, maxOffset)
+		if fail != nil {
+			return c, &ConflictError{Patch: patch, File: shown, Hunk: fail.hunk, Line: fail.line,
+				Expected: fail.expected, Found: fail.found, Reason: fail.reason}
+		}
+		data = out
+		c.result.Hunks = hunks
+	}
+	if f.IsDelete {
+		if data != "" {
+			return c, &ConflictError{Patch: patch, File: shown, Reason: "the patch deletes the file, but the file holds more than the patch removes"}
+		}
+		return c, nil
+	}
+	c.target = f.NewName
+	c.node = &node{kind: regular, data: data, perm: perm}
+	return c, nil
+}
+
+func modeChange(f *gitdiff.File) bool {
+	return !f.IsNew && !f.IsDelete && f.OldMode != 0 && f.NewMode != 0 && f.OldMode != f.NewMode
+}
+
+// Git records modes as raw octal (0100644, 0100755); only the exec bit matters here.
+func isExec(gitMode fs.FileMode) bool { return gitMode&0o111 != 0 }
+
+func permFor(gitMode fs.FileMode) fs.FileMode {
+	if isExec(gitMode) {
+		return 0o755
+	}
+	return 0o644
+}
+
+func withExec(perm fs.FileMode, exec bool) fs.FileMode {
+	if exec {
+		return perm | (perm&0o444)>>2
+	}
+	return perm &^ 0o111
+}
+
+func gitMode(perm fs.FileMode) string {
+	if perm&0o100 != 0 {
+		return "100755"
+	}
+	return "100644"
+}
+
+// applyBinary applies a binary diff, checking the file against the blob ids the
+// patch names: a binary delta does not check its base by itself.
+func applyBinary(patch, p, src string, f *gitdiff.File) (string, error) {
+	if !blobMatches(src, f.OldOIDPrefix) {
+		return "", &ConflictError{Patch: patch, File: p, Reason: fmt.Sprintf("binary content is not blob %s, which the patch expects", f.OldOIDPrefix)}
+	}
+	var out bytes.Buffer
+	a := gitdiff.NewBinaryApplier(&out, strings.NewReader(src))
+	if err := a.ApplyFragment(f.BinaryFragment); err != nil {
+		return "", &ConflictError{Patch: patch, File: p, Reason: "binary patch: " + err.Error()}
+	}
+	if err := a.Close(); err != nil {
+		return "", &ConflictError{Patch: patch, File: p, Reason: "binary patch: " + err.Error()}
+	}
+	if !blobMatches(out.String(), f.NewOIDPrefix) {
+		return "", &ConflictError{Patch: patch, File: p, Reason: fmt.Sprintf("binary result is not blob %s, which the patch promises", f.NewOIDPrefix)}
+	}
+	return out.String(), nil
+}
+
+// blobMatches says whether data's git blob id starts with prefix. An empty or
+// all-zero prefix (no file) matches only what it can: nothing is checked.
+func blobMatches(data, prefix string) bool {
+	if strings.Trim(prefix, "0") == "" {
+		return true
+	}
+	var h hash.Hash = sha1.New()
+	if len(prefix) > 40 {
+		h = sha256.New()
+	}
+	fmt.Fprintf(h, "blob %d\x00", len(data))
+	h.Write([]byte(data))
+	return strings.HasPrefix(hex.EncodeToString(h.Sum(nil)), strings.ToLower(prefix))
+}

@@ -1,0 +1,154 @@
+package patches
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/bluekeyes/go-gitdiff/gitdiff"
+)
+
+// HunkResult says where one hunk was applied.
+type HunkResult struct {
+	// Index is the 1-based hunk number in the file's diff.
+	Index int `json:"index"`
+	// Line is the 1-based line of the original file where the hunk's old side starts.
+	Line int `json:"line"`
+	// Offset is Line minus the line the patch gives; 0 unless offset search moved it.
+	Offset int `json:"offset"`
+}
+
+func (h HunkResult) String() string {
+	if h.Offset == 0 {
+		return fmt.Sprintf("hunk %d applied at line %d", h.Index, h.Line)
+	}
+	return fmt.Sprintf("hunk %d applied at line %d, offset %+d", h.Index, h.Line, h.Offset)
+}
+
+// hunkFailure describes a hunk that does not fit; the caller adds the patch and file.
+type hunkFailure struct {
+	hunk     int
+	line     int
+	expected []string
+	found    []string
+	reason   string
+}
+
+// splitLines cuts text into lines that keep their "\n"; a last line without one
+// is kept as it is. The lines share the string's memory.
+func splitLines(s string) []string {
+	lines := make([]string, 0, strings.Count(s, "\n")+1)
+	for len(s) > 0 {
+		i := strings.IndexByte(s, '\n')
+		if i < 0 {
+			lines = append(lines, s)
+			break
+		}
+		lines = append(lines, s[:i+1])
+		s = s[i+1:]
+	}
+	return lines
+}
+
+// applyFragments applies a file's hunks to src, each where the patch says or,
+// with maxOffset > 0, at the nearest place at most maxOffset lines away whose
+// lines equal the hunk's old side exactly. No fuzz: every context line must
+// match. Like git apply, a hunk that starts at line 1 must match at the start of
+// the file and a hunk without trailing context at its end. Hunks must come in
+// order and must not overlap.
+func applyFragments(src string, frags []*gitdiff.TextFragment, maxOffset int) (string, []HunkResult, *hunkFailure) {
+	lines := splitLines(src)
+	var out strings.Builder
+	out.Grow(len(src) + len(src)/8)
+	results := make([]HunkResult, 0, len(frags))
+	cursor := 0
+	old := make([]string, 0, 16)
+	for i, f := range frags {
+		old = old[:0]
+		for _, l := range f.Lines {
+			if l.Old() {
+				old = append(old, l.Line)
+			}
+		}
+		expected := int(f.OldPosition) - 1
+		if f.OldLines == 0 {
+			// "-5,0" inserts after line 5.
+			expected = int(f.OldPosition)
+		}
+		matchStart := f.OldPosition <= 1
+		matchEnd := f.TrailingContext == 0
+		found := -1
+		for k := 0; ; k++ {
+			// 0, -1, +1, -2, +2, ... as git apply searches.
+			d := (k + 1) / 2
+			if k%2 == 1 {
+				d = -d
+			}
+			if d > maxOffset || -d > maxOffset {
+				break
+			}
+			pos := expected + d
+			if pos < cursor || pos+len(old) > len(lines) ||
+				(matchStart && pos != 0) || (matchEnd && pos+len(old) != len(lines)) {
+				continue
+			}
+			if equalLines(lines[pos:pos+len(old)], old) {
+				found = pos
+				break
+			}
+		}
+		if found < 0 {
+			return "", nil, describeFailure(i+1, expected, lines, old, cursor, matchStart, matchEnd, maxOffset)
+		}
+		for _, l := range lines[cursor:found] {
+			out.WriteString(l)
+		}
+		for _, l := range f.Lines {
+			if l.New() {
+				out.WriteString(l.Line)
+			}
+		}
+		cursor = found + len(old)
+		results = append(results, HunkResult{Index: i + 1, Line: found + 1, Offset: found - expected})
+	}
+	for _, l := range lines[cursor:] {
+		out.WriteString(l)
+	}
+	return out.String(), results, nil
+}
+
+func equalLines(a, b []string) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func describeFailure(hunk, expected int, lines, old []string, cursor int, matchStart, matchEnd bool, maxOffset int) *hunkFailure {
+	lo := max(expected, 0)
+	hi := min(lo+len(old), len(lines))
+	lo = min(lo, hi)
+	f := &hunkFailure{
+		hunk:     hunk,
+		line:     expected + 1,
+		expected: append([]string(nil), old...),
+		found:    append([]string(nil), lines[lo:hi]...),
+		reason:   "context does not match",
+	}
+	if maxOffset > 0 {
+		f.reason = "context does not match here nor within the allowed offset"
+	}
+	if equalLines(f.found, f.expected) && len(f.found) == len(f.expected) {
+		// The lines are there, so a positional rule failed.
+		switch {
+		case expected < cursor:
+			f.reason = "hunk overlaps the previous hunk"
+		case matchStart && expected != 0:
+			f.reason = "hunk must apply at the start of the file"
+		case matchEnd:
+			f.reason = "hunk must apply at the end of the file, and the file goes on"
+		}
+	}
+	return f
+}

@@ -1,0 +1,476 @@
+package patches
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+
+	"github.com/epbuild/epbuild/patches/effect"
+)
+
+// Component names the source tree a set patches.
+type Component string
+
+// The components a set may patch.
+const (
+	DeepEP  Component = "deepep"
+	NVSHMEM Component = "nvshmem"
+)
+
+// componentRe is the recipe component name pattern.
+var componentRe = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+
+// Kind names where a patch comes from.
+type Kind string
+
+// The patch source kinds.
+const (
+	// KindFile: a patch file in the set directory, our own work.
+	KindFile Kind = "file"
+	// KindUpstreamDiff: the diff base..head of an upstream repository, computed at run time.
+	KindUpstreamDiff Kind = "upstream-diff"
+	// KindUpstreamFile: a patch file stored upstream at repo+commit+path.
+	KindUpstreamFile Kind = "upstream-file"
+	// KindReplace: a file of the tree replaced by an upstream file.
+	KindReplace Kind = "replace"
+)
+
+// Set is one patch set: an ordered list of patches for one component and the
+// effects the patched tree must show.
+type Set struct {
+	Name        string    `yaml:"name" json:"name"`
+	Description string    `yaml:"description" json:"description"`
+	Component   Component `yaml:"component" json:"component"`
+	// AppliesTo says which sources the set was made for; informational (the
+	// apply itself is the proof).
+	AppliesTo []Target `yaml:"applies-to,omitempty" json:"applies-to,omitempty"`
+	// MaxOffset bounds the offset search: a hunk may be applied at most this many
+	// lines away from where the patch says. 0: strict.
+	MaxOffset int             `yaml:"max-offset,omitempty" json:"max-offset,omitempty"`
+	Patches   []Patch         `yaml:"patches" json:"patches"`
+	Effects   []effect.Effect `yaml:"effects,omitempty" json:"effects,omitempty"`
+
+	// fsys holds the set's own files (KindFile patches), rooted at the set directory.
+	fsys fs.FS
+}
+
+// Target is one source a set applies to: a full commit or a version constraint.
+type Target struct {
+	Commit  string `yaml:"commit,omitempty" json:"commit,omitempty"`
+	Version string `yaml:"version,omitempty" json:"version,omitempty"`
+}
+
+// Patch is one patch of a set. Exactly one source (File, UpstreamDiff,
+// UpstreamFile, Replace) is set.
+type Patch struct {
+	Name string `yaml:"name" json:"name"`
+	// File is a patch file in the set directory (git diff or format-patch output).
+	File string `yaml:"file,omitempty" json:"file,omitempty"`
+	// SHA256 pins File.
+	SHA256       string        `yaml:"sha256,omitempty" json:"sha256,omitempty"`
+	UpstreamDiff *DiffSpec     `yaml:"upstream-diff,omitempty" json:"upstream-diff,omitempty"`
+	UpstreamFile *UpstreamFile `yaml:"upstream-file,omitempty" json:"upstream-file,omitempty"`
+	Replace      *Replace      `yaml:"replace,omitempty" json:"replace,omitempty"`
+}
+
+// UpstreamFile is a patch file stored upstream, pinned by commit and sha256.
+type UpstreamFile struct {
+	Repo   string `yaml:"repo" json:"repo"`
+	Commit string `yaml:"commit" json:"commit"`
+	Path   string `yaml:"path" json:"path"`
+	SHA256 string `yaml:"sha256" json:"sha256"`
+}
+
+// Spec says where to fetch the file.
+func (u UpstreamFile) Spec() FileSpec { return FileSpec{Repo: u.Repo, Commit: u.Commit, Path: u.Path} }
+
+// Replace replaces Target in the tree by an upstream file, pinned by commit and sha256.
+type Replace struct {
+	Target string `yaml:"target" json:"target"`
+	Repo   string `yaml:"repo" json:"repo"`
+	Commit string `yaml:"commit" json:"commit"`
+	Path   string `yaml:"path" json:"path"`
+	SHA256 string `yaml:"sha256" json:"sha256"`
+}
+
+// Spec says where to fetch the replacement.
+func (r Replace) Spec() FileSpec { return FileSpec{Repo: r.Repo, Commit: r.Commit, Path: r.Path} }
+
+// Kind says where the patch comes from ("" when the patch is invalid).
+func (p Patch) Kind() Kind {
+	kinds := p.kinds()
+	if len(kinds) != 1 {
+		return ""
+	}
+	return kinds[0]
+}
+
+func (p Patch) kinds() []Kind {
+	var k []Kind
+	if p.File != "" {
+		k = append(k, KindFile)
+	}
+	if p.UpstreamDiff != nil {
+		k = append(k, KindUpstreamDiff)
+	}
+	if p.UpstreamFile != nil {
+		k = append(k, KindUpstreamFile)
+	}
+	if p.Replace != nil {
+		k = append(k, KindReplace)
+	}
+	return k
+}
+
+// Catalog holds the patch sets by name.
+type Catalog struct {
+	sets map[string]*Set
+}
+
+// Get returns the named set.
+func (c *Catalog) Get(name string) (*Set, bool) {
+	s, ok := c.sets[name]
+	return s, ok
+}
+
+// Names lists the sets, sorted.
+func (c *Catalog) Names() []string {
+	names := make([]string, 0, len(c.sets))
+	for n := range c.sets {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// LoadFS reads every <name>/set.yaml of fsys. Errors name the file as
+// patches/<name>/set.yaml:line:col; every set's errors are reported together.
+func LoadFS(fsys fs.FS) (*Catalog, error) {
+	files, err := fs.Glob(fsys, "*/set.yaml")
+	if err != nil {
+		return nil, fmt.Errorf("list patch sets: %w", err)
+	}
+	c := &Catalog{sets: make(map[string]*Set, len(files))}
+	var errs []error
+	for _, f := range files {
+		s, err := loadSet(fsys, f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.sets[s.Name] = s
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+var (
+	hex40    = regexp.MustCompile(`^[0-9a-f]{40}$`)
+	hex64    = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	hexShort = regexp.MustCompile(`^[0-9a-fA-F]{4,39}$`)
+	nameRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+)
+
+// setFile is one set.yaml being loaded: its shown name, source and syntax tree
+// (for the line:col of errors found after decoding).
+type setFile struct {
+	name string
+	src  []byte
+	ast  *ast.File
+	errs []error
+}
+
+// at records an error at the node reached by path (map keys and sequence
+// indexes); when that node is absent, at the nearest ancestor present.
+func (f *setFile) at(msg string, path ...any) {
+	line, col := f.locate(path)
+	f.errs = append(f.errs, fmt.Errorf("%s:%d:%d: %s: %s", f.name, line, col, pathString(path), msg))
+}
+
+func (f *setFile) locate(p []any) (int, int) {
+	if f.ast == nil || len(f.ast.Docs) == 0 || f.ast.Docs[0].Body == nil {
+		return 1, 1
+	}
+	n := f.ast.Docs[0].Body
+	for _, step := range p {
+		next := child(n, step)
+		if next == nil {
+			break
+		}
+		n = next
+	}
+	// A mapping's own token is its first ':'; point at its first key instead.
+	if m, ok := n.(*ast.MappingNode); ok && len(m.Values) > 0 && m.Values[0].Key != nil {
+		n = m.Values[0].Key
+	}
+	if mv, ok := n.(*ast.MappingValueNode); ok && mv.Key != nil {
+		n = mv.Key
+	}
+	pos := n.GetToken().Position
+	return pos.Line, pos.Column
+}
+
+func child(n ast.Node, step any) ast.Node {
+	switch s := step.(type) {
+	case string:
+		var values []*ast.MappingValueNode
+		switch m := n.(type) {
+		case *ast.MappingNode:
+			values = m.Values
+		case *ast.MappingValueNode:
+			values = []*ast.MappingValueNode{m}
+		}
+		for _, v := range values {
+			if v.Key != nil && v.Key.GetToken() != nil && v.Key.GetToken().Value == s {
+				return v.Value
+			}
+		}
+	case int:
+		if seq, ok := n.(*ast.SequenceNode); ok && s < len(seq.Values) {
+			return seq.Values[s]
+		}
+	}
+	return nil
+}
+
+func pathString(p []any) string {
+	var b strings.Builder
+	for _, s := range p {
+		switch s := s.(type) {
+		case string:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s)
+		case int:
+			fmt.Fprintf(&b, "[%d]", s)
+		}
+	}
+	if b.Len() == 0 {
+		return "set"
+	}
+	return b.String()
+}
+
+func loadSet(fsys fs.FS, file string) (*Set, error) {
+	shown := "patches/" + file
+	src, err := fs.ReadFile(fsys, file)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", shown, err)
+	}
+	var s Set
+	if err := yaml.UnmarshalWithOptions(src, &s, yaml.Strict()); err != nil {
+		return nil, yamlError(shown, err)
+	}
+	f := &setFile{name: shown, src: src}
+	// The decode succeeded, so the parse does too; it only serves positions.
+	f.ast, _ = parser.ParseBytes(src, 0)
+	dir := path.Dir(file)
+	s.fsys, err = fs.Sub(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path.Join("patches", dir), err)
+	}
+	s.validate(f, dir)
+	if len(f.errs) > 0 {
+		return nil, errors.Join(f.errs...)
+	}
+	return &s, nil
+}
+
+// yamlError turns a goccy error into file:line:col: message.
+func yamlError(shown string, err error) error {
+	var ye yaml.Error
+	if errors.As(err, &ye) && ye.GetToken() != nil {
+		pos := ye.GetToken().Position
+		return fmt.Errorf("%s:%d:%d: %s", shown, pos.Line, pos.Column, ye.GetMessage())
+	}
+	return fmt.Errorf("%s: %w", shown, err)
+}
+
+func (s *Set) validate(f *setFile, dir string) {
+	if s.Name == "" {
+		f.at("is required", "name")
+	} else if s.Name != dir {
+		f.at(fmt.Sprintf("%q differs from its directory %q", s.Name, dir), "name")
+	}
+	if strings.TrimSpace(s.Description) == "" {
+		f.at("is required", "description")
+	}
+	// any component name a recipe may declare: deepep and nvshmem, and the demo's own
+	switch {
+	case s.Component == "":
+		f.at("is required (the recipe component it patches: deepep, nvshmem, ...)", "component")
+	case !componentRe.MatchString(string(s.Component)):
+		f.at(fmt.Sprintf("%q is not a component name (lower-case letters, digits, '-')", s.Component), "component")
+	}
+	for i, t := range s.AppliesTo {
+		switch {
+		case t.Commit != "" && t.Version != "":
+			f.at("give commit or version, not both", "applies-to", i)
+		case t.Commit != "":
+			checkCommit(f, t.Commit, "applies-to", i, "commit")
+		case strings.TrimSpace(t.Version) == "":
+			f.at("give a commit or a version", "applies-to", i)
+		}
+	}
+	if s.MaxOffset < 0 {
+		f.at("must not be negative", "max-offset")
+	}
+	if len(s.Patches) == 0 {
+		f.at("a set needs at least one patch", "patches")
+	}
+	seen := map[string]bool{}
+	for i, p := range s.Patches {
+		switch {
+		case p.Name == "":
+			f.at("is required", "patches", i, "name")
+		case !nameRe.MatchString(p.Name):
+			f.at(fmt.Sprintf("%q: use letters, digits, '.', '_' and '-'", p.Name), "patches", i, "name")
+		case seen[p.Name]:
+			f.at(fmt.Sprintf("%q is used twice", p.Name), "patches", i, "name")
+		}
+		seen[p.Name] = true
+		s.validatePatch(f, i, p)
+	}
+	known := []effect.Kind{effect.PythonDef, effect.PythonCall, effect.Contains, effect.Absent, effect.Include, effect.EnvRead, effect.ELFSymbol}
+	for i, e := range s.Effects {
+		if !slices.Contains(known, e.Kind) {
+			f.at(fmt.Sprintf("unknown effect kind %q", e.Kind), "effects", i, "kind")
+		}
+		if e.File == "" && len(e.Files) == 0 {
+			f.at("an effect needs file or files", "effects", i)
+		}
+	}
+}
+
+func (s *Set) validatePatch(f *setFile, i int, p Patch) {
+	kinds := p.kinds()
+	switch len(kinds) {
+	case 0:
+		f.at("give exactly one of file, upstream-diff, upstream-file, replace", "patches", i)
+		return
+	case 1:
+	default:
+		f.at(fmt.Sprintf("give exactly one of file, upstream-diff, upstream-file, replace (found %s)", joinKinds(kinds)), "patches", i)
+		return
+	}
+	if p.SHA256 != "" && kinds[0] != KindFile {
+		f.at("sha256 belongs to a file patch; pin upstream files inside their block", "patches", i, "sha256")
+	}
+	switch kinds[0] {
+	case KindFile:
+		if !fs.ValidPath(p.File) || p.File == "." {
+			f.at(fmt.Sprintf("%q is not a path inside the set directory", p.File), "patches", i, "file")
+			return
+		}
+		if !checkSHA(f, p.SHA256, "patches", i, "sha256") {
+			return
+		}
+		data, err := fs.ReadFile(s.fsys, p.File)
+		if err != nil {
+			f.at(fmt.Sprintf("read %s: %v", p.File, err), "patches", i, "file")
+			return
+		}
+		if got := sha256Hex(data); got != p.SHA256 {
+			f.at(fmt.Sprintf("%s has sha256 %s, pinned %s", p.File, got, p.SHA256), "patches", i, "sha256")
+		}
+	case KindUpstreamDiff:
+		d := p.UpstreamDiff
+		checkRepo(f, d.Repo, "patches", i, "upstream-diff", "repo")
+		checkCommit(f, d.Base, "patches", i, "upstream-diff", "base")
+		checkCommit(f, d.Head, "patches", i, "upstream-diff", "head")
+		if d.Ref != "" && !strings.HasPrefix(d.Ref, "refs/") {
+			f.at(fmt.Sprintf("%q is not a full ref (refs/...)", d.Ref), "patches", i, "upstream-diff", "ref")
+		}
+	case KindUpstreamFile:
+		u := p.UpstreamFile
+		checkRepo(f, u.Repo, "patches", i, "upstream-file", "repo")
+		checkCommit(f, u.Commit, "patches", i, "upstream-file", "commit")
+		checkRepoPath(f, u.Path, "patches", i, "upstream-file", "path")
+		checkSHA(f, u.SHA256, "patches", i, "upstream-file", "sha256")
+	case KindReplace:
+		r := p.Replace
+		checkRepoPath(f, r.Target, "patches", i, "replace", "target")
+		checkRepo(f, r.Repo, "patches", i, "replace", "repo")
+		checkCommit(f, r.Commit, "patches", i, "replace", "commit")
+		checkRepoPath(f, r.Path, "patches", i, "replace", "path")
+		checkSHA(f, r.SHA256, "patches", i, "replace", "sha256")
+	}
+}
+
+func joinKinds(k []Kind) string {
+	s := make([]string, len(k))
+	for i := range k {
+		s[i] = string(k[i])
+	}
+	return strings.Join(s, ", ")
+}
+
+func checkCommit(f *setFile, c string, path ...any) {
+	switch {
+	case c == "":
+		f.at("is required (a full 40-hex commit)", path...)
+	case hexShort.MatchString(c):
+		f.at(fmt.Sprintf("%q is a short commit; a full 40-hex commit is required", c), path...)
+	case !hex40.MatchString(c):
+		f.at(fmt.Sprintf("%q is not a commit; a full 40-hex commit (lower case) is required", c), path...)
+	}
+}
+
+func checkSHA(f *setFile, h string, path ...any) bool {
+	switch {
+	case h == "":
+		f.at("is required (64 hex digits)", path...)
+	case !hex64.MatchString(h):
+		f.at(fmt.Sprintf("%q is not a sha256 (64 lower-case hex digits)", h), path...)
+	default:
+		return true
+	}
+	return false
+}
+
+func checkRepo(f *setFile, r string, path ...any) {
+	u, err := url.Parse(r)
+	if r == "" || err != nil || u.Scheme == "" || (u.Host == "" && u.Scheme != "file") {
+		f.at(fmt.Sprintf("%q is not a repository URL", r), path...)
+	}
+}
+
+func checkRepoPath(f *setFile, p string, path ...any) {
+	if !fs.ValidPath(p) || p == "." {
+		f.at(fmt.Sprintf("%q is not a relative path inside a tree", p), path...)
+	}
+}
+
+func sha256Hex(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// readOwnFile reads a KindFile patch from the set directory and checks its pin.
+func (s *Set) readOwnFile(p Patch) ([]byte, error) {
+	if s.fsys == nil {
+		return nil, fmt.Errorf("patch %s: read %s: the set has no directory (load it with LoadFS)", p.Name, p.File)
+	}
+	data, err := fs.ReadFile(s.fsys, p.File)
+	if err != nil {
+		return nil, fmt.Errorf("patch %s: read %s: %w", p.Name, p.File, err)
+	}
+	if got := sha256Hex(data); got != p.SHA256 {
+		return nil, &PinError{Patch: p.Name, What: path.Join("patches", s.Name, p.File), Want: p.SHA256, Got: got}
+	}
+	return data, nil
+}

@@ -1,0 +1,82 @@
+package patches
+
+import (
+	"context"
+	"fmt"
+)
+
+// Upstream serves upstream content by pin. The source layer implements it over
+// its cache or mirror; nothing upstream is stored in this repository.
+type Upstream interface {
+	// Diff returns the git-style unified diff base..head (like `git diff base head`,
+	// binary changes included).
+	Diff(ctx context.Context, d DiffSpec) ([]byte, error)
+	// File returns the bytes of Path at Commit.
+	File(ctx context.Context, f FileSpec) ([]byte, error)
+}
+
+// DiffSpec names an upstream diff: Repo's Base..Head. Ref, when given, is a ref
+// (such as refs/pull/466/head) that must point at Head.
+type DiffSpec struct {
+	Repo string `yaml:"repo" json:"repo"`
+	Base string `yaml:"base" json:"base"`
+	Head string `yaml:"head" json:"head"`
+	Ref  string `yaml:"ref,omitempty" json:"ref,omitempty"`
+}
+
+// FileSpec names a file of an upstream repository at a commit.
+type FileSpec struct {
+	Repo   string `yaml:"repo" json:"repo"`
+	Commit string `yaml:"commit" json:"commit"`
+	Path   string `yaml:"path" json:"path"`
+}
+
+func (f FileSpec) String() string { return fmt.Sprintf("%s@%s:%s", f.Repo, short(f.Commit), f.Path) }
+
+func short(c string) string {
+	if len(c) > 7 {
+		return c[:7]
+	}
+	return c
+}
+
+// content fetches the bytes a patch applies (the diff, or the replacement file)
+// and checks them against their pin.
+func (s *Set) content(ctx context.Context, p Patch, up Upstream) ([]byte, error) {
+	kind := p.Kind()
+	if kind == KindFile {
+		return s.readOwnFile(p)
+	}
+	if up == nil {
+		return nil, fmt.Errorf("patch %s: %s needs an upstream source, and none was given", p.Name, kind)
+	}
+	switch kind {
+	case KindUpstreamDiff:
+		d := *p.UpstreamDiff
+		data, err := up.Diff(ctx, d)
+		if err != nil {
+			return nil, fmt.Errorf("patch %s: diff %s %s..%s: %w", p.Name, d.Repo, short(d.Base), short(d.Head), err)
+		}
+		if len(data) == 0 {
+			return nil, fmt.Errorf("patch %s: diff %s %s..%s is empty", p.Name, d.Repo, short(d.Base), short(d.Head))
+		}
+		return data, nil
+	case KindUpstreamFile, KindReplace:
+		var spec FileSpec
+		var want string
+		if kind == KindReplace {
+			spec, want = p.Replace.Spec(), p.Replace.SHA256
+		} else {
+			spec, want = p.UpstreamFile.Spec(), p.UpstreamFile.SHA256
+		}
+		data, err := up.File(ctx, spec)
+		if err != nil {
+			return nil, fmt.Errorf("patch %s: fetch %s: %w", p.Name, spec, err)
+		}
+		if got := sha256Hex(data); got != want {
+			return nil, &PinError{Patch: p.Name, What: spec.String(), Want: want, Got: got}
+		}
+		return data, nil
+	}
+	return nil, fmt.Errorf("patch %s: no source (give exactly one of file, upstream-diff, upstream-file, replace)", p.Name)
+}
