@@ -1,0 +1,260 @@
+package inspect
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// ELFInfo is what the dynamic linker sees of a shared object or executable.
+type ELFInfo struct {
+	Path    string `json:"path"`
+	Machine string `json:"machine"` // e.g. "EM_X86_64", "EM_AARCH64"
+	Class   string `json:"class"`   // "ELFCLASS64"
+	Type    string `json:"type"`    // "ET_DYN", "ET_EXEC", "ET_REL"
+	SONAME  string `json:"soname,omitempty"`
+	// Needed lists DT_NEEDED entries in file order.
+	Needed []string `json:"needed,omitempty"`
+	// Runpath and Rpath are the colon-separated DT_RUNPATH / DT_RPATH
+	// entries, unexpanded ("$ORIGIN/../lib" stays as written).
+	Runpath []string `json:"runpath,omitempty"`
+	Rpath   []string `json:"rpath,omitempty"`
+	// Defined and Undefined are dynamic symbol names (without @version),
+	// sorted and distinct.
+	Defined   []string `json:"defined,omitempty"`
+	Undefined []string `json:"undefined,omitempty"`
+}
+
+// ReadELF reads the dynamic section and dynamic symbol table of path.
+// A file without a dynamic symbol table (a static executable, an object
+// file) yields empty symbol lists, not an error.
+func ReadELF(path string) (*ELFInfo, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read ELF %s: %w", path, err)
+	}
+	defer f.Close()
+
+	info := &ELFInfo{
+		Path:    path,
+		Machine: f.Machine.String(),
+		Class:   f.Class.String(),
+		Type:    f.Type.String(),
+	}
+	if f.SectionByType(elf.SHT_DYNAMIC) != nil {
+		if info.Needed, err = f.DynString(elf.DT_NEEDED); err != nil {
+			return nil, fmt.Errorf("read DT_NEEDED of %s: %w", path, err)
+		}
+		sonames, err := f.DynString(elf.DT_SONAME)
+		if err != nil {
+			return nil, fmt.Errorf("read DT_SONAME of %s: %w", path, err)
+		}
+		if len(sonames) > 0 {
+			info.SONAME = sonames[0]
+		}
+		if info.Runpath, err = dynPath(f, elf.DT_RUNPATH); err != nil {
+			return nil, fmt.Errorf("read DT_RUNPATH of %s: %w", path, err)
+		}
+		if info.Rpath, err = dynPath(f, elf.DT_RPATH); err != nil {
+			return nil, fmt.Errorf("read DT_RPATH of %s: %w", path, err)
+		}
+	}
+
+	syms, err := f.DynamicSymbols()
+	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+		return nil, fmt.Errorf("read dynamic symbols of %s: %w", path, err)
+	}
+	for _, s := range syms {
+		if s.Name == "" {
+			continue
+		}
+		// Section symbols and file symbols are not linkable names.
+		switch elf.ST_TYPE(s.Info) {
+		case elf.STT_SECTION, elf.STT_FILE:
+			continue
+		}
+		if s.Section == elf.SHN_UNDEF {
+			info.Undefined = append(info.Undefined, s.Name)
+		} else {
+			info.Defined = append(info.Defined, s.Name)
+		}
+	}
+	slices.Sort(info.Defined)
+	info.Defined = slices.Compact(info.Defined)
+	slices.Sort(info.Undefined)
+	info.Undefined = slices.Compact(info.Undefined)
+	return info, nil
+}
+
+func dynPath(f *elf.File, tag elf.DynTag) ([]string, error) {
+	vals, err := f.DynString(tag)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, v := range vals {
+		for _, p := range strings.Split(v, ":") {
+			if p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// HasDefined reports whether the object exports sym.
+func (i *ELFInfo) HasDefined(sym string) bool {
+	_, ok := slices.BinarySearch(i.Defined, sym)
+	return ok
+}
+
+// HasUndefined reports whether the object imports sym (expects another
+// object to define it).
+func (i *ELFInfo) HasUndefined(sym string) bool {
+	_, ok := slices.BinarySearch(i.Undefined, sym)
+	return ok
+}
+
+// NeededMatch returns the DT_NEEDED entry that lib names: the entry itself,
+// or a versioned soname of it ("libnvshmem_host.so" matches
+// "libnvshmem_host.so.3"), so a check need not pin the soname version.
+func (i *ELFInfo) NeededMatch(lib string) (string, bool) {
+	for _, n := range i.Needed {
+		if n == lib || strings.HasPrefix(n, lib+".") {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// RunpathHas reports whether DT_RUNPATH holds entry (compared after
+// cleaning, so "$ORIGIN/../lib/" equals "$ORIGIN/../lib").
+func (i *ELFInfo) RunpathHas(entry string) bool {
+	want := filepath.Clean(entry)
+	for _, p := range i.Runpath {
+		if filepath.Clean(p) == want {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckSymbol checks that sym is defined (exported) by path, or, with
+// defined false, that path leaves it undefined for another object to supply.
+func CheckSymbol(path, sym string, defined bool) Result {
+	info, err := ReadELF(path)
+	if err != nil {
+		return failed(symbolResult(path, sym, defined), err)
+	}
+	return info.CheckSymbol(sym, defined)
+}
+
+func symbolResult(path, sym string, defined bool) Result {
+	want := "undefined"
+	if defined {
+		want = "defined"
+	}
+	return Result{
+		ID:       "elf.symbol:" + filepath.Base(path) + ":" + sym,
+		Expected: sym + " " + want,
+	}
+}
+
+// CheckSymbol is CheckSymbol on an already read object, for callers that
+// check many symbols of one file.
+func (i *ELFInfo) CheckSymbol(sym string, defined bool) Result {
+	r := symbolResult(i.Path, sym, defined)
+	isDef, isUndef := i.HasDefined(sym), i.HasUndefined(sym)
+	state := "absent"
+	switch {
+	case isDef:
+		state = "defined"
+	case isUndef:
+		state = "undefined"
+	}
+	r.Found = sym + " " + state
+	if (defined && isDef) || (!defined && isUndef) {
+		r.Status = StatusPass
+		return r
+	}
+	r.Status = StatusFail
+	r.Why = fmt.Sprintf("%s: dynamic symbol %s is %s, want %s", i.Path, sym, state, strings.TrimPrefix(r.Expected, sym+" "))
+	return r
+}
+
+// CheckNeeded checks that path has (present true) or lacks (present false)
+// a DT_NEEDED entry for lib; see NeededMatch for how names compare.
+func CheckNeeded(path, lib string, present bool) Result {
+	r := Result{ID: "elf.needed:" + filepath.Base(path) + ":" + lib}
+	if present {
+		r.Expected = "NEEDED " + lib
+	} else {
+		r.Expected = "no NEEDED " + lib
+	}
+	info, err := ReadELF(path)
+	if err != nil {
+		return failed(r, err)
+	}
+	got, ok := info.NeededMatch(lib)
+	r.Found = "NEEDED " + strings.Join(info.Needed, ", ")
+	if len(info.Needed) == 0 {
+		r.Found = "no NEEDED entries"
+	}
+	switch {
+	case ok == present:
+		r.Status = StatusPass
+	case present:
+		r.Status = StatusFail
+		r.Why = fmt.Sprintf("%s does not link %s", path, lib)
+	default:
+		r.Status = StatusFail
+		r.Why = fmt.Sprintf("%s links %s", path, got)
+	}
+	return r
+}
+
+// CheckRunpath checks that DT_RUNPATH of path holds entry. An entry found
+// only in the legacy DT_RPATH is a warning: it still works, but
+// LD_LIBRARY_PATH cannot override it, which is rarely what a relocatable
+// prefix wants.
+func CheckRunpath(path, entry string) Result {
+	r := Result{
+		ID:       "elf.runpath:" + filepath.Base(path) + ":" + entry,
+		Expected: "RUNPATH contains " + entry,
+	}
+	info, err := ReadELF(path)
+	if err != nil {
+		return failed(r, err)
+	}
+	r.Found = "RUNPATH " + strings.Join(info.Runpath, ":")
+	if len(info.Runpath) == 0 {
+		r.Found = "no RUNPATH"
+	}
+	if info.RunpathHas(entry) {
+		r.Status = StatusPass
+		return r
+	}
+	for _, p := range info.Rpath {
+		if filepath.Clean(p) == filepath.Clean(entry) {
+			r.Status = StatusWarn
+			r.Found += "; RPATH " + strings.Join(info.Rpath, ":")
+			r.Why = fmt.Sprintf("%s has %s in DT_RPATH, not DT_RUNPATH", path, entry)
+			return r
+		}
+	}
+	r.Status = StatusFail
+	r.Why = fmt.Sprintf("%s: RUNPATH lacks %s", path, entry)
+	return r
+}
+
+func failed(r Result, err error) Result {
+	r.Status = StatusFail
+	if r.Found == "" {
+		r.Found = "unreadable"
+	}
+	r.Why = err.Error()
+	return r
+}

@@ -1,0 +1,118 @@
+package inspect
+
+import (
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const libSource = `#include <math.h>
+extern int bar_undefined(int);
+int foo_data = 3;
+static int hidden_helper(int x) { return x + 1; }
+int foo_defined(int x) { return bar_undefined(hidden_helper(x)) + (int)cos((double)x); }
+`
+
+// buildLibs builds libfoo (DT_RUNPATH, as --enable-new-dtags writes) and
+// libold (the legacy DT_RPATH) with gcc.
+func buildLibs(t *testing.T) (runpathLib, rpathLib string) {
+	t.Helper()
+	gcc := needTool(t, "gcc")
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "foo.c"), []byte(libSource))
+	run(t, dir, gcc, "-shared", "-fPIC", "-o", "libfoo.so.1.2", "foo.c",
+		"-Wl,-soname,libfoo.so.1", "-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN/../lib:$ORIGIN/nvshmem/lib", "-lm")
+	run(t, dir, gcc, "-shared", "-fPIC", "-o", "libold.so", "foo.c",
+		"-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../lib", "-lm")
+	return filepath.Join(dir, "libfoo.so.1.2"), filepath.Join(dir, "libold.so")
+}
+
+func TestReadELF(t *testing.T) {
+	lib, old := buildLibs(t)
+	info, err := ReadELF(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.SONAME != "libfoo.so.1" {
+		t.Errorf("SONAME %q", info.SONAME)
+	}
+	if !slices.Contains(info.Needed, "libm.so.6") {
+		t.Errorf("NEEDED %v", info.Needed)
+	}
+	if !slices.Equal(info.Runpath, []string{"$ORIGIN/../lib", "$ORIGIN/nvshmem/lib"}) || len(info.Rpath) != 0 {
+		t.Errorf("RUNPATH %v RPATH %v", info.Runpath, info.Rpath)
+	}
+	for _, s := range []string{"foo_defined", "foo_data"} {
+		if !info.HasDefined(s) || info.HasUndefined(s) {
+			t.Errorf("%s should be defined", s)
+		}
+	}
+	for _, s := range []string{"bar_undefined", "cos"} {
+		if !info.HasUndefined(s) || info.HasDefined(s) {
+			t.Errorf("%s should be undefined", s)
+		}
+	}
+	if info.HasDefined("hidden_helper") || info.HasUndefined("hidden_helper") {
+		t.Error("a static function is not a dynamic symbol")
+	}
+	if info.Type != "ET_DYN" || info.Class != "ELFCLASS64" {
+		t.Errorf("type %s class %s", info.Type, info.Class)
+	}
+	if m := map[string]string{"amd64": "EM_X86_64", "arm64": "EM_AARCH64"}[runtime.GOARCH]; m != "" && info.Machine != m {
+		t.Errorf("machine %s, want %s", info.Machine, m)
+	}
+
+	oldInfo, err := ReadELF(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(oldInfo.Runpath) != 0 || !slices.Equal(oldInfo.Rpath, []string{"$ORIGIN/../lib"}) || oldInfo.SONAME != "" {
+		t.Errorf("libold: RUNPATH %v RPATH %v SONAME %q", oldInfo.Runpath, oldInfo.Rpath, oldInfo.SONAME)
+	}
+
+	if _, err := ReadELF(filepath.Join(t.TempDir(), "nope.so")); err == nil || !strings.Contains(err.Error(), "nope.so") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestELFChecks(t *testing.T) {
+	lib, old := buildLibs(t)
+	tests := []struct {
+		name   string
+		r      Result
+		status string
+	}{
+		{"defined is defined", CheckSymbol(lib, "foo_defined", true), StatusPass},
+		{"defined is not undefined", CheckSymbol(lib, "foo_defined", false), StatusFail},
+		{"undefined is undefined", CheckSymbol(lib, "bar_undefined", false), StatusPass},
+		{"undefined is not defined", CheckSymbol(lib, "bar_undefined", true), StatusFail},
+		{"absent is not defined", CheckSymbol(lib, "nvshmemi_ibgda_device_state_d", true), StatusFail},
+		{"unreadable", CheckSymbol(lib+".missing", "foo_defined", true), StatusFail},
+		{"needed by soname prefix", CheckNeeded(lib, "libm.so", true), StatusPass},
+		{"needed exact", CheckNeeded(lib, "libm.so.6", true), StatusPass},
+		{"needed missing", CheckNeeded(lib, "libnvshmem_host.so", true), StatusFail},
+		{"not needed, absent", CheckNeeded(lib, "libnvshmem_host.so", false), StatusPass},
+		{"not needed, present", CheckNeeded(lib, "libm.so", false), StatusFail},
+		{"no prefix confusion", CheckNeeded(lib, "libm.so.6.1", true), StatusFail},
+		{"runpath entry", CheckRunpath(lib, "$ORIGIN/../lib"), StatusPass},
+		{"runpath entry, trailing slash", CheckRunpath(lib, "$ORIGIN/nvshmem/lib/"), StatusPass},
+		{"runpath entry missing", CheckRunpath(lib, "$ORIGIN/lib64"), StatusFail},
+		{"rpath only", CheckRunpath(old, "$ORIGIN/../lib"), StatusWarn},
+	}
+	for _, tt := range tests {
+		if tt.r.Status != tt.status {
+			t.Errorf("%s: %+v, want %s", tt.name, tt.r, tt.status)
+		}
+		if tt.r.Status != StatusPass && tt.r.Why == "" {
+			t.Errorf("%s: no Why in %+v", tt.name, tt.r)
+		}
+		if tt.r.ID == "" || tt.r.Expected == "" || tt.r.Found == "" {
+			t.Errorf("%s: incomplete result %+v", tt.name, tt.r)
+		}
+	}
+	if r := CheckSymbol(lib, "nvshmemi_ibgda_device_state_d", true); r.Found != "nvshmemi_ibgda_device_state_d absent" {
+		t.Errorf("absent symbol found as %q", r.Found)
+	}
+}

@@ -1,0 +1,255 @@
+package inspect
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// ImportResult is what importing a module really loaded.
+type ImportResult struct {
+	Module string `json:"module"`
+	// File is the module's __file__ (its __init__.py for a package); empty
+	// for a namespace package, whose directories are in Path.
+	File string   `json:"file,omitempty"`
+	Path []string `json:"path,omitempty"`
+	// Version is the module's __version__, when it has one.
+	Version string `json:"version,omitempty"`
+	// Python is the interpreter's sys.executable; SysPath its sys.path.
+	Python  string   `json:"python"`
+	SysPath []string `json:"sys_path,omitempty"`
+	// Stderr is what the interpreter wrote to stderr (warnings, the
+	// traceback of a failed import).
+	Stderr string `json:"stderr,omitempty"`
+}
+
+// Within reports whether the imported module lies inside prefix, with
+// symlinks resolved on both sides.
+func (r ImportResult) Within(prefix string) bool {
+	file := r.File
+	if file == "" && len(r.Path) > 0 {
+		file = r.Path[0]
+	}
+	if file == "" {
+		return false
+	}
+	return pathWithin(file, prefix)
+}
+
+func pathWithin(file, prefix string) bool {
+	f, err := filepath.EvalSymlinks(file)
+	if err != nil {
+		f = filepath.Clean(file)
+	}
+	p, err := filepath.EvalSymlinks(prefix)
+	if err != nil {
+		p = filepath.Clean(prefix)
+	}
+	rel, err := filepath.Rel(p, f)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
+// The marker separates our report from whatever a module prints on import.
+const reportMarker = "EPBUILD-INSPECT:"
+
+// The module name comes in argv, never spliced into the program text.
+const importProgram = `import importlib, json, sys
+m = importlib.import_module(sys.argv[1])
+v = getattr(m, "__version__", None)
+print("` + reportMarker + `" + json.dumps({
+    "file": getattr(m, "__file__", None) or "",
+    "path": [str(p) for p in getattr(m, "__path__", [])],
+    "version": v if isinstance(v, str) else "",
+    "python": sys.executable,
+    "sys_path": sys.path,
+}))
+`
+
+// PythonImport imports module with python and reports where it came from.
+// It runs from dir ("" means a fresh empty directory), which must lie
+// outside any source or build tree: Python puts the working directory first
+// on sys.path, and a build tree there would shadow the install. The
+// environment is clean: only env, plus PYTHONNOUSERSITE=1 (so ~/.local
+// cannot shadow the install) and PYTHONDONTWRITEBYTECODE=1 (so checking an
+// install does not write into it), unless env sets them itself.
+func PythonImport(ctx context.Context, python, module string, env []string, dir string) (ImportResult, error) {
+	res := ImportResult{Module: module}
+	out, stderr, err := runPython(ctx, python, env, dir, importProgram, module)
+	res.Stderr = stderr
+	if err != nil {
+		return res, fmt.Errorf("import %s with %s: %w", module, python, err)
+	}
+	var rep struct {
+		File    string   `json:"file"`
+		Path    []string `json:"path"`
+		Version string   `json:"version"`
+		Python  string   `json:"python"`
+		SysPath []string `json:"sys_path"`
+	}
+	if err := decodeReport(out, &rep); err != nil {
+		return res, fmt.Errorf("import %s with %s: %w", module, python, err)
+	}
+	res.File, res.Path, res.Version, res.Python, res.SysPath = rep.File, rep.Path, rep.Version, rep.Python, rep.SysPath
+	return res, nil
+}
+
+const mapsProgram = `import importlib, json, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+paths = []
+with open("/proc/self/maps") as f:
+    for line in f:
+        fields = line.rstrip("\n").split(None, 5)
+        if len(fields) == 6:
+            paths.append(fields[5])
+print("` + reportMarker + `" + json.dumps(paths))
+`
+
+// MappedLibs imports modules in one python process, then returns the
+// distinct paths in its /proc/self/maps that match pattern (a regular
+// expression; a plain name such as "libnvshmem_host" matches as a
+// substring), sorted. Two paths for one library means two copies are
+// loaded, which for NVSHMEM breaks at run time (R9). The environment is
+// built as for PythonImport; it runs in a fresh empty directory.
+func MappedLibs(ctx context.Context, python string, modules []string, env []string, pattern string) ([]string, error) {
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("mapped libraries: pattern %q: %w", pattern, err)
+	}
+	out, _, err := runPython(ctx, python, env, "", mapsProgram, modules...)
+	if err != nil {
+		return nil, fmt.Errorf("import %s with %s and read its maps: %w", strings.Join(modules, ", "), python, err)
+	}
+	var all []string
+	if err := decodeReport(out, &all); err != nil {
+		return nil, fmt.Errorf("read maps after importing %s: %w", strings.Join(modules, ", "), err)
+	}
+	var paths []string
+	for _, p := range all {
+		if re.MatchString(p) {
+			paths = append(paths, p)
+		}
+	}
+	slices.Sort(paths)
+	return slices.Compact(paths), nil
+}
+
+func runPython(ctx context.Context, python string, env []string, dir, program string, args ...string) (stdout []byte, stderr string, err error) {
+	// Resolved here, against our PATH and working directory, since the
+	// child runs elsewhere with an environment that may lack PATH.
+	exe := python
+	if !strings.ContainsRune(python, filepath.Separator) {
+		if exe, err = exec.LookPath(python); err != nil {
+			return nil, "", err
+		}
+	} else if exe, err = filepath.Abs(python); err != nil {
+		return nil, "", err
+	}
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "epbuild-pyimport-")
+		if err != nil {
+			return nil, "", err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	cmd := exec.CommandContext(ctx, exe, append([]string{"-c", program}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = cleanEnv(env)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err = cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("%w%s", err, lastLine(se.String()))
+	}
+	return so.Bytes(), se.String(), err
+}
+
+func cleanEnv(env []string) []string {
+	out := slices.Clone(env)
+	for _, kv := range []string{"PYTHONNOUSERSITE=1", "PYTHONDONTWRITEBYTECODE=1"} {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") }) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// lastLine returns ": <last non-empty line>" of a traceback, or "".
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if l := strings.TrimSpace(lines[len(lines)-1]); l != "" {
+		return ": " + l
+	}
+	return ""
+}
+
+func decodeReport(out []byte, v any) error {
+	var rep []byte
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		if after, ok := bytes.CutPrefix(line, []byte(reportMarker)); ok {
+			rep = after
+		}
+	}
+	if rep == nil {
+		return fmt.Errorf("no report line in the interpreter's output")
+	}
+	if err := json.Unmarshal(rep, v); err != nil {
+		return fmt.Errorf("decode report: %w", err)
+	}
+	return nil
+}
+
+// CheckImportWithin checks that module imported from inside prefix.
+func CheckImportWithin(res ImportResult, importErr error, prefix string) Result {
+	r := Result{
+		ID:       "python.import:" + res.Module,
+		Expected: res.Module + " imported from " + prefix,
+	}
+	if importErr != nil {
+		return failed(r, importErr)
+	}
+	r.Found = res.File
+	if r.Found == "" {
+		r.Found = strings.Join(res.Path, ":")
+	}
+	if res.Within(prefix) {
+		r.Status = StatusPass
+		return r
+	}
+	r.Status = StatusFail
+	r.Why = fmt.Sprintf("%s was imported from %s, outside %s", res.Module, r.Found, prefix)
+	return r
+}
+
+// CheckSingleMapped checks that exactly one file matching pattern is mapped
+// (paths from MappedLibs).
+func CheckSingleMapped(paths []string, mapErr error, pattern string) Result {
+	r := Result{
+		ID:       "process.mapped:" + pattern,
+		Expected: "exactly one mapped library matching " + pattern,
+	}
+	if mapErr != nil {
+		return failed(r, mapErr)
+	}
+	r.Found = strings.Join(paths, ", ")
+	switch len(paths) {
+	case 1:
+		r.Status = StatusPass
+	case 0:
+		r.Status, r.Found = StatusFail, "none"
+		r.Why = "no library matching " + pattern + " is mapped after the imports"
+	default:
+		r.Status = StatusFail
+		r.Why = fmt.Sprintf("%d copies matching %s are mapped in one process; they must be one (R9)", len(paths), pattern)
+	}
+	return r
+}
