@@ -52,7 +52,7 @@ type Checker struct {
 func (c *Checker) Component(ctx context.Context, pc *PlanComponent, prefix string) []CheckResult {
 	var out []CheckResult
 	for _, ch := range pc.Checks {
-		out = append(out, c.one(ctx, pc.Name, ch, prefix)...)
+		out = append(out, c.one(ctx, pc, ch, prefix)...)
 	}
 	for _, s := range pc.PatchSets {
 		for i, e := range s.Effects {
@@ -111,7 +111,8 @@ func effectResult(id string, r effect.Result, root string) CheckResult {
 	return CheckResult{ID: id, Status: st, Expected: r.Effect.String(), Found: found, Why: why}
 }
 
-func (c *Checker) one(ctx context.Context, comp string, ch recipes.Check, prefix string) []CheckResult {
+func (c *Checker) one(ctx context.Context, pc *PlanComponent, ch recipes.Check, prefix string) []CheckResult {
+	comp := pc.Name
 	// results name paths relative to the prefix, so the same build reports the same
 	// text wherever its cache lives (the manifest must be reproducible)
 	rel := func(r CheckResult) CheckResult {
@@ -160,6 +161,26 @@ func (c *Checker) one(ctx context.Context, comp string, ch recipes.Check, prefix
 			return []CheckResult{{ID: comp + ".nvshmem-build-vars", Status: inspect.StatusFail, Expected: "include/non_abi/nvshmem_version.h", Found: err.Error()}}
 		}
 		return []CheckResult{rel(inspect.CheckNVSHMEMBuildVars(info, ch.NVSHMEMBuildVars))}
+	case ch.NVSHMEMOptions:
+		info, err := inspect.ReadNVSHMEMPrefix(prefix)
+		if err != nil {
+			return []CheckResult{{ID: comp + ".nvshmem-options", Status: inspect.StatusFail, Expected: "include/non_abi/nvshmem_version.h", Found: err.Error()}}
+		}
+		want := map[string]string{}
+		for _, st := range pc.Build {
+			if st.CMake == nil {
+				continue
+			}
+			for k, v := range st.CMake.Options {
+				// only what NVSHMEM records; CMAKE_* and paths are not build variables
+				if _, recorded := info.BuildVars[k]; recorded && strings.HasPrefix(k, "NVSHMEM_") {
+					want[k] = v
+				}
+			}
+		}
+		r := rel(inspect.CheckNVSHMEMBuildVars(info, want))
+		r.ID = comp + ".nvshmem-options"
+		return []CheckResult{r}
 	case ch.Import != "":
 		dir, err := os.MkdirTemp("", "epbuild-import-")
 		if err != nil {

@@ -125,6 +125,9 @@ type Check struct {
 	Symbol *SymbolCheck `json:"symbol,omitempty"`
 	// NVSHMEMBuildVars: the installed NVSHMEM was built with these variables.
 	NVSHMEMBuildVars map[string]string `json:"nvshmem-build-vars,omitempty"`
+	// NVSHMEMOptions: the installed NVSHMEM records, among its build variables, every
+	// NVSHMEM_* cmake option of this component with the value the recipe (and --set) gave.
+	NVSHMEMOptions bool `json:"nvshmem-options,omitempty"`
 	// File: a file exists in the prefix (a glob).
 	File string `json:"file,omitempty"`
 }

@@ -208,13 +208,13 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 	for j, ch := range c.Checks {
 		cp := fmt.Sprintf("%s.checks[%d]", p, j)
 		n := 0
-		for _, set := range []bool{ch.Import != "", ch.Arch != nil, ch.Symbol != nil, ch.NVSHMEMBuildVars != nil, ch.File != ""} {
+		for _, set := range []bool{ch.Import != "", ch.Arch != nil, ch.Symbol != nil, ch.NVSHMEMBuildVars != nil, ch.NVSHMEMOptions, ch.File != ""} {
 			if set {
 				n++
 			}
 		}
 		if n != 1 {
-			add(cp, "a check has exactly one of import, arch, symbol, nvshmem-build-vars, file (found %d)", n)
+			add(cp, "a check has exactly one of import, arch, symbol, nvshmem-build-vars, nvshmem-options, file (found %d)", n)
 		}
 		if ch.Arch != nil {
 			for k, a := range ch.Arch.Want {
