@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/compat"
 )
 
 // ManifestFormat is the version of manifest.json's layout.
@@ -28,17 +29,17 @@ const zstdLevel = zstd.SpeedDefault
 // went into the build and a hash of every file, so that verify-install can check an
 // installed copy against what was built.
 type Manifest struct {
-	Format          int                 `json:"format"`
-	Epbuild         string              `json:"epbuild"`
-	Recipe          string              `json:"recipe"`
-	PlanKey         string              `json:"plan_key"`
-	Plan            *Plan               `json:"plan"`
-	SourceDateEpoch int64               `json:"source_date_epoch"`
-	Toolchain       *Toolchain          `json:"toolchain"`
-	Components      []ComponentResult   `json:"components"`
-	Env             map[string]string   `json:"env,omitempty"`
-	Files           []archive.Entry     `json:"files"`
-	Checks          map[string][]string `json:"-"`
+	Format          int               `json:"format"`
+	Epbuild         string            `json:"epbuild"`
+	Recipe          string            `json:"recipe"`
+	PlanKey         string            `json:"plan_key"`
+	Plan            *Plan             `json:"plan"`
+	SourceDateEpoch int64             `json:"source_date_epoch"`
+	Toolchain       *Toolchain        `json:"toolchain"`
+	Components      []ComponentResult `json:"components"`
+	Env             map[string]string `json:"env,omitempty"`
+	Findings        []compat.Finding  `json:"findings,omitempty"`
+	Files           []archive.Entry   `json:"files"`
 }
 
 // ManifestName and EnvName are the generated files at the top of an artifact.
@@ -103,7 +104,7 @@ func (r *Runner) packageStage(ctx context.Context, p *Plan, res *Result, dir str
 	plan.File = ""
 	m := Manifest{
 		Format: ManifestFormat, Epbuild: r.Version, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
-		SourceDateEpoch: sde, Toolchain: r.Toolchain, Components: comps, Env: p.Env, Files: entries,
+		SourceDateEpoch: sde, Toolchain: r.Toolchain, Components: comps, Env: p.Env, Findings: r.Findings, Files: entries,
 	}
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {

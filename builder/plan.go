@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -39,6 +40,8 @@ type PlanComponent struct {
 type Resolver struct {
 	Library *recipes.Library
 	Patches *patches.Catalog
+	// Catalog maps `--set COMPONENT.version=V` to V's pinned source.
+	Catalog *compat.Catalog
 }
 
 // NewResolver loads the embedded patch sets and uses lib for recipes.
@@ -47,7 +50,11 @@ func NewResolver(lib *recipes.Library) (*Resolver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load patch sets: %w", err)
 	}
-	return &Resolver{Library: lib, Patches: cat}, nil
+	versions, err := compat.LoadCatalog()
+	if err != nil {
+		return nil, fmt.Errorf("load the version catalogue: %w", err)
+	}
+	return &Resolver{Library: lib, Patches: cat, Catalog: versions}, nil
 }
 
 // PatchSetLookup adapts the catalog for recipe validation.
@@ -68,6 +75,9 @@ func (r *Resolver) Load(name string, sets []string) (*recipes.Doc, error) {
 		return nil, err
 	}
 	if err := doc.Apply(sets); err != nil {
+		return nil, err
+	}
+	if err := ApplyCatalog(doc, sets, r.Catalog); err != nil {
 		return nil, err
 	}
 	if err := doc.Validate(r.PatchSetLookup()); err != nil {

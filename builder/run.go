@@ -18,6 +18,7 @@ import (
 	"github.com/go-git/go-git/v5"
 
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
 )
 
@@ -55,6 +56,8 @@ type Runner struct {
 	Version string
 	// SourceDateEpoch, when set, stamps the artifact; else the newest pinned commit's time.
 	SourceDateEpoch string
+	// Findings are the compatibility rules' warnings, recorded in the manifest.
+	Findings []compat.Finding
 }
 
 // StageEvent records one stage of one component.

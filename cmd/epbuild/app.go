@@ -138,6 +138,8 @@ Exit codes: 0 done; 1 the job failed (patch conflict, build error, check failed)
 		newPatchCmd(app),
 		newMirrorCmd(app),
 		newCacheCmd(app),
+		newCompatCmd(app),
+		newMatrixCmd(app),
 	)
 	return root
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -108,8 +110,14 @@ after it (patch, build, check, package).`,
 					pkgs = append(pkgs, c.Source.Python.Package)
 				}
 			}
+			// the rules first: a plan a rule forbids is bad input, before any work
+			findings, err := app.compatFindings(cmd.Context(), p, nil)
+			if err != nil {
+				return err
+			}
 			prober := &builder.Prober{Getenv: app.Getenv, Packages: pkgs, Torch: p.Toolchain.Torch != ""}
 			tc := prober.ProbeCached(cmd.Context(), filepath.Join(e.cache.Dir(), "toolchain"))
+
 			store, err := builder.OpenStore(e.cache.Dir())
 			if err != nil {
 				return err
@@ -117,6 +125,7 @@ after it (patch, build, check, package).`,
 			r := &builder.Runner{
 				Store: store, Sources: e.sources, Log: app.Log, Toolchain: tc, Environ: os.Environ(),
 				OutDir: out, AllowApplied: allowApplied, Version: version, SourceDateEpoch: app.Getenv("SOURCE_DATE_EPOCH"),
+				Findings: findings,
 			}
 			if force != "" {
 				r.Force = strings.Split(force, ",")
@@ -136,9 +145,15 @@ after it (patch, build, check, package).`,
 				writeStages(app.Out, ev, true)
 				return nil
 			}
+			// everything missing at once (exit 3), then what the rules say of this toolchain
 			if err := builder.Preflight(p, tc); err != nil {
 				return err
 			}
+			pre, err := app.compatFindings(cmd.Context(), p, tc)
+			if err != nil {
+				return err
+			}
+			r.Findings = append(r.Findings, pre...)
 			res, err := r.Run(cmd.Context(), p)
 			if err != nil {
 				return classifySource(err)
@@ -361,3 +376,39 @@ func newCacheCmd(app *App) *cobra.Command {
 
 // keep recipes imported for SetHelp in flag docs.
 var _ = recipes.SetHelp
+
+// compatFindings evaluates the rules on the plan (tc nil) or at preflight (the probed
+// toolchain). Warnings and advice are logged and returned for the manifest; an error
+// is returned as bad input (plan) or a lacking environment (preflight).
+func (app *App) compatFindings(ctx context.Context, p *builder.Plan, tc *builder.Toolchain) ([]compat.Finding, error) {
+	rules, err := compat.LoadRules()
+	if err != nil {
+		return nil, err
+	}
+	anc, err := app.ancestry()
+	if err != nil {
+		return nil, err
+	}
+	facts, stage, code := builder.FactsFromPlan(p), compat.StagePlan, exitBadInput
+	if tc != nil {
+		facts, stage, code = builder.PreflightFacts(facts, p, tc), compat.StagePreflight, exitEnv
+	}
+	fs, err := compat.Evaluate(ctx, rules, facts, stage, anc)
+	if err != nil {
+		return nil, fmt.Errorf("check %s against the compatibility rules: %w", p.Recipe, err)
+	}
+	var errs []string
+	for _, f := range fs {
+		switch f.Severity {
+		case compat.SeverityError:
+			errs = append(errs, fmt.Sprintf("%s: %s", f.ID, f.Message))
+			writeFindings(app.Err, []compat.Finding{f})
+		default:
+			app.Log.Warn(f.Message, "rule", f.ID, "stage", stage)
+		}
+	}
+	if len(errs) > 0 {
+		return fs, &exitError{code: code, msg: fmt.Sprintf("%s breaks %s (fixes above; `epbuild compat explain ID`)", p.Recipe, strings.Join(errs, "; "))}
+	}
+	return fs, nil
+}

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/goccy/go-yaml"
+	"github.com/spf13/cobra"
+
+	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/compat"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+func newCompatCmd(app *App) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "compat",
+		Short: "Check recipes against the compatibility rules (R1..R23) and explain them",
+		Long: `The compatibility rules are what the field learned building DeepEP + NVSHMEM, as data:
+each has a condition over component versions and commits, options, toolchain and host,
+a severity, a message, a fix and its sources. Commit conditions are decided by git
+ancestry; a rule that cannot be decided is reported as unknown, never passed.`,
+	}
+	cmd.AddCommand(newCompatCheckCmd(app), newCompatExplainCmd(app), newCompatListCmd(app))
+	return cmd
+}
+
+// ancestry is where commit conditions are decided. The embedded history knows the
+// commits the embedded recipes pin; a commit it lacks is reported as unknown.
+func (app *App) ancestry() (compat.Ancestry, error) {
+	h, err := compat.LoadHistory()
+	if err != nil {
+		return nil, fmt.Errorf("load the embedded git history: %w", err)
+	}
+	return compat.ChainAncestry(h), nil
+}
+
+func newCompatCheckCmd(app *App) *cobra.Command {
+	var (
+		asJSON bool
+		sets   []string
+	)
+	cmd := &cobra.Command{
+		Use:   "check RECIPE",
+		Short: "Evaluate the rules on a resolved recipe; exit 2 on an error-level finding",
+		Long:  "Evaluate the compatibility rules on a recipe resolved with its --set overrides (plan stage).\nErrors exit 2 with the rule id and its fix; warnings and advice are printed.\n\n--set keys: " + recipes.SetHelp,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rules, err := compat.LoadRules()
+			if err != nil {
+				return err
+			}
+			anc, err := app.ancestry()
+			if err != nil {
+				return err
+			}
+			res, err := builder.NewResolver(app.library())
+			if err != nil {
+				return err
+			}
+			plan, err := res.Resolve(args[0], sets)
+			if err != nil {
+				return err
+			}
+			fs, err := compat.Evaluate(cmd.Context(), rules, builder.FactsFromPlan(plan), compat.StagePlan, anc)
+			if err != nil {
+				return fmt.Errorf("check %s: %w", args[0], err)
+			}
+			if asJSON {
+				out := struct {
+					Recipe    string           `json:"recipe"`
+					Overrides []string         `json:"overrides,omitempty"`
+					Stage     compat.Stage     `json:"stage"`
+					Findings  []compat.Finding `json:"findings"`
+				}{plan.Recipe, sets, compat.StagePlan, fs}
+				if out.Findings == nil {
+					out.Findings = []compat.Finding{}
+				}
+				if err := writeJSON(app.Out, out); err != nil {
+					return err
+				}
+			} else {
+				writeFindings(app.Out, fs)
+				fmt.Fprintf(app.Out, "%s: %s\n", plan.Recipe, summary(fs))
+			}
+			if compat.HasErrors(fs) {
+				var ids []string
+				for _, f := range fs {
+					if f.Severity == compat.SeverityError && !slices.Contains(ids, f.ID) {
+						ids = append(ids, f.ID)
+					}
+				}
+				return &exitError{code: exitBadInput, msg: fmt.Sprintf("%s breaks %s (see the fixes above; `epbuild compat explain ID`)", plan.Recipe, strings.Join(ids, ", "))}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the findings as JSON")
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "override a recipe value, e.g. --set nvshmem.version=3.4.5 (repeatable)")
+	return cmd
+}
+
+func summary(fs []compat.Finding) string {
+	n := map[compat.Severity]int{}
+	unknown := 0
+	for _, f := range fs {
+		n[f.Severity]++
+		if f.Unknown {
+			unknown++
+		}
+	}
+	s := fmt.Sprintf("%d errors, %d warnings, %d advice", n[compat.SeverityError], n[compat.SeverityWarn], n[compat.SeverityAdvice])
+	if unknown > 0 {
+		s += fmt.Sprintf(" (%d undecided)", unknown)
+	}
+	return s
+}
+
+func writeFindings(w io.Writer, fs []compat.Finding) {
+	for _, f := range fs {
+		id := f.ID
+		if f.Case != "" {
+			id += "/" + f.Case
+		}
+		fmt.Fprintf(w, "%-6s %s: %s\n", f.Severity, id, f.Title)
+		fmt.Fprintf(w, "       %s\n", f.Message)
+		if !f.Unknown {
+			for _, b := range f.Because {
+				fmt.Fprintf(w, "       because %s\n", b)
+			}
+		}
+		writeFix(w, "       ", f.Fix)
+	}
+}
+
+func writeFix(w io.Writer, indent string, fx *compat.Fix) {
+	if fx == nil {
+		return
+	}
+	for _, s := range fx.Set {
+		fmt.Fprintf(w, "%sfix: --set %s\n", indent, s)
+	}
+	for _, k := range sortedMapKeys(fx.Env) {
+		fmt.Fprintf(w, "%sfix: %s=%s (runtime env; --set env.%s=%s)\n", indent, k, fx.Env[k], k, fx.Env[k])
+	}
+	if fx.Text != "" {
+		fmt.Fprintf(w, "%sfix: %s\n", indent, strings.TrimSpace(fx.Text))
+	}
+}
+
+func newCompatExplainCmd(app *App) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "explain ID",
+		Short: "Show a rule: its condition, stages, severity, message, fix and sources",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rules, err := compat.LoadRules()
+			if err != nil {
+				return err
+			}
+			r, ok := rules.Get(args[0])
+			if !ok {
+				return usageError{fmt.Errorf("no rule %q; `epbuild compat list` shows them (%s)", args[0], strings.Join(rules.IDs(), ", "))}
+			}
+			if asJSON {
+				return writeJSON(app.Out, r)
+			}
+			w := app.Out
+			fmt.Fprintf(w, "%s  %s\n(%s:%d)\n", r.ID, r.Title, rules.File, r.Line())
+			fmt.Fprintf(w, "severity %s; stages %s\n\n", r.Severity, joinStages(r.Stages))
+			fmt.Fprintf(w, "%s\n", strings.TrimSpace(r.Message))
+			if r.When != nil {
+				fmt.Fprintf(w, "\nwhen:\n%s", indentYAML(r.When, "  "))
+			}
+			for _, c := range r.Cases {
+				fmt.Fprintf(w, "\ncase %s", c.Name)
+				if c.Severity != "" || len(c.Stages) > 0 {
+					sev, st := c.Severity, c.Stages
+					if sev == "" {
+						sev = r.Severity
+					}
+					if len(st) == 0 {
+						st = r.Stages
+					}
+					fmt.Fprintf(w, " (%s; %s)", sev, joinStages(st))
+				}
+				fmt.Fprintln(w, ":")
+				if c.Message != "" {
+					fmt.Fprintf(w, "  %s\n", strings.TrimSpace(c.Message))
+				}
+				fmt.Fprintf(w, "  when:\n%s", indentYAML(c.When, "    "))
+				writeFix(w, "  ", c.Fix)
+			}
+			if r.Fix != nil {
+				fmt.Fprintln(w)
+				writeFix(w, "", r.Fix)
+			}
+			fmt.Fprintf(w, "\nsources: %s\n", strings.Join(r.Sources, "; "))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the rule as JSON")
+	return cmd
+}
+
+func joinStages(ss []compat.Stage) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = string(s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// indentYAML writes a condition back as the YAML it was read from.
+func indentYAML(v any, indent string) string {
+	b, err := yaml.MarshalWithOptions(v, yaml.Flow(false))
+	if err != nil {
+		return indent + fmt.Sprint(v) + "\n"
+	}
+	var sb strings.Builder
+	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		sb.WriteString(indent + l + "\n")
+	}
+	return sb.String()
+}
+
+func newCompatListCmd(app *App) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the compatibility rules",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rules, err := compat.LoadRules()
+			if err != nil {
+				return err
+			}
+			type row struct {
+				ID       string          `json:"id"`
+				Severity compat.Severity `json:"severity"`
+				Stages   []compat.Stage  `json:"stages"`
+				Title    string          `json:"title"`
+				Cases    []string        `json:"cases,omitempty"`
+			}
+			var rows []row
+			for _, r := range rules.All() {
+				rw := row{ID: r.ID, Severity: r.Severity, Stages: r.StagesOf(), Title: r.Title}
+				for _, c := range r.Cases {
+					rw.Cases = append(rw.Cases, c.Name)
+				}
+				rows = append(rows, rw)
+			}
+			if asJSON {
+				return writeJSON(app.Out, rows)
+			}
+			tw := tabwriter.NewWriter(app.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSEVERITY\tSTAGES\tTITLE")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ID, r.Severity, joinStages(r.Stages), r.Title)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/goccy/go-yaml"
+)
+
+// wired fails the test with what to do when the root command lacks a subcommand.
+func wired(t *testing.T, name string) {
+	t.Helper()
+	var b bytes.Buffer
+	root := NewRootCmd(&App{Streams: Streams{Out: &b, Err: &b}, Getenv: func(string) string { return "" }})
+	for _, c := range root.Commands() {
+		if c.Name() == name {
+			return
+		}
+	}
+	t.Fatalf("epbuild has no %q command: add new%sCmd(app) to root.AddCommand in app.go", name, strings.ToUpper(name[:1])+name[1:])
+}
+
+func TestCompatCheckNewNVSHMEMOnOldDeepEP(t *testing.T) {
+	wired(t, "compat")
+	code, out, errs := run(t, nil, "compat", "check", "ibrc-dualport", "--set", "nvshmem.version=3.5.19-1")
+	if code != 2 {
+		t.Fatalf("exit %d, want 2\n%s\n%s", code, out, errs)
+	}
+	if !strings.Contains(out, "error  R3/qp-layout") && !strings.Contains(out, "error  R5") {
+		t.Errorf("R3 or R5 not cited:\n%s", out)
+	}
+	if !strings.Contains(out, "fix: --set deepep.commit=29d31c095796f3c8ece47ee9cdcc167051bbeed9") {
+		t.Errorf("R3's fix not printed:\n%s", out)
+	}
+	if !strings.Contains(errs, "ibrc-dualport breaks") || !strings.Contains(errs, "R3") {
+		t.Errorf("stderr should name the broken rules: %q", errs)
+	}
+}
+
+func TestCompatCheckNCCLWarns(t *testing.T) {
+	wired(t, "compat")
+	code, out, errs := run(t, nil, "compat", "check", "ibrc-dualport", "--set", "nccl.version=2.22.3-1")
+	if code != 0 {
+		t.Fatalf("exit %d, want 0 (warnings only)\n%s\n%s", code, out, errs)
+	}
+	if !strings.Contains(out, "warn   R18/runtime-connect") || !strings.Contains(out, "NCCL_RUNTIME_CONNECT=0") {
+		t.Errorf("R18 and its env fix not printed:\n%s", out)
+	}
+	// the same recipe on NCCL 2.21.5 has no R18
+	code, out, _ = run(t, nil, "compat", "check", "ibrc-dualport")
+	if code != 0 || strings.Contains(out, "R18") || !strings.Contains(out, "0 errors") {
+		t.Errorf("ibrc-dualport as pinned: exit %d\n%s", code, out)
+	}
+}
+
+func TestCompatCheckJSON(t *testing.T) {
+	wired(t, "compat")
+	code, out, errs := run(t, nil, "compat", "check", "gcp-b200", "--set", "deepep.commit=9af0e0d0e74f3577af1979c9b9e1ac2cad0104ee", "--json")
+	if code != 2 {
+		t.Fatalf("v1.2.1 on NVSHMEM 3.5.19-1: exit %d, want 2\n%s", code, errs)
+	}
+	var res struct {
+		Recipe   string `json:"recipe"`
+		Stage    string `json:"stage"`
+		Findings []struct {
+			ID       string   `json:"id"`
+			Case     string   `json:"case"`
+			Severity string   `json:"severity"`
+			Sources  []string `json:"sources"`
+			Fix      *struct {
+				Set []string `json:"set"`
+			} `json:"fix"`
+		} `json:"findings"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	var ids []string
+	for _, f := range res.Findings {
+		ids = append(ids, f.ID+"/"+f.Case+"/"+f.Severity)
+	}
+	if res.Recipe != "gcp-b200" || res.Stage != "plan" || !slices.Contains(ids, "R3/qp-layout/error") || !slices.Contains(ids, "R4//error") {
+		t.Errorf("findings %v", ids)
+	}
+	// a commit the embedded history does not know: undecided, a warning, not a pass
+	code, out, _ = run(t, nil, "compat", "check", "gcp-b200", "--set", "deepep.commit="+strings.Repeat("ab", 20))
+	if code != 0 || !strings.Contains(out, "warn   R3/qp-layout") || !strings.Contains(out, "unknown: could not decide") {
+		t.Errorf("unknown commit: exit %d\n%s", code, out)
+	}
+}
+
+func TestCompatCheckBadInput(t *testing.T) {
+	wired(t, "compat")
+	if code, _, errs := run(t, nil, "compat", "check", "no-such-recipe"); code != 2 || !strings.Contains(errs, "no recipe named") {
+		t.Errorf("unknown recipe: exit %d %q", code, errs)
+	}
+	if code, _, errs := run(t, nil, "compat", "check", "gcp-b200", "--set", "nvshmem.version=x"); code != 2 {
+		t.Errorf("bad version: exit %d %q", code, errs)
+	}
+}
+
+func TestCompatListAndExplain(t *testing.T) {
+	wired(t, "compat")
+	code, out, errs := run(t, nil, "compat", "list")
+	if code != 0 {
+		t.Fatalf("list: exit %d %s", code, errs)
+	}
+	for i := 1; i <= 23; i++ {
+		if !strings.Contains(out, fmt.Sprintf("\nR%d ", i)) {
+			t.Errorf("compat list lacks R%d:\n%s", i, out)
+		}
+	}
+	code, out, _ = run(t, nil, "compat", "list", "--json")
+	var rows []struct{ ID string }
+	if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil || len(rows) < 23 {
+		t.Errorf("list --json: exit %d, %d rules, %v", code, len(rows), err)
+	}
+	code, out, _ = run(t, nil, "compat", "explain", "R3")
+	for _, want := range []string{"R3  NVSHMEM >= 3.5.19", "case qp-layout", "before: 29d31c095796f3c8ece47ee9cdcc167051bbeed9", "satisfies: \">=3.5.19\"", "sources: DeepEP #553"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("explain R3 lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = run(t, nil, "compat", "explain", "r18", "--json")
+	var r struct {
+		ID    string `json:"id"`
+		Cases []struct {
+			Name string `json:"name"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r.ID != "R18" || len(r.Cases) != 2 {
+		t.Errorf("explain r18 --json: exit %d %v %+v", code, err, r)
+	}
+	if code, _, errs := run(t, nil, "compat", "explain", "R99"); code != 2 || !strings.Contains(errs, "no rule") {
+		t.Errorf("unknown rule: exit %d %q", code, errs)
+	}
+}
+
+type matrixJSON struct {
+	Recipe string `json:"recipe"`
+	Cells  []struct {
+		Name    string            `json:"name"`
+		Values  map[string]string `json:"values"`
+		Sets    []string          `json:"sets"`
+		Command string            `json:"command"`
+		Env     map[string]string `json:"env"`
+	} `json:"cells"`
+	Excluded []struct {
+		Name   string            `json:"name"`
+		Values map[string]string `json:"values"`
+		Rules  []string          `json:"rules"`
+	} `json:"excluded"`
+}
+
+func TestMatrixExcludesWithRuleIDs(t *testing.T) {
+	wired(t, "matrix")
+	code, out, errs := run(t, nil, "matrix", "ibrc-dualport", "--axis", "nvshmem=3.2.5-1,3.5.19-1", "--axis", "nccl=2.21.5-1,2.22.3-1", "--format", "json")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, errs)
+	}
+	var m matrixJSON
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(m.Cells) != 2 || len(m.Excluded) != 2 {
+		t.Fatalf("want 2 cells and 2 exclusions:\n%s", out)
+	}
+	for _, e := range m.Excluded {
+		if e.Values["nvshmem"] != "3.5.19-1" || !slices.Contains(e.Rules, "R3") || !slices.Contains(e.Rules, "R5") {
+			t.Errorf("exclusion %s: %v", e.Name, e.Rules)
+		}
+	}
+	for _, c := range m.Cells {
+		if c.Values["nvshmem"] != "3.2.5-1" {
+			t.Errorf("allowed cell %s", c.Name)
+		}
+		if lazy := c.Values["nccl"] == "2.22.3-1"; lazy != (c.Env["NCCL_RUNTIME_CONNECT"] == "0") {
+			t.Errorf("cell %s env %v", c.Name, c.Env)
+		}
+		want := "epbuild recipe ibrc-dualport --set nvshmem.version=3.2.5-1 --set nccl.version=" + c.Values["nccl"]
+		if c.Command != want {
+			t.Errorf("command %q, want %q", c.Command, want)
+		}
+	}
+}
+
+func TestMatrixFormats(t *testing.T) {
+	wired(t, "matrix")
+	// no --axis: the recipe's matrix: field (nccl 2.21.5-1, 2.22.3-1)
+	code, out, errs := run(t, nil, "matrix", "ibrc-dualport", "--format", "github")
+	if code != 0 {
+		t.Fatalf("exit %d %s", code, errs)
+	}
+	var gh struct {
+		Include []struct {
+			Recipe, Name, Sets, Command string
+			Env                         map[string]string
+		} `json:"include"`
+	}
+	if err := json.Unmarshal([]byte(out), &gh); err != nil || len(gh.Include) != 2 {
+		t.Fatalf("github: %v\n%s", err, out)
+	}
+	if gh.Include[0].Recipe != "ibrc-dualport" || gh.Include[0].Sets != "--set nccl.version=2.21.5-1" || gh.Include[1].Env["NCCL_RUNTIME_CONNECT"] != "0" {
+		t.Errorf("github include: %+v", gh.Include)
+	}
+	code, out, _ = run(t, nil, "matrix", "ibrc-dualport", "--format", "gitlab", "--axis", "nccl=2.22.3-1")
+	var gl struct {
+		Parallel struct {
+			Matrix []map[string]string `yaml:"matrix"`
+		} `yaml:"parallel"`
+	}
+	if err := yaml.Unmarshal([]byte(out), &gl); code != 0 || err != nil || len(gl.Parallel.Matrix) != 1 ||
+		gl.Parallel.Matrix[0]["NCCL_RUNTIME_CONNECT"] != "0" || gl.Parallel.Matrix[0]["EPBUILD_SETS"] != "--set nccl.version=2.22.3-1" {
+		t.Errorf("gitlab: exit %d %v\n%s", code, err, out)
+	}
+	code, out, _ = run(t, nil, "matrix", "gcp-b200", "--axis", "nvshmem=3.5.19-1")
+	if code != 0 || !strings.Contains(out, "gcp-b200 nvshmem=3.5.19-1  run") || !strings.Contains(out, "epbuild recipe gcp-b200 --set nvshmem.version=3.5.19-1") {
+		t.Errorf("text: exit %d\n%s", code, out)
+	}
+	for _, bad := range [][]string{
+		{"matrix", "gcp-b200", "--format", "yaml"},
+		{"matrix", "gcp-b200", "--axis", "nvshmem=3.x"},
+		{"matrix", "gcp-b200", "--axis", "nvshmem=3.4.5", "--axis", "nvshmem=3.5.19-1"},
+		{"matrix", "gcp-b200", "--axis", "nothere=1.0"},
+	} {
+		if code, _, errs := run(t, nil, bad...); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", bad, code, errs)
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/compat"
+)
+
+func newMatrixCmd(app *App) *cobra.Command {
+	var (
+		axes   []string
+		sets   []string
+		format string
+	)
+	cmd := &cobra.Command{
+		Use:   "matrix RECIPE",
+		Short: "Print the CI matrix of a recipe: the combinations the rules allow, with their env",
+		Long: `Print the cross product of the axes minus the combinations a rule forbids (each
+exclusion with its rule ids), each allowed cell with the env that warn and advice rules
+add and a ready build command. Axes come from --axis COMPONENT=V1,V2 (or a --set key
+with a dot: --axis toolchain.cuda=12.9,13.0), else from the recipe's matrix: field.
+
+Formats: text (default), json (cells and exclusions), github (a strategy.matrix value:
+{"include": [...]}), gitlab (a parallel: matrix: block).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch format {
+			case "text", "json", "github", "gitlab":
+			default:
+				return usageError{fmt.Errorf("--format %q: use text, json, github or gitlab", format)}
+			}
+			rules, err := compat.LoadRules()
+			if err != nil {
+				return err
+			}
+			anc, err := app.ancestry()
+			if err != nil {
+				return err
+			}
+			res, err := builder.NewResolver(app.library())
+			if err != nil {
+				return err
+			}
+			var ax []compat.Axis
+			for _, a := range axes {
+				x, err := compat.ParseAxis(a)
+				if err != nil {
+					return usageError{fmt.Errorf("--axis: %w", err)}
+				}
+				for _, y := range ax {
+					if y.Key == x.Key {
+						return usageError{fmt.Errorf("--axis %s is given twice", x.Name)}
+					}
+				}
+				ax = append(ax, x)
+			}
+			if len(ax) == 0 {
+				// no --axis: the recipe's own matrix: field
+				doc, err := res.Load(args[0], sets)
+				if err != nil {
+					return err
+				}
+				names := make([]string, 0, len(doc.Recipe.Matrix))
+				for n := range doc.Recipe.Matrix {
+					names = append(names, n)
+				}
+				sort.Strings(names)
+				for _, n := range names {
+					x, err := compat.NewAxis(n, doc.Recipe.Matrix[n])
+					if err != nil {
+						return &exitError{code: exitBadInput, msg: fmt.Sprintf("%s: matrix: %v", doc.File, err)}
+					}
+					ax = append(ax, x)
+				}
+			}
+			facts := func(cellSets []string) (compat.Facts, error) {
+				p, err := res.Resolve(args[0], cellSets)
+				if err != nil {
+					return compat.Facts{}, err
+				}
+				return builder.FactsFromPlan(p), nil
+			}
+			m, err := compat.BuildMatrix(cmd.Context(), args[0], ax, sets, rules, anc, facts)
+			if err != nil {
+				return err
+			}
+			if len(m.Cells) == 0 {
+				app.Log.Warn("every combination is excluded by a rule", "recipe", args[0])
+			}
+			switch format {
+			case "json":
+				return writeJSON(app.Out, m)
+			case "github":
+				b, err := m.GitHub()
+				if err != nil {
+					return err
+				}
+				_, err = app.Out.Write(b)
+				return err
+			case "gitlab":
+				b, err := m.GitLab()
+				if err != nil {
+					return err
+				}
+				_, err = app.Out.Write(b)
+				return err
+			}
+			tw := tabwriter.NewWriter(app.Out, 0, 4, 2, ' ', 0)
+			// warn:R13? is a warning the rules could not decide at plan stage
+			fmt.Fprintln(tw, "CELL\tSTATUS\tENV, WARNINGS / RULES")
+			for _, c := range m.Cells {
+				var env []string
+				for _, k := range sortedMapKeys(c.Env) {
+					env = append(env, k+"="+c.Env[k])
+				}
+				for _, f := range c.Findings {
+					if f.Severity == compat.SeverityWarn {
+						w := "warn:" + f.ID
+						if f.Unknown {
+							w += "?"
+						}
+						if !slices.Contains(env, w) {
+							env = append(env, w)
+						}
+					}
+				}
+				fmt.Fprintf(tw, "%s\trun\t%s\n", c.Name, strings.Join(env, " "))
+			}
+			for _, e := range m.Excluded {
+				fmt.Fprintf(tw, "%s\texcluded\t%s\n", e.Name, strings.Join(e.Rules, ", "))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, c := range m.Cells {
+				fmt.Fprintf(app.Out, "\n# %s\n%s\n", c.Name, c.Command)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVar(&axes, "axis", nil, "an axis, COMPONENT=V1,V2,... (repeatable); default: the recipe's matrix: field")
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "override applied to every cell (repeatable)")
+	cmd.Flags().StringVar(&format, "format", "text", "output: text, json, github or gitlab")
+	return cmd
+}

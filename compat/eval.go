@@ -1,0 +1,391 @@
+package compat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Finding is a rule (or one of its cases) that holds for the facts at a stage. A rule
+// that could not be decided (a commit unknown to the ancestry source, a host fact not
+// read, a recipe that allows versions on both sides of a boundary) is a finding too,
+// with Unknown set and at most warn severity: it never silently passes.
+type Finding struct {
+	ID       string   `json:"id"`
+	Case     string   `json:"case,omitempty"`
+	Title    string   `json:"title"`
+	Severity Severity `json:"severity"`
+	Message  string   `json:"message"`
+	Fix      *Fix     `json:"fix,omitempty"`
+	Sources  []string `json:"sources"`
+	Stage    Stage    `json:"stage"`
+	Unknown  bool     `json:"unknown,omitempty"`
+	// Because lists the facts that decided (or could not decide) the condition.
+	Because []string `json:"because,omitempty"`
+}
+
+// Evaluate checks every rule that applies at stage against facts. Findings come most
+// severe first, then in file order. Commit conditions ask anc (nil: every commit is
+// unknown). An error is returned only when the ancestry source fails for another reason
+// than not knowing a commit, or ctx ends.
+func Evaluate(ctx context.Context, rules *Rules, facts Facts, stage Stage, anc Ancestry) ([]Finding, error) {
+	ev := &evaluator{ctx: ctx, facts: &facts, anc: anc, memo: map[[3]string]ancAnswer{}}
+	var out []Finding
+	for _, r := range rules.rules {
+		cases := r.Cases
+		if len(cases) == 0 {
+			cases = []Case{{}}
+		}
+		for _, c := range cases {
+			stages := r.Stages
+			if len(c.Stages) > 0 {
+				stages = c.Stages
+			}
+			if !slices.Contains(stages, stage) {
+				continue
+			}
+			res := yes
+			var why []string
+			for _, w := range []*Cond{r.When, c.When} {
+				if w == nil {
+					continue
+				}
+				t, ws := ev.eval(w)
+				if ev.err != nil {
+					return nil, ev.err
+				}
+				if t == no {
+					res = no
+					break
+				}
+				if t == unknown {
+					res = unknown
+				}
+				for _, w := range ws {
+					if !slices.Contains(why, w) {
+						why = append(why, w)
+					}
+				}
+			}
+			if res == no {
+				continue
+			}
+			f := Finding{
+				ID: r.ID, Case: c.Name, Title: r.Title, Severity: r.Severity, Message: r.Message,
+				Fix: r.Fix, Sources: r.Sources, Stage: stage, Because: why,
+			}
+			if c.Severity != "" {
+				f.Severity = c.Severity
+			}
+			if c.Message != "" {
+				f.Message = c.Message
+			}
+			if c.Fix != nil {
+				f.Fix = c.Fix
+			}
+			if res == unknown {
+				f.Unknown = true
+				if f.Severity == SeverityError {
+					f.Severity = SeverityWarn
+				}
+				f.Message = "unknown: could not decide (" + strings.Join(why, "; ") + "); if it holds: " + f.Message
+			}
+			out = append(out, f)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Severity.rank() < out[j].Severity.rank() })
+	return out, nil
+}
+
+// HasErrors reports whether any finding is an error.
+func HasErrors(fs []Finding) bool {
+	for _, f := range fs {
+		if f.Severity == SeverityError {
+			return true
+		}
+	}
+	return false
+}
+
+// IDs lists the distinct rule ids of findings, in order.
+func IDs(fs []Finding) []string {
+	var ids []string
+	for _, f := range fs {
+		if !slices.Contains(ids, f.ID) {
+			ids = append(ids, f.ID)
+		}
+	}
+	return ids
+}
+
+type ancAnswer struct {
+	ok  bool
+	err error
+}
+
+type evaluator struct {
+	ctx   context.Context
+	facts *Facts
+	anc   Ancestry
+	memo  map[[3]string]ancAnswer
+	// err is a failure that stops the evaluation (not an unknown commit).
+	err error
+}
+
+// eval gives a condition's truth (Kleene logic) and the facts that decided it: for all
+// that holds every part's, for any the first part that holds, for not the inner
+// facts (they describe what is, so they stay true under negation).
+func (ev *evaluator) eval(c *Cond) (tri, []string) {
+	switch {
+	case c.All != nil:
+		res, why, unk := yes, []string(nil), []string(nil)
+		for i := range c.All {
+			t, w := ev.eval(&c.All[i])
+			switch t {
+			case no:
+				return no, w
+			case unknown:
+				res = unknown
+				unk = append(unk, w...)
+			default:
+				why = append(why, w...)
+			}
+		}
+		if res == unknown {
+			return unknown, unk
+		}
+		return yes, why
+	case c.Any != nil:
+		res, why := no, []string(nil)
+		var unk []string
+		for i := range c.Any {
+			t, w := ev.eval(&c.Any[i])
+			switch t {
+			case yes:
+				return yes, w
+			case unknown:
+				res = unknown
+				unk = append(unk, w...)
+			default:
+				why = append(why, w...)
+			}
+		}
+		if res == unknown {
+			return unknown, unk
+		}
+		return no, why
+	case c.Not != nil:
+		t, w := ev.eval(c.Not)
+		switch t {
+		case yes:
+			return no, w
+		case no:
+			return yes, w
+		}
+		return unknown, w
+	case c.Version != nil:
+		comp, ok := ev.facts.Component(c.Version.Component)
+		if !ok {
+			return no, []string{"no component " + c.Version.Component}
+		}
+		return one(decideVersion(comp.Name, comp.Version, c.Version.c))
+	case c.Commit != nil:
+		return ev.commit(c.Commit)
+	case c.Source != nil:
+		comp, ok := ev.facts.Component(c.Source.Component)
+		if !ok {
+			return no, []string{"no component " + c.Source.Component}
+		}
+		desc := []string{fmt.Sprintf("the source of %s is %s", comp.Name, comp.Source)}
+		return triOf(slices.Contains(c.Source.Kind, comp.Source)), desc
+	case c.Patch != nil:
+		comp, ok := ev.facts.Component(c.Patch.Component)
+		if !ok {
+			return no, []string{"no component " + c.Patch.Component}
+		}
+		has := c.Patch.Set == "*" && len(comp.Patches) > 0 || slices.Contains(comp.Patches, c.Patch.Set)
+		switch {
+		case len(comp.Patches) == 0:
+			return triOf(has), []string{comp.Name + " has no patch set"}
+		case has:
+			return yes, []string{fmt.Sprintf("%s has patch sets %s", comp.Name, strings.Join(comp.Patches, ", "))}
+		}
+		return no, []string{fmt.Sprintf("%s has patch sets %s, not %s", comp.Name, strings.Join(comp.Patches, ", "), c.Patch.Set)}
+	case c.Option != nil:
+		comp, ok := ev.facts.Component(c.Option.Component)
+		if !ok {
+			return no, []string{"no component " + c.Option.Component}
+		}
+		return matchKey(comp.Name+" option", comp.Options, c.Option, false)
+	case c.BuildVar != nil:
+		comp, ok := ev.facts.Component(c.BuildVar.Component)
+		if !ok {
+			return no, []string{"no component " + c.BuildVar.Component}
+		}
+		return matchKey(comp.Name+" expected build variable", comp.BuildVars, c.BuildVar, false)
+	case c.Env != nil:
+		if c.Env.Component == "" {
+			return matchKey("runtime env", ev.facts.Env, c.Env, false)
+		}
+		comp, ok := ev.facts.Component(c.Env.Component)
+		if !ok {
+			return no, []string{"no component " + c.Env.Component}
+		}
+		return matchKey(comp.Name+" build env", comp.BuildEnv, c.Env, false)
+	case c.Host != nil:
+		if ev.facts.Host == nil {
+			return unknown, []string{"host fact " + c.Host.Key + " not read (no host probed)"}
+		}
+		return matchKey("host", ev.facts.Host, c.Host, true)
+	case c.Command != nil:
+		for _, comp := range ev.facts.Components {
+			if c.Command.Component != "" && comp.Name != c.Command.Component {
+				continue
+			}
+			for _, argv := range comp.Commands {
+				line := strings.Join(argv, " ")
+				if c.Command.re.MatchString(line) {
+					return yes, []string{fmt.Sprintf("%s runs %q", comp.Name, line)}
+				}
+			}
+		}
+		return no, []string{"no command step matches " + c.Command.Matches}
+	case c.Toolchain != nil:
+		return one(decideVersion(c.Toolchain.Tool, ev.facts.Toolchain.tool(c.Toolchain.Tool), c.Toolchain.c))
+	case c.Requires != "":
+		if slices.Contains(ev.facts.Toolchain.Require, c.Requires) {
+			return yes, []string{"the recipe requires " + c.Requires}
+		}
+		return no, []string{"the recipe does not require " + c.Requires}
+	case c.Present != "":
+		if ev.facts.Toolchain.Present == nil {
+			return unknown, []string{"whether the build host has " + c.Present + " is not probed yet"}
+		}
+		if slices.Contains(ev.facts.Toolchain.Present, c.Present) {
+			return yes, []string{"the build host has " + c.Present}
+		}
+		return no, []string{"the build host lacks " + c.Present}
+	case c.Arch != nil:
+		arch := ev.facts.Toolchain.Arch
+		desc := []string{"GPU architectures " + strings.Join(arch, ",")}
+		if len(arch) == 0 {
+			// no architecture demanded: DeepEP's and NVSHMEM's defaults, nothing newer
+			desc = []string{"no GPU architecture named"}
+		}
+		if len(c.Arch.Contains) > 0 {
+			for _, a := range arch {
+				if slices.Contains(c.Arch.Contains, a) {
+					return yes, desc
+				}
+			}
+			return no, desc
+		}
+		for _, a := range arch {
+			if !slices.Contains(c.Arch.Only, a) {
+				return no, desc
+			}
+		}
+		return yes, desc
+	case c.Recipe != nil:
+		desc := []string{"recipe " + ev.facts.Recipe}
+		return triOf(slices.Contains(c.Recipe, ev.facts.Recipe)), desc
+	}
+	return unknown, []string{"empty condition"}
+}
+
+func (ev *evaluator) commit(cc *CommitCond) (tri, []string) {
+	comp, ok := ev.facts.Component(cc.Component)
+	if !ok {
+		return no, []string{"no component " + cc.Component}
+	}
+	mark, before := cc.AtOrAfter, false
+	if cc.Before != "" {
+		mark, before = cc.Before, true
+	}
+	if comp.Commit == "" || comp.Repo == "" {
+		return unknown, []string{fmt.Sprintf("%s has no git commit (a %s source): whether it contains %s is unknown", comp.Name, comp.Source, short(mark))}
+	}
+	if ev.anc == nil {
+		return unknown, []string{fmt.Sprintf("no ancestry source to tell whether %s %s contains %s", comp.Name, short(comp.Commit), short(mark))}
+	}
+	key := [3]string{RepoKey(comp.Repo), mark, comp.Commit}
+	a, seen := ev.memo[key]
+	if !seen {
+		a.ok, a.err = ev.anc.IsAncestor(ev.ctx, comp.Repo, mark, comp.Commit)
+		ev.memo[key] = a
+	}
+	if a.err != nil {
+		if errors.Is(a.err, ErrUnknownCommit) {
+			return unknown, []string{fmt.Sprintf("whether %s %s contains %s is unknown: %v", comp.Name, short(comp.Commit), short(mark), a.err)}
+		}
+		ev.err = fmt.Errorf("decide whether %s %s contains %s in %s: %w", comp.Name, comp.Commit, mark, comp.Repo, a.err)
+		return unknown, nil
+	}
+	desc := fmt.Sprintf("%s %s contains %s", comp.Name, short(comp.Commit), short(mark))
+	if !a.ok {
+		desc = fmt.Sprintf("%s %s does not contain %s", comp.Name, short(comp.Commit), short(mark))
+	}
+	return triOf(a.ok != before), []string{desc}
+}
+
+// matchKey applies a KeyCond's matcher to m[k.Key]. For host facts a missing key is
+// unknown (the probe did not read it); elsewhere a missing key is simply unset.
+func matchKey(what string, m map[string]string, k *KeyCond, host bool) (tri, []string) {
+	v, ok := m[k.Key]
+	desc := fmt.Sprintf("%s %s=%s", what, k.Key, v)
+	if !ok {
+		desc = fmt.Sprintf("%s %s is unset", what, k.Key)
+	}
+	switch {
+	case k.Set:
+		return triOf(ok), []string{desc}
+	case k.Unset:
+		return triOf(!ok), []string{desc}
+	}
+	if !ok {
+		if host {
+			return unknown, []string{"host fact " + k.Key + " was not read"}
+		}
+		return no, []string{desc}
+	}
+	switch {
+	case k.Equals != nil:
+		return triOf(v == *k.Equals), []string{desc}
+	case k.In != nil:
+		return triOf(slices.Contains(k.In, v)), []string{desc}
+	case k.Is != "":
+		on, off := cmakeBool(v)
+		if k.Is == "on" {
+			return triOf(on), []string{desc}
+		}
+		return triOf(off), []string{desc}
+	case k.re != nil:
+		return triOf(k.re.MatchString(v)), []string{desc}
+	case k.Version != "":
+		return one(decideVersion("host "+k.Key, v, k.ver))
+	}
+	return unknown, []string{desc}
+}
+
+// cmakeBool reads a value as CMake's if() does for the usual spellings.
+func cmakeBool(v string) (on, off bool) {
+	switch strings.ToUpper(strings.TrimSpace(v)) {
+	case "1", "ON", "TRUE", "YES", "Y":
+		return true, false
+	case "0", "OFF", "FALSE", "NO", "N", "":
+		return false, true
+	}
+	return false, false
+}
+
+func one(t tri, why string) (tri, []string) { return t, []string{why} }
+
+func short(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}

@@ -1,0 +1,635 @@
+package compat
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+)
+
+//go:embed rules.yaml
+var rulesYAML []byte
+
+// Stage is when a rule is evaluated: plan (the resolved recipe, before any work),
+// preflight (the probed build host, before the build) or host (a cluster node, by
+// verify-install).
+type Stage string
+
+// The stages.
+const (
+	StagePlan      Stage = "plan"
+	StagePreflight Stage = "preflight"
+	StageHost      Stage = "host"
+)
+
+// Severity says what a finding means: error stops the job (exit 2 at plan), warn is
+// printed, advice is a recommendation.
+type Severity string
+
+// The severities, most severe first.
+const (
+	SeverityError  Severity = "error"
+	SeverityWarn   Severity = "warn"
+	SeverityAdvice Severity = "advice"
+)
+
+func (s Severity) rank() int {
+	switch s {
+	case SeverityError:
+		return 0
+	case SeverityWarn:
+		return 1
+	}
+	return 2
+}
+
+// Rule is one piece of field knowledge: when its condition holds at one of its stages,
+// a Finding with its message and fix is reported. A rule with cases reports each case
+// whose condition holds (ANDed with the rule's own When, if any) under the rule's id.
+type Rule struct {
+	ID       string   `json:"id"`
+	Title    string   `json:"title"`
+	Stages   []Stage  `json:"stages"`
+	Severity Severity `json:"severity"`
+	When     *Cond    `json:"when,omitempty"`
+	Cases    []Case   `json:"cases,omitempty"`
+	Message  string   `json:"message"`
+	Fix      *Fix     `json:"fix,omitempty"`
+	Sources  []string `json:"sources"`
+	line     int
+}
+
+// Case is one way a rule can be broken; unset fields are the rule's.
+type Case struct {
+	Name     string   `json:"name"`
+	When     *Cond    `json:"when"`
+	Stages   []Stage  `json:"stages,omitempty"`
+	Severity Severity `json:"severity,omitempty"`
+	Message  string   `json:"message,omitempty"`
+	Fix      *Fix     `json:"fix,omitempty"`
+}
+
+// Fix says how to get past a finding: --set overrides for the recipe, runtime
+// environment lines, and text for what neither can say.
+type Fix struct {
+	Set  []string          `json:"set,omitempty"`
+	Env  map[string]string `json:"env,omitempty"`
+	Text string            `json:"text,omitempty"`
+}
+
+// Cond is one condition of the rule language; exactly one field is set. See the head
+// of rules.yaml for the language.
+type Cond struct {
+	All []Cond `json:"all,omitempty"`
+	Any []Cond `json:"any,omitempty"`
+	Not *Cond  `json:"not,omitempty"`
+
+	Version   *VersionCond   `json:"version,omitempty"`
+	Commit    *CommitCond    `json:"commit,omitempty"`
+	Source    *SourceCond    `json:"source,omitempty"`
+	Patch     *PatchCond     `json:"patch,omitempty"`
+	Option    *KeyCond       `json:"option,omitempty"`
+	BuildVar  *KeyCond       `json:"build-var,omitempty"`
+	Env       *KeyCond       `json:"env,omitempty"`
+	Command   *CommandCond   `json:"command,omitempty"`
+	Toolchain *ToolchainCond `json:"toolchain,omitempty"`
+	Requires  string         `json:"requires,omitempty"`
+	Present   string         `json:"present,omitempty"`
+	Arch      *ArchCond      `json:"arch,omitempty"`
+	Recipe    []string       `json:"recipe,omitempty"`
+	Host      *KeyCond       `json:"host,omitempty"`
+}
+
+// VersionCond: the component's version satisfies a constraint.
+type VersionCond struct {
+	Component string `json:"component"`
+	Satisfies string `json:"satisfies"`
+	c         Constraint
+}
+
+// CommitCond: the component's commit does not contain (Before) or contains
+// (AtOrAfter) a commit, decided by git ancestry.
+type CommitCond struct {
+	Component string `json:"component"`
+	Before    string `json:"before,omitempty"`
+	AtOrAfter string `json:"at-or-after,omitempty"`
+}
+
+// SourceCond: the component comes from one of these source kinds (git, archive, python).
+type SourceCond struct {
+	Component string   `json:"component"`
+	Kind      []string `json:"kind"`
+}
+
+// PatchCond: the component has the patch set ("*": any patch set).
+type PatchCond struct {
+	Component string `json:"component"`
+	Set       string `json:"set"`
+}
+
+// KeyCond matches one key of a map of facts: a component's CMake options (option), the
+// NVSHMEM build variables its checks expect (build-var), the runtime env or, with a
+// component, that component's build env (env), or a host fact (host). Exactly one
+// matcher is set.
+type KeyCond struct {
+	Component string   `json:"component,omitempty"`
+	Key       string   `json:"key"`
+	Equals    *string  `json:"equals,omitempty"`
+	In        []string `json:"in,omitempty"`
+	Set       bool     `json:"set,omitempty"`
+	Unset     bool     `json:"unset,omitempty"`
+	// Is is on or off in CMake's sense (1/ON/TRUE/YES/Y, 0/OFF/FALSE/NO/N/""); an
+	// absent key is neither.
+	Is      string `json:"is,omitempty"`
+	Matches string `json:"matches,omitempty"`
+	// Version (host facts only) is a constraint on the fact read as a version.
+	Version string `json:"version,omitempty"`
+	re      *regexp.Regexp
+	ver     Constraint
+}
+
+// CommandCond: a command build step (of Component, or of any component) matches.
+type CommandCond struct {
+	Component string `json:"component,omitempty"`
+	Matches   string `json:"matches"`
+	re        *regexp.Regexp
+}
+
+// ToolchainCond: a toolchain version (cuda, torch, python, gcc, cmake) satisfies a
+// constraint.
+type ToolchainCond struct {
+	Tool      string `json:"tool"`
+	Satisfies string `json:"satisfies"`
+	c         Constraint
+}
+
+// ArchCond: the GPU architectures contain one of Contains, or are all within Only.
+type ArchCond struct {
+	Contains []string `json:"contains,omitempty"`
+	Only     []string `json:"only,omitempty"`
+}
+
+// Rules is the loaded knowledge base, in file order.
+type Rules struct {
+	File  string
+	rules []Rule
+}
+
+// All returns the rules in file order.
+func (rs *Rules) All() []Rule { return slices.Clone(rs.rules) }
+
+// Get returns the rule with that id.
+func (rs *Rules) Get(id string) (Rule, bool) {
+	for _, r := range rs.rules {
+		if strings.EqualFold(r.ID, id) {
+			return r, true
+		}
+	}
+	return Rule{}, false
+}
+
+// IDs lists the rule ids in file order.
+func (rs *Rules) IDs() []string {
+	ids := make([]string, len(rs.rules))
+	for i, r := range rs.rules {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// LoadRules reads the rules built into the binary.
+func LoadRules() (*Rules, error) { return ParseRules("compat/rules.yaml", rulesYAML) }
+
+// FileError is a problem in a data file of this package, located by line and column.
+type FileError struct {
+	File   string `json:"file"`
+	Line   int    `json:"line,omitempty"`
+	Col    int    `json:"col,omitempty"`
+	Msg    string `json:"message"`
+	Source string `json:"source,omitempty"`
+}
+
+func (e *FileError) Error() string {
+	loc := e.File
+	if e.Line > 0 {
+		loc = fmt.Sprintf("%s:%d:%d", e.File, e.Line, e.Col)
+	}
+	if e.Source != "" {
+		return loc + ": " + e.Msg + "\n" + e.Source
+	}
+	return loc + ": " + e.Msg
+}
+
+// ExitCode marks a bad data file as bad input.
+func (e *FileError) ExitCode() int { return 2 }
+
+// yamlDoc is a data file being loaded: its name, text and syntax tree, so that errors
+// found after decoding still point at a line.
+type yamlDoc struct {
+	file string
+	ast  *ast.File
+	errs []error
+}
+
+// decodeStrict decodes data into v: unknown fields, duplicate keys and wrong types are
+// errors with file:line:col. goccy/go-yaml panics on some malformed input; that becomes
+// an error too.
+func decodeStrict(file string, data []byte, v any) (doc *yamlDoc, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			doc, err = nil, &FileError{File: file, Msg: fmt.Sprintf("the YAML could not be decoded (%v)", p)}
+		}
+	}()
+	f, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		return nil, yamlErr(file, err)
+	}
+	if err := yaml.NewDecoder(bytes.NewReader(data), yaml.Strict()).Decode(v); err != nil {
+		return nil, yamlErr(file, err)
+	}
+	return &yamlDoc{file: file, ast: f}, nil
+}
+
+func yamlErr(file string, err error) error {
+	var ye yaml.Error
+	if errors.As(err, &ye) && ye.GetToken() != nil {
+		tk := ye.GetToken()
+		src := ye.FormatError(false, true)
+		if i := strings.IndexByte(src, '\n'); i >= 0 {
+			src = strings.TrimRight(src[i+1:], "\n")
+		} else {
+			src = ""
+		}
+		return &FileError{File: file, Line: tk.Position.Line, Col: tk.Position.Column, Msg: ye.GetMessage(), Source: src}
+	}
+	return &FileError{File: file, Msg: fmt.Sprintf("decode: %v", err)}
+}
+
+// at records an error at a YAML path ($.rules[2].when.all[0].version.satisfies); a path
+// with no node (a missing field) falls back to its nearest existing parent.
+func (d *yamlDoc) at(path, format string, args ...any) {
+	e := &FileError{File: d.file, Msg: path + ": " + fmt.Sprintf(format, args...)}
+	for p := path; p != ""; p = parentPath(p) {
+		yp, err := yaml.PathString(p)
+		if err != nil {
+			continue
+		}
+		n, err := yp.FilterFile(d.ast)
+		if err != nil || n == nil || n.GetToken() == nil {
+			continue
+		}
+		e.Line, e.Col = n.GetToken().Position.Line, n.GetToken().Position.Column
+		break
+	}
+	d.errs = append(d.errs, e)
+}
+
+func (d *yamlDoc) line(path string) int {
+	yp, err := yaml.PathString(path)
+	if err != nil {
+		return 0
+	}
+	n, err := yp.FilterFile(d.ast)
+	if err != nil || n == nil || n.GetToken() == nil {
+		return 0
+	}
+	return n.GetToken().Position.Line
+}
+
+func (d *yamlDoc) err() error {
+	if len(d.errs) == 0 {
+		return nil
+	}
+	return errors.Join(d.errs...)
+}
+
+// parentPath drops the last element of a YAML path: $.a.b[2] → $.a.b → $.a → $.
+func parentPath(p string) string {
+	if p == "$" {
+		return ""
+	}
+	i := strings.LastIndexAny(p, ".[")
+	if i <= 0 {
+		return "$"
+	}
+	return p[:i]
+}
+
+var (
+	ruleIDRe = regexp.MustCompile(`^[A-Z][A-Z0-9-]*$`)
+	caseRe   = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
+	envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	full40   = regexp.MustCompile(`^[0-9a-f]{40}$`)
+	compName = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+)
+
+// ParseRules decodes a rules file strictly and checks every rule: ids unique, stages and
+// severities known, conditions well formed (constraints parse, commits are full 40-hex
+// ids, regular expressions compile), fixes well formed. Every problem is reported with
+// file:line:col.
+func ParseRules(file string, data []byte) (*Rules, error) {
+	var raw struct {
+		Rules []Rule `json:"rules"`
+	}
+	d, err := decodeStrict(file, data, &raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(raw.Rules) == 0 {
+		d.at("$", "no rules under rules:")
+	}
+	seen := map[string]int{}
+	for i := range raw.Rules {
+		r := &raw.Rules[i]
+		p := fmt.Sprintf("$.rules[%d]", i)
+		r.line = d.line(p)
+		switch {
+		case !ruleIDRe.MatchString(r.ID):
+			d.at(p+".id", "rule id %q must be upper-case letters, digits and '-' (R1)", r.ID)
+		case seen[r.ID] > 0:
+			d.at(p+".id", "rule id %s is used twice", r.ID)
+		}
+		seen[r.ID]++
+		if strings.TrimSpace(r.Title) == "" {
+			d.at(p, "rule %s: missing title", r.ID)
+		}
+		if strings.TrimSpace(r.Message) == "" {
+			d.at(p, "rule %s: missing message", r.ID)
+		}
+		if len(r.Sources) == 0 {
+			d.at(p, "rule %s: name at least one source under sources: (an issue, a commit, a release note)", r.ID)
+		}
+		d.checkStages(p+".stages", r.Stages, true)
+		d.checkSeverity(p+".severity", r.Severity, true)
+		d.checkFix(p+".fix", r.Fix)
+		if r.When != nil {
+			d.checkCond(p+".when", r.When)
+		}
+		if r.When == nil && len(r.Cases) == 0 {
+			d.at(p, "rule %s: needs when: or cases:", r.ID)
+		}
+		names := map[string]bool{}
+		for j := range r.Cases {
+			c := &r.Cases[j]
+			cp := fmt.Sprintf("%s.cases[%d]", p, j)
+			if !caseRe.MatchString(c.Name) {
+				d.at(cp+".name", "case name %q must be lower-case letters, digits, '.' and '-'", c.Name)
+			} else if names[c.Name] {
+				d.at(cp+".name", "case %s is used twice in rule %s", c.Name, r.ID)
+			}
+			names[c.Name] = true
+			if c.When == nil {
+				d.at(cp, "case %s: missing when:", c.Name)
+			} else {
+				d.checkCond(cp+".when", c.When)
+			}
+			d.checkStages(cp+".stages", c.Stages, false)
+			d.checkSeverity(cp+".severity", c.Severity, false)
+			d.checkFix(cp+".fix", c.Fix)
+		}
+	}
+	if err := d.err(); err != nil {
+		return nil, err
+	}
+	return &Rules{File: file, rules: raw.Rules}, nil
+}
+
+func (d *yamlDoc) checkStages(p string, ss []Stage, required bool) {
+	if len(ss) == 0 && required {
+		d.at(p, "name the stages where the rule applies: plan, preflight, host")
+	}
+	for i, s := range ss {
+		switch s {
+		case StagePlan, StagePreflight, StageHost:
+		default:
+			d.at(fmt.Sprintf("%s[%d]", p, i), "unknown stage %q (plan, preflight, host)", s)
+		}
+	}
+}
+
+func (d *yamlDoc) checkSeverity(p string, s Severity, required bool) {
+	switch {
+	case s == "" && !required:
+	case s == SeverityError, s == SeverityWarn, s == SeverityAdvice:
+	default:
+		d.at(p, "severity %q: use error, warn or advice", s)
+	}
+}
+
+func (d *yamlDoc) checkFix(p string, f *Fix) {
+	if f == nil {
+		return
+	}
+	if len(f.Set) == 0 && len(f.Env) == 0 && strings.TrimSpace(f.Text) == "" {
+		d.at(p, "a fix needs set:, env: or text:")
+	}
+	for i, s := range f.Set {
+		k, _, ok := strings.Cut(s, "=")
+		if !ok || !strings.Contains(k, ".") {
+			d.at(fmt.Sprintf("%s.set[%d]", p, i), "%q is not a --set override (KEY=VALUE, e.g. nvshmem.version=3.4.5)", s)
+		}
+	}
+	for k := range f.Env {
+		if !envKeyRe.MatchString(k) {
+			d.at(p+".env", "%q is not an environment variable name", k)
+		}
+	}
+}
+
+// checkCond validates one condition and compiles what it needs (constraints, regexps).
+func (d *yamlDoc) checkCond(p string, c *Cond) {
+	n := 0
+	for _, set := range []bool{c.All != nil, c.Any != nil, c.Not != nil, c.Version != nil, c.Commit != nil,
+		c.Source != nil, c.Patch != nil, c.Option != nil, c.BuildVar != nil, c.Env != nil, c.Command != nil,
+		c.Toolchain != nil, c.Requires != "", c.Present != "", c.Arch != nil, c.Recipe != nil, c.Host != nil} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		d.at(p, "a condition has exactly one key (all, any, not, version, commit, source, patch, option, build-var, env, command, toolchain, requires, present, arch, recipe, host); found %d", n)
+		return
+	}
+	comp := func(q, name string) {
+		if !compName.MatchString(name) {
+			d.at(q+".component", "component %q: a component name such as nvshmem, deepep, nccl", name)
+		}
+	}
+	switch {
+	case c.All != nil || c.Any != nil:
+		list, key := c.All, "all"
+		if c.Any != nil {
+			list, key = c.Any, "any"
+		}
+		if len(list) == 0 {
+			d.at(p+"."+key, "%s: needs at least one condition", key)
+		}
+		for i := range list {
+			d.checkCond(fmt.Sprintf("%s.%s[%d]", p, key, i), &list[i])
+		}
+	case c.Not != nil:
+		d.checkCond(p+".not", c.Not)
+	case c.Version != nil:
+		comp(p+".version", c.Version.Component)
+		cons, err := ParseConstraint(c.Version.Satisfies)
+		if err != nil {
+			d.at(p+".version.satisfies", "%v", err)
+		}
+		c.Version.c = cons
+	case c.Commit != nil:
+		cc := c.Commit
+		comp(p+".commit", cc.Component)
+		if (cc.Before == "") == (cc.AtOrAfter == "") {
+			d.at(p+".commit", "give exactly one of before: and at-or-after:")
+		}
+		for k, v := range map[string]string{"before": cc.Before, "at-or-after": cc.AtOrAfter} {
+			if v != "" && !full40.MatchString(v) {
+				d.at(p+".commit."+k, "%q is not a full 40-hex commit id (nothing floats: short ids are ambiguous)", v)
+			}
+		}
+	case c.Source != nil:
+		comp(p+".source", c.Source.Component)
+		if len(c.Source.Kind) == 0 {
+			d.at(p+".source", "kind: needs at least one of git, archive, python")
+		}
+		for i, k := range c.Source.Kind {
+			if k != "git" && k != "archive" && k != "python" {
+				d.at(fmt.Sprintf("%s.source.kind[%d]", p, i), "source kind %q: git, archive or python", k)
+			}
+		}
+	case c.Patch != nil:
+		comp(p+".patch", c.Patch.Component)
+		if c.Patch.Set == "" {
+			d.at(p+".patch", "set: names a patch set, or \"*\" for any")
+		}
+	case c.Option != nil:
+		comp(p+".option", c.Option.Component)
+		d.checkKey(p+".option", c.Option, false)
+	case c.BuildVar != nil:
+		comp(p+".build-var", c.BuildVar.Component)
+		d.checkKey(p+".build-var", c.BuildVar, false)
+	case c.Env != nil:
+		if c.Env.Component != "" {
+			comp(p+".env", c.Env.Component)
+		}
+		d.checkKey(p+".env", c.Env, false)
+	case c.Host != nil:
+		if c.Host.Component != "" {
+			d.at(p+".host.component", "host facts belong to no component")
+		}
+		d.checkKey(p+".host", c.Host, true)
+	case c.Command != nil:
+		if c.Command.Component != "" {
+			comp(p+".command", c.Command.Component)
+		}
+		re, err := regexp.Compile(c.Command.Matches)
+		if err != nil || c.Command.Matches == "" {
+			d.at(p+".command.matches", "matches: needs a regular expression: %v", err)
+		}
+		c.Command.re = re
+	case c.Toolchain != nil:
+		switch c.Toolchain.Tool {
+		case "cuda", "torch", "python", "gcc", "cmake":
+		default:
+			d.at(p+".toolchain.tool", "tool %q: cuda, torch, python, gcc or cmake", c.Toolchain.Tool)
+		}
+		cons, err := ParseConstraint(c.Toolchain.Satisfies)
+		if err != nil {
+			d.at(p+".toolchain.satisfies", "%v", err)
+		}
+		c.Toolchain.c = cons
+	case c.Arch != nil:
+		if (len(c.Arch.Contains) == 0) == (len(c.Arch.Only) == 0) {
+			d.at(p+".arch", "give exactly one of contains: and only:")
+		}
+	case c.Recipe != nil:
+		if len(c.Recipe) == 0 {
+			d.at(p+".recipe", "recipe: needs at least one recipe name")
+		}
+	}
+}
+
+func (d *yamlDoc) checkKey(p string, k *KeyCond, host bool) {
+	if k.Key == "" {
+		d.at(p, "missing key:")
+	}
+	n := 0
+	for _, set := range []bool{k.Equals != nil, k.In != nil, k.Set, k.Unset, k.Is != "", k.Matches != "", k.Version != ""} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		d.at(p, "give exactly one of equals, in, set, unset, is, matches%s (found %d)", map[bool]string{true: ", version"}[host], n)
+	}
+	if k.Is != "" && k.Is != "on" && k.Is != "off" {
+		d.at(p+".is", "is: on or off (CMake truthiness), not %q", k.Is)
+	}
+	if k.Matches != "" {
+		re, err := regexp.Compile(k.Matches)
+		if err != nil {
+			d.at(p+".matches", "%v", err)
+		}
+		k.re = re
+	}
+	if k.Version != "" {
+		if !host {
+			d.at(p+".version", "version: is for host facts; use the version condition for components")
+		}
+		cons, err := ParseConstraint(k.Version)
+		if err != nil {
+			d.at(p+".version", "%v", err)
+		}
+		k.ver = cons
+	}
+}
+
+// Commits lists every commit a rule's conditions name, for checks that the ancestry
+// sources know them.
+func (r Rule) Commits() []string {
+	var out []string
+	var walk func(c *Cond)
+	walk = func(c *Cond) {
+		if c == nil {
+			return
+		}
+		for i := range c.All {
+			walk(&c.All[i])
+		}
+		for i := range c.Any {
+			walk(&c.Any[i])
+		}
+		walk(c.Not)
+		if c.Commit != nil {
+			out = append(out, c.Commit.Before+c.Commit.AtOrAfter)
+		}
+	}
+	walk(r.When)
+	for i := range r.Cases {
+		walk(r.Cases[i].When)
+	}
+	return out
+}
+
+// Line is the rule's line in its file, for editors and explain.
+func (r Rule) Line() int { return r.line }
+
+// StagesOf lists the stages where the rule, or any of its cases, applies.
+func (r Rule) StagesOf() []Stage {
+	out := slices.Clone(r.Stages)
+	for _, c := range r.Cases {
+		for _, s := range c.Stages {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
