@@ -1,0 +1,81 @@
+package builder
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/charmbracelet/log"
+
+	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/patches"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// TestUpstreamRecipes fetches every source of every shipped recipe from a mirror of
+// real upstream snapshots, and patches every tree it can lay out, proving the sets'
+// effects. Sources the snapshots cannot serve must fail with a clear message.
+func TestUpstreamRecipes(t *testing.T) {
+	mirror := os.Getenv("EPBUILD_TEST_MIRROR")
+	if mirror == "" {
+		t.Skip("EPBUILD_TEST_MIRROR is unset: point it at a mirror of DeepEP, NVIDIA/nvshmem, valgur/NVSHMEM-archive and Infrawaves/DeepEP_ibrc_dual-ports_multiQP to run the recipes against upstream")
+	}
+	ctx := context.Background()
+	c, err := cache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := NewSources(c, mirror, log.New(io.Discard), source.ProgressLines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// what the snapshots lack, and the words the error must use
+	absent := map[string]string{
+		"919760f413fb834e76382d129ba9c3314ce722be": "not in the mirror", // NVSHMEM v3.5.19-1
+		"eb2c8fb3b7084c2db86bd9fd905387909f1dfd483e7b45f7b3c3d5fcf5374b5a": "no mirror entry", // the 3.2.5-1 tarball
+	}
+	for _, name := range []string{"gcp-b200", "efa-aws", "ibrc-dualport", "single-node"} {
+		plan, err := res.Resolve(name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pc := range plan.Components {
+			pc := pc
+			if pc.Source.Python != nil {
+				continue
+			}
+			pin := pc.Source.Pin()
+			tree := filepath.Join(t.TempDir(), pc.Name)
+			err := Materialize(ctx, src, &pc, tree)
+			if want, ok := absent[strings.TrimPrefix(pin, "sha256:")]; ok {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s %s (%s): want an error saying %q, got %v", name, pc.Name, pin, want, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Errorf("%s %s: fetch %s: %v", name, pc.Name, pin, err)
+				continue
+			}
+			sets, effects, err := ApplySets(ctx, src, &pc, tree, patches.Options{})
+			if err != nil {
+				t.Errorf("%s %s: %v", name, pc.Name, err)
+				continue
+			}
+			for _, e := range effects {
+				if e.Status == "fail" {
+					t.Errorf("%s %s: effect %s failed: %s", name, pc.Name, e.Expected, e.Found)
+				}
+			}
+			t.Logf("%s %s @ %s: %d sets applied, %d effects proven", name, pc.Name, pin[:12], len(sets), len(effects))
+		}
+	}
+}
