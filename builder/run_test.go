@@ -157,7 +157,8 @@ func TestDemoKilled(t *testing.T) {
 			os.MkdirAll(dir, 0o755)
 		}
 		cmd := exec.Command(os.Args[0], "-test.run=^TestDemoKilled$")
-		cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD=demo", "EPBUILD_TEST_DIR="+dir, "EPBUILD_TEST_OUT="+out)
+		// the child's temporary files land where the test cleans up, even when it is killed
+		cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD=demo", "EPBUILD_TEST_DIR="+dir, "EPBUILD_TEST_OUT="+out, "TMPDIR="+t.TempDir())
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -140,6 +140,9 @@ Exit codes: 0 done; 1 the job failed (patch conflict, build error, check failed)
 		newCacheCmd(app),
 		newCompatCmd(app),
 		newMatrixCmd(app),
+		newInstallCmd(app),
+		newVerifyInstallCmd(app),
+		newHostCmd(app),
 	)
 	return root
 }

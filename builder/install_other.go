@@ -1,0 +1,13 @@
+//go:build !linux
+
+package builder
+
+import "errors"
+
+// errNoExchange: the file system cannot swap two paths in one step.
+var errNoExchange = errors.New("atomic exchange not supported")
+
+// exchange has no portable form: callers fall back to two renames.
+func exchange(a, b string) error { return errNoExchange }
+
+func renameNoReplace(oldpath, newpath string) error { return renameIfAbsent(oldpath, newpath) }

@@ -1,0 +1,399 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/host"
+)
+
+func newInstallCmd(app *App) *cobra.Command {
+	var (
+		prefix string
+		keep   bool
+		asJSON bool
+		python string
+	)
+	cmd := &cobra.Command{
+		Use:   "install ARTIFACT --prefix DIR",
+		Short: "Install an artifact into a prefix: checked first, swapped in atomically, verified in place",
+		Long: `Install an artifact <recipe>-<plan>.tar.zst into DIR.
+
+Before DIR is touched: the artifact's sha256 is checked against ARTIFACT.sha256 (when
+present), it is extracted beside DIR, and every file's sha256 and mode is checked against
+the manifest it carries. Then the new tree replaces DIR in one step (the previous install
+moves to DIR.prev-<n>), and verify-install runs in place: on failure the previous install
+is put back; on success it is removed, unless --keep-previous. DIR gets a receipt
+(.epbuild-receipt.json) naming the artifact.
+
+Exit codes: 0 installed; 1 the new install failed verify (rolled back); 2 the artifact is
+damaged, truncated, not an epbuild artifact, or DIR is not an install to replace.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if prefix == "" {
+				return usageError{errors.New("install: --prefix DIR is required")}
+			}
+			res, err := builder.Install(cmd.Context(), builder.InstallOptions{
+				Artifact: args[0], Prefix: prefix, KeepPrevious: keep, Version: version, Log: app.Log,
+				Verify: builder.VerifyOptions{Python: python, Environ: builder.CleanEnviron(app.Getenv)},
+			})
+			var ve *builder.InstallVerifyError
+			if errors.As(err, &ve) && ve.Report != nil {
+				if asJSON {
+					_ = writeJSON(app.Out, jsonReport(ve.Report))
+				} else {
+					writeReport(app.Out, ve.Report)
+				}
+				return &exitError{code: exitFailed, msg: strings.SplitN(ve.Error(), ":\n", 2)[0]}
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(app.Out, res)
+			}
+			r := res.Receipt
+			fmt.Fprintf(app.Out, "installed %s (recipe %s, plan %s)\n", r.Artifact, r.Recipe, r.PlanKey[:min(12, len(r.PlanKey))])
+			fmt.Fprintf(app.Out, "prefix    %s\nsha256    %s\n", res.Prefix, r.SHA256)
+			if res.Previous != "" {
+				fmt.Fprintf(app.Out, "previous  kept at %s\n", res.Previous)
+			}
+			fmt.Fprintf(app.Out, "verify    %s\n", verifySummary(res.Report))
+			fmt.Fprintf(app.Out, "use it:   . %s\n", filepath.Join(res.Prefix, builder.EnvName))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&prefix, "prefix", "", "install into this directory (created; an install already there is replaced)")
+	cmd.Flags().BoolVar(&keep, "keep-previous", false, "keep the replaced install as DIR.prev-<n> after the new one verifies")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result (receipt and verify report) as JSON")
+	cmd.Flags().StringVar(&python, "python", "", "interpreter for the import checks (default: the build's, if here, else python3)")
+	return cmd
+}
+
+func newVerifyInstallCmd(app *App) *cobra.Command {
+	var (
+		prefix  string
+		asJSON  bool
+		python  string
+		hostOn  bool
+		sysroot string
+		traffic bool
+	)
+	cmd := &cobra.Command{
+		Use:   "verify-install [--prefix DIR] [--json] [--host [--sysroot DIR]] [--traffic -- CMD ARGS...]",
+		Short: "Check an installed prefix against its manifest, its recipe's checks and (--host) this host",
+		Long: `Check an installed prefix (default $EPBUILD_PREFIX, which env.sh sets):
+
+  files.*        every file's sha256 and mode against the manifest; each changed, missing,
+                 extra or re-moded path listed with its own ID
+  install.*      the manifest and the receipt install left
+  env.*          env.sh: what it exports matches the plan, the paths it names exist,
+                 LD_PRELOAD (if any) is the NVSHMEM the artifact carries
+  effect.*, ...  the patch sets' effects and the recipe's checks, re-run on the installed
+                 copy (imports in a clean environment)
+  process.single-nvshmem
+                 exactly one libnvshmem_host mapped after importing torch and deep_ep
+  host.*         with --host: peer memory, driver regkeys, RDMA devices, ports, GID type,
+                 the GPU↔NIC pairing (and the DEEP_EP_DEVICE_TO_HCA_MAPPING line it
+                 implies), gdrdrv, locked memory; --sysroot reads a capture instead
+  host.traffic.* with --traffic -- CMD ARGS...: CMD runs with the install's env and the
+                 NIC counters are sampled around it: all bytes on one NIC means the
+                 mapping did not take
+
+Every check has a stable ID, a status (pass, warn, fail, skip), what it read, why it
+matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad input.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			dash := cmd.ArgsLenAtDash()
+			switch {
+			case traffic && (dash != 0 || len(args) == 0):
+				return usageError{errors.New("--traffic needs the command after --: verify-install --traffic -- CMD ARGS...")}
+			case !traffic && len(args) > 0:
+				return usageError{fmt.Errorf("unexpected arguments %q (a command to sample needs --traffic -- CMD ARGS...)", args)}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if prefix == "" {
+				prefix = app.Getenv("EPBUILD_PREFIX")
+			}
+			if prefix == "" {
+				return usageError{errors.New("verify-install: give --prefix DIR, or source the install's env.sh (it sets EPBUILD_PREFIX)")}
+			}
+			opts := builder.VerifyOptions{Prefix: prefix, Python: python, Environ: builder.CleanEnviron(app.Getenv),
+				Host: hostOn, Sysroot: host.NewSysroot(sysroot)}
+			if traffic {
+				opts.Traffic = app.trafficCommand(prefix, args)
+			}
+			rep, err := builder.Verify(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if err := writeJSON(app.Out, jsonReport(rep)); err != nil {
+					return err
+				}
+			} else {
+				writeReport(app.Out, rep)
+			}
+			if rep.Failed() {
+				return &exitError{code: exitFailed}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&prefix, "prefix", "", "the installed prefix (default $EPBUILD_PREFIX)")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON: one object per check, with stable IDs")
+	f.StringVar(&python, "python", "", "interpreter for the import checks (default: the build's, if here, else python3)")
+	f.BoolVar(&hostOn, "host", false, "also check this host: peer memory, RDMA devices, GPU↔NIC pairing, ...")
+	f.StringVar(&sysroot, "sysroot", "", "read /sys, /proc and /dev under this directory (a capture from `epbuild host capture`)")
+	f.BoolVar(&traffic, "traffic", false, "run the command after -- and report how its NIC traffic spread")
+	return cmd
+}
+
+// trafficCommand runs args with the install's runtime env on top of ours, its output
+// on stderr so that stdout stays the report.
+func (app *App) trafficCommand(prefix string, args []string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		env, err := builder.InstallEnv(prefix, os.Environ())
+		if err != nil {
+			return err
+		}
+		c := exec.CommandContext(ctx, args[0], args[1:]...)
+		c.Env, c.Stdin, c.Stdout, c.Stderr = env, app.In, app.Err, app.Err
+		if err := c.Run(); err != nil {
+			return fmt.Errorf("%s: %w", strings.Join(args, " "), err)
+		}
+		return nil
+	}
+}
+
+// verifyJSON is the report with its verdict, for fleets.
+type verifyJSON struct {
+	OK bool `json:"ok"`
+	*builder.VerifyReport
+}
+
+func jsonReport(r *builder.VerifyReport) verifyJSON {
+	return verifyJSON{OK: !r.Failed(), VerifyReport: r}
+}
+
+func verifySummary(r *builder.VerifyReport) string {
+	n := r.Counts()
+	return fmt.Sprintf("%d pass, %d warn, %d fail, %d skip", n["pass"], n["warn"], n["fail"], n["skip"])
+}
+
+// maxFound keeps a table row readable; the details below and --json have the whole text.
+const maxFound = 100
+
+// writeReport prints the checks as a table, then the details of each failure and warning,
+// then the mapping line the host checks computed.
+func writeReport(w io.Writer, r *builder.VerifyReport) {
+	fmt.Fprintf(w, "verify-install %s", r.Prefix)
+	if r.Recipe != "" {
+		fmt.Fprintf(w, " (recipe %s, plan %s)", r.Recipe, r.PlanKey[:min(12, len(r.PlanKey))])
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tFOUND")
+	for _, c := range r.Checks {
+		found := c.Found
+		if found == "" {
+			found = c.Read
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.ID, c.Status, reportClip(reportLine(found), maxFound))
+	}
+	tw.Flush()
+	for _, c := range r.Checks {
+		if c.Status != "fail" && c.Status != "warn" {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s %s\n", strings.ToUpper(c.Status), c.ID)
+		for _, kv := range [][2]string{{"read", c.Read}, {"expected", c.Expected}, {"found", c.Found}, {"why", c.Why}, {"fix", c.Fix}} {
+			if kv[1] != "" {
+				fmt.Fprintf(w, "  %-9s %s\n", kv[0]+":", kv[1])
+			}
+		}
+	}
+	verdict := "OK"
+	if r.Failed() {
+		verdict = "FAILED"
+	}
+	fmt.Fprintf(w, "\n%s: %s\n", verdict, verifySummary(r))
+	if r.MappingLine != "" {
+		fmt.Fprintf(w, "\n# the GPU↔NIC pairing of this host's PCIe tree, ready for env.sh:\n%s\n", r.MappingLine)
+	}
+}
+
+func reportClip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+func reportLine(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func newHostCmd(app *App) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "host",
+		Short: "Check this host for a recipe (peer memory, RDMA, GPU↔NIC pairing), or capture what the checks read",
+	}
+	var hf hostFlags
+	capture := &cobra.Command{
+		Use:   "capture OUT.tar.zst",
+		Short: "Record exactly the /sys, /proc and /dev files the host checks read, for --sysroot elsewhere",
+		Long: `Record exactly the files, directories and symlinks the host checks (and the NIC traffic
+counters) read on this host into OUT.tar.zst. Unpack it anywhere (tar --zstd -xf) and pass
+the directory as --sysroot to host check or verify-install --host: the same checks, the same
+results, without the node.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sys, cfg, err := hf.config(app)
+			if err != nil {
+				return err
+			}
+			var buf bytes.Buffer
+			if err := host.Capture(cmd.Context(), sys, cfg, &buf); err != nil {
+				return err
+			}
+			if err := writeFileAtomic(args[0], buf.Bytes()); err != nil {
+				return err
+			}
+			fmt.Fprintf(app.Out, "captured the host state for %s (transport %s) into %s (%s)\n", orDash(cfg.Recipe), cfg.Transport, args[0], humanBytes(int64(buf.Len())))
+			return nil
+		},
+	}
+	hf.add(capture)
+	var asJSON bool
+	var hcf hostFlags
+	check := &cobra.Command{
+		Use:   "check [--sysroot DIR] [--recipe NAME] [--json]",
+		Short: "Run the host checks alone, for a recipe or an install's plan",
+		Long: `Run the host checks alone. What they ask of the host comes from --recipe NAME, else from
+the install at --prefix (default $EPBUILD_PREFIX), else nothing recipe-specific (transport
+ibrc when the host has RDMA devices, none otherwise). Exit 1 when a check fails.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sys, cfg, err := hcf.config(app)
+			if err != nil {
+				return err
+			}
+			rep := host.Run(cmd.Context(), sys, cfg)
+			if asJSON {
+				err = writeJSON(app.Out, struct {
+					OK          bool        `json:"ok"`
+					Config      host.Config `json:"config"`
+					MappingLine string      `json:"mapping_line,omitempty"`
+					host.Report
+				}{!rep.Failed(), cfg, host.MappingLine(rep), rep})
+			} else {
+				err = host.WriteTable(app.Out, rep)
+				if line := host.MappingLine(rep); line != "" && err == nil {
+					fmt.Fprintf(app.Out, "\n# the GPU↔NIC pairing of this host's PCIe tree, ready for env.sh:\n%s\n", line)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if rep.Failed() {
+				return &exitError{code: exitFailed}
+			}
+			return nil
+		},
+	}
+	hcf.add(check)
+	check.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cmd.AddCommand(capture, check)
+	return cmd
+}
+
+// hostFlags pick the sysroot and what the host checks ask for.
+type hostFlags struct {
+	sysroot, recipe, prefix string
+}
+
+func (f *hostFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.sysroot, "sysroot", "", "read /sys, /proc and /dev under this directory instead of /")
+	cmd.Flags().StringVar(&f.recipe, "recipe", "", "check for this recipe's runtime settings (transport, GID index, mapping, ...)")
+	cmd.Flags().StringVar(&f.prefix, "prefix", "", "check for the plan of the install here (default $EPBUILD_PREFIX, when set)")
+}
+
+func (f *hostFlags) config(app *App) (host.Sysroot, host.Config, error) {
+	sys := host.NewSysroot(f.sysroot)
+	if f.sysroot != "" {
+		if st, err := os.Stat(f.sysroot); err != nil || !st.IsDir() {
+			return sys, host.Config{}, usageError{fmt.Errorf("--sysroot %s: not a directory", f.sysroot)}
+		}
+	}
+	var (
+		plan *builder.Plan
+		tc   *builder.Toolchain
+	)
+	prefix := f.prefix
+	if prefix == "" {
+		prefix = app.Getenv("EPBUILD_PREFIX")
+	}
+	switch {
+	case f.recipe != "":
+		res, err := builder.NewResolver(app.library())
+		if err != nil {
+			return sys, host.Config{}, err
+		}
+		if plan, err = res.Resolve(f.recipe, nil); err != nil {
+			return sys, host.Config{}, err
+		}
+	case prefix != "":
+		m, _, err := builder.ReadInstalledManifest(prefix)
+		if err != nil {
+			return sys, host.Config{}, usageError{err}
+		}
+		plan, tc = m.Plan, m.Toolchain
+	}
+	cfg, err := builder.HostConfig(plan, tc, sys)
+	if err != nil {
+		return sys, cfg, usageError{err}
+	}
+	return sys, cfg, nil
+}
+
+// writeFileAtomic writes b to path through a temporary sibling, so that path is either
+// absent or whole.
+func writeFileAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

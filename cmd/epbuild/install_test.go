@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/demo"
+	"github.com/epbuild/epbuild/builder/host"
+)
+
+// demoBuild is the demo recipe built through Main on first use, once per test binary;
+// TestMain removes it.
+type demoBuild struct {
+	once     sync.Once
+	dir      string
+	artifact string
+	err      error
+}
+
+var shared demoBuild
+
+// demoArtifact returns the path of the demo artifact, building it on first use.
+func demoArtifact(t *testing.T) string {
+	t.Helper()
+	shared.once.Do(func() {
+		if shared.dir, shared.err = os.MkdirTemp("", "epbuild-cmd-test-"); shared.err != nil {
+			return
+		}
+		var out, errb bytes.Buffer
+		env := nodeEnv("EPBUILD_CACHE", filepath.Join(shared.dir, "cache"))
+		if c := Main([]string{"recipe", "demo", "-o", filepath.Join(shared.dir, "out")}, Streams{In: strings.NewReader(""), Out: &out, Err: &errb},
+			func(k string) string { return env[k] }); c != 0 {
+			shared.err = fmt.Errorf("epbuild recipe demo: exit %d\n%s%s", c, out.String(), errb.String())
+			return
+		}
+		arts, _ := filepath.Glob(filepath.Join(shared.dir, "out", "demo-*.tar.zst"))
+		if len(arts) != 1 {
+			shared.err = fmt.Errorf("epbuild recipe demo wrote %v", arts)
+			return
+		}
+		shared.artifact = arts[0]
+	})
+	if shared.err != nil {
+		t.Fatalf("build the demo: %v", shared.err)
+	}
+	return shared.artifact
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.dir != "" {
+		_ = os.RemoveAll(shared.dir)
+	}
+	os.Exit(code)
+}
+
+// nodeEnv is what a node's shell gives epbuild here.
+func nodeEnv(extra ...string) map[string]string {
+	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME")}
+	for i := 0; i+1 < len(extra); i += 2 {
+		env[extra[i]] = extra[i+1]
+	}
+	return env
+}
+
+type checkJSON struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Read   string `json:"read"`
+	Found  string `json:"found"`
+	Why    string `json:"why"`
+	Fix    string `json:"fix"`
+}
+
+func decodeReport(t *testing.T, out string) (bool, map[string]checkJSON) {
+	t.Helper()
+	var rep struct {
+		OK     bool        `json:"ok"`
+		Checks []checkJSON `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json output is not JSON: %v\n%s", err, out)
+	}
+	byID := map[string]checkJSON{}
+	for _, c := range rep.Checks {
+		if _, dup := byID[c.ID]; dup || c.ID == "" {
+			t.Errorf("check ID %q is empty or not unique", c.ID)
+		}
+		byID[c.ID] = c
+	}
+	return rep.OK, byID
+}
+
+func TestInstallAndVerifyCLI(t *testing.T) {
+	art := demoArtifact(t)
+	prefix := filepath.Join(t.TempDir(), "opt", "demo")
+	env := nodeEnv()
+	code, out, errs := run(t, env, "install", art, "--prefix", prefix)
+	if code != 0 || !strings.Contains(out, "installed "+filepath.Base(art)) || !strings.Contains(out, ". "+filepath.Join(prefix, "env.sh")) {
+		t.Fatalf("install: exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = run(t, env, "verify-install", "--prefix", prefix)
+	if code != 0 || !strings.Contains(out, "OK: ") || !strings.Contains(out, "python.import:pydemo") {
+		t.Fatalf("verify-install: exit %d\n%s\n%s", code, out, errs)
+	}
+	// env.sh sets EPBUILD_PREFIX; verify-install defaults to it
+	code, out, errs = run(t, nodeEnv("EPBUILD_PREFIX", prefix), "verify-install", "--json")
+	if code != 0 {
+		t.Fatalf("verify-install from $EPBUILD_PREFIX: exit %d\n%s\n%s", code, out, errs)
+	}
+	ok, checks := decodeReport(t, out)
+	if !ok || checks["files"].Status != "pass" || checks["python.import:pydemo"].Status != "pass" || checks["process.single-nvshmem"].Status != "skip" {
+		t.Errorf("--json report: ok %v, %+v", ok, checks)
+	}
+
+	// the field failure: an unpatched copy installed over the patched one
+	src, err := demo.Files("pydemo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(prefix, "pydemo", "python", "pydemo", "channel.py"), src["pydemo/channel.py"], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = run(t, env, "verify-install", "--prefix", prefix)
+	if code != 1 || !strings.Contains(out, "FAIL files.changed:pydemo/python/pydemo/channel.py") || !strings.Contains(out, "FAIL effect.demo-py-lanes.") ||
+		!strings.Contains(out, "FAILED: ") {
+		t.Errorf("verify-install of an unpatched copy: exit %d\n%s", code, out)
+	}
+	code, out, _ = run(t, env, "verify-install", "--prefix", prefix, "--json")
+	if ok, checks := decodeReport(t, out); code != 1 || ok || checks["files.changed:pydemo/python/pydemo/channel.py"].Fix == "" {
+		t.Errorf("verify-install --json of an unpatched copy: exit %d, ok %v", code, ok)
+	}
+	// reinstalling repairs it; --keep-previous keeps the broken one aside
+	code, out, errs = run(t, env, "install", art, "--prefix", prefix, "--keep-previous")
+	if code != 0 || !strings.Contains(out, "previous  kept at "+prefix+".prev-1") {
+		t.Fatalf("reinstall: exit %d\n%s\n%s", code, out, errs)
+	}
+	if code, out, _ := run(t, env, "verify-install", "--prefix", prefix); code != 0 {
+		t.Errorf("verify after the reinstall: exit %d\n%s", code, out)
+	}
+	if code, _, _ := run(t, env, "verify-install", "--prefix", prefix+".prev-1"); code != 1 {
+		t.Errorf("the kept previous install (unpatched) verifies: exit %d", code)
+	}
+}
+
+func TestInstallCLIBadInput(t *testing.T) {
+	art := demoArtifact(t)
+	parent := t.TempDir()
+	prefix := filepath.Join(parent, "demo")
+	env := nodeEnv()
+	if code, out, errs := run(t, env, "install", art, "--prefix", prefix); code != 0 {
+		t.Fatalf("install: exit %d\n%s\n%s", code, out, errs)
+	}
+	b, err := os.ReadFile(art)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	bad := filepath.Join(t.TempDir(), filepath.Base(art))
+	if err := os.WriteFile(bad, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	receipt, _ := os.ReadFile(filepath.Join(prefix, builder.ReceiptName))
+	code, _, errs := run(t, env, "install", bad, "--prefix", prefix)
+	if code != 2 || !strings.Contains(errs, "nothing was installed") {
+		t.Errorf("install of a corrupted artifact: exit %d, stderr %q", code, errs)
+	}
+	if got, _ := os.ReadFile(filepath.Join(prefix, builder.ReceiptName)); !bytes.Equal(got, receipt) {
+		t.Errorf("the corrupted artifact touched the prefix")
+	}
+	ents, _ := os.ReadDir(parent)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{".demo.epbuild-lock", "demo"}) {
+		t.Errorf("beside the prefix: %v", names)
+	}
+	for _, args := range [][]string{
+		{"verify-install"},
+		{"verify-install", "--prefix", filepath.Join(parent, "absent")},
+		{"verify-install", "--prefix", prefix, "extra"},
+		{"verify-install", "--prefix", prefix, "--traffic"},
+		{"verify-install", "--prefix", prefix, "--bogus"},
+		{"install", art},
+		{"install", filepath.Join(parent, "absent.tar.zst"), "--prefix", prefix},
+		{"host", "check", "--sysroot", filepath.Join(parent, "absent")},
+	} {
+		if code, out, errs := run(t, env, args...); code != 2 {
+			t.Errorf("%q: exit %d, want 2\n%s\n%s", args, code, out, errs)
+		}
+	}
+}
+
+// host capture records what host check reads: checking the capture gives the same
+// results as checking the host.
+func TestHostCLI(t *testing.T) {
+	art := demoArtifact(t)
+	env := nodeEnv()
+	liveCode, live, errs := run(t, env, "host", "check", "--recipe", "gcp-b200", "--json")
+	if liveCode != 0 && liveCode != 1 {
+		t.Fatalf("host check: exit %d\n%s", liveCode, errs)
+	}
+	_, liveChecks := decodeReport(t, live)
+	if liveChecks["host.gpus"].ID == "" || liveChecks["host.peermem"].ID == "" {
+		t.Fatalf("host check reports no GPU or peer-memory check: %v", live)
+	}
+	capture := filepath.Join(t.TempDir(), "node.tar.zst")
+	if code, out, errs := run(t, env, "host", "capture", capture, "--recipe", "gcp-b200"); code != 0 || !strings.Contains(out, "transport ibgda") {
+		t.Fatalf("host capture: exit %d\n%s\n%s", code, out, errs)
+	}
+	f, err := os.Open(capture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := host.ExtractCapture(f, root); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	code, replay, errs := run(t, env, "host", "check", "--recipe", "gcp-b200", "--json", "--sysroot", root)
+	if code != liveCode {
+		t.Errorf("host check of the capture: exit %d, live %d\n%s", code, liveCode, errs)
+	}
+	_, replayChecks := decodeReport(t, replay)
+	for id, c := range liveChecks {
+		if r := replayChecks[id]; r.Status != c.Status {
+			t.Errorf("%s: %s on the host, %s on its capture (%s | %s)", id, c.Status, r.Status, c.Read, r.Read)
+		}
+	}
+
+	prefix := filepath.Join(t.TempDir(), "demo")
+	if code, out, errs := run(t, env, "install", art, "--prefix", prefix); code != 0 {
+		t.Fatalf("install: exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, _ := run(t, env, "verify-install", "--prefix", prefix, "--host", "--sysroot", root, "--json")
+	_, checks := decodeReport(t, out)
+	if checks["host.gpus"].ID == "" || checks["files"].Status != "pass" {
+		t.Errorf("verify-install --host: exit %d, no host checks or files failed:\n%s", code, out)
+	}
+	// --traffic runs the command with the install's env and samples the NICs around it
+	code, out, errs = run(t, env, "verify-install", "--prefix", prefix, "--sysroot", root, "--json", "--traffic", "--",
+		"sh", "-c", `test "$DEMO_LANE_MAPPING" = "0:2,1:1" && test "$EPBUILD_PREFIX" = "`+prefix+`"`)
+	_, checks = decodeReport(t, out)
+	if code != 0 || checks["host.traffic.run"].Status != "pass" || checks["host.traffic.spread"].ID == "" {
+		t.Errorf("--traffic with a command that succeeds: exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, _ = run(t, env, "verify-install", "--prefix", prefix, "--sysroot", root, "--traffic", "--", "sh", "-c", "exit 3")
+	if code != 1 || !strings.Contains(out, "FAIL host.traffic.run") {
+		t.Errorf("--traffic with a command that fails: exit %d\n%s", code, out)
+	}
+}
