@@ -97,7 +97,8 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 		return path
 	}
 	out := func(name string, args ...string) string {
-		c, cancel := context.WithTimeout(ctx, 20*time.Second)
+		// importing torch from a cold disk can take a minute
+		c, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		defer cancel()
 		b, err := exec.CommandContext(c, name, args...).CombinedOutput()
 		if err != nil {
@@ -490,6 +491,10 @@ func (p *Prober) ProbeCached(ctx context.Context, dir string) *Toolchain {
 		}
 	}
 	t := p.Probe(ctx)
+	// a probe that could not read python3 says nothing lasting: ask again next time
+	if t.Python != "" && t.PythonVersion == "" {
+		return t
+	}
 	pc = probeCache{Key: key, Toolchain: t, Validators: map[string]string{}}
 	paths := append([]string{}, t.sitePackages...)
 	for _, tool := range []string{"python3", "gcc", "g++", "cmake", "ninja", "git", "nvcc", "mpicc"} {

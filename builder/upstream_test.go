@@ -39,8 +39,8 @@ func TestUpstreamRecipes(t *testing.T) {
 	}
 	// what the snapshots lack, and the words the error must use
 	absent := map[string]string{
-		"919760f413fb834e76382d129ba9c3314ce722be": "not in the mirror", // NVSHMEM v3.5.19-1
-		"eb2c8fb3b7084c2db86bd9fd905387909f1dfd483e7b45f7b3c3d5fcf5374b5a": "no mirror entry", // the 3.2.5-1 tarball
+		"919760f413fb834e76382d129ba9c3314ce722be":                         "not in the mirror", // NVSHMEM v3.5.19-1
+		"eb2c8fb3b7084c2db86bd9fd905387909f1dfd483e7b45f7b3c3d5fcf5374b5a": "no mirror entry",   // the 3.2.5-1 tarball
 	}
 	for _, name := range []string{"gcp-b200", "efa-aws", "ibrc-dualport", "single-node"} {
 		plan, err := res.Resolve(name, nil)

@@ -994,10 +994,31 @@ func (v *verifier) singleNVSHMEM(ctx context.Context) {
 		c.Status = inspect.StatusFail
 		c.Found = paths[0] + ", not the install's NVSHMEM under " + v.prefixes[nv.Name]
 	}
+	// R9 is about a patched NVSHMEM, whose ABI differs from the copy torch loads by path:
+	// with an unpatched one the extension still binds to the preloaded install (same
+	// SONAME), so a second copy is a warning, not a broken process
+	if c.Status == inspect.StatusFail && len(paths) > 1 && nv.Source.Python == nil && len(nv.Patches) == 0 && preloadsFrom(v.env, v.prefixes[nv.Name]) {
+		c.Status = inspect.StatusWarn
+		c.Found += "; this NVSHMEM is unpatched and preloaded, so DeepEP binds to the install's copy"
+	}
 	if c.Status == inspect.StatusFail {
 		c.Fix = "source " + filepath.Join(v.prefix, EnvName) + " (its LD_PRELOAD loads the install's NVSHMEM first); do not mix the pip NVSHMEM with a source-built one"
 	}
 	v.rep.add(c)
+}
+
+// preloadsFrom reports whether env's LD_PRELOAD loads a library from dir.
+func preloadsFrom(env []string, dir string) bool {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "LD_PRELOAD="); ok && dir != "" {
+			for _, lib := range strings.FieldsFunc(v, func(r rune) bool { return r == ':' || r == ' ' }) {
+				if withinResolved(lib, dir) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // HostConfig derives what the host checks ask of this host from a plan's runtime env

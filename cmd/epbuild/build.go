@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -85,6 +86,7 @@ func newRecipeCmd(app *App) *cobra.Command {
 		force        string
 		allowApplied bool
 		asJSON       bool
+		ignore       []string
 	)
 	cmd := &cobra.Command{
 		Use:   "recipe NAME|FILE",
@@ -111,7 +113,7 @@ after it (patch, build, check, package).`,
 				}
 			}
 			// the rules first: a plan a rule forbids is bad input, before any work
-			findings, err := app.compatFindings(cmd.Context(), p, nil)
+			findings, err := app.compatFindings(cmd.Context(), p, nil, ignore)
 			if err != nil {
 				return err
 			}
@@ -149,7 +151,7 @@ after it (patch, build, check, package).`,
 			if err := builder.Preflight(p, tc); err != nil {
 				return err
 			}
-			pre, err := app.compatFindings(cmd.Context(), p, tc)
+			pre, err := app.compatFindings(cmd.Context(), p, tc, ignore)
 			if err != nil {
 				return err
 			}
@@ -173,6 +175,7 @@ after it (patch, build, check, package).`,
 	cmd.Flags().Lookup("force").NoOptDefVal = "all"
 	cmd.Flags().BoolVar(&allowApplied, "allow-applied", false, "continue when a patch is already in the tree (reported), instead of failing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	cmd.Flags().StringArrayVar(&ignore, "ignore-rule", nil, "build despite an error-level finding of this rule id (e.g. to reproduce a known failure); recorded in the manifest")
 	return cmd
 }
 
@@ -380,7 +383,7 @@ var _ = recipes.SetHelp
 // compatFindings evaluates the rules on the plan (tc nil) or at preflight (the probed
 // toolchain). Warnings and advice are logged and returned for the manifest; an error
 // is returned as bad input (plan) or a lacking environment (preflight).
-func (app *App) compatFindings(ctx context.Context, p *builder.Plan, tc *builder.Toolchain) ([]compat.Finding, error) {
+func (app *App) compatFindings(ctx context.Context, p *builder.Plan, tc *builder.Toolchain, ignore []string) ([]compat.Finding, error) {
 	rules, err := compat.LoadRules()
 	if err != nil {
 		return nil, err
@@ -399,8 +402,11 @@ func (app *App) compatFindings(ctx context.Context, p *builder.Plan, tc *builder
 	}
 	var errs []string
 	for _, f := range fs {
-		switch f.Severity {
-		case compat.SeverityError:
+		switch {
+		case f.Severity == compat.SeverityError && slices.Contains(ignore, f.ID):
+			// asked for: the finding is kept (the manifest records it) but does not stop the run
+			app.Log.Warn("ignored by --ignore-rule: "+f.Message, "rule", f.ID, "stage", stage)
+		case f.Severity == compat.SeverityError:
 			errs = append(errs, fmt.Sprintf("%s: %s", f.ID, f.Message))
 			writeFindings(app.Err, []compat.Finding{f})
 		default:
