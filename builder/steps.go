@@ -1,7 +1,6 @@
 package builder
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -121,17 +119,32 @@ func (s *stepEnv) run(ctx context.Context, step, dir string, env []string, name 
 	return nil
 }
 
+// tailFile is the end of a build log, preceded by the first lines that name an error:
+// compilers report the cause early and a wrapper's traceback fills the tail.
 func tailFile(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	start := 0
 	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+		start = len(lines) - n
 	}
-	return strings.Join(lines, "\n")
+	var first []string
+	for _, l := range lines[:start] {
+		if errorLineRe.MatchString(l) && len(first) < 12 {
+			first = append(first, l)
+		}
+	}
+	out := strings.Join(lines[start:], "\n")
+	if len(first) > 0 {
+		out = "first errors:\n" + strings.Join(first, "\n") + "\n...\n" + out
+	}
+	return out
 }
+
+var errorLineRe = regexp.MustCompile(`(?i)(\berror\b|undefined reference|fatal)`)
 
 // cmake configures, builds and installs into destdir+prefix.
 func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars map[string]string) error {
@@ -265,14 +278,3 @@ func copyFile(src, dst string, perm fs.FileMode, buf []byte) error {
 	return out.Close()
 }
 
-// sortedEnvKeys is for stable logs.
-func sortedEnvKeys(m map[string]string) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
-
-var _ = bytes.MinRead

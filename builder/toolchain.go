@@ -175,6 +175,8 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 	return t
 }
 
+const probeMarker = "EPBUILD-PROBE "
+
 // probePython asks python3 once for everything: version, setuptools, wheel, torch,
 // and the distributions asked for.
 func (t *Toolchain) probePython(out func(string, ...string) string, pkgs []string, torch bool) {
@@ -199,7 +201,7 @@ for dist, mod in PKGS:
         if spec and spec.submodule_search_locations: d = list(spec.submodule_search_locations)[0]
         r["pkgs"][dist] = {"version": v, "dir": d}
     except Exception: pass
-print(json.dumps(r))
+print("` + probeMarker + `" + json.dumps(r))
 `
 	var pairs []string
 	for _, p := range pkgs {
@@ -216,11 +218,14 @@ print(json.dumps(r))
 		Pkgs       map[string]PythonPackage `json:"pkgs"`
 		Site       []string                 `json:"site"`
 	}
-	s := out(t.Python, "-c", script)
-	if i := strings.LastIndex(s, "{\""); i >= 0 {
-		s = s[i:]
+	// the report is the marked line: importing torch may print to stdout too
+	var line string
+	for _, l := range strings.Split(out(t.Python, "-c", script), "\n") {
+		if rest, ok := strings.CutPrefix(l, probeMarker); ok {
+			line = rest
+		}
 	}
-	if json.Unmarshal([]byte(s), &r) != nil {
+	if json.Unmarshal([]byte(line), &r) != nil {
 		return
 	}
 	t.PythonVersion, t.Setuptools, t.Wheel, t.Torch, t.TorchCUDA = r.Python, r.Setuptools, r.Wheel, r.Torch, r.TorchCUDA

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-git/go-billy/v5/osfs"
 	git "github.com/go-git/go-git/v5"
@@ -406,7 +407,7 @@ func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, dst string) ([
 			roots = append(roots, r.obj)
 		}
 	}
-	shallow, err := copyObjects(ctx, src, dst, roots, nil, newMeter(f.progress, f.log, p.url, "objects", 0))
+	shallow, err := copyObjects(ctx, src, mdir, dst, roots, nil, newMeter(f.progress, f.log, p.url, "objects", 0))
 	if err != nil {
 		return nil, fetchErr(err, "fetch %s: copy from the mirror %s", p, mdir)
 	}
@@ -416,7 +417,8 @@ func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, dst string) ([
 // copyObjects packs the closure of roots (tags, commits with their whole trees but no
 // parents) from src into a new pack in the git directory dst and returns the commits, which are dst's shallow boundary.
 // Tags and commits for which skip is true are taken as present already, closure included.
-func copyObjects(ctx context.Context, src storer.EncodedObjectStorer, dst string, roots []plumbing.Hash, skip func(plumbing.Hash) bool, m *meter) ([]plumbing.Hash, error) {
+// srcDir is src's git directory, opened again by the extra readers.
+func copyObjects(ctx context.Context, src storer.EncodedObjectStorer, srcDir, dst string, roots []plumbing.Hash, skip func(plumbing.Hash) bool, m *meter) ([]plumbing.Hash, error) {
 	defer m.done()
 	var objs, commits []plumbing.Hash
 	seen := make(map[plumbing.Hash]bool)
@@ -496,9 +498,9 @@ func copyObjects(ctx context.Context, src storer.EncodedObjectStorer, dst string
 	if err != nil {
 		return nil, err
 	}
-	// Reading (inflating, resolving deltas) and writing (compressing, hashing) overlap:
-	// this goroutine reads, since go-git's storage is not safe for concurrent use, and
-	// one writer drains a short queue.
+	// Reading (inflating, resolving deltas: the slow part in go-git) is spread over
+	// readers, each with its own storage since go-git's is not safe for concurrent use;
+	// one writer compresses, hashes and writes what they send.
 	jobs := make(chan packJob, 32)
 	werr := make(chan error, 1)
 	go func() {
@@ -518,17 +520,43 @@ func copyObjects(ctx context.Context, src storer.EncodedObjectStorer, dst string
 		}
 		werr <- err
 	}()
-	rerr := readObjects(ctx, src, objs, jobs)
+	rctx, cancel := context.WithCancel(ctx)
+	rerrs := make([]error, copyReaders)
+	var wg sync.WaitGroup
+	for i := 0; i < copyReaders; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			st := src
+			if i > 0 {
+				s := openStorage(srcDir)
+				defer s.Close()
+				st = s
+			}
+			var part []plumbing.Hash
+			for k := i; k < len(objs); k += copyReaders {
+				part = append(part, objs[k])
+			}
+			if rerrs[i] = readObjects(rctx, st, part, jobs); rerrs[i] != nil {
+				cancel()
+			}
+		}(i)
+	}
+	wg.Wait()
+	cancel()
 	close(jobs)
-	if err := <-werr; err != nil || rerr != nil {
+	if err := <-werr; err != nil || errors.Join(rerrs...) != nil {
 		pw.abort()
-		return nil, errors.Join(rerr, err)
+		return nil, errors.Join(append(rerrs, err)...)
 	}
 	if _, _, err := pw.finish(); err != nil {
 		return nil, err
 	}
 	return commits, nil
 }
+
+// copyReaders is how many goroutines read objects for a copy.
+const copyReaders = 2
 
 // packJob is one object on its way into a pack: its content in data, or, when large, in r
 // (then done is closed once r has been read, before the reader goes on).

@@ -107,7 +107,7 @@ func (f *Fetcher) mirrorGit(ctx context.Context, dir string, p *gitPin) error {
 		_, err := have.EncodedObject(plumbing.AnyObject, h)
 		return err == nil
 	}
-	shallow, err := copyObjects(ctx, src, tmp, roots, present, newMeter(f.progress, f.log, p.url, "objects", 0))
+	shallow, err := copyObjects(ctx, src, f.cache.GitDir(p.key), tmp, roots, present, newMeter(f.progress, f.log, p.url, "objects", 0))
 	if err != nil {
 		return fmt.Errorf("mirror %s into %s: %w", p, mdir, err)
 	}

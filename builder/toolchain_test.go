@@ -1,0 +1,65 @@
+package builder
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A Python package the recipe asks for is found with its version and directory; the
+// probe's report survives a package whose import prints to stdout.
+func TestProbePythonPackage(t *testing.T) {
+	site := t.TempDir()
+	pkg := filepath.Join(site, "nvidia", "nvshmem")
+	if err := os.MkdirAll(filepath.Join(pkg, "lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dist := filepath.Join(site, "nvidia_nvshmem_cu13-3.4.5.dist-info")
+	if err := os.MkdirAll(dist, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dist, "METADATA"), []byte("Metadata-Version: 2.1\nName: nvidia-nvshmem-cu13\nVersion: 3.4.5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// a sitecustomize that prints JSON-looking noise, as some environments do
+	if err := os.WriteFile(filepath.Join(site, "sitecustomize.py"), []byte("print('{\"noise\": {\"a\": 1}}')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"PYTHONPATH": site, "PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME")}
+	getenv := func(k string) string { return env[k] }
+	t.Setenv("PYTHONPATH", site)
+	tc := (&Prober{Getenv: getenv, Packages: []string{"nvidia-nvshmem-cu13", "not-installed-xyz"}}).Probe(context.Background())
+	if tc.Python == "" {
+		t.Skip("no python3 here")
+	}
+	if tc.PythonVersion == "" {
+		t.Fatalf("python probe failed: %+v", tc)
+	}
+	got, ok := tc.PythonPackages["nvidia-nvshmem-cu13"]
+	if !ok || got.Version != "3.4.5" || !strings.HasSuffix(got.Dir, filepath.Join("nvidia", "nvshmem")) {
+		t.Fatalf("package not found right: %+v", tc.PythonPackages)
+	}
+	if _, ok := tc.PythonPackages["not-installed-xyz"]; ok {
+		t.Errorf("an absent package was reported")
+	}
+}
+
+func TestTailFileNamesFirstErrors(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("nvcc -c internode.cu\n")
+	b.WriteString("nvlink error   : Undefined reference to 'nvshmemi_ibgda_device_state_d' in 'internode.o'\n")
+	for i := 0; i < 100; i++ {
+		b.WriteString("  File \"x.py\", line 1, in run\n")
+	}
+	b.WriteString("RuntimeError: Error compiling objects for extension\n")
+	p := filepath.Join(t.TempDir(), "log")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tail := tailFile(p, 40)
+	if !strings.Contains(tail, "Undefined reference to 'nvshmemi_ibgda_device_state_d'") || !strings.HasSuffix(tail, "Error compiling objects for extension") {
+		t.Errorf("tail lacks the cause or the end:\n%s", tail)
+	}
+}
