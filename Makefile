@@ -6,6 +6,8 @@ BIN     := bin/epbuild
 
 .PHONY: all build test lint vet bench schema demo clean fuzz
 
+DEMO_PREFIX ?= out/demo-install
+
 all: build
 
 build:
@@ -27,6 +29,13 @@ lint:
 bench:
 	EPBUILD_BENCH=1 $(GO) test -count=1 -timeout 60m -run '^TestCompare' -v ./... | grep -E '^(BENCH|--- FAIL|FAIL|ok )' 
 	$(GO) test -count=1 -timeout 30m -run '^$$' -bench . -benchmem ./...
+
+# The main job, offline, on any machine with gcc, cmake and python3: build epbuild, run the
+# demo recipe through every stage, install the artifact and verify the install.
+demo: build
+	$(BIN) recipe demo --out out
+	$(BIN) install "$$(ls -t out/demo-*.tar.zst | head -1)" --prefix $(DEMO_PREFIX)
+	$(BIN) verify-install --prefix $(DEMO_PREFIX)
 
 schema:
 	$(GO) run ./cmd/epbuild schema -o recipes/schema.json

@@ -157,7 +157,7 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON: one object per check, with stable IDs")
 	f.StringVar(&python, "python", "", "interpreter for the import checks (default: the build's, if here, else python3)")
 	f.BoolVar(&hostOn, "host", false, "also check this host: peer memory, RDMA devices, GPU↔NIC pairing, ...")
-	f.StringVar(&sysroot, "sysroot", "", "read /sys, /proc and /dev under this directory (a capture from `epbuild host capture`)")
+	f.StringVar(&sysroot, "sysroot", "", "read /sys, /proc and /dev under this directory (an extracted capture of epbuild host capture)")
 	f.BoolVar(&traffic, "traffic", false, "run the command after -- and report how its NIC traffic spread")
 	return cmd
 }
