@@ -39,27 +39,27 @@ type PlanComponent struct {
 // Resolver turns recipes into plans.
 type Resolver struct {
 	Library *recipes.Library
+	// Patches holds the patch sets read so far: only those the recipes name.
 	Patches *patches.Catalog
 	// Catalog maps `--set COMPONENT.version=V` to V's pinned source.
 	Catalog *compat.Catalog
 }
 
-// NewResolver loads the embedded patch sets and uses lib for recipes.
+// NewResolver uses lib for recipes and the embedded patch sets and version catalogue.
 func NewResolver(lib *recipes.Library) (*Resolver, error) {
-	cat, err := patches.Load()
-	if err != nil {
-		return nil, fmt.Errorf("load patch sets: %w", err)
-	}
 	versions, err := compat.LoadCatalog()
 	if err != nil {
 		return nil, fmt.Errorf("load the version catalogue: %w", err)
 	}
-	return &Resolver{Library: lib, Patches: cat, Catalog: versions}, nil
+	return &Resolver{Library: lib, Catalog: versions}, nil
 }
 
 // PatchSetLookup adapts the catalog for recipe validation.
 func (r *Resolver) PatchSetLookup() recipes.PatchSetLookup {
 	return func(name string) (string, bool) {
+		if r.Patches == nil {
+			return "", false
+		}
 		s, ok := r.Patches.Get(name)
 		if !ok {
 			return "", false
@@ -68,7 +68,7 @@ func (r *Resolver) PatchSetLookup() recipes.PatchSetLookup {
 	}
 }
 
-// Load reads, overrides and validates a recipe.
+// Load reads, overrides and validates a recipe, reading the patch sets it names.
 func (r *Resolver) Load(name string, sets []string) (*recipes.Doc, error) {
 	doc, err := r.Library.Load(name)
 	if err != nil {
@@ -79,6 +79,13 @@ func (r *Resolver) Load(name string, sets []string) (*recipes.Doc, error) {
 	}
 	if err := ApplyCatalog(doc, sets, r.Catalog); err != nil {
 		return nil, err
+	}
+	var names []string
+	for _, c := range doc.Recipe.Components {
+		names = append(names, c.Patches...)
+	}
+	if r.Patches, err = patches.LoadNamed(names...); err != nil {
+		return nil, fmt.Errorf("load patch sets: %w", err)
 	}
 	if err := doc.Validate(r.PatchSetLookup()); err != nil {
 		return nil, err

@@ -2,7 +2,9 @@ package compat
 
 import (
 	"bytes"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -632,4 +634,14 @@ func (r Rule) StagesOf() []Stage {
 		}
 	}
 	return out
+}
+
+// DataDigest identifies the embedded rules and history: findings evaluated with the same
+// data on the same facts are the same, so a caller may keep them.
+func DataDigest() string {
+	h := sha256.New()
+	h.Write(rulesYAML)
+	h.Write([]byte{0})
+	h.Write(historyYAML)
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -113,7 +114,7 @@ after it (patch, build, check, package).`,
 				}
 			}
 			// the rules first: a plan a rule forbids is bad input, before any work
-			findings, err := app.compatFindings(cmd.Context(), p, nil, ignore)
+			findings, err := app.compatFindings(cmd.Context(), p, nil, ignore, e.cache.Dir())
 			if err != nil {
 				return err
 			}
@@ -151,7 +152,7 @@ after it (patch, build, check, package).`,
 			if err := builder.Preflight(p, tc); err != nil {
 				return err
 			}
-			pre, err := app.compatFindings(cmd.Context(), p, tc, ignore)
+			pre, err := app.compatFindings(cmd.Context(), p, tc, ignore, e.cache.Dir())
 			if err != nil {
 				return err
 			}
@@ -383,22 +384,31 @@ var _ = recipes.SetHelp
 // compatFindings evaluates the rules on the plan (tc nil) or at preflight (the probed
 // toolchain). Warnings and advice are logged and returned for the manifest; an error
 // is returned as bad input (plan) or a lacking environment (preflight).
-func (app *App) compatFindings(ctx context.Context, p *builder.Plan, tc *builder.Toolchain, ignore []string) ([]compat.Finding, error) {
-	rules, err := compat.LoadRules()
-	if err != nil {
-		return nil, err
-	}
-	anc, err := app.ancestry()
-	if err != nil {
-		return nil, err
-	}
+func (app *App) compatFindings(ctx context.Context, p *builder.Plan, tc *builder.Toolchain, ignore []string, cacheDir string) ([]compat.Finding, error) {
 	facts, stage, code := builder.FactsFromPlan(p), compat.StagePlan, exitBadInput
 	if tc != nil {
 		facts, stage, code = builder.PreflightFacts(facts, p, tc), compat.StagePreflight, exitEnv
 	}
-	fs, err := compat.Evaluate(ctx, rules, facts, stage, anc)
-	if err != nil {
-		return nil, fmt.Errorf("check %s against the compatibility rules: %w", p.Recipe, err)
+	// the same facts under the same rules give the same findings: a rerun reads them
+	// back instead of parsing the rules again
+	keep := filepath.Join(cacheDir, "compat", builder.Key("compat/1", compat.DataDigest(), facts, stage)+".json")
+	var fs []compat.Finding
+	if b, err := os.ReadFile(keep); err != nil || json.Unmarshal(b, &fs) != nil {
+		rules, err := compat.LoadRules()
+		if err != nil {
+			return nil, err
+		}
+		anc, err := app.ancestry()
+		if err != nil {
+			return nil, err
+		}
+		if fs, err = compat.Evaluate(ctx, rules, facts, stage, anc); err != nil {
+			return nil, fmt.Errorf("check %s against the compatibility rules: %w", p.Recipe, err)
+		}
+		if b, err := json.Marshal(fs); err == nil && os.MkdirAll(filepath.Dir(keep), 0o755) == nil {
+			_ = os.WriteFile(keep+".tmp", b, 0o644)
+			_ = os.Rename(keep+".tmp", keep)
+		}
 	}
 	var errs []string
 	for _, f := range fs {
