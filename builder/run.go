@@ -3,10 +3,8 @@ package builder
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -17,6 +15,7 @@ import (
 	"github.com/charmbracelet/log"
 	"github.com/go-git/go-git/v5"
 
+	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
@@ -482,16 +481,11 @@ func ReadSum(path string) (string, error) {
 }
 
 func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
+	sum, _, err := archive.HashFile(context.Background(), path, sha256.New(), make([]byte, 1<<20))
 	if err != nil {
 		return "", fmt.Errorf("hash %s: %w", path, err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.CopyBuffer(h, f, make([]byte, 1<<20)); err != nil {
-		return "", fmt.Errorf("hash %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return sum, nil
 }
 
 // publishArtifact copies the stored artifact to dst atomically, unless dst already

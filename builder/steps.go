@@ -277,4 +277,3 @@ func copyFile(src, dst string, perm fs.FileMode, buf []byte) error {
 	}
 	return out.Close()
 }
-

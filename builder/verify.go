@@ -3,12 +3,9 @@ package builder
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -425,7 +422,7 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 			buf := make([]byte, 1<<20)
 			h := sha256.New()
 			for j := range jobs {
-				sum, n, err := hashPath(ctx, j.path, h, buf)
+				sum, n, err := archive.HashFile(ctx, j.path, h, buf)
 				switch {
 				case err != nil && ctx.Err() != nil:
 				case err != nil:
@@ -584,30 +581,6 @@ func sizeChange(got, want int64) string {
 	return fmt.Sprintf("%d bytes: %d bytes longer", got, got-want)
 }
 
-// hashPath hashes one file, checking for cancellation between chunks.
-func hashPath(ctx context.Context, p string, h hash.Hash, buf []byte) (string, int64, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h.Reset()
-	var n int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return "", n, err
-		}
-		m, err := f.Read(buf)
-		h.Write(buf[:m])
-		n += int64(m)
-		if err == io.EOF {
-			return hex.EncodeToString(h.Sum(nil)), n, nil
-		}
-		if err != nil {
-			return "", n, err
-		}
-	}
-}
 
 // envScript checks env.sh: that it says what the plan says, that the paths it names
 // exist, and that an LD_PRELOAD stays inside the install.

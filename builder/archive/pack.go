@@ -502,7 +502,7 @@ func HashTree(ctx context.Context, dir string) ([]Entry, error) {
 			h := sha256.New()
 			for i := range jobs {
 				it := &items[i]
-				sum, n, err := hashFile(ctx, it.src, h, buf)
+				sum, n, err := HashFile(ctx, it.src, h, buf)
 				if err != nil {
 					fail(fmt.Errorf("entry %q: %w", it.Path, err))
 					continue
@@ -541,7 +541,9 @@ feed:
 	return out, nil
 }
 
-func hashFile(ctx context.Context, name string, h hash.Hash, buf []byte) (string, int64, error) {
+// HashFile streams one file through h (reset first) with buf, checking ctx between
+// chunks, and returns the hex digest and the bytes read.
+func HashFile(ctx context.Context, name string, h hash.Hash, buf []byte) (string, int64, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return "", 0, err
