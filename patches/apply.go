@@ -12,7 +12,10 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
 )
@@ -127,7 +130,9 @@ func Apply(ctx context.Context, root string, set *Set, up Upstream, opts Options
 		preps = append(preps, pp)
 	}
 
-	st := &state{disk: newDisk(r), changes: map[string]*node{}}
+	dirs := newDirs(r)
+	defer dirs.close()
+	st := &state{disk: newDisk(dirs), changes: map[string]*node{}}
 	res := &SetResult{Set: set.Name}
 	for _, pp := range preps {
 		pr := PatchResult{Name: pp.patch.Name, Kind: pp.patch.Kind(), Digest: pp.digest}
@@ -170,7 +175,7 @@ func Apply(ctx context.Context, root string, set *Set, up Upstream, opts Options
 		return res, fmt.Errorf("apply set %s: %w", set.Name, err)
 	}
 	ops := st.diff()
-	w := &writer{root: r, dirs: map[string]bool{}}
+	w := newWriter(r, dirs)
 	if err := w.apply(ops); err != nil {
 		return res, fmt.Errorf("apply set %s: %w", set.Name, err)
 	}
@@ -187,11 +192,11 @@ type prepared struct {
 }
 
 func prepare(ctx context.Context, set *Set, p Patch, up Upstream) (prepared, error) {
-	data, err := set.content(ctx, p, up)
+	data, digest, err := set.content(ctx, p, up)
 	if err != nil {
 		return prepared{}, err
 	}
-	pp := prepared{patch: p, data: data, digest: sha256Hex(data)}
+	pp := prepared{patch: p, data: data, digest: digest}
 	if p.Kind() == KindReplace {
 		if reason := unsafeReason(p.Replace.Target); reason != "" {
 			return prepared{}, &UnsafePathError{Patch: p.Name, Path: p.Replace.Target, Reason: reason}
@@ -291,17 +296,15 @@ func applyMessages(st *state, patch string, msgs [][]*gitdiff.File, maxOffset in
 	var results []FileResult
 	cur := st
 	for _, files := range msgs {
-		changes := make([]fileChange, 0, len(files))
+		changes, err := applyFiles(cur, patch, files, maxOffset)
+		if err != nil {
+			return nil, nil, err
+		}
 		freed := map[string]bool{}
-		for _, f := range files {
-			c, err := applyFile(cur, patch, f, maxOffset)
-			if err != nil {
-				return nil, nil, err
-			}
+		for _, c := range changes {
 			if c.remove != "" {
 				freed[c.remove] = true
 			}
-			changes = append(changes, c)
 		}
 		next := cur.fork()
 		for _, c := range changes {
@@ -331,6 +334,65 @@ func applyMessages(st *state, patch string, msgs [][]*gitdiff.File, maxOffset in
 		cur = next
 	}
 	return cur, results, nil
+}
+
+// applyFiles computes the file diffs of one message against st, several at
+// once: each reads only st, and reading the tree is most of the work. It
+// returns the error of the first file diff (in order) that fails.
+func applyFiles(st *state, patch string, files []*gitdiff.File, maxOffset int) ([]fileChange, error) {
+	changes := make([]fileChange, len(files))
+	workers := min(runtime.GOMAXPROCS(0), len(files), maxAppliers)
+	if workers <= 1 {
+		for i, f := range files {
+			c, err := applyFile(st, patch, f, maxOffset)
+			if err != nil {
+				return nil, err
+			}
+			changes[i] = c
+		}
+		return changes, nil
+	}
+	errs := make([]error, len(files))
+	var (
+		next   atomic.Int64
+		failed atomic.Int64 // the first failed file, as far as known
+		wg     sync.WaitGroup
+	)
+	failed.Store(int64(len(files)))
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(files) || int64(i) > failed.Load() {
+					return
+				}
+				changes[i], errs[i] = applyFile(st, patch, files[i], maxOffset)
+				if errs[i] != nil {
+					lowerTo(&failed, int64(i))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return changes, nil
+}
+
+// maxAppliers bounds the file diffs computed at once.
+const maxAppliers = 8
+
+// lowerTo sets v to x if x is lower.
+func lowerTo(v *atomic.Int64, x int64) {
+	for {
+		cur := v.Load()
+		if x >= cur || v.CompareAndSwap(cur, x) {
+			return
+		}
+	}
 }
 
 // checkFresh checks that a file can be created at p: nothing there (or freed

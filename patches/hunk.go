@@ -34,19 +34,23 @@ type hunkFailure struct {
 }
 
 // splitLines cuts text into lines that keep their "\n"; a last line without one
-// is kept as it is. The lines share the string's memory.
-func splitLines(s string) []string {
-	lines := make([]string, 0, strings.Count(s, "\n")+1)
-	for len(s) > 0 {
-		i := strings.IndexByte(s, '\n')
+// is kept as it is. The lines share the string's memory. starts holds where
+// each line starts in s, and len(s) last.
+func splitLines(s string) (lines []string, starts []int) {
+	n := strings.Count(s, "\n") + 1
+	lines = make([]string, 0, n)
+	starts = make([]int, 0, n+1)
+	for at := 0; at < len(s); {
+		starts = append(starts, at)
+		i := strings.IndexByte(s[at:], '\n')
 		if i < 0 {
-			lines = append(lines, s)
+			lines = append(lines, s[at:])
 			break
 		}
-		lines = append(lines, s[:i+1])
-		s = s[i+1:]
+		lines = append(lines, s[at:at+i+1])
+		at += i + 1
 	}
-	return lines
+	return lines, append(starts, len(s))
 }
 
 // applyFragments applies a file's hunks to src, each where the patch says or,
@@ -56,7 +60,7 @@ func splitLines(s string) []string {
 // the file and a hunk without trailing context at its end. Hunks must come in
 // order and must not overlap.
 func applyFragments(src string, frags []*gitdiff.TextFragment, maxOffset int) (string, []HunkResult, *hunkFailure) {
-	lines := splitLines(src)
+	lines, starts := splitLines(src)
 	var out strings.Builder
 	out.Grow(len(src) + len(src)/8)
 	results := make([]HunkResult, 0, len(frags))
@@ -99,9 +103,7 @@ func applyFragments(src string, frags []*gitdiff.TextFragment, maxOffset int) (s
 		if found < 0 {
 			return "", nil, describeFailure(i+1, expected, lines, old, cursor, matchStart, matchEnd, maxOffset)
 		}
-		for _, l := range lines[cursor:found] {
-			out.WriteString(l)
-		}
+		out.WriteString(src[starts[cursor]:starts[found]])
 		for _, l := range f.Lines {
 			if l.New() {
 				out.WriteString(l.Line)
@@ -110,9 +112,7 @@ func applyFragments(src string, frags []*gitdiff.TextFragment, maxOffset int) (s
 		cursor = found + len(old)
 		results = append(results, HunkResult{Index: i + 1, Line: found + 1, Offset: found - expected})
 	}
-	for _, l := range lines[cursor:] {
-		out.WriteString(l)
-	}
+	out.WriteString(src[starts[cursor]:])
 	return out.String(), results, nil
 }
 

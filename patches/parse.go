@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"io/fs"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
 )
@@ -69,10 +72,11 @@ func isLowerHex(b []byte) bool {
 // any path epbuild will not write.
 func parsePatch(name string, data []byte) ([][]*gitdiff.File, error) {
 	msgs := splitMessages(data)
+	parsed := parseMessages(msgs)
 	out := make([][]*gitdiff.File, 0, len(msgs))
 	total := 0
-	for i, m := range msgs {
-		files, _, err := gitdiff.Parse(bytes.NewReader(m))
+	for i := range msgs {
+		files, err := parsed[i].files, parsed[i].err
 		if err != nil {
 			if len(msgs) > 1 {
 				return nil, fmt.Errorf("patch %s: parse message %d of %d: %w", name, i+1, len(msgs), err)
@@ -92,6 +96,43 @@ func parsePatch(name string, data []byte) ([][]*gitdiff.File, error) {
 	}
 	return out, nil
 }
+
+// parsedMessage is one message parsed by go-gitdiff.
+type parsedMessage struct {
+	files []*gitdiff.File
+	err   error
+}
+
+// parseMessages parses the messages of a series, several at once.
+func parseMessages(msgs [][]byte) []parsedMessage {
+	out := make([]parsedMessage, len(msgs))
+	parse := func(i int) {
+		out[i].files, _, out[i].err = gitdiff.Parse(bytes.NewReader(msgs[i]))
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(msgs), maxParsers)
+	if workers <= 1 {
+		for i := range msgs {
+			parse(i)
+		}
+		return out
+	}
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(msgs); i = int(next.Add(1) - 1) {
+				parse(i)
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// maxParsers bounds the messages parsed at once.
+const maxParsers = 8
 
 // checkFile refuses paths outside the tree, absolute, or inside .git, and file
 // types git can record but epbuild does not write (symlinks, submodules).

@@ -41,26 +41,31 @@ func short(c string) string {
 }
 
 // content fetches the bytes a patch applies (the diff, or the replacement file)
-// and checks them against their pin.
-func (s *Set) content(ctx context.Context, p Patch, up Upstream) ([]byte, error) {
+// and checks them against their pin. It returns them with their sha256.
+func (s *Set) content(ctx context.Context, p Patch, up Upstream) ([]byte, string, error) {
 	kind := p.Kind()
 	if kind == KindFile {
-		return s.readOwnFile(p)
+		data, err := s.readOwnFile(p)
+		if err != nil {
+			return nil, "", err
+		}
+		// readOwnFile checked that data hashes to the pin.
+		return data, p.SHA256, nil
 	}
 	if up == nil {
-		return nil, fmt.Errorf("patch %s: %s needs an upstream source, and none was given", p.Name, kind)
+		return nil, "", fmt.Errorf("patch %s: %s needs an upstream source, and none was given", p.Name, kind)
 	}
 	switch kind {
 	case KindUpstreamDiff:
 		d := *p.UpstreamDiff
 		data, err := up.Diff(ctx, d)
 		if err != nil {
-			return nil, fmt.Errorf("patch %s: diff %s %s..%s: %w", p.Name, d.Repo, short(d.Base), short(d.Head), err)
+			return nil, "", fmt.Errorf("patch %s: diff %s %s..%s: %w", p.Name, d.Repo, short(d.Base), short(d.Head), err)
 		}
 		if len(data) == 0 {
-			return nil, fmt.Errorf("patch %s: diff %s %s..%s is empty", p.Name, d.Repo, short(d.Base), short(d.Head))
+			return nil, "", fmt.Errorf("patch %s: diff %s %s..%s is empty", p.Name, d.Repo, short(d.Base), short(d.Head))
 		}
-		return data, nil
+		return data, sha256Hex(data), nil
 	case KindUpstreamFile, KindReplace:
 		var spec FileSpec
 		var want string
@@ -71,12 +76,13 @@ func (s *Set) content(ctx context.Context, p Patch, up Upstream) ([]byte, error)
 		}
 		data, err := up.File(ctx, spec)
 		if err != nil {
-			return nil, fmt.Errorf("patch %s: fetch %s: %w", p.Name, spec, err)
+			return nil, "", fmt.Errorf("patch %s: fetch %s: %w", p.Name, spec, err)
 		}
-		if got := sha256Hex(data); got != want {
-			return nil, &PinError{Patch: p.Name, What: spec.String(), Want: want, Got: got}
+		got := sha256Hex(data)
+		if got != want {
+			return nil, "", &PinError{Patch: p.Name, What: spec.String(), Want: want, Got: got}
 		}
-		return data, nil
+		return data, got, nil
 	}
-	return nil, fmt.Errorf("patch %s: no source (give exactly one of file, upstream-diff, upstream-file, replace)", p.Name)
+	return nil, "", fmt.Errorf("patch %s: no source (give exactly one of file, upstream-diff, upstream-file, replace)", p.Name)
 }
