@@ -189,9 +189,15 @@ for name in ("setuptools", "wheel"):
     try: r[name] = md.version(name)
     except Exception: pass
 if WANT_TORCH:
+    # the wheel's version names its CUDA (2.11.0+cu130): importing torch takes seconds
     try:
-        import torch
-        r["torch"] = torch.__version__; r["torch_cuda"] = torch.version.cuda or ""
+        v = md.version("torch")
+        local = v.partition("+")[2]
+        if local.startswith("cu") and local[2:].isdigit() and len(local) >= 5:
+            r["torch"] = v; r["torch_cuda"] = local[2:-1] + "." + local[-1]
+        else:
+            import torch
+            r["torch"] = torch.__version__; r["torch_cuda"] = torch.version.cuda or ""
     except Exception: pass
 for dist, mod in PKGS:
     try:

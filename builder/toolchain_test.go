@@ -63,3 +63,31 @@ func TestTailFileNamesFirstErrors(t *testing.T) {
 		t.Errorf("tail lacks the cause or the end:\n%s", tail)
 	}
 }
+
+// torch's version and CUDA come from its metadata when the version names the CUDA, so
+// the probe need not import torch (seconds on a cold disk).
+func TestProbeTorchFromMetadata(t *testing.T) {
+	site := t.TempDir()
+	dist := filepath.Join(site, "torch-2.11.0+cu130.dist-info")
+	if err := os.MkdirAll(dist, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dist, "METADATA"), []byte("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// an importable torch that fails: the probe must not import it
+	if err := os.MkdirAll(filepath.Join(site, "torch"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(site, "torch", "__init__.py"), []byte("raise ImportError('imported')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PYTHONPATH", site)
+	tc := (&Prober{Getenv: os.Getenv, Torch: true}).Probe(context.Background())
+	if tc.Python == "" {
+		t.Skip("no python3 here")
+	}
+	if tc.Torch != "2.11.0+cu130" || tc.TorchCUDA != "13.0" {
+		t.Fatalf("torch %q cuda %q, want 2.11.0+cu130 and 13.0", tc.Torch, tc.TorchCUDA)
+	}
+}
