@@ -581,7 +581,6 @@ func sizeChange(got, want int64) string {
 	return fmt.Sprintf("%d bytes: %d bytes longer", got, got-want)
 }
 
-
 // envScript checks env.sh: that it says what the plan says, that the paths it names
 // exist, and that an LD_PRELOAD stays inside the install.
 func (v *verifier) envScript() {

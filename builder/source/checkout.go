@@ -1,6 +1,7 @@
 package source
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -11,13 +12,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/index"
-	"github.com/go-git/go-git/v5/plumbing/object"
-	"github.com/go-git/go-git/v5/plumbing/storer"
 
 	"github.com/epbuild/epbuild/builder/cache"
 )
@@ -76,8 +76,11 @@ func (f *Fetcher) linkObjects(ctx context.Context, p *gitPin, gitDir string) err
 		return err
 	}
 	src := f.cache.GitDir(p.key)
-	if err := writeBareSkeleton(gitDir); err != nil {
-		return fmt.Errorf("checkout %s: %w", p, err)
+	// HEAD, objects and refs make a git directory; git makes the rest as it needs it.
+	for _, d := range []string{filepath.Join(gitDir, "objects", "pack"), filepath.Join(gitDir, "refs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("checkout %s: %w", p, err)
+		}
 	}
 	files := map[string]string{
 		"HEAD":   p.commit.String() + "\n",
@@ -116,191 +119,272 @@ func (f *Fetcher) linkObjects(ctx context.Context, p *gitPin, gitDir string) err
 }
 
 // writeWorktree writes commit's tree into root and the matching index into gitDir.
+//
+// The trees are read first (a bad tree fails before anything is written); then workers
+// each take a directory at a time: create it, hand its subdirectories on, and write its
+// files, reading their blobs themselves. Creating files is the slow part of a checkout on
+// a busy file system, and the kernel serialises creations in one directory, not across
+// directories.
 func writeWorktree(ctx context.Context, gitDir, root string, commit plumbing.Hash) error {
-	st := openStorage(gitDir)
-	defer st.Close()
-	c, err := object.GetCommit(st, commit)
+	db, err := openObjectDB(filepath.Join(gitDir, "objects"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	r := db.reader()
+	t, data, err := r.read(commit)
+	if err == nil && t != plumbing.CommitObject {
+		err = fmt.Errorf("a %s, not a commit", t)
+	}
 	if err != nil {
 		return fmt.Errorf("read commit %s: %w", commit, err)
 	}
-	w := &treeWriter{st: st, root: root, jobs: make(chan fileJob, 64)}
-	// Objects are read in this goroutine (go-git's storage is not safe for concurrent
-	// use); creating files, the slow part on a busy file system, is spread over workers.
+	treeHash, err := commitTree(data)
+	if err != nil {
+		return fmt.Errorf("read commit %s: %w", commit, err)
+	}
+	top := &wtDir{abs: root}
+	var entries []*index.Entry
+	tasks := 1
+	var walk func(h plumbing.Hash, d *wtDir) error
+	walk = func(h plumbing.Hash, d *wtDir) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t, data, err := r.read(h)
+		if err == nil && t != plumbing.TreeObject {
+			err = fmt.Errorf("a %s, not a tree", t)
+		}
+		if err != nil {
+			return fmt.Errorf("read tree %s of %q: %w", h, d.rel, err)
+		}
+		es, err := parseTree(data)
+		if err != nil {
+			return fmt.Errorf("read tree %s of %q: %w", h, d.rel, err)
+		}
+		for _, e := range es {
+			// A tree is data from upstream: refuse names that would leave the tree or touch .git.
+			if e.name == "" || e.name == "." || e.name == ".." || strings.ContainsAny(e.name, "/\x00") ||
+				strings.EqualFold(e.name, ".git") {
+				return fmt.Errorf("tree %s: refusing entry %q in %q", h, e.name, d.rel)
+			}
+			rel := path.Join(d.rel, e.name)
+			abs := filepath.Join(d.abs, e.name)
+			ie := &index.Entry{Name: rel, Hash: e.hash, Mode: e.mode}
+			switch e.mode {
+			case filemode.Dir:
+				sub := &wtDir{rel: rel, abs: abs}
+				d.subdirs = append(d.subdirs, sub)
+				tasks++
+				if err := walk(e.hash, sub); err != nil {
+					return err
+				}
+				continue
+			case filemode.Regular, filemode.Deprecated:
+				ie.Mode = filemode.Regular
+			case filemode.Executable, filemode.Symlink, filemode.Submodule:
+			default:
+				return fmt.Errorf("tree %s: entry %q has unknown mode %o", h, rel, e.mode)
+			}
+			d.items = append(d.items, wtItem{abs: abs, entry: ie})
+			entries = append(entries, ie)
+		}
+		tasks += (len(d.items) - 1) / wtChunk
+		return nil
+	}
+	if err := walk(treeHash, top); err != nil {
+		return err
+	}
+
+	w := &wtWriter{queue: make(chan wtTask, tasks)}
+	w.push(wtTask{dir: top, root: true})
+	go func() {
+		w.pending.Wait()
+		close(w.queue)
+	}()
 	var wg sync.WaitGroup
-	errs := make([]error, checkoutWorkers)
 	for i := 0; i < checkoutWorkers; i++ {
 		wg.Add(1)
-		go func(i int) {
+		go func() {
 			defer wg.Done()
-			for j := range w.jobs {
-				if errs[i] == nil {
-					errs[i] = j.write()
+			r := db.reader()
+			for t := range w.queue {
+				if w.failed.Load() == nil {
+					if err := ctx.Err(); err != nil {
+						w.fail(err)
+					} else if err := w.run(r, t); err != nil {
+						w.fail(err)
+					}
 				}
+				w.pending.Done()
 			}
-		}(i)
+		}()
 	}
-	err = w.tree(ctx, c.TreeHash, "")
-	close(w.jobs)
 	wg.Wait()
-	if err != nil {
-		return err
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
+	if err := w.failed.Load(); err != nil {
+		return *err
 	}
 	f, err := os.Create(filepath.Join(gitDir, "index"))
 	if err != nil {
 		return err
 	}
-	if err := index.NewEncoder(f).Encode(&index.Index{Version: 2, Entries: w.entries}); err != nil {
-		f.Close()
+	bw := bufio.NewWriter(f)
+	err = index.NewEncoder(bw).Encode(&index.Index{Version: 2, Entries: entries})
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return fmt.Errorf("write the index: %w", err)
-	}
-	return f.Close()
-}
-
-// checkoutWorkers is how many goroutines create files in a checkout.
-const checkoutWorkers = 4
-
-// inlineLimit: blobs up to this size are read whole and handed to a worker; larger ones are
-// streamed by the reading goroutine itself, to bound memory.
-const inlineLimit = 4 << 20
-
-type fileJob struct {
-	abs   string
-	rel   string
-	perm  fs.FileMode
-	data  []byte
-	entry *index.Entry
-}
-
-func (j fileJob) write() error {
-	f, err := os.OpenFile(j.abs, os.O_WRONLY|os.O_CREATE|os.O_EXCL, j.perm)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(j.data); err != nil {
-		f.Close()
-		return fmt.Errorf("%s: %w", j.rel, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("%s: %w", j.rel, err)
-	}
-	return statEntry(j.entry, j.abs)
-}
-
-type treeWriter struct {
-	st      storer.EncodedObjectStorer
-	root    string
-	jobs    chan fileJob
-	entries []*index.Entry
-}
-
-// tree writes the tree h at the slash path dir (relative to root).
-func (w *treeWriter) tree(ctx context.Context, h plumbing.Hash, dir string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	t, err := object.GetTree(w.st, h)
-	if err != nil {
-		return fmt.Errorf("read tree %s of %q: %w", h, dir, err)
-	}
-	for _, e := range t.Entries {
-		// A tree is data from upstream: refuse names that would leave the tree or touch .git.
-		if e.Name == "" || e.Name == "." || e.Name == ".." || strings.ContainsAny(e.Name, "/\x00") ||
-			strings.EqualFold(e.Name, ".git") {
-			return fmt.Errorf("tree %s: refusing entry %q in %q", h, e.Name, dir)
-		}
-		rel := path.Join(dir, e.Name)
-		abs := filepath.Join(w.root, filepath.FromSlash(rel))
-		ie := &index.Entry{Name: rel, Hash: e.Hash, Mode: e.Mode}
-		switch e.Mode {
-		case filemode.Dir:
-			if err := os.Mkdir(abs, 0o755); err != nil {
-				return err
-			}
-			if err := w.tree(ctx, e.Hash, rel); err != nil {
-				return err
-			}
-			continue
-		case filemode.Submodule:
-			// git leaves an empty directory for a submodule that is not initialised.
-			if err := os.Mkdir(abs, 0o755); err != nil {
-				return err
-			}
-		case filemode.Symlink:
-			target, err := w.blob(e.Hash)
-			if err != nil {
-				return fmt.Errorf("%s: %w", rel, err)
-			}
-			if err := os.Symlink(string(target), abs); err != nil {
-				return err
-			}
-		case filemode.Regular, filemode.Executable, filemode.Deprecated:
-			ie.Mode = filemode.Regular
-			perm := fs.FileMode(0o644)
-			if e.Mode == filemode.Executable {
-				ie.Mode, perm = filemode.Executable, 0o755
-			}
-			w.entries = append(w.entries, ie)
-			if err := w.file(e.Hash, fileJob{abs: abs, rel: rel, perm: perm, entry: ie}); err != nil {
-				return fmt.Errorf("%s: %w", rel, err)
-			}
-			continue
-		default:
-			return fmt.Errorf("tree %s: entry %q has unknown mode %o", h, rel, e.Mode)
-		}
-		if err := statEntry(ie, abs); err != nil {
-			return err
-		}
-		w.entries = append(w.entries, ie)
 	}
 	return nil
 }
 
-func (w *treeWriter) blob(h plumbing.Hash) ([]byte, error) {
-	o, err := w.st.EncodedObject(plumbing.BlobObject, h)
-	if err != nil {
-		return nil, fmt.Errorf("blob %s: %w", h, err)
+// checkoutWorkers is how many goroutines write a checkout.
+const checkoutWorkers = 4
+
+// wtChunk is how many entries of one directory a checkout task writes: a larger
+// directory is shared out among the workers.
+const wtChunk = 64
+
+// inlineLimit: objects up to this size are read whole; larger ones are streamed, to bound
+// memory.
+const inlineLimit = 4 << 20
+
+// wtDir is a directory of a checkout with what goes in it.
+type wtDir struct {
+	rel, abs string
+	items    []wtItem
+	subdirs  []*wtDir
+}
+
+// wtItem is a file, symlink or submodule of a checkout; its index entry gets the stat data.
+type wtItem struct {
+	abs   string
+	entry *index.Entry
+}
+
+// wtTask is a directory to create and fill, or (chunk > 0) a further share of its items.
+type wtTask struct {
+	dir   *wtDir
+	root  bool // the directory exists already
+	chunk int
+}
+
+type wtWriter struct {
+	queue   chan wtTask // holds every task at once: pushing never blocks
+	pending sync.WaitGroup
+	failed  atomic.Pointer[error]
+}
+
+func (w *wtWriter) push(t wtTask) {
+	w.pending.Add(1)
+	w.queue <- t
+}
+
+func (w *wtWriter) fail(err error) { w.failed.CompareAndSwap(nil, &err) }
+
+func (w *wtWriter) run(r *objReader, t wtTask) error {
+	d := t.dir
+	if t.chunk == 0 {
+		if !t.root {
+			if err := os.Mkdir(d.abs, 0o755); err != nil {
+				return err
+			}
+		}
+		for _, s := range d.subdirs {
+			w.push(wtTask{dir: s})
+		}
+		for c := 1; c*wtChunk < len(d.items); c++ {
+			w.push(wtTask{dir: d, chunk: c})
+		}
 	}
-	r, err := o.Reader()
+	end := min((t.chunk+1)*wtChunk, len(d.items))
+	for _, it := range d.items[t.chunk*wtChunk : end] {
+		if err := writeItem(r, it); err != nil {
+			return fmt.Errorf("%s: %w", it.entry.Name, err)
+		}
+	}
+	return nil
+}
+
+// writeItem writes one file, symlink or (empty, as git leaves one that is not
+// initialised) submodule directory and fills its index entry.
+func writeItem(r *objReader, it wtItem) error {
+	e := it.entry
+	switch e.Mode {
+	case filemode.Submodule:
+		if err := os.Mkdir(it.abs, 0o755); err != nil {
+			return err
+		}
+	case filemode.Symlink:
+		target, err := readBlob(r, e.Hash)
+		if err != nil {
+			return err
+		}
+		if err := os.Symlink(string(target), it.abs); err != nil {
+			return err
+		}
+	default:
+		perm := fs.FileMode(0o644)
+		if e.Mode == filemode.Executable {
+			perm = 0o755
+		}
+		fi, err := writeBlobFile(r, e.Hash, it.abs, perm)
+		if err != nil {
+			return err
+		}
+		return fillEntry(e, fi)
+	}
+	return statEntry(e, it.abs)
+}
+
+func readBlob(r *objReader, h plumbing.Hash) ([]byte, error) {
+	t, data, err := r.read(h)
+	if err == nil && t != plumbing.BlobObject {
+		err = fmt.Errorf("object %s is a %s, not a blob", h, t)
+	}
+	return data, err
+}
+
+// writeBlobFile creates abs with the content of the blob h and returns its stat data.
+func writeBlobFile(r *objReader, h plumbing.Hash, abs string, perm fs.FileMode) (fs.FileInfo, error) {
+	var data []byte
+	var src io.Reader
+	if size, ok := r.wholeSize(h); ok && size > inlineLimit {
+		t, _, rd, err := r.stream(h)
+		if err == nil && t != plumbing.BlobObject {
+			err = fmt.Errorf("object %s is a %s, not a blob", h, t)
+		}
+		if err != nil {
+			return nil, err
+		}
+		src = rd
+	} else {
+		var err error
+		if data, err = readBlob(r, h); err != nil {
+			return nil, err
+		}
+	}
+	f, err := os.OpenFile(abs, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return nil, err
 	}
-	defer r.Close()
-	return io.ReadAll(r)
-}
-
-// file hands a regular file to the workers, or writes a large one here.
-func (w *treeWriter) file(h plumbing.Hash, j fileJob) error {
-	o, err := w.st.EncodedObject(plumbing.BlobObject, h)
-	if err != nil {
-		return fmt.Errorf("blob %s: %w", h, err)
+	if src != nil {
+		_, err = io.Copy(f, src)
+	} else {
+		_, err = f.Write(data)
 	}
-	r, err := o.Reader()
-	if err != nil {
-		return err
+	var fi fs.FileInfo
+	if err == nil {
+		fi, err = f.Stat() // closing changes no time stamp
 	}
-	defer r.Close()
-	if o.Size() <= inlineLimit {
-		if j.data, err = io.ReadAll(r); err != nil {
-			return err
-		}
-		w.jobs <- j
-		return nil
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	f, err := os.OpenFile(j.abs, os.O_WRONLY|os.O_CREATE|os.O_EXCL, j.perm)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return statEntry(j.entry, j.abs)
+	return fi, err
 }
 
 // statEntry fills the index's stat fields, so that git trusts the file without rehashing.
@@ -309,13 +393,17 @@ func statEntry(e *index.Entry, abs string) error {
 	if err != nil {
 		return err
 	}
+	return fillEntry(e, fi)
+}
+
+func fillEntry(e *index.Entry, fi fs.FileInfo) error {
 	e.ModifiedAt = fi.ModTime()
 	if e.Mode != filemode.Submodule {
 		e.Size = uint32(fi.Size())
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return errors.New("stat " + abs + ": no system stat")
+		return errors.New("stat " + fi.Name() + ": no system stat")
 	}
 	fillStat(e, st)
 	return nil

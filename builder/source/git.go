@@ -2,7 +2,6 @@ package source
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,7 +21,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	gitcache "github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
@@ -166,28 +164,32 @@ func (f *Fetcher) fetchGitLocked(ctx context.Context, p *gitPin) error {
 		return fetchErr(err, "fetch %s", p)
 	}
 	defer os.RemoveAll(tmp)
-	if err := writeBareSkeleton(tmp); err != nil {
-		return fetchErr(err, "fetch %s", p)
-	}
-	dst := openStorage(tmp)
-	defer dst.Close()
+	// A fetch from the mirror writes one pack straight into tmp; go-git's fetch wants a
+	// repository there.
+	packDir := tmp
 	var shallow []plumbing.Hash
 	if f.mirror != "" {
 		shallow, err = f.fetchFromMirror(ctx, p, tmp)
 	} else {
+		packDir = filepath.Join(tmp, "objects", "pack")
+		if err := writeBareSkeleton(tmp); err != nil {
+			return fetchErr(err, "fetch %s", p)
+		}
+		dst := openStorage(tmp)
 		shallow, err = f.fetchFromRemote(ctx, p, dst)
+		dst.Close()
 	}
 	if err != nil {
 		return err
 	}
-	if err := checkCommits(dst, p); err != nil {
+	if err := checkCommits(packDir, p); err != nil {
 		return err
 	}
 	// The cache repository is made only now, so that a failed fetch leaves nothing.
 	if err := f.ensureBare(p.key, dir); err != nil {
 		return fetchErr(err, "fetch %s: prepare the cache repository %s", p, dir)
 	}
-	if err := publish(tmp, dir, shallow, p); err != nil {
+	if err := publish(packDir, dir, shallow, p); err != nil {
 		return fetchErr(err, "fetch %s: store into the cache %s", p, dir)
 	}
 	f.log.Debug("fetched", "source", p.String(), "cache", dir)
@@ -208,28 +210,35 @@ func (f *Fetcher) haveGit(dir string, p *gitPin) bool {
 	}
 	st := openStorage(dir)
 	defer st.Close()
+	db, err := openObjectDB(filepath.Join(dir, "objects"))
+	if err != nil {
+		return false
+	}
+	defer db.Close()
 	for i := range p.refs {
-		if err := resolveRef(st, &p.refs[i]); err != nil {
+		if err := resolveRef(st, db, &p.refs[i]); err != nil {
 			return false
 		}
 	}
 	return true
 }
 
-// openStorage opens a repository's object and ref storage (dir is the git directory).
+// openStorage opens a repository's object and ref storage (dir is the git directory). The
+// fetch and checkout read objects through objectDB; go-git reads refs, and objects for
+// diffs and remote fetches.
 func openStorage(dir string) *filesystem.Storage {
 	return filesystem.NewStorageWithOptions(osfs.New(dir), gitcache.NewObjectLRU(16*gitcache.MiByte),
 		filesystem.Options{KeepDescriptors: true, LargeObjectThreshold: 4 << 20})
 }
 
-// resolveRef finds r in st and checks that it peels to r.want.
-func resolveRef(st storer.Storer, r *refPin) error {
+// resolveRef finds r in refs and checks that it peels to r.want (tags read from db).
+func resolveRef(refs storer.ReferenceStorer, db *objectDB, r *refPin) error {
 	for _, name := range candidates(r.name) {
-		ref, err := storer.ResolveReference(st, name)
+		ref, err := storer.ResolveReference(refs, name)
 		if err != nil {
 			continue
 		}
-		peeled, err := peel(st, ref.Hash())
+		peeled, err := peel(db, ref.Hash())
 		if err != nil {
 			return err
 		}
@@ -245,20 +254,21 @@ func resolveRef(st storer.Storer, r *refPin) error {
 var errRefNotFound = errors.New("ref not found")
 
 // peel follows annotated tags to what they finally name.
-func peel(st storer.EncodedObjectStorer, h plumbing.Hash) (plumbing.Hash, error) {
+func peel(db *objectDB, h plumbing.Hash) (plumbing.Hash, error) {
+	r := db.reader()
 	for i := 0; i < 10; i++ {
-		o, err := st.EncodedObject(plumbing.AnyObject, h)
+		t, data, err := r.read(h)
 		if err != nil {
 			return h, err
 		}
-		if o.Type() != plumbing.TagObject {
+		if t != plumbing.TagObject {
 			return h, nil
 		}
-		t, err := object.DecodeTag(st, o)
+		tgt, err := tagTarget(data)
 		if err != nil {
-			return h, err
+			return h, fmt.Errorf("tag %s: %w", h, err)
 		}
-		h = t.Target
+		h = tgt
 	}
 	return h, fmt.Errorf("tag %s: more than 10 levels of tags", h)
 }
@@ -370,36 +380,40 @@ func (f *Fetcher) mirrorDir(key string) string {
 	return filepath.Join(f.mirror, filepath.FromSlash(key))
 }
 
-// fetchFromMirror copies p's objects from the mirror's bare repository into dst, in
-// process: the mirror is read with go-git and the objects of each pinned commit (its whole
-// tree, no history) are packed into dst.
-func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, dst string) ([]plumbing.Hash, error) {
+// fetchFromMirror copies p's objects from the mirror's bare repository into a new pack in
+// packDir, in process: the objects of each pinned commit (its whole tree, no history) are
+// read straight from the mirror's packs.
+func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, packDir string) ([]plumbing.Hash, error) {
 	mdir := f.mirrorDir(p.key)
 	if _, err := os.Stat(filepath.Join(mdir, "objects")); err != nil {
 		return nil, fetchErr(nil, "fetch %s: no mirror entry for %s: looked for the bare repository %s (write one with `epbuild mirror`)", p, p.url, mdir)
 	}
-	src := openStorage(mdir)
-	defer src.Close()
-	for i := range p.refs {
-		err := resolveRef(src, &p.refs[i])
-		if errors.Is(err, errRefNotFound) {
-			return nil, fetchErr(nil, "fetch %s: ref %q not in the mirror %s", p, p.refs[i].name, mdir)
-		}
-		if err != nil {
-			var e *Error
-			if errors.As(err, &e) {
-				return nil, badPin(nil, "fetch %s: in the mirror %s: %s", p, mdir, e.Msg)
+	db, err := openObjectDB(filepath.Join(mdir, "objects"))
+	if err != nil {
+		return nil, fetchErr(err, "fetch %s: open the mirror %s", p, mdir)
+	}
+	defer db.Close()
+	if len(p.refs) > 0 {
+		src := openStorage(mdir)
+		defer src.Close()
+		for i := range p.refs {
+			err := resolveRef(src, db, &p.refs[i])
+			if errors.Is(err, errRefNotFound) {
+				return nil, fetchErr(nil, "fetch %s: ref %q not in the mirror %s", p, p.refs[i].name, mdir)
 			}
-			return nil, fetchErr(err, "fetch %s: ref %q in the mirror %s", p, p.refs[i].name, mdir)
+			if err != nil {
+				var e *Error
+				if errors.As(err, &e) {
+					return nil, badPin(nil, "fetch %s: in the mirror %s: %s", p, mdir, e.Msg)
+				}
+				return nil, fetchErr(err, "fetch %s: ref %q in the mirror %s", p, p.refs[i].name, mdir)
+			}
 		}
 	}
 	roots := p.commits()
 	for _, h := range roots {
-		if _, err := src.EncodedObject(plumbing.AnyObject, h); err != nil {
-			if errors.Is(err, plumbing.ErrObjectNotFound) {
-				return nil, fetchErr(nil, "fetch %s: commit %s not in the mirror %s", p, h, mdir)
-			}
-			return nil, fetchErr(err, "fetch %s: read commit %s in the mirror %s", p, h, mdir)
+		if !db.has(h) {
+			return nil, fetchErr(nil, "fetch %s: commit %s not in the mirror %s", p, h, mdir)
 		}
 	}
 	for _, r := range p.refs {
@@ -407,7 +421,7 @@ func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, dst string) ([
 			roots = append(roots, r.obj)
 		}
 	}
-	shallow, err := copyObjects(ctx, src, mdir, dst, roots, nil, newMeter(f.progress, f.log, p.url, "objects", 0))
+	shallow, err := copyObjects(ctx, db, packDir, roots, nil, newMeter(f.progress, f.log, p.url, "objects", 0))
 	if err != nil {
 		return nil, fetchErr(err, "fetch %s: copy from the mirror %s", p, mdir)
 	}
@@ -415,42 +429,169 @@ func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, dst string) ([
 }
 
 // copyObjects packs the closure of roots (tags, commits with their whole trees but no
-// parents) from src into a new pack in the git directory dst and returns the commits, which are dst's shallow boundary.
-// Tags and commits for which skip is true are taken as present already, closure included.
-// srcDir is src's git directory, opened again by the extra readers.
-func copyObjects(ctx context.Context, src storer.EncodedObjectStorer, srcDir, dst string, roots []plumbing.Hash, skip func(plumbing.Hash) bool, m *meter) ([]plumbing.Hash, error) {
+// parents) from src into a new pack in packDir and returns the commits, which are the
+// shallow boundary of the repository the pack goes to. Tags and commits for which skip is
+// true are taken as present already, closure included.
+//
+// Objects stored whole in src's packs are copied as they are packed there (their content
+// inflated and hashed to check it, but not compressed again); others (deltas, loose
+// objects) are written whole. This goroutine walks the trees and hands the blobs it finds
+// to copyReaders goroutines as it goes; one writer appends to the pack what they send,
+// holding it until the walk has counted the objects for the pack's header.
+func copyObjects(ctx context.Context, src *objectDB, packDir string, roots []plumbing.Hash, skip func(plumbing.Hash) bool, m *meter) ([]plumbing.Hash, error) {
 	defer m.done()
-	var objs, commits []plumbing.Hash
-	seen := make(map[plumbing.Hash]bool)
-	add := func(h plumbing.Hash) bool {
-		if seen[h] {
-			return false
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan packJob, 64)
+	walked := make(chan walkResult, 1)
+	var pw *packWriter // the writer's until werr is received
+	werr := make(chan error, 1)
+	go func() {
+		var err error
+		var held []packJob // what the readers sent before the walk ended
+		heldBytes := 0
+		add := func(j packJob) { // or drop it, once the walk has failed
+			if err == nil && pw != nil {
+				err = pw.addJob(j)
+				m.set(m.cur.Load()+1, -1)
+			}
+			if j.done != nil {
+				close(j.done) // a reader waits on it, whether j was written or not
+			}
 		}
-		seen[h] = true
-		objs = append(objs, h)
-		return true
+		open, walkc := true, walked
+		for open || walkc != nil {
+			var in chan packJob // nil, not read, while enough is held and the walk goes on
+			if open && (walkc == nil || heldBytes <= copyHoldBytes) {
+				in = jobs
+			}
+			select {
+			case w := <-walkc:
+				walkc = nil
+				if w.total > 0 {
+					if pw, err = newPackWriter(packDir, w.total); err != nil {
+						cancel()
+					}
+				}
+				for _, j := range append(w.head, held...) {
+					add(j)
+				}
+				held = nil
+			case j, ok := <-in:
+				switch {
+				case !ok:
+					open = false
+				case walkc != nil:
+					held = append(held, j)
+					heldBytes += len(j.raw)
+				default:
+					add(j)
+				}
+			}
+		}
+		werr <- err
+	}()
+	blobs := newHashQueue()
+	rerrs := make([]error, copyReaders)
+	var wg sync.WaitGroup
+	for i := 0; i < copyReaders; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			if rerrs[i] = readBlobs(ctx, src.reader(), blobs, jobs); rerrs[i] != nil {
+				cancel()
+			}
+		}(i)
 	}
+	w, err := walkObjects(ctx, src.reader(), roots, skip, blobs)
+	blobs.close()
+	if err != nil {
+		cancel()
+		w = walkResult{}
+	}
+	m.set(0, int64(w.total))
+	walked <- w
+	wg.Wait()
+	close(jobs)
+	if err := firstErr(append([]error{<-werr, err}, rerrs...)); err != nil {
+		if pw != nil {
+			pw.abort()
+		}
+		return nil, err
+	}
+	if pw == nil {
+		return nil, nil
+	}
+	if _, _, err := pw.finish(); err != nil {
+		return nil, err
+	}
+	return w.commits, nil
+}
+
+// copyHoldBytes bounds what a copy's writer holds in memory while the walk goes on.
+const copyHoldBytes = 32 << 20
+
+// walkResult is what walkObjects found: the tags, commits and trees to pack, the commits,
+// and how many objects in all (blobs included).
+type walkResult struct {
+	head    []packJob
+	commits []plumbing.Hash
+	total   int
+}
+
+// firstErr returns the first error that is not a cancellation, or else the first error:
+// one goroutine's failure cancels the others.
+func firstErr(errs []error) error {
+	var first error
+	for _, e := range errs {
+		if e != nil && !errors.Is(e, context.Canceled) {
+			return e
+		}
+		if first == nil {
+			first = e
+		}
+	}
+	return first
+}
+
+// walkObjects reads the tags, commits and trees of the closure of roots (see copyObjects)
+// and hands their blobs to blobs.
+func walkObjects(ctx context.Context, r *objReader, roots []plumbing.Hash, skip func(plumbing.Hash) bool, blobs *hashQueue) (walkResult, error) {
+	var w walkResult
+	seen := make(map[plumbing.Hash]bool)
 	var walkTree func(h plumbing.Hash) error
 	walkTree = func(h plumbing.Hash) error {
-		if !add(h) {
+		if seen[h] {
 			return nil
 		}
+		seen[h] = true
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		t, err := object.GetTree(src, h)
+		j, data, err := r.packJob(h)
+		if err == nil && j.t != plumbing.TreeObject {
+			err = fmt.Errorf("a %s, not a tree", j.t)
+		}
 		if err != nil {
 			return fmt.Errorf("tree %s: %w", h, err)
 		}
-		for _, e := range t.Entries {
-			switch e.Mode {
+		w.head = append(w.head, j)
+		entries, err := parseTree(data)
+		if err != nil {
+			return fmt.Errorf("tree %s: %w", h, err)
+		}
+		for _, e := range entries {
+			switch e.mode {
 			case filemode.Dir:
-				if err := walkTree(e.Hash); err != nil {
+				if err := walkTree(e.hash); err != nil {
 					return err
 				}
 			case filemode.Submodule: // a commit of another repository
 			default:
-				add(e.Hash)
+				if !seen[e.hash] {
+					seen[e.hash] = true
+					blobs.push(e.hash)
+				}
 			}
 		}
 		return nil
@@ -460,162 +601,172 @@ func copyObjects(ctx context.Context, src storer.EncodedObjectStorer, srcDir, ds
 			if skip != nil && skip(h) {
 				break
 			}
-			o, err := src.EncodedObject(plumbing.AnyObject, h)
+			j, data, err := r.packJob(h)
 			if err != nil {
-				return nil, fmt.Errorf("object %s: %w", h, err)
+				return walkResult{}, fmt.Errorf("object %s: %w", h, err)
 			}
-			if o.Type() == plumbing.TagObject && i < 10 {
-				add(h)
-				t, err := object.DecodeTag(src, o)
-				if err != nil {
-					return nil, fmt.Errorf("tag %s: %w", h, err)
+			if j.t == plumbing.TagObject && i < 10 {
+				if !seen[h] {
+					seen[h] = true
+					w.head = append(w.head, j)
 				}
-				h = t.Target
+				tgt, err := tagTarget(data)
+				if err != nil {
+					return walkResult{}, fmt.Errorf("tag %s: %w", h, err)
+				}
+				h = tgt
 				continue
 			}
-			if o.Type() != plumbing.CommitObject {
-				return nil, fmt.Errorf("object %s is a %s, not a commit", h, o.Type())
+			if j.t != plumbing.CommitObject {
+				return walkResult{}, fmt.Errorf("object %s is a %s, not a commit", h, j.t)
 			}
-			if !add(h) {
+			if seen[h] {
 				break
 			}
-			c, err := object.DecodeCommit(src, o)
+			seen[h] = true
+			w.head = append(w.head, j)
+			tree, err := commitTree(data)
 			if err != nil {
-				return nil, fmt.Errorf("commit %s: %w", h, err)
+				return walkResult{}, fmt.Errorf("commit %s: %w", h, err)
 			}
-			commits = append(commits, h)
-			if err := walkTree(c.TreeHash); err != nil {
-				return nil, err
+			w.commits = append(w.commits, h)
+			if err := walkTree(tree); err != nil {
+				return walkResult{}, err
 			}
 			break
 		}
 	}
-	m.set(0, int64(len(objs)))
-	if len(objs) == 0 {
-		return nil, nil
-	}
-	pw, err := newPackWriter(filepath.Join(dst, "objects", "pack"), len(objs))
-	if err != nil {
-		return nil, err
-	}
-	// Reading (inflating, resolving deltas: the slow part in go-git) is spread over
-	// readers, each with its own storage since go-git's is not safe for concurrent use;
-	// one writer compresses, hashes and writes what they send.
-	jobs := make(chan packJob, 32)
-	werr := make(chan error, 1)
-	go func() {
-		var err error
-		for j := range jobs {
-			if err == nil {
-				var r io.Reader = bytes.NewReader(j.data)
-				if j.r != nil {
-					r = j.r
-				}
-				err = pw.add(j.h, j.t, j.size, r)
-				m.set(m.cur.Load()+1, -1)
-			}
-			if j.done != nil {
-				close(j.done)
-			}
-		}
-		werr <- err
-	}()
-	rctx, cancel := context.WithCancel(ctx)
-	rerrs := make([]error, copyReaders)
-	var wg sync.WaitGroup
-	for i := 0; i < copyReaders; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			st := src
-			if i > 0 {
-				s := openStorage(srcDir)
-				defer s.Close()
-				st = s
-			}
-			var part []plumbing.Hash
-			for k := i; k < len(objs); k += copyReaders {
-				part = append(part, objs[k])
-			}
-			if rerrs[i] = readObjects(rctx, st, part, jobs); rerrs[i] != nil {
-				cancel()
-			}
-		}(i)
-	}
-	wg.Wait()
-	cancel()
-	close(jobs)
-	if err := <-werr; err != nil || errors.Join(rerrs...) != nil {
-		pw.abort()
-		return nil, errors.Join(append(rerrs, err)...)
-	}
-	if _, _, err := pw.finish(); err != nil {
-		return nil, err
-	}
-	return commits, nil
+	w.total = len(seen)
+	return w, nil
 }
 
-// copyReaders is how many goroutines read objects for a copy.
+// hashQueue hands object ids from one producer to several consumers; pushing never blocks.
+type hashQueue struct {
+	mu     sync.Mutex
+	cond   sync.Cond
+	items  []plumbing.Hash
+	closed bool
+}
+
+func newHashQueue() *hashQueue {
+	q := &hashQueue{}
+	q.cond.L = &q.mu
+	return q
+}
+
+func (q *hashQueue) push(h plumbing.Hash) {
+	q.mu.Lock()
+	q.items = append(q.items, h)
+	q.mu.Unlock()
+	q.cond.Signal()
+}
+
+func (q *hashQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.cond.Broadcast()
+}
+
+// pop waits for the next id; false once the queue is closed and empty.
+func (q *hashQueue) pop() (plumbing.Hash, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.items) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if len(q.items) == 0 {
+		return plumbing.ZeroHash, false
+	}
+	h := q.items[0]
+	q.items = q.items[1:]
+	return h, true
+}
+
+// copyReaders is how many goroutines read blobs for a copy.
 const copyReaders = 2
 
-// packJob is one object on its way into a pack: its content in data, or, when large, in r
-// (then done is closed once r has been read, before the reader goes on).
+// packJob is one object on its way into a pack: its packed bytes in raw or, when large,
+// its content in r (then done is closed once r has been read, before the reader goes on).
 type packJob struct {
 	h    plumbing.Hash
 	t    plumbing.ObjectType
 	size int64
-	data []byte
+	raw  []byte
 	r    io.Reader
 	done chan struct{}
 }
 
-func readObjects(ctx context.Context, src storer.EncodedObjectStorer, objs []plumbing.Hash, jobs chan<- packJob) error {
-	for _, h := range objs {
+// addJob appends j to the pack; streamed content is hashed as it goes and checked.
+func (w *packWriter) addJob(j packJob) error {
+	if j.r == nil {
+		w.addRaw(j.h, j.raw)
+		return nil
+	}
+	return w.add(j.h, j.t, j.size, j.r)
+}
+
+// packJob reads h for a copy, and returns its content too (valid until the next call on r).
+func (r *objReader) packJob(h plumbing.Hash) (packJob, []byte, error) {
+	t, data, raw, err := r.rawObject(h)
+	if err != nil {
+		return packJob{}, nil, err
+	}
+	return packJob{h: h, t: t, size: int64(len(data)), raw: raw}, data, nil
+}
+
+// readBlobs reads the blobs the queue hands it until it is closed and sends them on.
+func readBlobs(ctx context.Context, r *objReader, blobs *hashQueue, jobs chan<- packJob) error {
+	for {
+		h, ok := blobs.pop()
+		if !ok {
+			return nil
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		o, err := src.EncodedObject(plumbing.AnyObject, h)
-		if err != nil {
-			return fmt.Errorf("object %s: %w", h, err)
-		}
-		r, err := o.Reader()
-		if err != nil {
-			return fmt.Errorf("object %s: %w", h, err)
-		}
-		j := packJob{h: h, t: o.Type(), size: o.Size()}
-		if j.size <= inlineLimit {
-			j.data, err = io.ReadAll(r)
-			r.Close()
+		if size, ok := r.wholeSize(h); ok && size > inlineLimit {
+			// Large: streamed into the writer, which hashes it on the way.
+			t, size, rd, err := r.stream(h)
 			if err != nil {
 				return fmt.Errorf("object %s: %w", h, err)
 			}
+			j := packJob{h: h, t: t, size: size, r: rd, done: make(chan struct{})}
 			jobs <- j
+			<-j.done
 			continue
 		}
-		j.r, j.done = r, make(chan struct{})
+		j, _, err := r.packJob(h)
+		if err != nil {
+			return fmt.Errorf("object %s: %w", h, err)
+		}
 		jobs <- j
-		<-j.done
-		r.Close()
 	}
-	return nil
 }
 
-// checkCommits makes sure the fetched repository holds each pinned commit and its tree.
-func checkCommits(st storer.EncodedObjectStorer, p *gitPin) error {
+// checkCommits makes sure the fetched packs (in packDir) hold each pinned commit and its
+// tree.
+func checkCommits(packDir string, p *gitPin) error {
+	db, err := openPacks(packDir)
+	if err != nil {
+		return fetchErr(err, "fetch %s: read the fetched objects", p)
+	}
+	defer db.Close()
+	r := db.reader()
 	for _, h := range p.commits() {
-		o, err := st.EncodedObject(plumbing.AnyObject, h)
+		t, data, err := r.read(h)
 		if err != nil {
 			return fetchErr(err, "fetch %s: commit %s missing after the fetch", p, h)
 		}
-		if o.Type() != plumbing.CommitObject {
-			return badPin(nil, "fetch %s: %s is a %s, not a commit: pin the commit it names", p, h, o.Type())
+		if t != plumbing.CommitObject {
+			return badPin(nil, "fetch %s: %s is a %s, not a commit: pin the commit it names", p, h, t)
 		}
-		c, err := object.DecodeCommit(st, o)
+		tree, err := commitTree(data)
 		if err != nil {
 			return fetchErr(err, "fetch %s: commit %s is corrupt", p, h)
 		}
-		if _, err := st.EncodedObject(plumbing.TreeObject, c.TreeHash); err != nil {
-			return fetchErr(err, "fetch %s: the tree of commit %s is missing", p, h)
+		if !db.has(tree) {
+			return fetchErr(nil, "fetch %s: the tree of commit %s is missing", p, h)
 		}
 	}
 	return nil
@@ -643,9 +794,10 @@ func (f *Fetcher) ensureBare(key, dir string) error {
 	return os.Rename(tmp, dir)
 }
 
-// writeBareSkeleton writes the files that make dir a bare git repository.
+// writeBareSkeleton writes the files that make dir a bare git repository (git makes the
+// other directories it wants as it needs them).
 func writeBareSkeleton(dir string) error {
-	for _, d := range []string{"objects/pack", "objects/info", "refs/heads", "refs/tags"} {
+	for _, d := range []string{"objects/pack", "refs"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return err
 		}
@@ -662,12 +814,12 @@ func writeBareSkeleton(dir string) error {
 	return nil
 }
 
-// publish moves what a fetch wrote into tmp into the repository dir, so that a process
+// publish moves the packs a fetch wrote into packDir into the repository dir, so that a process
 // killed at any moment leaves nothing visible that is incomplete: each pack's index is
 // renamed in before its pack (git and go-git both ignore an index without its pack), the
 // shallow file is replaced next, and the refs that make the commits visible come last.
-func publish(tmp, dir string, shallow []plumbing.Hash, p *gitPin) error {
-	packs, err := filepath.Glob(filepath.Join(tmp, "objects", "pack", "pack-*.pack"))
+func publish(tmpPacks, dir string, shallow []plumbing.Hash, p *gitPin) error {
+	packs, err := filepath.Glob(filepath.Join(tmpPacks, "pack-*.pack"))
 	if err != nil {
 		return err
 	}

@@ -9,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"github.com/epbuild/epbuild/builder/cache"
 )
 
@@ -85,29 +83,28 @@ func (f *Fetcher) mirrorGit(ctx context.Context, dir string, p *gitPin) error {
 			return fmt.Errorf("mirror %s into %s: %w", p, mdir, err)
 		}
 	}
-	src := openStorage(f.cache.GitDir(p.key))
+	src, err := openObjectDB(filepath.Join(f.cache.GitDir(p.key), "objects"))
+	if err != nil {
+		return fmt.Errorf("mirror %s: %w", p, err)
+	}
 	defer src.Close()
-	have := openStorage(mdir)
+	have, err := openObjectDB(filepath.Join(mdir, "objects"))
+	if err != nil {
+		return fmt.Errorf("mirror %s into %s: %w", p, mdir, err)
+	}
 	defer have.Close()
 	tmp, err := os.MkdirTemp(filepath.Dir(mdir), ".tmp-objects-")
 	if err != nil {
 		return fmt.Errorf("mirror %s into %s: %w", p, mdir, err)
 	}
 	defer os.RemoveAll(tmp)
-	if err := writeBareSkeleton(tmp); err != nil {
-		return fmt.Errorf("mirror %s into %s: %w", p, mdir, err)
-	}
 	roots := p.commits()
 	for _, r := range p.refs {
 		if !containsHash(roots, r.obj) {
 			roots = append(roots, r.obj)
 		}
 	}
-	present := func(h plumbing.Hash) bool {
-		_, err := have.EncodedObject(plumbing.AnyObject, h)
-		return err == nil
-	}
-	shallow, err := copyObjects(ctx, src, f.cache.GitDir(p.key), tmp, roots, present, newMeter(f.progress, f.log, p.url, "objects", 0))
+	shallow, err := copyObjects(ctx, src, tmp, roots, have.has, newMeter(f.progress, f.log, p.url, "objects", 0))
 	if err != nil {
 		return fmt.Errorf("mirror %s into %s: %w", p, mdir, err)
 	}

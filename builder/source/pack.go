@@ -60,17 +60,21 @@ func (w *packWriter) write(b []byte) {
 
 func (w *packWriter) Write(b []byte) (int, error) { w.write(b); return len(b), nil }
 
+// addRaw appends one object as packed elsewhere: its header and zlib stream, unchanged
+// (the caller has checked them).
+func (w *packWriter) addRaw(h plumbing.Hash, raw []byte) {
+	pos := w.off
+	w.crc.Reset()
+	w.write(raw)
+	w.idx.Add(h, uint64(pos), w.crc.Sum32())
+	w.n++
+}
+
 // add appends one object read from r (size bytes) and checks that it hashes to h.
 func (w *packWriter) add(h plumbing.Hash, t plumbing.ObjectType, size int64, r io.Reader) error {
 	pos := w.off
 	w.crc.Reset()
-	hdr := []byte{}
-	c := byte(t)<<4 | byte(size&0x0f)
-	for s := size >> 4; s > 0; s >>= 7 {
-		hdr = append(hdr, c|0x80)
-		c = byte(s & 0x7f)
-	}
-	w.write(append(hdr, c))
+	w.write(packHeader(t, size))
 	oh := plumbing.NewHasher(t, size)
 	w.zw.Reset(w)
 	n, err := io.Copy(io.MultiWriter(w.zw, &oh), r)
@@ -88,8 +92,8 @@ func (w *packWriter) add(h plumbing.Hash, t plumbing.ObjectType, size int64, r i
 	return nil
 }
 
-// finish writes the trailer and the index, fsyncs both, and returns their paths (named
-// pack-<checksum>, as git names packs).
+// finish writes the trailer and the index and returns their paths (named pack-<checksum>,
+// as git names packs). It does not fsync them: publish does, before they become visible.
 func (w *packWriter) finish() (pack, idx string, err error) {
 	defer func() {
 		if err != nil {
@@ -103,9 +107,6 @@ func (w *packWriter) finish() (pack, idx string, err error) {
 	copy(sum[:], w.sum.Sum(nil))
 	w.bw.Write(sum[:])
 	if err := w.bw.Flush(); err != nil {
-		return "", "", err
-	}
-	if err := w.f.Sync(); err != nil {
 		return "", "", err
 	}
 	if err := w.f.Close(); err != nil {
@@ -129,10 +130,6 @@ func (w *packWriter) finish() (pack, idx string, err error) {
 		return "", "", err
 	}
 	if err := bw.Flush(); err != nil {
-		fi.Close()
-		return "", "", err
-	}
-	if err := fi.Sync(); err != nil {
 		fi.Close()
 		return "", "", err
 	}
