@@ -141,42 +141,9 @@ type evaluator struct {
 func (ev *evaluator) eval(c *Cond) (tri, []string) {
 	switch {
 	case c.All != nil:
-		res, why, unk := yes, []string(nil), []string(nil)
-		for i := range c.All {
-			t, w := ev.eval(&c.All[i])
-			switch t {
-			case no:
-				return no, w
-			case unknown:
-				res = unknown
-				unk = append(unk, w...)
-			default:
-				why = append(why, w...)
-			}
-		}
-		if res == unknown {
-			return unknown, unk
-		}
-		return yes, why
+		return ev.combine(c.All, no, yes)
 	case c.Any != nil:
-		res, why := no, []string(nil)
-		var unk []string
-		for i := range c.Any {
-			t, w := ev.eval(&c.Any[i])
-			switch t {
-			case yes:
-				return yes, w
-			case unknown:
-				res = unknown
-				unk = append(unk, w...)
-			default:
-				why = append(why, w...)
-			}
-		}
-		if res == unknown {
-			return unknown, unk
-		}
-		return no, why
+		return ev.combine(c.Any, yes, no)
 	case c.Not != nil:
 		t, w := ev.eval(c.Not)
 		switch t {
@@ -388,4 +355,28 @@ func short(c string) string {
 		return c[:12]
 	}
 	return c
+}
+
+// combine is all (stop on no) and any (stop on yes) in three-valued logic: the first
+// condition with the stop value decides with its reasons; otherwise any unknown makes
+// the whole unknown, else the result is other with every reason.
+func (ev *evaluator) combine(cs []Cond, stop, other tri) (tri, []string) {
+	var why, unk []string
+	sawUnknown := false
+	for i := range cs {
+		t, w := ev.eval(&cs[i])
+		switch t {
+		case stop:
+			return stop, w
+		case unknown:
+			sawUnknown = true
+			unk = append(unk, w...)
+		default:
+			why = append(why, w...)
+		}
+	}
+	if sawUnknown {
+		return unknown, unk
+	}
+	return other, why
 }
