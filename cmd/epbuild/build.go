@@ -31,7 +31,7 @@ func (f *sourceFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.mirror, "mirror", "", "serve every source from this mirror directory, never the network (default $EPBUILD_MIRROR)")
 }
 
-// env is the session an invocation works in: resolved plan, cache, fetchers.
+// env is what one invocation works with: the resolved plan, the cache, the fetchers.
 type env struct {
 	plan    *builder.Plan
 	cache   *cache.Cache
