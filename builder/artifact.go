@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -203,7 +205,7 @@ func EnvScript(p *Plan, root string, installed []string) (string, error) {
 	if len(ld) > 0 {
 		fmt.Fprintf(&b, "export LD_LIBRARY_PATH=%s\"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\n", strings.Join(ld, ":"))
 	}
-	for _, k := range sortedKeys(p.Env) {
+	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 		v, err := shellTemplate(p.Env[k], has)
 		if err != nil {
 			return "", fmt.Errorf("env.sh for %s: %s: %w", p.Recipe, k, err)

@@ -149,7 +149,7 @@ func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
 			pinned[comp] = true
 		}
 	}
-	for _, name := range sortedNames(versions) {
+	for _, name := range slices.Sorted(maps.Keys(versions)) {
 		c, ok := doc.Recipe.Component(name)
 		if !ok || pinned[name] || !cat.Has(name) || c.Source.Python != nil {
 			continue
@@ -171,13 +171,4 @@ func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
 		}
 	}
 	return nil
-}
-
-func sortedNames(m map[string]string) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -91,7 +93,7 @@ func withEnv(base []string, m map[string]string) []string {
 			out = append(out, kv)
 		}
 	}
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		out = append(out, k+"="+m[k])
 	}
 	return out
@@ -166,7 +168,7 @@ func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars 
 	if s.ninja {
 		args = append(args, "-G", "Ninja")
 	}
-	for _, k := range sortedKeys(opts) {
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
 		args = append(args, "-D"+k+"="+opts[k])
 	}
 	step := fmt.Sprintf("%02d-cmake", i)

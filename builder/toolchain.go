@@ -6,12 +6,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -390,7 +391,7 @@ func Preflight(p *Plan, t *Toolchain) error {
 	if n.Torch {
 		checkVer("torch", p.Toolchain.Torch, t.Torch, "install torch in this Python environment ("+t.Python+")")
 	}
-	for _, dist := range sortedKeys(n.Packages) {
+	for _, dist := range slices.Sorted(maps.Keys(n.Packages)) {
 		pk, ok := t.PythonPackages[dist]
 		if !ok {
 			add("python package "+dist, orAny(n.Packages[dist]), "", "pip install "+dist+" (or --set COMPONENT.package=... for the one you have)")
@@ -459,15 +460,6 @@ func dirExists(p string) bool {
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // probeCache is a probe's result with what it depended on: the tools' files and the

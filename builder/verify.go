@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -310,7 +311,7 @@ func (v *verifier) files(ctx context.Context) error {
 		kinds[p.Kind]++
 	}
 	var parts []string
-	for _, k := range sortedKeys(kinds) {
+	for _, k := range slices.Sorted(maps.Keys(kinds)) {
 		parts = append(parts, fmt.Sprintf("%d %s", kinds[k], k))
 	}
 	c.Status, c.Found, c.Fix = inspect.StatusFail, strings.Join(parts, ", "), v.fix()
@@ -658,7 +659,7 @@ func (v *verifier) envDiffs(vars map[string]string) []string {
 		wm[k] = val
 	}
 	var out []string
-	for _, k := range sortedKeys(wm) {
+	for _, k := range slices.Sorted(maps.Keys(wm)) {
 		got, ok := vars[k]
 		switch {
 		case !ok:
@@ -667,7 +668,7 @@ func (v *verifier) envDiffs(vars map[string]string) []string {
 			out = append(out, fmt.Sprintf("%s=%q, the plan says %q", k, got, wm[k]))
 		}
 	}
-	for _, k := range sortedKeys(vars) {
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
 		if _, ok := wm[k]; !ok && k != "EPBUILD_PREFIX" {
 			out = append(out, k+" is not in the plan")
 		}

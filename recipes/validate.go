@@ -2,8 +2,10 @@ package recipes
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -76,13 +78,13 @@ func (d *Doc) Validate(patchSets PatchSetLookup) error {
 	if cyc := findCycle(r); cyc != "" {
 		add("$.components", "dependency cycle between components: %s", cyc)
 	}
-	for _, k := range sortedKeys(r.Env) {
+	for _, k := range slices.Sorted(maps.Keys(r.Env)) {
 		if !envRe.MatchString(k) {
 			add("$.env", "environment variable name %q is not valid (letters, digits, '_', not starting with a digit)", k)
 		}
 		d.validateTemplates("$.env."+k, r.Env[k], names, nil, add)
 	}
-	for _, comp := range sortedKeys(r.Matrix) {
+	for _, comp := range slices.Sorted(maps.Keys(r.Matrix)) {
 		if _, ok := names[comp]; !ok {
 			add("$.matrix", "matrix axis %q names no component of this recipe", comp)
 		}
@@ -121,7 +123,7 @@ func (d *Doc) validateToolchain(add func(string, string, ...any)) {
 	}
 	for i, q := range t.Require {
 		if _, ok := knownRequire[q]; !ok {
-			add(fmt.Sprintf("$.toolchain.require[%d]", i), "unknown requirement %q; known: %s", q, strings.Join(sortedKeys(knownRequire), ", "))
+			add(fmt.Sprintf("$.toolchain.require[%d]", i), "unknown requirement %q; known: %s", q, strings.Join(slices.Sorted(maps.Keys(knownRequire)), ", "))
 		}
 	}
 }
@@ -184,7 +186,7 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 		switch {
 		case s.CMake != nil:
 			env = s.CMake.Env
-			for _, k := range sortedKeys(s.CMake.Options) {
+			for _, k := range slices.Sorted(maps.Keys(s.CMake.Options)) {
 				if !envRe.MatchString(k) {
 					add(sp+".cmake.options", "CMake option name %q is not valid", k)
 				}
@@ -198,7 +200,7 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 				add(sp+".command", "a command step needs run: [program, args...]")
 			}
 		}
-		for _, k := range sortedKeys(env) {
+		for _, k := range slices.Sorted(maps.Keys(env)) {
 			if !envRe.MatchString(k) {
 				add(sp, "environment variable name %q is not valid (letters, digits, '_', not starting with a digit)", k)
 			}
@@ -371,13 +373,4 @@ func (r *Recipe) Order() []string {
 		visit(c.Name)
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

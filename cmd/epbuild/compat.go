@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -143,7 +144,7 @@ func writeFix(w io.Writer, indent string, fx *compat.Fix) {
 	for _, s := range fx.Set {
 		fmt.Fprintf(w, "%sfix: --set %s\n", indent, s)
 	}
-	for _, k := range sortedMapKeys(fx.Env) {
+	for _, k := range slices.Sorted(maps.Keys(fx.Env)) {
 		fmt.Fprintf(w, "%sfix: %s=%s (runtime env; --set env.%s=%s)\n", indent, k, fx.Env[k], k, fx.Env[k])
 	}
 	if fx.Text != "" {

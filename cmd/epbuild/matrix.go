@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -117,7 +118,7 @@ Formats: text (default), json (cells and exclusions), github (a strategy.matrix 
 			fmt.Fprintln(tw, "CELL\tSTATUS\tENV, WARNINGS / RULES")
 			for _, c := range m.Cells {
 				var env []string
-				for _, k := range sortedMapKeys(c.Env) {
+				for _, k := range slices.Sorted(maps.Keys(c.Env)) {
 					env = append(env, k+"="+c.Env[k])
 				}
 				for _, f := range c.Findings {

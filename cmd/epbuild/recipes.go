@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -62,10 +63,10 @@ func newListCmd(app *App) *cobra.Command {
 			fmt.Fprintln(tw, "NAME\tCLUSTER\tPINS\tPATCH SETS")
 			for _, r := range rows {
 				var pins, sets []string
-				for _, c := range sortedMapKeys(r.Pins) {
+				for _, c := range slices.Sorted(maps.Keys(r.Pins)) {
 					pins = append(pins, c+"@"+shortPin(r.Pins[c]))
 				}
-				for _, c := range sortedMapKeys(r.Patches) {
+				for _, c := range slices.Sorted(maps.Keys(r.Patches)) {
 					sets = append(sets, strings.Join(r.Patches[c], ","))
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.Cluster, strings.Join(pins, " "), strings.Join(sets, " "))
@@ -156,24 +157,24 @@ func writePlan(w io.Writer, p *builder.Plan) {
 			switch {
 			case st.CMake != nil:
 				kv = st.CMake.Options
-				for _, k := range sortedMapKeys(st.CMake.Env) {
+				for _, k := range slices.Sorted(maps.Keys(st.CMake.Env)) {
 					fmt.Fprintf(w, "    env %s=%s\n", k, st.CMake.Env[k])
 				}
 			case st.PythonExtension != nil:
-				for _, k := range sortedMapKeys(st.PythonExtension.Env) {
+				for _, k := range slices.Sorted(maps.Keys(st.PythonExtension.Env)) {
 					fmt.Fprintf(w, "    env %s=%s\n", k, st.PythonExtension.Env[k])
 				}
 			case st.Command != nil:
 				fmt.Fprintf(w, "    run %s\n", strings.Join(st.Command.Run, " "))
 			}
-			for _, k := range sortedMapKeys(kv) {
+			for _, k := range slices.Sorted(maps.Keys(kv)) {
 				fmt.Fprintf(w, "    -D%s=%s\n", k, kv[k])
 			}
 		}
 	}
 	if len(p.Env) > 0 {
 		fmt.Fprintln(w, "\nruntime env")
-		for _, k := range sortedMapKeys(p.Env) {
+		for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 			fmt.Fprintf(w, "  %s=%s\n", k, p.Env[k])
 		}
 	}
@@ -251,15 +252,6 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-func sortedMapKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 func shortPin(p string) string {
