@@ -394,11 +394,7 @@ func (app *App) compatFindings(ctx context.Context, p *builder.Plan, tc *builder
 	keep := filepath.Join(cacheDir, "compat", builder.Key("compat/1", compat.DataDigest(), facts, stage)+".json")
 	var fs []compat.Finding
 	if b, err := os.ReadFile(keep); err != nil || json.Unmarshal(b, &fs) != nil {
-		rules, err := compat.LoadRules()
-		if err != nil {
-			return nil, err
-		}
-		anc, err := app.ancestry()
+		rules, anc, err := app.ruleSet()
 		if err != nil {
 			return nil, err
 		}

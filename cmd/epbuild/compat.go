@@ -39,6 +39,19 @@ func (app *App) ancestry() (compat.Ancestry, error) {
 	return compat.ChainAncestry(h), nil
 }
 
+// ruleSet is the embedded rules with where their commit conditions are decided.
+func (app *App) ruleSet() (*compat.Rules, compat.Ancestry, error) {
+	rules, err := compat.LoadRules()
+	if err != nil {
+		return nil, nil, err
+	}
+	anc, err := app.ancestry()
+	if err != nil {
+		return nil, nil, err
+	}
+	return rules, anc, nil
+}
+
 func newCompatCheckCmd(app *App) *cobra.Command {
 	var (
 		asJSON bool
@@ -50,11 +63,7 @@ func newCompatCheckCmd(app *App) *cobra.Command {
 		Long:  "Evaluate the compatibility rules on a recipe resolved with its --set overrides (plan stage).\nErrors exit 2 with the rule id and its fix; warnings and advice are printed.\n\n--set keys: " + recipes.SetHelp,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rules, err := compat.LoadRules()
-			if err != nil {
-				return err
-			}
-			anc, err := app.ancestry()
+			rules, anc, err := app.ruleSet()
 			if err != nil {
 				return err
 			}

@@ -37,11 +37,7 @@ Formats: text (default), json (cells and exclusions), github (a strategy.matrix 
 			default:
 				return usageError{fmt.Errorf("--format %q: use text, json, github or gitlab", format)}
 			}
-			rules, err := compat.LoadRules()
-			if err != nil {
-				return err
-			}
-			anc, err := app.ancestry()
+			rules, anc, err := app.ruleSet()
 			if err != nil {
 				return err
 			}
