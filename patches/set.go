@@ -161,6 +161,12 @@ func LoadFS(fsys fs.FS) (*Catalog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list patch sets: %w", err)
 	}
+	return loadFiles(fsys, files)
+}
+
+// loadFiles reads the given set.yaml files into a catalog, reporting every set's
+// errors together.
+func loadFiles(fsys fs.FS, files []string) (*Catalog, error) {
 	c := &Catalog{sets: make(map[string]*Set, len(files))}
 	var errs []error
 	for _, f := range files {
