@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -129,6 +130,11 @@ after it (patch, build, check, package).`,
 				Store: store, Sources: e.sources, Log: app.Log, Toolchain: tc, Environ: os.Environ(),
 				OutDir: out, AllowApplied: allowApplied, Version: version, SourceDateEpoch: app.Getenv("SOURCE_DATE_EPOCH"),
 				Findings: findings,
+			}
+			if sde := app.Getenv("SOURCE_DATE_EPOCH"); sde != "" {
+				if n, err := strconv.ParseInt(sde, 10, 64); err != nil || n < 0 {
+					return usageError{fmt.Errorf("SOURCE_DATE_EPOCH=%q: give whole seconds since 1970 (e.g. $(git log -1 --format=%%ct)), or unset it to use the newest pinned commit's time", sde)}
+				}
 			}
 			if force != "" {
 				r.Force = strings.Split(force, ",")

@@ -165,3 +165,10 @@ func TestVersionAndLogFormat(t *testing.T) {
 		t.Errorf("show no-such: %d %q", code, errs)
 	}
 }
+
+func TestBadSourceDateEpoch(t *testing.T) {
+	code, _, errs := run(t, map[string]string{"SOURCE_DATE_EPOCH": "yesterday", "EPBUILD_CACHE": t.TempDir()}, "recipe", "demo", "-o", t.TempDir())
+	if code != 2 || !strings.Contains(errs, "SOURCE_DATE_EPOCH") {
+		t.Errorf("bad SOURCE_DATE_EPOCH: exit %d, stderr %q", code, errs)
+	}
+}
