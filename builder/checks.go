@@ -59,7 +59,7 @@ func (c *Checker) Component(ctx context.Context, pc *PlanComponent, prefix strin
 			if e.Installed == "" {
 				continue
 			}
-			out = append(out, effectResult(fmt.Sprintf("effect.%s.%d", s.Name, i), effect.CheckInstalled(prefix, installedUnder(e)), prefix))
+			out = append(out, effectResult(fmt.Sprintf("effect.%s.%d", s.Name, i), effect.CheckInstalled(prefix, installedUnder(e), inspect.Reader{}), prefix))
 		}
 	}
 	return out
@@ -88,7 +88,7 @@ func TreeEffects(pc *PlanComponent, tree string) []CheckResult {
 				out = append(out, CheckResult{ID: id, Status: inspect.StatusSkip, Expected: e.String(), Why: "a built file: checked on the staged and installed prefix"})
 				continue
 			}
-			out = append(out, effectResult(id, effect.Check(tree, e), tree))
+			out = append(out, effectResult(id, effect.Check(tree, e, inspect.Reader{}), tree))
 		}
 	}
 	return out

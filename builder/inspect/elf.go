@@ -26,6 +26,18 @@ type ELFInfo struct {
 	// sorted and distinct.
 	Defined   []string `json:"defined,omitempty"`
 	Undefined []string `json:"undefined,omitempty"`
+	// symbols are the dynamic symbol table's entries with their details, in file order.
+	symbols []Symbol
+}
+
+// Symbol is one entry of the dynamic symbol table.
+type Symbol struct {
+	Name    string
+	Version string // "" when unversioned
+	Defined bool   // a section index other than SHN_UNDEF
+	Section string // the defining section, when known
+	Bind    string // STB_GLOBAL, STB_WEAK, ...
+	Type    string // STT_FUNC, STT_OBJECT, ...
 }
 
 // ReadELF reads the dynamic section and dynamic symbol table of path.
@@ -76,11 +88,17 @@ func ReadELF(path string) (*ELFInfo, error) {
 		case elf.STT_SECTION, elf.STT_FILE:
 			continue
 		}
-		if s.Section == elf.SHN_UNDEF {
-			info.Undefined = append(info.Undefined, s.Name)
-		} else {
+		sym := Symbol{Name: s.Name, Version: s.Version, Defined: s.Section != elf.SHN_UNDEF,
+			Bind: elf.ST_BIND(s.Info).String(), Type: elf.ST_TYPE(s.Info).String()}
+		if sym.Defined {
 			info.Defined = append(info.Defined, s.Name)
+			if int(s.Section) < len(f.Sections) {
+				sym.Section = f.Sections[s.Section].Name
+			}
+		} else {
+			info.Undefined = append(info.Undefined, s.Name)
 		}
+		info.symbols = append(info.symbols, sym)
 	}
 	slices.Sort(info.Defined)
 	info.Defined = slices.Compact(info.Defined)
@@ -103,6 +121,45 @@ func dynPath(f *elf.File, tag elf.DynTag) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// Lookup finds symbol ("name", or "name@VERSION" for one version) in the dynamic symbol
+// table: its defining entry when there is one, else the entry that imports it.
+func (i *ELFInfo) Lookup(symbol string) (Symbol, bool) {
+	name, version, versioned := strings.Cut(symbol, "@")
+	version = strings.TrimPrefix(version, "@") // name@@VERSION is the default version
+	var found Symbol
+	ok := false
+	for _, s := range i.symbols {
+		if s.Name != name || versioned && s.Version != version {
+			continue
+		}
+		if s.Defined {
+			return s, true
+		}
+		found, ok = s, true
+	}
+	return found, ok
+}
+
+// Reader is the ELF reader as patch-set effects ask it (effect.SymbolReader): the one
+// implementation behind elf-symbol effects and the recipes' symbol checks.
+type Reader struct{}
+
+// DynamicSymbol says whether path defines symbol, and describes the entry found.
+func (Reader) DynamicSymbol(path, symbol string) (defined, referenced bool, desc string, err error) {
+	info, err := ReadELF(path)
+	if err != nil {
+		return false, false, "", err
+	}
+	s, ok := info.Lookup(symbol)
+	switch {
+	case !ok:
+		return false, false, "not in .dynsym", nil
+	case !s.Defined:
+		return false, true, "is in .dynsym but undefined (SHN_UNDEF): the file imports it, does not define it", nil
+	}
+	return true, true, fmt.Sprintf("defined in .dynsym (section %s, %s %s)", s.Section, s.Type, s.Bind), nil
 }
 
 // HasDefined reports whether the object exports sym.

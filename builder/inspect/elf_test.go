@@ -116,3 +116,32 @@ func TestELFChecks(t *testing.T) {
 		t.Errorf("absent symbol found as %q", r.Found)
 	}
 }
+
+// Versioned lookups and the reader patch-set effects use read the same table.
+func TestLookupVersionedSymbol(t *testing.T) {
+	gcc := needTool(t, "gcc")
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "v.c"), []byte("int ep_v(void) { return 1; }\nextern int ep_import(void);\nint ep_w(void) { return ep_import(); }\n"))
+	writeFile(t, filepath.Join(dir, "v.map"), []byte("EP_1 { global: ep_v; ep_w; local: *; };\n"))
+	run(t, dir, gcc, "-shared", "-fPIC", "-o", "libv.so", "v.c", "-Wl,--version-script,v.map")
+	info, err := ReadELF(filepath.Join(dir, "libv.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := info.Lookup("ep_v@EP_1"); !ok || !s.Defined || s.Version != "EP_1" || s.Section != ".text" || s.Type != "STT_FUNC" {
+		t.Errorf("ep_v@EP_1: %+v %v", s, ok)
+	}
+	if _, ok := info.Lookup("ep_v@EP_2"); ok {
+		t.Error("ep_v@EP_2 found")
+	}
+	if s, ok := info.Lookup("ep_import"); !ok || s.Defined {
+		t.Errorf("ep_import: %+v %v", s, ok)
+	}
+	def, ref, desc, err := Reader{}.DynamicSymbol(filepath.Join(dir, "libv.so"), "ep_import")
+	if err != nil || def || !ref || !strings.Contains(desc, "SHN_UNDEF") {
+		t.Errorf("DynamicSymbol(ep_import) = %v %v %q %v", def, ref, desc, err)
+	}
+	if _, _, _, err := (Reader{}).DynamicSymbol(filepath.Join(dir, "v.c"), "ep_v"); err == nil {
+		t.Error("a C file read as ELF")
+	}
+}
