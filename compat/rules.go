@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -81,6 +82,25 @@ type Fix struct {
 	Set  []string          `json:"set,omitempty"`
 	Env  map[string]string `json:"env,omitempty"`
 	Text string            `json:"text,omitempty"`
+}
+
+// String gives the fix on one line: "--set K=V; NAME=V in the job's environment; text".
+// A nil fix is "".
+func (f *Fix) String() string {
+	if f == nil {
+		return ""
+	}
+	var parts []string
+	for _, s := range f.Set {
+		parts = append(parts, "--set "+s)
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.Env)) {
+		parts = append(parts, k+"="+f.Env[k]+" in the job's environment (--set env."+k+"="+f.Env[k]+")")
+	}
+	if t := strings.Join(strings.Fields(f.Text), " "); t != "" {
+		parts = append(parts, t)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Cond is one condition of the rule language; exactly one field is set. See the head

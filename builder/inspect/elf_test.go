@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"github.com/epbuild/epbuild/builder/check"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -81,31 +82,31 @@ func TestELFChecks(t *testing.T) {
 	lib, old := buildLibs(t)
 	tests := []struct {
 		name   string
-		r      Result
-		status string
+		r      check.Result
+		status check.Status
 	}{
-		{"defined is defined", CheckSymbol(lib, "foo_defined", true), StatusPass},
-		{"defined is not undefined", CheckSymbol(lib, "foo_defined", false), StatusFail},
-		{"undefined is undefined", CheckSymbol(lib, "bar_undefined", false), StatusPass},
-		{"undefined is not defined", CheckSymbol(lib, "bar_undefined", true), StatusFail},
-		{"absent is not defined", CheckSymbol(lib, "nvshmemi_ibgda_device_state_d", true), StatusFail},
-		{"unreadable", CheckSymbol(lib+".missing", "foo_defined", true), StatusFail},
-		{"needed by soname prefix", CheckNeeded(lib, "libm.so", true), StatusPass},
-		{"needed exact", CheckNeeded(lib, "libm.so.6", true), StatusPass},
-		{"needed missing", CheckNeeded(lib, "libnvshmem_host.so", true), StatusFail},
-		{"not needed, absent", CheckNeeded(lib, "libnvshmem_host.so", false), StatusPass},
-		{"not needed, present", CheckNeeded(lib, "libm.so", false), StatusFail},
-		{"no prefix confusion", CheckNeeded(lib, "libm.so.6.1", true), StatusFail},
-		{"runpath entry", CheckRunpath(lib, "$ORIGIN/../lib"), StatusPass},
-		{"runpath entry, trailing slash", CheckRunpath(lib, "$ORIGIN/nvshmem/lib/"), StatusPass},
-		{"runpath entry missing", CheckRunpath(lib, "$ORIGIN/lib64"), StatusFail},
-		{"rpath only", CheckRunpath(old, "$ORIGIN/../lib"), StatusWarn},
+		{"defined is defined", CheckSymbol(lib, "foo_defined", true), check.Pass},
+		{"defined is not undefined", CheckSymbol(lib, "foo_defined", false), check.Fail},
+		{"undefined is undefined", CheckSymbol(lib, "bar_undefined", false), check.Pass},
+		{"undefined is not defined", CheckSymbol(lib, "bar_undefined", true), check.Fail},
+		{"absent is not defined", CheckSymbol(lib, "nvshmemi_ibgda_device_state_d", true), check.Fail},
+		{"unreadable", CheckSymbol(lib+".missing", "foo_defined", true), check.Fail},
+		{"needed by soname prefix", CheckNeeded(lib, "libm.so", true), check.Pass},
+		{"needed exact", CheckNeeded(lib, "libm.so.6", true), check.Pass},
+		{"needed missing", CheckNeeded(lib, "libnvshmem_host.so", true), check.Fail},
+		{"not needed, absent", CheckNeeded(lib, "libnvshmem_host.so", false), check.Pass},
+		{"not needed, present", CheckNeeded(lib, "libm.so", false), check.Fail},
+		{"no prefix confusion", CheckNeeded(lib, "libm.so.6.1", true), check.Fail},
+		{"runpath entry", CheckRunpath(lib, "$ORIGIN/../lib"), check.Pass},
+		{"runpath entry, trailing slash", CheckRunpath(lib, "$ORIGIN/nvshmem/lib/"), check.Pass},
+		{"runpath entry missing", CheckRunpath(lib, "$ORIGIN/lib64"), check.Fail},
+		{"rpath only", CheckRunpath(old, "$ORIGIN/../lib"), check.Warn},
 	}
 	for _, tt := range tests {
 		if tt.r.Status != tt.status {
 			t.Errorf("%s: %+v, want %s", tt.name, tt.r, tt.status)
 		}
-		if tt.r.Status != StatusPass && tt.r.Why == "" {
+		if tt.r.Status != check.Pass && tt.r.Why == "" {
 			t.Errorf("%s: no Why in %+v", tt.name, tt.r)
 		}
 		if tt.r.ID == "" || tt.r.Expected == "" || tt.r.Found == "" {

@@ -131,7 +131,7 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 				return usageError{errors.New("verify-install: give --prefix DIR, or source the install's env.sh (it sets EPBUILD_PREFIX)")}
 			}
 			opts := builder.VerifyOptions{Prefix: prefix, Python: python, Environ: builder.CleanEnviron(app.Getenv),
-				Host: hostOn, Sysroot: host.NewSysroot(sysroot)}
+				Host: hostOn, Sysroot: host.NewSysroot(sysroot), JobEnv: os.Environ()}
 			if traffic {
 				opts.Traffic = app.trafficCommand(prefix, args)
 			}
@@ -219,7 +219,7 @@ func writeReport(w io.Writer, r *builder.VerifyReport) {
 		if c.Status != "fail" && c.Status != "warn" {
 			continue
 		}
-		fmt.Fprintf(w, "\n%s %s\n", strings.ToUpper(c.Status), c.ID)
+		fmt.Fprintf(w, "\n%s %s\n", strings.ToUpper(string(c.Status)), c.ID)
 		for _, kv := range [][2]string{{"read", c.Read}, {"expected", c.Expected}, {"found", c.Found}, {"why", c.Why}, {"fix", c.Fix}} {
 			if kv[1] != "" {
 				fmt.Fprintf(w, "  %-9s %s\n", kv[0]+":", kv[1])
@@ -292,22 +292,23 @@ the install at --prefix (default $EPBUILD_PREFIX), else nothing recipe-specific 
 ibrc when the host has RDMA devices, none otherwise). Exit 1 when a check fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sys, cfg, err := hcf.config(app)
+			opts, err := hcf.options(app)
 			if err != nil {
 				return err
 			}
-			rep := host.Run(cmd.Context(), sys, cfg)
+			rep, err := builder.CheckHost(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
 			if asJSON {
 				err = writeJSON(app.Out, struct {
-					OK          bool        `json:"ok"`
-					Config      host.Config `json:"config"`
-					MappingLine string      `json:"mapping_line,omitempty"`
-					host.Report
-				}{!rep.Failed(), cfg, host.MappingLine(rep), rep})
+					OK bool `json:"ok"`
+					*builder.HostReport
+				}{!rep.Failed(), rep})
 			} else {
-				err = host.WriteTable(app.Out, rep)
-				if line := host.MappingLine(rep); line != "" && err == nil {
-					fmt.Fprintf(app.Out, "\n# the GPU↔NIC pairing of this host's PCIe tree, ready for env.sh:\n%s\n", line)
+				err = host.WriteTable(app.Out, host.Report{Checks: rep.Checks, Pairs: rep.Pairs})
+				if rep.MappingLine != "" && err == nil {
+					fmt.Fprintf(app.Out, "\n# the GPU↔NIC pairing of this host's PCIe tree, ready for env.sh:\n%s\n", rep.MappingLine)
 				}
 			}
 			if err != nil {
@@ -336,17 +337,15 @@ func (f *hostFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.prefix, "prefix", "", "check for the plan of the install here (default $EPBUILD_PREFIX, when set)")
 }
 
-func (f *hostFlags) config(app *App) (host.Sysroot, host.Config, error) {
-	sys := host.NewSysroot(f.sysroot)
+// options says what the host checks ask of this host: the recipe's runtime settings
+// (--recipe), else the plan of the install at --prefix, else nothing recipe-specific.
+func (f *hostFlags) options(app *App) (builder.HostOptions, error) {
+	opts := builder.HostOptions{Sysroot: host.NewSysroot(f.sysroot), Env: builder.CleanEnviron(app.Getenv), JobEnv: os.Environ(), Mapped: -1}
 	if f.sysroot != "" {
 		if st, err := os.Stat(f.sysroot); err != nil || !st.IsDir() {
-			return sys, host.Config{}, usageError{fmt.Errorf("--sysroot %s: not a directory", f.sysroot)}
+			return opts, usageError{fmt.Errorf("--sysroot %s: not a directory", f.sysroot)}
 		}
 	}
-	var (
-		plan *builder.Plan
-		tc   *builder.Toolchain
-	)
 	prefix := f.prefix
 	if prefix == "" {
 		prefix = app.Getenv("EPBUILD_PREFIX")
@@ -355,23 +354,34 @@ func (f *hostFlags) config(app *App) (host.Sysroot, host.Config, error) {
 	case f.recipe != "":
 		res, err := builder.NewResolver(app.library())
 		if err != nil {
-			return sys, host.Config{}, err
+			return opts, err
 		}
-		if plan, err = res.Resolve(f.recipe, nil); err != nil {
-			return sys, host.Config{}, err
+		if opts.Plan, err = res.Resolve(f.recipe, nil); err != nil {
+			return opts, err
 		}
 	case prefix != "":
 		m, _, err := builder.ReadInstalledManifest(prefix)
 		if err != nil {
-			return sys, host.Config{}, usageError{err}
+			return opts, usageError{err}
 		}
-		plan, tc = m.Plan, m.Toolchain
+		opts.Plan, opts.Toolchain = m.Plan, m.Toolchain
+		if env, err := builder.InstallEnv(prefix, opts.Env); err == nil {
+			opts.Env = env
+		}
 	}
-	cfg, err := builder.HostConfig(plan, tc, sys)
+	return opts, nil
+}
+
+func (f *hostFlags) config(app *App) (host.Sysroot, host.Config, error) {
+	opts, err := f.options(app)
 	if err != nil {
-		return sys, cfg, usageError{err}
+		return opts.Sysroot, host.Config{}, err
 	}
-	return sys, cfg, nil
+	cfg, err := builder.HostConfig(opts.Plan, opts.Toolchain, opts.Sysroot)
+	if err != nil {
+		return opts.Sysroot, cfg, usageError{err}
+	}
+	return opts.Sysroot, cfg, nil
 }
 
 // writeFileAtomic writes b to path through a temporary sibling, so that path is either
