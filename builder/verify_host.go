@@ -185,17 +185,18 @@ func checkHostRules(ctx context.Context, s *Subject) []CheckResult {
 
 // FindingResult gives a compatibility rule's finding as a check result: "rule.<id>[/case]",
 // failing for an error, a warning for a warning, advice, or a rule that could not be
-// decided (which never passes silently).
+// decided (which never passes silently). Read holds the facts that decided.
 func FindingResult(f compat.Finding) CheckResult {
 	id := f.ID
 	if f.Case != "" {
 		id += "/" + f.Case
 	}
-	r := CheckResult{ID: "rule." + id, Rule: id, Read: "compat/rules.yaml " + id + " (" + string(f.Stage) + " stage)",
-		Expected: "not: " + f.Title, Found: strings.Join(f.Because, "; "), Why: f.Message, Fix: f.Fix.String()}
+	r := CheckResult{ID: "rule." + id, Rule: id, Read: strings.Join(f.Because, "; "),
+		Expected: id + " not to hold (compat/rules.yaml, " + string(f.Stage) + " stage)", Found: id + " holds: " + f.Title,
+		Why: f.Message, Fix: f.Fix.String()}
 	switch {
 	case f.Unknown:
-		r.Status, r.Found = check.Warn, "undecided: "+r.Found
+		r.Status, r.Found = check.Warn, "undecided: "+r.Read
 	case f.Severity == compat.SeverityError:
 		r.Status = check.Fail
 	default:
@@ -251,7 +252,8 @@ func (v *verifier) host(ctx context.Context) {
 			Why: "the host checks depend on the recipe's runtime settings", Fix: "correct the recipe's runtime env and rebuild"})
 		return
 	}
-	v.rep.add(rep.Checks...)
+	// the process check (single-nvshmem) and a host rule may judge the same thing
+	v.rep.Checks = oneVerdict(append(v.rep.Checks, rep.Checks...))
 	v.rep.Pairs, v.rep.MappingLine, v.rep.Facts = rep.Pairs, rep.MappingLine, rep.Facts
 }
 

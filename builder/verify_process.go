@@ -19,7 +19,13 @@ import (
 // processKinds are the checks of a process importing the install.
 func processKinds() []check.Kind[*Subject] {
 	return []check.Kind[*Subject]{
-		{Name: "process.single-nvshmem", Targets: []check.Target{check.Process}, Run: onInstall((*verifier).singleNVSHMEM),
+		{Name: "process.single-nvshmem", Targets: []check.Target{check.Process}, Run: onInstall(func(v *verifier, ctx context.Context) []CheckResult {
+			rs := v.singleNVSHMEM(ctx)
+			for i := range rs {
+				rs[i].Rule = "R10/one-nvshmem-mapped"
+			}
+			return rs
+		}),
 			Explain: "exactly one libnvshmem_host is mapped after importing torch and the recipe's modules, the install's own (R9, R10)"},
 	}
 }

@@ -331,6 +331,9 @@ func matchKey(what string, m map[string]string, k *KeyCond, host bool) (tri, []s
 		return triOf(off), []string{desc}
 	case k.re != nil:
 		return triOf(k.re.MatchString(v)), []string{desc}
+	case k.Version != "" && v == "none":
+		// read, and not installed: no version of it satisfies anything
+		return no, []string{fmt.Sprintf("host %s is not installed", k.Key)}
 	case k.Version != "":
 		return one(decideVersion("host "+k.Key, v, k.ver))
 	}

@@ -16,7 +16,8 @@ import (
 // that cannot be read is left out: the rules then say they could not decide.
 //
 //	kernel           X.Y.Z of /proc/sys/kernel/osrelease
-//	doca-ofed        X.Y.Z of the doca-ofed package in /var/lib/dpkg/status
+//	doca-ofed        X.Y.Z of the doca-ofed package in /var/lib/dpkg/status; none when
+//	                 the database holds no installed doca-ofed
 //	ib.link-layer    the link layer of the RDMA ports NVSHMEM would open (Ethernet,
 //	                 InfiniBand), "mixed" when they differ
 //	ib.driver        their kernel driver (mlx5_core, efa, ...), or "mixed"
@@ -35,7 +36,7 @@ func (r *Node) Facts() map[string]string {
 			f["kernel"] = core
 		}
 	}
-	if v := r.dpkgVersion("doca-ofed"); v != "" {
+	if v, ok := r.dpkgVersion("doca-ofed"); ok {
 		f["doca-ofed"] = v
 	}
 	r.ibFacts(f)
@@ -76,14 +77,19 @@ func regkeyValue(v string) string {
 // blank lines (dpkg-query(1), deb-control(5)).
 const dpkgStatus = "/var/lib/dpkg/status"
 
-// dpkgVersion is the X.Y.Z of an installed package's Version ("3.2.1-044000" → 3.2.1).
-// The database holds every package (megabytes); a capture keeps only pkg's stanza.
-func (r *Node) dpkgVersion(pkg string) string {
+// dpkgVersion is the X.Y.Z of an installed package's Version ("3.2.1-044000" → 3.2.1),
+// "none" when the database lists no installed pkg; ok is false when there is no
+// database to read (not a Debian system). The database holds every package
+// (megabytes); a capture keeps only pkg's stanza.
+func (r *Node) dpkgVersion(pkg string) (string, bool) {
 	b, err := r.sys.ReadFileKeeping(dpkgStatus, func(b []byte) []byte { return dpkgStanza(b, pkg) })
 	if err != nil {
-		return ""
+		return "", false
 	}
-	return stanzaVersion(dpkgStanza(b, pkg))
+	if v := stanzaVersion(dpkgStanza(b, pkg)); v != "" {
+		return v, true
+	}
+	return "none", true
 }
 
 // dpkgStanza is pkg's stanza of a dpkg status file, with its closing blank line, or nil.

@@ -44,7 +44,7 @@ func TestFactsOfTheFixtureNodes(t *testing.T) {
 	// GCP's own names, and an EFA node
 	rocep := hostfixture.GCPB200With(t, hostfixture.NodeOpts{NICName: hostfixture.RoCEName})
 	cfg.HCAPrefix = ""
-	if f := NewNode(NewSysroot(rocep), cfg).Facts(); f["ib.name-prefix"] != "rocep" || f["peermem"] != "none" || f["kernel"] != "" || f["doca-ofed"] != "" {
+	if f := NewNode(NewSysroot(rocep), cfg).Facts(); f["ib.name-prefix"] != "rocep" || f["peermem"] != "none" || hasKey(f, "kernel") || hasKey(f, "doca-ofed") {
 		t.Errorf("rocep node: %v", f)
 	}
 	if f := NewNode(NewSysroot(hostfixture.AWSP5(t)), awsP5Config()).Facts(); f["ib.driver"] != "efa" || f["ib.link-layer"] != "Unknown" || f["gdrdrv"] != "loaded" {
@@ -53,7 +53,12 @@ func TestFactsOfTheFixtureNodes(t *testing.T) {
 	// a package that is only configured, not installed, has no version
 	g := hostfixture.New(t)
 	g.Write("/var/lib/dpkg/status", "Package: doca-ofed\nStatus: deinstall ok config-files\nVersion: 3.2.1-044000\n\n")
-	if f := NewNode(NewSysroot(g.Root()), Config{Transport: TransportNone}).Facts(); f["doca-ofed"] != "" {
+	if f := NewNode(NewSysroot(g.Root()), Config{Transport: TransportNone}).Facts(); f["doca-ofed"] != "none" {
 		t.Errorf("a removed package: %v", f)
 	}
+}
+
+func hasKey(m map[string]string, k string) bool {
+	_, ok := m[k]
+	return ok
 }

@@ -48,23 +48,29 @@ func (r *Node) Pairs() []Pair { return r.pairs }
 // Kinds are the host checks, in the order they run. Each reads the node through its
 // sysroot and yields one result; adding a host check is an entry here and its method.
 func Kinds() []check.Kind[*Node] {
-	one := func(name, explain string, f func(*Node) check.Result) check.Kind[*Node] {
+	// rules names the compatibility rule cases a check judges too: where both would
+	// report, the builder keeps this check's verdict (see builder.CheckHost).
+	one := func(name, rules, explain string, f func(*Node) check.Result) check.Kind[*Node] {
 		return check.Kind[*Node]{Name: name, Targets: []check.Target{check.Host}, Explain: explain,
-			Run: func(_ context.Context, n *Node) []check.Result { return []check.Result{f(n)} }}
+			Run: func(_ context.Context, n *Node) []check.Result {
+				r := f(n)
+				r.Rule = rules
+				return []check.Result{r}
+			}}
 	}
 	return []check.Kind[*Node]{
-		one("host.gpus", "NVIDIA GPUs in the PCIe tree", (*Node).checkGPUs),
-		one("host.peermem", "GPUDirect RDMA peer memory: nvidia_peermem, or memory_peers for NVSHMEM 3.2.5 (R16, R17)", (*Node).checkPeerMem),
-		one("host.regkey.peer-mapping-override", "PeerMappingOverride=1 in the NVIDIA driver's registry, for IBGDA with the GPU NIC handler (R16)", (*Node).checkPeerMappingOverride),
-		one("host.regkey.stream-memops", "EnableStreamMemOPs=1 in the NVIDIA driver's registry (R16)", (*Node).checkStreamMemOps),
-		one("host.ib.devices", "RDMA devices with the driver and name prefix NVSHMEM selects (R14)", (*Node).checkIBDevices),
-		one("host.ib.port-state", "the selected devices' ports are ACTIVE", (*Node).checkPortState),
-		one("host.ib.link-layer", "one link layer (InfiniBand or RoCE) across the selected ports", (*Node).checkLinkLayer),
-		one("host.roce.gid-type", "NVSHMEM_IB_GID_INDEX names a RoCE v2 GID with an address", (*Node).checkGIDType),
-		one("host.pcie.gpu-nic-pairing", "each GPU's nearest NIC in the PCIe tree, and DEEP_EP_DEVICE_TO_HCA_MAPPING against it", (*Node).checkPairing),
-		one("host.gdrdrv", "the gdrdrv device for GDRCopy builds (R8)", (*Node).checkGDRDrv),
-		one("host.memlock", "the locked-memory limit RDMA registration needs", (*Node).checkMemlock),
-		one("host.nccl.version", "the NCCL a job loads against the one DeepEP was built with (R18)", (*Node).checkNCCL),
+		one("host.gpus", "", "NVIDIA GPUs in the PCIe tree", (*Node).checkGPUs),
+		one("host.peermem", "R16/peer-memory R17/nvidia-peermem-only", "GPUDirect RDMA peer memory: nvidia_peermem, or memory_peers for NVSHMEM 3.2.5 (R16, R17)", (*Node).checkPeerMem),
+		one("host.regkey.peer-mapping-override", "R16/peer-mapping-override", "PeerMappingOverride=1 in the NVIDIA driver's registry, for IBGDA with the GPU NIC handler (R16)", (*Node).checkPeerMappingOverride),
+		one("host.regkey.stream-memops", "R16/stream-memops", "EnableStreamMemOPs=1 in the NVIDIA driver's registry (R16)", (*Node).checkStreamMemOps),
+		one("host.ib.devices", "R14/host-names R14/ibgda-mlx5-only", "RDMA devices with the driver and name prefix NVSHMEM selects (R14)", (*Node).checkIBDevices),
+		one("host.ib.port-state", "", "the selected devices' ports are ACTIVE", (*Node).checkPortState),
+		one("host.ib.link-layer", "", "one link layer (InfiniBand or RoCE) across the selected ports", (*Node).checkLinkLayer),
+		one("host.roce.gid-type", "", "NVSHMEM_IB_GID_INDEX names a RoCE v2 GID with an address", (*Node).checkGIDType),
+		one("host.pcie.gpu-nic-pairing", "", "each GPU's nearest NIC in the PCIe tree, and DEEP_EP_DEVICE_TO_HCA_MAPPING against it", (*Node).checkPairing),
+		one("host.gdrdrv", "R8/gdrdrv", "the gdrdrv device for GDRCopy builds (R8)", (*Node).checkGDRDrv),
+		one("host.memlock", "", "the locked-memory limit RDMA registration needs", (*Node).checkMemlock),
+		one("host.nccl.version", "R18/epv2-nccl", "the NCCL a job loads against the one DeepEP was built with (R18)", (*Node).checkNCCL),
 	}
 }
 
