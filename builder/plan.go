@@ -27,6 +27,9 @@ type Resolver struct {
 	Patches *patches.Catalog
 	// Catalog maps `--set COMPONENT.version=V` to V's pinned source.
 	Catalog *compat.Catalog
+	// Tags lists the tags that point at a commit of a repository (source.History.TagsAt),
+	// for the version of a commit a --set names; nil: the catalogue alone.
+	Tags func(repo, commit string) []string
 }
 
 // NewResolver uses lib for recipes and the embedded patch sets and version catalogue.
@@ -58,12 +61,19 @@ func (r *Resolver) Load(name string, sets []string) (*recipes.Doc, error) {
 	if err != nil {
 		return nil, err
 	}
+	pinned := map[string]string{}
+	for _, c := range doc.Recipe.Components {
+		if c.Source.Git != nil {
+			pinned[c.Name] = c.Source.Git.Commit
+		}
+	}
 	if err := doc.Apply(sets); err != nil {
 		return nil, err
 	}
 	if err := ApplyCatalog(doc, sets, r.Catalog); err != nil {
 		return nil, err
 	}
+	DeriveVersions(doc, sets, pinned, r.Catalog, r.Tags)
 	var names []string
 	for _, c := range doc.Recipe.Components {
 		names = append(names, c.Patches...)
