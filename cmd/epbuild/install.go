@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/host"
 )
 
@@ -93,23 +94,18 @@ func newVerifyInstallCmd(app *App) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "verify-install [--prefix DIR] [--json] [--host [--sysroot DIR]] [--traffic -- CMD ARGS...]",
 		Short: "Check an installed prefix against its manifest, its recipe's checks and (--host) this host",
-		Long: `Check an installed prefix (default $EPBUILD_PREFIX, which env.sh sets):
+		Long: `Check an installed prefix (default $EPBUILD_PREFIX, which env.sh sets). The manifest
+(install.manifest) is read first; then, by the check engine, target by target:
 
-  files.*        every file's sha256 and mode against the manifest; each changed, missing,
-                 extra or re-moded path listed with its own ID
-  install.*      the manifest and the receipt install left
-  env.*          env.sh: what it exports matches the plan, the paths it names exist,
-                 LD_PRELOAD (if any) is the NVSHMEM the artifact carries
-  effect.*, ...  the patch sets' effects and the recipe's checks, re-run on the installed
-                 copy (imports in a clean environment)
-  process.single-nvshmem
-                 exactly one libnvshmem_host mapped after importing torch and deep_ep
-  host.*         with --host: peer memory, driver regkeys, RDMA devices, ports, GID type,
-                 the GPU↔NIC pairing (and the DEEP_EP_DEVICE_TO_HCA_MAPPING line it
-                 implies), gdrdrv, locked memory; --sysroot reads a capture instead
-  host.traffic.* with --traffic -- CMD ARGS...: CMD runs with the install's env and the
-                 NIC counters are sampled around it: all bytes on one NIC means the
-                 mapping did not take
+` + kindsHelp(check.Files, check.Env, check.Installed, check.Process) + `
+With --host (--sysroot reads a capture instead of /), the node and the compatibility
+rules of the host stage (rule.<id>[/case] results, with the rule's fix), and the
+DEEP_EP_DEVICE_TO_HCA_MAPPING line the PCIe tree implies:
+
+` + kindsHelp(check.Host) + `
+With --traffic -- CMD ARGS..., CMD runs with the install's env while the NIC counters are
+sampled (host.traffic.run, host.traffic.spread): all bytes on one NIC means the mapping
+did not take.
 
 Every check has a stable ID, a status (pass, warn, fail, skip), what it read, why it
 matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad input.`,
@@ -289,7 +285,10 @@ results, without the node.`,
 		Short: "Run the host checks alone, for a recipe or an install's plan",
 		Long: `Run the host checks alone. What they ask of the host comes from --recipe NAME, else from
 the install at --prefix (default $EPBUILD_PREFIX), else nothing recipe-specific (transport
-ibrc when the host has RDMA devices, none otherwise). Exit 1 when a check fails.`,
+ibrc when the host has RDMA devices, none otherwise). The NCCL a job loads is read from
+python3 (torch, else the nvidia-nccl-* wheel, else NCCL_HOME). Exit 1 when a check fails.
+
+` + kindsHelp(check.Host),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := hcf.options(app)
@@ -406,4 +405,43 @@ func writeFileAtomic(path string, b []byte) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// kindsHelp lists the check kinds of the targets, from the engine's registry, so that the
+// help says what the code checks.
+func kindsHelp(targets ...check.Target) string {
+	var b strings.Builder
+	seen := map[string]bool{}
+	for _, t := range targets {
+		for _, k := range builder.Checks().Kinds() {
+			if !k.Applies(t) || seen[k.Name] {
+				continue
+			}
+			seen[k.Name] = true
+			fmt.Fprintf(&b, "  %s\n", k.Name)
+			for _, l := range wrapWords(k.Explain, 74) {
+				fmt.Fprintf(&b, "      %s\n", l)
+			}
+		}
+	}
+	return b.String()
+}
+
+func wrapWords(s string, width int) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		if line != "" && len(line)+1+len(w) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += w
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
 }
