@@ -234,9 +234,11 @@ func (j *Job) Findings(ctx context.Context, tc *Toolchain) ([]compat.Finding, er
 		facts, stage = PreflightFacts(facts, j.Plan, tc), compat.StagePreflight
 	}
 	var fs []compat.Finding
-	keep := ""
+	keep := "" // only in a cache that exists: a rule check creates none
 	if dir, err := j.cacheDir(); err == nil {
-		keep = filepath.Join(dir, "compat", Key("compat/2", compat.DataDigest(), facts, stage, j.opts.Rules != nil)+".json")
+		if _, err := os.Stat(dir); err == nil {
+			keep = filepath.Join(dir, "compat", Key("compat/2", compat.DataDigest(), facts, stage, j.opts.Rules != nil)+".json")
+		}
 	}
 	if b, err := os.ReadFile(keep); keep == "" || err != nil || json.Unmarshal(b, &fs) != nil {
 		rules, err := j.Rules()
