@@ -83,16 +83,13 @@ const (
 	Host Target = "host"
 )
 
-// Targets lists every target, in the order a full verification visits them.
-func Targets() []Target { return []Target{Tree, Staged, Files, Env, Installed, Process, Host} }
-
 // Kind is one sort of check: its name, what it applies to, why it exists, and how it runs.
 // A kind with Run checks a subject once; a declared kind (made by Declared) runs once for
 // each check a recipe declares of that name, with the declaration.
 type Kind[S any] struct {
 	Name    string
 	Targets []Target
-	// Explain says what the kind checks and why, for `epbuild check-kinds` and the docs.
+	// Explain says what the kind checks and why (the commands' help lists it).
 	Explain string
 	Run     func(ctx context.Context, s S) []Result
 
