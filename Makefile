@@ -42,6 +42,7 @@ schema:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime 30s ./recipes/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./recipes/strictyaml/
 	$(GO) test -run '^$$' -fuzz FuzzVersionOrder -fuzztime 30s ./compat/
 
 clean:

@@ -172,3 +172,59 @@ func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
 	}
 	return nil
 }
+
+// DeriveVersions gives each component whose commit a --set changed (without a --set of
+// its version) the version of that commit: the catalogue's release pinned at it, else the
+// highest version a tag pointing at it names (tags lists them: the mirror's and the
+// cache's; nil for none), else none at all, with a note. Never the recipe's old label:
+// the rules would judge the wrong release. recipe maps each component to the commit the
+// recipe itself pins (a --set of the same commit keeps the recipe's version).
+func DeriveVersions(doc *recipes.Doc, sets []string, recipe map[string]string, cat *compat.Catalog, tags func(repo, commit string) []string) {
+	versioned, committed := map[string]bool{}, map[string]bool{}
+	for _, s := range sets {
+		key, _, _ := strings.Cut(s, "=")
+		comp, field, _ := strings.Cut(key, ".")
+		switch field {
+		case "version":
+			versioned[comp] = true
+		case "commit":
+			committed[comp] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(committed)) {
+		c, ok := doc.Recipe.Component(name)
+		if !ok || versioned[name] || c.Source.Git == nil || c.Source.Git.Commit == recipe[name] || !recipes.IsFullCommit(c.Source.Git.Commit) {
+			continue // a short or malformed commit is validation's to report
+		}
+		g := c.Source.Git
+		if rel, ok := cat.ReleaseAt(name, g.URL, g.Commit); ok {
+			c.Version = rel.Version
+			continue
+		}
+		if tags != nil {
+			if v := tagVersion(tags(g.URL, g.Commit)); v != "" {
+				c.Version = v
+				continue
+			}
+		}
+		c.Version = ""
+		doc.Recipe.Notes = append(doc.Recipe.Notes, fmt.Sprintf(
+			"%s %s is no catalogued release and no tag at hand points at it: its version is unknown, and rules on it are undecided (--set %s.version=V names it; --mirror DIR with a clone that has its tags finds it)",
+			name, g.Commit[:12], name))
+	}
+}
+
+// tagVersion is the highest vendor version among tag names ("v3.4.5-0" → 3.4.5-0).
+func tagVersion(tags []string) string {
+	var best compat.Version
+	for _, t := range tags {
+		v, err := compat.ParseVersion(t)
+		if err == nil && (best.IsZero() || best.Less(v)) {
+			best = v
+		}
+	}
+	if best.IsZero() {
+		return ""
+	}
+	return strings.TrimPrefix(best.String(), "v")
+}

@@ -4,37 +4,21 @@
 package builder
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
 	"github.com/epbuild/epbuild/recipes"
+	"github.com/epbuild/epbuild/recipes/lock"
 )
 
-// Plan is a resolved recipe: every source pinned, every patch set expanded with its
-// pins, the options and env. It is what `epbuild show` prints and what every stage's
-// cache key derives from.
-type Plan struct {
-	Recipe     string            `json:"recipe"`
-	Cluster    string            `json:"cluster"`
-	File       string            `json:"file"`
-	Overrides  []string          `json:"overrides,omitempty"`
-	Toolchain  recipes.Toolchain `json:"toolchain"`
-	Components []PlanComponent   `json:"components"`
-	Env        map[string]string `json:"env,omitempty"`
-	Notes      []string          `json:"notes,omitempty"`
-	// Key is the sha256 of the plan's JSON without the key itself.
-	Key string `json:"key"`
-}
+// Plan is a resolved recipe (the lock): every source pinned, every patch set expanded
+// with its pins, the options and env. It is what `epbuild show` prints and what every
+// stage's cache key derives from.
+type Plan = lock.Plan
 
-// PlanComponent is one component with its patch sets expanded.
-type PlanComponent struct {
-	recipes.Component
-	PatchSets []*patches.Set `json:"patch-sets,omitempty"`
-}
+// PlanComponent is one component of a plan with its patch sets expanded.
+type PlanComponent = lock.Component
 
 // Resolver turns recipes into plans.
 type Resolver struct {
@@ -43,6 +27,9 @@ type Resolver struct {
 	Patches *patches.Catalog
 	// Catalog maps `--set COMPONENT.version=V` to V's pinned source.
 	Catalog *compat.Catalog
+	// Tags lists the tags that point at a commit of a repository (source.History.TagsAt),
+	// for the version of a commit a --set names; nil: the catalogue alone.
+	Tags func(repo, commit string) []string
 }
 
 // NewResolver uses lib for recipes and the embedded patch sets and version catalogue.
@@ -74,12 +61,19 @@ func (r *Resolver) Load(name string, sets []string) (*recipes.Doc, error) {
 	if err != nil {
 		return nil, err
 	}
+	pinned := map[string]string{}
+	for _, c := range doc.Recipe.Components {
+		if c.Source.Git != nil {
+			pinned[c.Name] = c.Source.Git.Commit
+		}
+	}
 	if err := doc.Apply(sets); err != nil {
 		return nil, err
 	}
 	if err := ApplyCatalog(doc, sets, r.Catalog); err != nil {
 		return nil, err
 	}
+	DeriveVersions(doc, sets, pinned, r.Catalog, r.Tags)
 	var names []string
 	for _, c := range doc.Recipe.Components {
 		names = append(names, c.Patches...)
@@ -118,24 +112,8 @@ func (r *Resolver) Resolve(name string, sets []string) (*Plan, error) {
 		}
 		p.Components = append(p.Components, pc)
 	}
-	// the key depends on what is built, not on how it was asked for
-	keyed := *p
-	keyed.File, keyed.Overrides = "", nil
-	b, err := json.Marshal(keyed)
-	if err != nil {
-		return nil, fmt.Errorf("hash plan of %s: %w", rc.Name, err)
+	if err := p.Seal(); err != nil {
+		return nil, err
 	}
-	sum := sha256.Sum256(b)
-	p.Key = hex.EncodeToString(sum[:])
 	return p, nil
-}
-
-// Component returns the plan's component with that name.
-func (p *Plan) Component(name string) (*PlanComponent, bool) {
-	for i := range p.Components {
-		if p.Components[i].Name == name {
-			return &p.Components[i], true
-		}
-	}
-	return nil, false
 }

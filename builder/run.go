@@ -16,6 +16,7 @@ import (
 	"github.com/go-git/go-git/v5"
 
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
@@ -204,7 +205,7 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 	if err != nil {
 		return res, err
 	}
-	checker := &Checker{Python: r.Toolchain.Python, Env: env}
+	reg := Checks()
 	for i := range res.Components {
 		cr := &res.Components[i]
 		pc, _ := p.Component(cr.Name)
@@ -213,7 +214,8 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 		}
 		var cj checkJSON
 		err := r.stage(ctx, res, "check", cr.Name, cr.CheckKey, func(dir string) error {
-			results := checker.Component(ctx, pc, cr.Prefix)
+			s := &Subject{Plan: p, Component: pc, Root: cr.Prefix, Prefixes: prefixes, Env: env, Python: r.Toolchain.Python}
+			results := checkComponent(ctx, reg, check.Staged, s)
 			for _, x := range results {
 				if !x.OK() {
 					return &ChecksFailed{Where: "the staged prefix of " + cr.Name, Results: results}

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand"
@@ -15,42 +16,24 @@ import (
 
 	"github.com/charmbracelet/log"
 
-	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/recipes"
 )
 
-// demoRun runs the embedded demo recipe with its cache under dir and returns the result.
+// demoRun runs the embedded demo recipe with its cache under dir through the pipeline's
+// entry point, as `epbuild recipe demo` does, and returns the result.
 func demoRun(t testing.TB, dir, out string, force ...string) (*Result, error) {
 	t.Helper()
-	ctx := context.Background()
-	res, err := NewResolver(recipes.NewLibrary())
+	j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: "demo", CacheDir: dir, Log: log.New(io.Discard), Progress: source.ProgressLines})
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := res.Resolve("demo", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := cache.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger := log.New(io.Discard)
-	src, err := NewSources(c, "", logger, source.ProgressLines)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := OpenStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := (&Prober{Getenv: os.Getenv}).ProbeCached(ctx, filepath.Join(dir, "toolchain"))
-	if err := Preflight(plan, tc); err != nil {
+	res, err := j.Build(context.Background(), BuildOptions{OutDir: out, Version: "test", Force: force, Environ: os.Environ(), Getenv: os.Getenv})
+	var pe *PreflightError
+	if errors.As(err, &pe) {
 		t.Skipf("the demo cannot build here: %v", err)
 	}
-	r := &Runner{Store: store, Sources: src, Log: logger, Toolchain: tc, Environ: os.Environ(), OutDir: out, Version: "test", Force: force}
-	return r.Run(ctx, plan)
+	return res, err
 }
 
 func TestDemoEndToEnd(t *testing.T) {

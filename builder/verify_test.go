@@ -50,7 +50,7 @@ func wantStatus(t *testing.T, rep *VerifyReport, want map[string]string) {
 			t.Errorf("no check %s in the report", id)
 			continue
 		}
-		if c.Status != st {
+		if string(c.Status) != st {
 			t.Errorf("%s: %s, want %s (expected %q, found %q, why %q)", id, c.Status, st, c.Expected, c.Found, c.Why)
 		}
 	}

@@ -50,21 +50,27 @@ func ChainAncestry(sources ...Ancestry) Ancestry {
 type chain []Ancestry
 
 func (c chain) IsAncestor(ctx context.Context, repo, ancestor, commit string) (bool, error) {
-	var errs []error
+	var where []string
 	for _, a := range c {
 		ok, err := a.IsAncestor(ctx, repo, ancestor, commit)
 		if err == nil {
 			return ok, nil
 		}
-		if !errors.Is(err, ErrUnknownCommit) {
+		var uc *UnknownCommitError
+		switch {
+		case errors.As(err, &uc):
+			where = append(where, uc.Source)
+		case errors.Is(err, ErrUnknownCommit):
+			where = append(where, err.Error())
+		default:
 			return false, err
 		}
-		errs = append(errs, err)
 	}
-	if len(errs) == 0 {
-		return false, &UnknownCommitError{Repo: repo, Commit: commit, Source: "no ancestry source"}
+	if len(where) == 0 {
+		where = append(where, "no ancestry source")
 	}
-	return false, errors.Join(errs...)
+	// one line: the finding's reasons quote it
+	return false, &UnknownCommitError{Repo: repo, Commit: commit, Source: strings.Join(where, "; ")}
 }
 
 //go:embed history.yaml

@@ -194,3 +194,16 @@ func (c *Catalog) LookupKind(component, version, kind string) (Pin, bool) {
 	}
 	return r.Pins[0], true
 }
+
+// ReleaseAt finds the release of a component whose git pin is commit of repo (compared
+// as RepoKey): what `--set COMPONENT.commit=` names when it names a known release.
+func (c *Catalog) ReleaseAt(component, repo, commit string) (Release, bool) {
+	for _, r := range c.components[component] {
+		for _, p := range r.Pins {
+			if p.Git != nil && p.Git.Commit == commit && RepoKey(p.Git.URL) == RepoKey(repo) {
+				return r, true
+			}
+		}
+	}
+	return Release{}, false
+}

@@ -350,7 +350,7 @@ func TestBuildMatrix(t *testing.T) {
 		}
 		axes = append(axes, a)
 	}
-	m, err := BuildMatrix(context.Background(), "ibrc-dualport", axes, nil, rules, deepepFixture(t), facts)
+	m, err := BuildMatrix(context.Background(), "ibrc-dualport", axes, nil, rules, deepepFixture(t), facts, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,10 +398,10 @@ func TestBuildMatrix(t *testing.T) {
 		glm.Parallel.Matrix[0]["EPBUILD_RECIPE"] != "ibrc-dualport" {
 		t.Errorf("gitlab matrix:\n%s\n%v", gl, err)
 	}
-	if _, err := BuildMatrix(context.Background(), "x", []Axis{axes[0], axes[0]}, nil, rules, nil, facts); err == nil {
+	if _, err := BuildMatrix(context.Background(), "x", []Axis{axes[0], axes[0]}, nil, rules, nil, facts, false); err == nil {
 		t.Error("a repeated axis must be an error")
 	}
-	one, err := BuildMatrix(context.Background(), "x", nil, nil, rules, deepepFixture(t), facts)
+	one, err := BuildMatrix(context.Background(), "x", nil, nil, rules, deepepFixture(t), facts, false)
 	if err != nil || len(one.Cells) != 1 || one.Cells[0].Command != "epbuild recipe x" {
 		t.Errorf("no axes: one cell, the recipe: %+v %v", one, err)
 	}

@@ -23,6 +23,9 @@ type Finding struct {
 	Sources  []string `json:"sources"`
 	Stage    Stage    `json:"stage"`
 	Unknown  bool     `json:"unknown,omitempty"`
+	// IfDecided is, for an undecided finding, the severity it has if its condition holds:
+	// an undecided error stops a plan unless the user allows it (--allow-undecided).
+	IfDecided Severity `json:"if_decided,omitempty"`
 	// Because lists the facts that decided (or could not decide) the condition.
 	Because []string `json:"because,omitempty"`
 }
@@ -87,7 +90,7 @@ func Evaluate(ctx context.Context, rules *Rules, facts Facts, stage Stage, anc A
 				f.Fix = c.Fix
 			}
 			if res == unknown {
-				f.Unknown = true
+				f.Unknown, f.IfDecided = true, f.Severity
 				if f.Severity == SeverityError {
 					f.Severity = SeverityWarn
 				}
@@ -108,6 +111,25 @@ func HasErrors(fs []Finding) bool {
 		}
 	}
 	return false
+}
+
+// Undecided lists the findings that could not be decided and are errors if they hold.
+func Undecided(fs []Finding) []Finding {
+	var out []Finding
+	for _, f := range fs {
+		if f.Unknown && f.IfDecided == SeverityError {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Name is the finding's rule id with its case: "R3/qp-layout".
+func (f Finding) Name() string {
+	if f.Case != "" {
+		return f.ID + "/" + f.Case
+	}
+	return f.ID
 }
 
 // IDs lists the distinct rule ids of findings, in order.
@@ -331,6 +353,9 @@ func matchKey(what string, m map[string]string, k *KeyCond, host bool) (tri, []s
 		return triOf(off), []string{desc}
 	case k.re != nil:
 		return triOf(k.re.MatchString(v)), []string{desc}
+	case k.Version != "" && v == "none":
+		// read, and not installed: no version of it satisfies anything
+		return no, []string{fmt.Sprintf("host %s is not installed", k.Key)}
 	case k.Version != "":
 		return one(decideVersion("host "+k.Key, v, k.ver))
 	}

@@ -74,13 +74,16 @@ type Cell struct {
 	Findings []Finding `json:"findings,omitempty"`
 }
 
-// Excluded is a combination a rule forbids, with the rule ids and findings that forbid it.
+// Excluded is a combination a rule forbids, with the rule ids and findings that forbid it;
+// Undecided names the error-level rules that could not be decided for it (an exclusion
+// unless undecided rules are allowed).
 type Excluded struct {
-	Name     string            `json:"name"`
-	Values   map[string]string `json:"values"`
-	Sets     []string          `json:"sets"`
-	Rules    []string          `json:"rules"`
-	Findings []Finding         `json:"findings"`
+	Name      string            `json:"name"`
+	Values    map[string]string `json:"values"`
+	Sets      []string          `json:"sets"`
+	Rules     []string          `json:"rules"`
+	Undecided []string          `json:"undecided,omitempty"`
+	Findings  []Finding         `json:"findings"`
 }
 
 // Matrix is the cross product of the axes, split into the cells to run and the
@@ -96,10 +99,11 @@ type Matrix struct {
 type FactsFunc func(sets []string) (Facts, error)
 
 // BuildMatrix evaluates every combination of the axes at plan stage: a combination with
-// an error-level finding is excluded with its rule ids; the others become cells carrying
-// the env their warn and advice findings' fixes add. With no axes there is one cell, the
-// recipe itself.
-func BuildMatrix(ctx context.Context, recipe string, axes []Axis, base []string, rules *Rules, anc Ancestry, facts FactsFunc) (*Matrix, error) {
+// an error-level finding, or (unless allowUndecided) an error-level rule that could not
+// be decided, is excluded with its rule ids; the others become cells carrying the env
+// their warn and advice findings' fixes add. With no axes there is one cell, the recipe
+// itself.
+func BuildMatrix(ctx context.Context, recipe string, axes []Axis, base []string, rules *Rules, anc Ancestry, facts FactsFunc, allowUndecided bool) (*Matrix, error) {
 	seen := map[string]bool{}
 	for _, a := range axes {
 		if seen[a.Key] {
@@ -125,14 +129,23 @@ func BuildMatrix(ctx context.Context, recipe string, axes []Axis, base []string,
 		if err != nil {
 			return nil, fmt.Errorf("matrix cell %s: %w", strings.Join(name, " "), err)
 		}
-		if HasErrors(fs) {
-			var errs []Finding
+		und := Undecided(fs)
+		if allowUndecided {
+			und = nil
+		}
+		if HasErrors(fs) || len(und) > 0 {
+			errs := []Finding{}
 			for _, x := range fs {
 				if x.Severity == SeverityError {
 					errs = append(errs, x)
 				}
 			}
-			m.Excluded = append(m.Excluded, Excluded{Name: strings.Join(name, " "), Values: vals, Sets: sets, Rules: IDs(errs), Findings: errs})
+			rulesOf := IDs(errs)
+			if rulesOf == nil {
+				rulesOf = []string{}
+			}
+			m.Excluded = append(m.Excluded, Excluded{Name: strings.Join(name, " "), Values: vals, Sets: sets, Rules: rulesOf,
+				Undecided: IDs(und), Findings: append(errs, und...)})
 			continue
 		}
 		c := Cell{Name: strings.Join(name, " "), Values: vals, Sets: sets, Command: buildCommand(recipe, sets), Findings: fs}

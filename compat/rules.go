@@ -1,19 +1,17 @@
 package compat
 
 import (
-	"bytes"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
 
-	"github.com/goccy/go-yaml"
-	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
+	"github.com/epbuild/epbuild/recipes/strictyaml"
 )
 
 //go:embed rules.yaml
@@ -84,6 +82,25 @@ type Fix struct {
 	Set  []string          `json:"set,omitempty"`
 	Env  map[string]string `json:"env,omitempty"`
 	Text string            `json:"text,omitempty"`
+}
+
+// String gives the fix on one line: "--set K=V; NAME=V in the job's environment; text".
+// A nil fix is "".
+func (f *Fix) String() string {
+	if f == nil {
+		return ""
+	}
+	var parts []string
+	for _, s := range f.Set {
+		parts = append(parts, "--set "+s)
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.Env)) {
+		parts = append(parts, k+"="+f.Env[k]+" in the job's environment (--set env."+k+"="+f.Env[k]+")")
+	}
+	if t := strings.Join(strings.Fields(f.Text), " "); t != "" {
+		parts = append(parts, t)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Cond is one condition of the rule language; exactly one field is set. See the head
@@ -209,100 +226,36 @@ func (rs *Rules) IDs() []string {
 // LoadRules reads the rules built into the binary.
 func LoadRules() (*Rules, error) { return ParseRules("compat/rules.yaml", rulesYAML) }
 
-// FileError is a problem in a data file of this package, located by line and column.
-type FileError struct {
-	File   string `json:"file"`
-	Line   int    `json:"line,omitempty"`
-	Col    int    `json:"col,omitempty"`
-	Msg    string `json:"message"`
-	Source string `json:"source,omitempty"`
-}
+// FileError is a problem in a data file of this package, located by line and column:
+// the one error type of the YAML loader.
+type FileError = strictyaml.Error
 
-func (e *FileError) Error() string {
-	loc := e.File
-	if e.Line > 0 {
-		loc = fmt.Sprintf("%s:%d:%d", e.File, e.Line, e.Col)
-	}
-	if e.Source != "" {
-		return loc + ": " + e.Msg + "\n" + e.Source
-	}
-	return loc + ": " + e.Msg
-}
-
-// ExitCode marks a bad data file as bad input.
-func (e *FileError) ExitCode() int { return 2 }
-
-// yamlDoc is a data file being loaded: its name, text and syntax tree, so that errors
-// found after decoding still point at a line.
+// yamlDoc is a data file being loaded: its syntax tree, so that errors found after
+// decoding still point at a line, and the errors found so far.
 type yamlDoc struct {
-	file string
-	ast  *ast.File
+	y    *strictyaml.Doc
 	errs []error
 }
 
-// decodeStrict decodes data into v: unknown fields, duplicate keys and wrong types are
-// errors with file:line:col. goccy/go-yaml panics on some malformed input; that becomes
-// an error too.
-func decodeStrict(file string, data []byte, v any) (doc *yamlDoc, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			doc, err = nil, &FileError{File: file, Msg: fmt.Sprintf("the YAML could not be decoded (%v)", p)}
-		}
-	}()
-	f, err := parser.ParseBytes(data, 0)
+// decodeStrict decodes data into v with epbuild's YAML loader: strict, and within its
+// limits on size, nesting and aliases.
+func decodeStrict(file string, data []byte, v any) (*yamlDoc, error) {
+	y, err := strictyaml.Decode(file, data, v)
 	if err != nil {
-		return nil, yamlErr(file, err)
+		return nil, err
 	}
-	if err := yaml.NewDecoder(bytes.NewReader(data), yaml.Strict()).Decode(v); err != nil {
-		return nil, yamlErr(file, err)
-	}
-	return &yamlDoc{file: file, ast: f}, nil
-}
-
-func yamlErr(file string, err error) error {
-	var ye yaml.Error
-	if errors.As(err, &ye) && ye.GetToken() != nil {
-		tk := ye.GetToken()
-		src := ye.FormatError(false, true)
-		if i := strings.IndexByte(src, '\n'); i >= 0 {
-			src = strings.TrimRight(src[i+1:], "\n")
-		} else {
-			src = ""
-		}
-		return &FileError{File: file, Line: tk.Position.Line, Col: tk.Position.Column, Msg: ye.GetMessage(), Source: src}
-	}
-	return &FileError{File: file, Msg: fmt.Sprintf("decode: %v", err)}
+	return &yamlDoc{y: y}, nil
 }
 
 // at records an error at a YAML path ($.rules[2].when.all[0].version.satisfies); a path
 // with no node (a missing field) falls back to its nearest existing parent.
 func (d *yamlDoc) at(path, format string, args ...any) {
-	e := &FileError{File: d.file, Msg: path + ": " + fmt.Sprintf(format, args...)}
-	for p := path; p != ""; p = parentPath(p) {
-		yp, err := yaml.PathString(p)
-		if err != nil {
-			continue
-		}
-		n, err := yp.FilterFile(d.ast)
-		if err != nil || n == nil || n.GetToken() == nil {
-			continue
-		}
-		e.Line, e.Col = n.GetToken().Position.Line, n.GetToken().Position.Column
-		break
-	}
-	d.errs = append(d.errs, e)
+	d.errs = append(d.errs, d.y.ErrorAt(path, path+": "+fmt.Sprintf(format, args...)))
 }
 
 func (d *yamlDoc) line(path string) int {
-	yp, err := yaml.PathString(path)
-	if err != nil {
-		return 0
-	}
-	n, err := yp.FilterFile(d.ast)
-	if err != nil || n == nil || n.GetToken() == nil {
-		return 0
-	}
-	return n.GetToken().Position.Line
+	l, _ := d.y.Pos(path)
+	return l
 }
 
 func (d *yamlDoc) err() error {
@@ -310,18 +263,6 @@ func (d *yamlDoc) err() error {
 		return nil
 	}
 	return errors.Join(d.errs...)
-}
-
-// parentPath drops the last element of a YAML path: $.a.b[2] → $.a.b → $.a → $.
-func parentPath(p string) string {
-	if p == "$" {
-		return ""
-	}
-	i := strings.LastIndexAny(p, ".[")
-	if i <= 0 {
-		return "$"
-	}
-	return p[:i]
 }
 
 var (

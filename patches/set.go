@@ -12,11 +12,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/goccy/go-yaml"
-	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
-
 	"github.com/epbuild/epbuild/patches/effect"
+	"github.com/epbuild/epbuild/recipes/strictyaml"
 )
 
 // Component names the source tree a set patches.
@@ -190,66 +187,27 @@ var (
 	nameRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 )
 
-// setFile is one set.yaml being loaded: its shown name, source and syntax tree
-// (for the line:col of errors found after decoding).
+// setFile is one set.yaml being loaded: its shown name and syntax tree (for the
+// line:col of errors found after decoding), and the errors found so far.
 type setFile struct {
 	name string
-	src  []byte
-	ast  *ast.File
+	y    *strictyaml.Doc
 	errs []error
 }
 
 // at records an error at the node reached by path (map keys and sequence
 // indexes); when that node is absent, at the nearest ancestor present.
 func (f *setFile) at(msg string, path ...any) {
-	line, col := f.locate(path)
-	f.errs = append(f.errs, fmt.Errorf("%s:%d:%d: %s: %s", f.name, line, col, pathString(path), msg))
-}
-
-func (f *setFile) locate(p []any) (int, int) {
-	if f.ast == nil || len(f.ast.Docs) == 0 || f.ast.Docs[0].Body == nil {
-		return 1, 1
-	}
-	n := f.ast.Docs[0].Body
-	for _, step := range p {
-		next := child(n, step)
-		if next == nil {
-			break
-		}
-		n = next
-	}
-	// A mapping's own token is its first ':'; point at its first key instead.
-	if m, ok := n.(*ast.MappingNode); ok && len(m.Values) > 0 && m.Values[0].Key != nil {
-		n = m.Values[0].Key
-	}
-	if mv, ok := n.(*ast.MappingValueNode); ok && mv.Key != nil {
-		n = mv.Key
-	}
-	pos := n.GetToken().Position
-	return pos.Line, pos.Column
-}
-
-func child(n ast.Node, step any) ast.Node {
-	switch s := step.(type) {
-	case string:
-		var values []*ast.MappingValueNode
-		switch m := n.(type) {
-		case *ast.MappingNode:
-			values = m.Values
-		case *ast.MappingValueNode:
-			values = []*ast.MappingValueNode{m}
-		}
-		for _, v := range values {
-			if v.Key != nil && v.Key.GetToken() != nil && v.Key.GetToken().Value == s {
-				return v.Value
-			}
-		}
-	case int:
-		if seq, ok := n.(*ast.SequenceNode); ok && s < len(seq.Values) {
-			return seq.Values[s]
+	yp := "$"
+	for _, s := range path {
+		switch s := s.(type) {
+		case string:
+			yp += "." + s
+		case int:
+			yp += fmt.Sprintf("[%d]", s)
 		}
 	}
-	return nil
+	f.errs = append(f.errs, f.y.ErrorAt(yp, pathString(path)+": "+msg))
 }
 
 func pathString(p []any) string {
@@ -273,17 +231,21 @@ func pathString(p []any) string {
 
 func loadSet(fsys fs.FS, file string) (*Set, error) {
 	shown := "patches/" + file
-	src, err := fs.ReadFile(fsys, file)
+	l := strictyaml.Loader{Limits: strictyaml.DefaultLimits()}
+	src, err := l.ReadFS(fsys, file, shown)
 	if err != nil {
+		var ye *strictyaml.Error
+		if errors.As(err, &ye) {
+			return nil, ye
+		}
 		return nil, fmt.Errorf("read %s: %w", shown, err)
 	}
 	var s Set
-	if err := yaml.UnmarshalWithOptions(src, &s, yaml.Strict()); err != nil {
-		return nil, yamlError(shown, err)
+	y, err := l.Decode(shown, src, &s)
+	if err != nil {
+		return nil, err
 	}
-	f := &setFile{name: shown, src: src}
-	// The decode succeeded, so the parse does too; it only serves positions.
-	f.ast, _ = parser.ParseBytes(src, 0)
+	f := &setFile{name: shown, y: y}
 	dir := path.Dir(file)
 	s.fsys, err = fs.Sub(fsys, dir)
 	if err != nil {
@@ -294,16 +256,6 @@ func loadSet(fsys fs.FS, file string) (*Set, error) {
 		return nil, errors.Join(f.errs...)
 	}
 	return &s, nil
-}
-
-// yamlError turns a goccy error into file:line:col: message.
-func yamlError(shown string, err error) error {
-	var ye yaml.Error
-	if errors.As(err, &ye) && ye.GetToken() != nil {
-		pos := ye.GetToken().Position
-		return fmt.Errorf("%s:%d:%d: %s", shown, pos.Line, pos.Column, ye.GetMessage())
-	}
-	return fmt.Errorf("%s: %w", shown, err)
 }
 
 func (s *Set) validate(f *setFile, dir string) {

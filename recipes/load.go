@@ -1,7 +1,6 @@
 package recipes
 
 import (
-	"bytes"
 	"embed"
 	"errors"
 	"fmt"
@@ -11,9 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/goccy/go-yaml"
-	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
+	"github.com/epbuild/epbuild/recipes/strictyaml"
 )
 
 //go:embed *.yaml
@@ -22,29 +19,9 @@ var embedded embed.FS
 // Embedded is the file system of the recipes built into the binary.
 func Embedded() fs.FS { return embedded }
 
-// Error is a problem in a recipe, located in its file (or in a --set flag).
-type Error struct {
-	File string `json:"file"`
-	Line int    `json:"line,omitempty"`
-	Col  int    `json:"col,omitempty"`
-	Msg  string `json:"message"`
-	// Source is the offending line(s) with a marker, when the file is known.
-	Source string `json:"source,omitempty"`
-}
-
-func (e *Error) Error() string {
-	loc := e.File
-	if e.Line > 0 {
-		loc = fmt.Sprintf("%s:%d:%d", e.File, e.Line, e.Col)
-	}
-	if e.Source != "" {
-		return loc + ": " + e.Msg + "\n" + e.Source
-	}
-	return loc + ": " + e.Msg
-}
-
-// ExitCode marks recipe errors as bad input.
-func (e *Error) ExitCode() int { return 2 }
+// Error is a problem in a recipe, located in its file (or in a --set flag): the one
+// error type of the YAML loader.
+type Error = strictyaml.Error
 
 // Errors is every problem found in one recipe, in file order.
 type Errors []*Error
@@ -65,8 +42,7 @@ type Doc struct {
 	Recipe Recipe
 	// File is the name shown in errors (recipes/gcp-b200.yaml for an embedded one).
 	File string
-	data []byte
-	ast  *ast.File
+	y    *strictyaml.Doc
 	// set maps a YAML path to the --set flag that overrode it, for error messages.
 	set map[string]string
 }
@@ -133,57 +109,32 @@ func (l *Library) Load(nameOrPath string) (*Doc, error) {
 
 // LoadFile reads and decodes a recipe file (without semantic validation).
 func LoadFile(path string) (*Doc, error) {
-	data, err := os.ReadFile(path)
+	data, err := loader().ReadFile(path)
 	if err != nil {
+		var ye *Error
+		if errors.As(err, &ye) {
+			return nil, ye
+		}
 		return nil, &Error{File: path, Msg: fmt.Sprintf("read recipe: %v", err)}
 	}
 	return Parse(path, data)
 }
 
-// Parse decodes recipe YAML strictly: an unknown field, a duplicate key or a wrong type
-// is an *Error with file:line:col and the offending line.
-func Parse(file string, data []byte) (doc *Doc, err error) {
-	// goccy/go-yaml panics on some malformed documents (odd tags): a recipe is user
-	// input, so that becomes an error, not a crash.
-	defer func() {
-		if p := recover(); p != nil {
-			doc, err = nil, &Error{File: file, Msg: fmt.Sprintf("the YAML could not be decoded (%v); check the syntax, tags (!x) and indentation", p)}
-		}
-	}()
-	d := &Doc{File: file, data: data, set: map[string]string{}}
-	f, err := parser.ParseBytes(data, 0)
+// loader is the YAML loader with the hint an unknown recipe field gets.
+func loader() strictyaml.Loader {
+	return strictyaml.Loader{Limits: strictyaml.DefaultLimits(), UnknownFieldHint: "check the spelling against the schema, recipes/schema.json"}
+}
+
+// Parse decodes recipe YAML strictly and within the loader's limits: an unknown field, a
+// duplicate key or a wrong type is an *Error with file:line:col and the offending line.
+func Parse(file string, data []byte) (*Doc, error) {
+	d := &Doc{File: file, set: map[string]string{}}
+	y, err := loader().Decode(file, data, &d.Recipe)
 	if err != nil {
-		return nil, yamlError(file, err)
+		return nil, err
 	}
-	d.ast = f
-	dec := yaml.NewDecoder(bytes.NewReader(data), yaml.Strict())
-	if err := dec.Decode(&d.Recipe); err != nil {
-		return nil, yamlError(file, err)
-	}
+	d.y = y
 	return d, nil
-}
-
-func yamlError(file string, err error) error {
-	var ye yaml.Error
-	if errors.As(err, &ye) && ye.GetToken() != nil {
-		tk := ye.GetToken()
-		msg := ye.GetMessage()
-		var uf *yaml.UnknownFieldError
-		if errors.As(err, &uf) {
-			msg += " (check the spelling against the schema, recipes/schema.json)"
-		}
-		return &Error{File: file, Line: tk.Position.Line, Col: tk.Position.Column, Msg: msg, Source: snippet(ye)}
-	}
-	return &Error{File: file, Msg: fmt.Sprintf("decode recipe: %v", err)}
-}
-
-// snippet is the source excerpt goccy prints, without its leading message line.
-func snippet(ye yaml.Error) string {
-	s := ye.FormatError(false, true)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return strings.TrimRight(s[i+1:], "\n")
-	}
-	return ""
 }
 
 // errAt builds an Error located at a YAML path of the document ($.components[0].name).
@@ -196,27 +147,10 @@ func (d *Doc) errAt(path, format string, args ...any) *Error {
 			return &Error{File: "--set " + flag, Msg: msg}
 		}
 	}
-	if d.ast != nil {
-		for p := path; p != ""; p = parentPath(p) {
-			yp, err := yaml.PathString(p)
-			if err != nil {
-				continue
-			}
-			n, err := yp.FilterFile(d.ast)
-			if err != nil || n == nil || n.GetToken() == nil {
-				continue
-			}
-			tk := n.GetToken()
-			src := yaml.FormatErrorWithToken(msg, tk, false, true)
-			if i := strings.IndexByte(src, '\n'); i >= 0 {
-				src = strings.TrimRight(src[i+1:], "\n")
-			} else {
-				src = ""
-			}
-			return &Error{File: d.File, Line: tk.Position.Line, Col: tk.Position.Column, Msg: msg, Source: src}
-		}
+	if d.y == nil {
+		return &Error{File: d.File, Msg: msg}
 	}
-	return &Error{File: d.File, Msg: msg}
+	return d.y.ErrorAt(path, msg)
 }
 
 // parentPath drops the last element of a YAML path: $.a.b[2] → $.a.b → $.a → $.

@@ -3,6 +3,12 @@
 // kind of cluster; every source in it is pinned (a full commit or a sha256).
 package recipes
 
+import (
+	"fmt"
+	"reflect"
+	"strings"
+)
+
 // Recipe is one declarative build: the components, their pinned sources and patch sets
 // in order, how each is built, the toolchain it needs, the runtime env and the checks.
 type Recipe struct {
@@ -115,7 +121,9 @@ type CommandStep struct {
 }
 
 // Check is a post-build check on the component's staged prefix (and again by
-// verify-install on the installed prefix); exactly one kind is set.
+// verify-install on the installed prefix); exactly one kind is set. Each field is a kind
+// of the builder's check engine, of the same name: a new kind is a field here, an entry
+// in the engine's registry and its implementation.
 type Check struct {
 	// Import: python3 can import this module from the prefix, from outside the build tree.
 	Import string `json:"import,omitempty"`
@@ -130,6 +138,105 @@ type Check struct {
 	NVSHMEMOptions bool `json:"nvshmem-options,omitempty"`
 	// File: a file exists in the prefix (a glob).
 	File string `json:"file,omitempty"`
+	// Needed: the ELF files matching File link Lib (a DT_NEEDED entry).
+	Needed *NeededCheck `json:"needed,omitempty"`
+	// Runpath: the dynamic loader, searching as it would for the ELF files matching File,
+	// finds Lib inside component From's prefix.
+	Runpath *RunpathCheck `json:"runpath,omitempty"`
+}
+
+// NeededCheck requires the ELF files matching File (a glob in the prefix) to link Lib: a
+// DT_NEEDED entry of that name ("libx.so" also matches the versioned "libx.so.3").
+type NeededCheck struct {
+	File string `json:"file"`
+	Lib  string `json:"lib"`
+}
+
+// RunpathCheck requires the dynamic loader to find Lib for the ELF files matching File
+// inside component From's prefix (the NVSHMEM the recipe built, or the wheel it chose),
+// searching as ld.so does: a preloaded library of that name (LD_PRELOAD), DT_RPATH,
+// LD_LIBRARY_PATH, DT_RUNPATH, with $ORIGIN expanded, under the runtime env the install
+// gives. A library found only in the system directories, or in another prefix, fails.
+type RunpathCheck struct {
+	File string `json:"file"`
+	Lib  string `json:"lib"`
+	From string `json:"from"`
+}
+
+func (c *NeededCheck) problems(map[string]int) []checkProblem {
+	return append(required("file", c.File), required("lib", c.Lib)...)
+}
+
+func (c *RunpathCheck) problems(components map[string]int) []checkProblem {
+	out := append(required("file", c.File), required("lib", c.Lib)...)
+	if _, ok := components[c.From]; !ok {
+		out = append(out, checkProblem{"from", fmt.Sprintf("from: %q names no component of this recipe (the one that provides %s)", c.From, c.Lib)})
+	}
+	return out
+}
+
+func (c *ArchCheck) problems(map[string]int) []checkProblem {
+	out := required("file", c.File)
+	for k, a := range c.Want {
+		if !archRe.MatchString(a) {
+			out = append(out, checkProblem{fmt.Sprintf("want[%d]", k), fmt.Sprintf("GPU architecture %q is not of the form sm_90, sm_90a, sm_100", a)})
+		}
+	}
+	return out
+}
+
+// checkedSpec is a check's declaration that says what is wrong with its own fields, given
+// the recipe's components (name → index).
+type checkedSpec interface {
+	problems(components map[string]int) []checkProblem
+}
+
+// checkProblem is a problem in one field of a check's declaration.
+type checkProblem struct{ field, msg string }
+
+func required(field, v string) []checkProblem {
+	if strings.TrimSpace(v) == "" {
+		return []checkProblem{{field, "missing " + field + ":"}}
+	}
+	return nil
+}
+
+// CheckKinds lists the kinds a check may declare (its fields' names), in field order.
+func CheckKinds() []string {
+	t := reflect.TypeFor[Check]()
+	out := make([]string, t.NumField())
+	for i := range out {
+		out[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
+	}
+	return out
+}
+
+// Kinds lists the kinds this check sets; a valid check sets exactly one.
+func (c Check) Kinds() []string {
+	v := reflect.ValueOf(c)
+	var out []string
+	for i, name := range CheckKinds() {
+		if !v.Field(i).IsZero() {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// Declared gives the check's kind and its declaration (the one field set: a string, a
+// map, a bool or a *XCheck); ok is false unless exactly one field is set.
+func (c Check) Declared() (kind string, spec any, ok bool) {
+	v := reflect.ValueOf(c)
+	for i, name := range CheckKinds() {
+		if v.Field(i).IsZero() {
+			continue
+		}
+		if ok {
+			return "", nil, false
+		}
+		kind, spec, ok = name, v.Field(i).Interface(), true
+	}
+	return kind, spec, ok
 }
 
 // ArchCheck requires GPU code for archs in the files matching File (a glob in the prefix).

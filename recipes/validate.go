@@ -209,20 +209,14 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 	}
 	for j, ch := range c.Checks {
 		cp := fmt.Sprintf("%s.checks[%d]", p, j)
-		n := 0
-		for _, set := range []bool{ch.Import != "", ch.Arch != nil, ch.Symbol != nil, ch.NVSHMEMBuildVars != nil, ch.NVSHMEMOptions, ch.File != ""} {
-			if set {
-				n++
-			}
+		if set := ch.Kinds(); len(set) != 1 {
+			add(cp, "a check has exactly one of %s (found %d)", strings.Join(CheckKinds(), ", "), len(set))
+			continue
 		}
-		if n != 1 {
-			add(cp, "a check has exactly one of import, arch, symbol, nvshmem-build-vars, nvshmem-options, file (found %d)", n)
-		}
-		if ch.Arch != nil {
-			for k, a := range ch.Arch.Want {
-				if !archRe.MatchString(a) {
-					add(fmt.Sprintf("%s.arch.want[%d]", cp, k), "GPU architecture %q is not of the form sm_90, sm_90a, sm_100", a)
-				}
+		kind, spec, _ := ch.Declared()
+		if v, ok := spec.(checkedSpec); ok {
+			for _, pr := range v.problems(names) {
+				add(cp+"."+kind+"."+pr.field, "%s", pr.msg)
 			}
 		}
 	}

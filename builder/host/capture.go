@@ -18,7 +18,7 @@ import (
 // maxCaptureFile bounds one extracted file: sysfs and procfs files are at most a page or so.
 const maxCaptureFile = 1 << 20
 
-// Capture runs the checks for cfg and samples the NIC counters against sys, recording what
+// Capture runs the checks for cfg, reads the facts the rules ask for, and samples the NIC counters against sys, recording what
 // they read, and writes exactly those files, directories and symlinks to w as a tar.zst
 // (names relative to the root: "sys/class/infiniband/mlx5_0"). Symlinks stay symlinks:
 // the GPU↔NIC pairing reads the PCIe tree through them. Device nodes (/dev/gdrdrv) become
@@ -27,6 +27,9 @@ const maxCaptureFile = 1 << 20
 func Capture(ctx context.Context, sys Sysroot, cfg Config, w io.Writer) error {
 	rec := NewSysroot(sys.Dir())
 	Run(ctx, rec, cfg)
+	if cfg.Validate() == nil {
+		NewNode(rec, cfg).Facts() // what the rules ask of the node
+	}
 	if _, _, err := readCounters(rec); err != nil {
 		return fmt.Errorf("capture host state: %w", err)
 	}

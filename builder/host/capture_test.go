@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"github.com/epbuild/epbuild/builder/host/hostfixture"
 	"io"
 	"os"
 	"os/exec"
@@ -47,7 +48,7 @@ func capture(t *testing.T, sys Sysroot, cfg Config) []byte {
 
 func TestCaptureRoundTripKeepsEveryResult(t *testing.T) {
 	t.Parallel()
-	root := gcpB200(t)
+	root := hostfixture.GCPB200(t)
 	cfg := gcpB200Config()
 	cfg.Mapping = "0:mlx5_0:1,1:mlx5_0:1" // a failing pairing must fail the same way from the capture
 	want := Run(context.Background(), NewSysroot(root), cfg)
@@ -104,7 +105,7 @@ func TestCaptureExtractsWithGNUTar(t *testing.T) {
 	if _, err := exec.LookPath("zstd"); err != nil {
 		t.Skip("no zstd on PATH for tar --zstd")
 	}
-	root := awsP5(t)
+	root := hostfixture.AWSP5(t)
 	cfg := awsP5Config()
 	want := Run(context.Background(), NewSysroot(root), cfg)
 	b := capture(t, NewSysroot(root), cfg)
@@ -186,25 +187,25 @@ func TestExtractRefusesToLeaveTheDirectory(t *testing.T) {
 
 func TestSysrootKeepsLinksInsideAndRecordsThem(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	f.write("/sys/devices/virtual/x/value", "42\n")
+	f := hostfixture.New(t)
+	f.Write("/sys/devices/virtual/x/value", "42\n")
 	// An absolute link must resolve inside the sysroot, not on this machine.
-	if err := os.MkdirAll(f.disk("/sys/class/demo"), 0o755); err != nil {
+	if err := os.MkdirAll(f.Disk("/sys/class/demo"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("/sys/devices/virtual/x", f.disk("/sys/class/demo/abs")); err != nil {
+	if err := os.Symlink("/sys/devices/virtual/x", f.Disk("/sys/class/demo/abs")); err != nil {
 		t.Fatal(err)
 	}
-	f.link("/sys/class/demo/a", "/sys/class/demo/b")
-	f.link("/sys/class/demo/b", "/sys/class/demo/a")
-	sys := NewSysroot(f.root)
+	f.Link("/sys/class/demo/a", "/sys/class/demo/b")
+	f.Link("/sys/class/demo/b", "/sys/class/demo/a")
+	sys := NewSysroot(f.Root())
 	if v, err := sys.ReadString("/sys/class/demo/abs/value"); err != nil || v != "42" {
 		t.Errorf("through an absolute link: %q %v", v, err)
 	}
 	if _, err := sys.ReadFile("/sys/class/demo/a/value"); err == nil || !strings.Contains(err.Error(), "too many levels of symbolic links") {
 		t.Errorf("loop: %v", err)
 	}
-	if _, err := sys.ReadFile("/sys/nothing"); err == nil || strings.Contains(err.Error(), f.root) {
+	if _, err := sys.ReadFile("/sys/nothing"); err == nil || strings.Contains(err.Error(), f.Root()) {
 		t.Errorf("error must name the host path only: %v", err)
 	}
 	paths := strings.Join(sys.Paths(), " ")

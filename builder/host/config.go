@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode"
+
+	"github.com/epbuild/epbuild/compat"
 )
 
 // Transport is how NVSHMEM reaches other nodes, which decides the checks that apply.
@@ -113,52 +114,40 @@ func parseMapping(s string) ([]mappingEntry, error) {
 	return out, nil
 }
 
-// versionNumbers extracts the numbers of a vendor version ("2.21.5-1" → 2 21 5 1;
-// "(2, 21, 5)" as torch prints it → 2 21 5).
-func versionNumbers(s string) []int {
-	var out []int
-	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return !unicode.IsDigit(r) }) {
-		n, err := strconv.Atoi(f)
-		if err != nil {
-			return nil
-		}
-		out = append(out, n)
-	}
-	return out
-}
-
-// compareVersions compares X.Y.Z numerically, then the package revision R of X.Y.Z-R only
-// when both carry one (a runtime often reports X.Y.Z alone). ok is false when either
-// side is not a version.
+// compareVersions compares two vendor versions (compat.Version) by their X.Y.Z, then by
+// package revision only when both carry one: a runtime often reports X.Y.Z alone
+// ("2.21.5" is the release "2.21.5-1" was built from), and torch prints a tuple,
+// "(2, 21, 5)". ok is false when either side is not a version.
 func compareVersions(a, b string) (cmp int, ok bool) {
-	na, nb := versionNumbers(a), versionNumbers(b)
-	if len(na) == 0 || len(nb) == 0 {
+	va, err1 := compat.ParseVersion(tupleVersion(a))
+	vb, err2 := compat.ParseVersion(tupleVersion(b))
+	if err1 != nil || err2 != nil {
 		return 0, false
 	}
-	for i := 0; i < 3; i++ {
-		x, y := at(na, i), at(nb, i)
-		if x != y {
-			return sign(x - y), true
-		}
+	ca, cb := compat.MustVersion(va.Core()), compat.MustVersion(vb.Core())
+	if c := ca.Compare(cb); c != 0 {
+		return c, true
 	}
-	if len(na) > 3 && len(nb) > 3 && na[3] != nb[3] {
-		return sign(na[3] - nb[3]), true
+	if va.Revision() != 0 && vb.Revision() != 0 {
+		return cmpUint(va.Revision(), vb.Revision()), true
 	}
 	return 0, true
 }
 
-func at(n []int, i int) int {
-	if i < len(n) {
-		return n[i]
+// tupleVersion turns torch's "(2, 21, 5)" into "2.21.5"; anything else is kept.
+func tupleVersion(s string) string {
+	s = strings.TrimSpace(s)
+	if strings.HasPrefix(s, "(") && strings.HasSuffix(s, ")") {
+		return strings.Join(strings.Fields(strings.ReplaceAll(s[1:len(s)-1], ",", " ")), ".")
 	}
-	return 0
+	return s
 }
 
-func sign(x int) int {
+func cmpUint(a, b uint64) int {
 	switch {
-	case x < 0:
+	case a < b:
 		return -1
-	case x > 0:
+	case a > b:
 		return 1
 	}
 	return 0

@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"github.com/epbuild/epbuild/builder/check"
 	"sort"
 	"strings"
 )
@@ -58,8 +59,8 @@ func pairGPUs(gpus []pciDevice, nics []ibDevice) (pairs []Pair, depths []int, sh
 }
 
 // checkPairing computes the pairing and compares it with the configured mapping.
-func (r *runner) checkPairing() Check {
-	c := Check{
+func (r *Node) checkPairing() check.Result {
+	c := check.Result{
 		ID: "host.pcie.gpu-nic-pairing",
 		Why: "each GPU should send through the NIC under its own PCIe switch; DeepEP " +
 			"takes the pairing from DEEP_EP_DEVICE_TO_HCA_MAPPING (PR #466), and without it " +
@@ -108,7 +109,7 @@ func (r *runner) checkPairing() Check {
 		return warn(c, c.Read, fmt.Sprintf("%d GPU(s) have no NIC under the same PCIe switch: "+
 			"GPUDirect RDMA crosses the host bridge; check the slot placement", weak))
 	}
-	c.Status = StatusPass
+	c.Status = check.Pass
 	return c
 }
 

@@ -5,27 +5,9 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/epbuild/epbuild/builder/check"
 )
-
-// Status is a check's outcome.
-type Status string
-
-// The statuses a check can have.
-const (
-	StatusPass Status = "pass"
-	StatusWarn Status = "warn"
-	StatusFail Status = "fail"
-	StatusSkip Status = "skip"
-)
-
-// Check is one host check's result: what it read, why it matters, how to fix it.
-type Check struct {
-	ID     string `json:"id"`
-	Status Status `json:"status"`
-	Read   string `json:"read"`
-	Why    string `json:"why"`
-	Fix    string `json:"fix,omitempty"`
-}
 
 // Pair is one GPU and the NICs nearest to it in the PCIe tree.
 type Pair struct {
@@ -44,29 +26,15 @@ type Pair struct {
 
 // Report is every host check's result, plus the GPU↔NIC pairing they computed.
 type Report struct {
-	Checks []Check `json:"checks"`
-	Pairs  []Pair  `json:"pairs,omitempty"`
+	Checks []check.Result `json:"checks"`
+	Pairs  []Pair         `json:"pairs,omitempty"`
 }
 
 // Failed reports whether any check failed.
-func (r Report) Failed() bool {
-	for _, c := range r.Checks {
-		if c.Status == StatusFail {
-			return true
-		}
-	}
-	return false
-}
+func (r Report) Failed() bool { return check.Failed(r.Checks) }
 
 // Check returns the check with the given id, and whether it is there.
-func (r Report) Check(id string) (Check, bool) {
-	for _, c := range r.Checks {
-		if c.ID == id {
-			return c, true
-		}
-	}
-	return Check{}, false
-}
+func (r Report) Check(id string) (check.Result, bool) { return check.Find(r.Checks, id) }
 
 // MappingValue is the DEEP_EP_DEVICE_TO_HCA_MAPPING value the PCIe pairing implies
 // ("0:mlx5_0:1,1:mlx5_1:1,..."), or "" when no GPU was paired.

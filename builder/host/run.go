@@ -8,10 +8,14 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/epbuild/epbuild/builder/check"
 )
 
-// runner holds what several checks share: the GPUs and RDMA devices found once.
-type runner struct {
+// Node is the host being checked: the sysroot it is read through, what the recipe asks
+// of it, and what several checks share (the GPUs and RDMA devices, found once, and the
+// GPU↔NIC pairing once computed).
+type Node struct {
 	sys Sysroot
 	cfg Config
 
@@ -23,67 +27,95 @@ type runner struct {
 	pairs    []Pair
 }
 
+// NewNode reads the GPUs and RDMA devices of sys. cfg must be valid (Config.Validate).
+func NewNode(sys Sysroot, cfg Config) *Node {
+	r := &Node{sys: sys, cfg: cfg}
+	r.gpus, r.gpuErr = findGPUs(sys)
+	r.devs, r.devErr = findIBDevices(sys)
+	r.selected = r.selectDevices()
+	return r
+}
+
+// Config is what the recipe asks of the node.
+func (r *Node) Config() Config { return r.cfg }
+
+// Sysroot is where the node is read.
+func (r *Node) Sysroot() Sysroot { return r.sys }
+
+// Pairs is the GPU↔NIC pairing, once the pairing check has run.
+func (r *Node) Pairs() []Pair { return r.pairs }
+
+// Kinds are the host checks, in the order they run. Each reads the node through its
+// sysroot and yields one result; adding a host check is an entry here and its method.
+func Kinds() []check.Kind[*Node] {
+	// rules names the compatibility rule cases a check judges too: where both would
+	// report, the builder keeps this check's verdict (see builder.CheckHost).
+	one := func(name, rules, explain string, f func(*Node) check.Result) check.Kind[*Node] {
+		return check.Kind[*Node]{Name: name, Targets: []check.Target{check.Host}, Explain: explain,
+			Run: func(_ context.Context, n *Node) []check.Result {
+				r := f(n)
+				r.Rule = rules
+				return []check.Result{r}
+			}}
+	}
+	return []check.Kind[*Node]{
+		one("host.gpus", "", "NVIDIA GPUs in the PCIe tree", (*Node).checkGPUs),
+		one("host.peermem", "R16/peer-memory R17/nvidia-peermem-only", "GPUDirect RDMA peer memory: nvidia_peermem, or memory_peers for NVSHMEM 3.2.5 (R16, R17)", (*Node).checkPeerMem),
+		one("host.regkey.peer-mapping-override", "R16/peer-mapping-override", "PeerMappingOverride=1 in the NVIDIA driver's registry, for IBGDA with the GPU NIC handler (R16)", (*Node).checkPeerMappingOverride),
+		one("host.regkey.stream-memops", "R16/stream-memops", "EnableStreamMemOPs=1 in the NVIDIA driver's registry (R16)", (*Node).checkStreamMemOps),
+		one("host.ib.devices", "R14/host-names R14/ibgda-mlx5-only", "RDMA devices with the driver and name prefix NVSHMEM selects (R14)", (*Node).checkIBDevices),
+		one("host.ib.port-state", "", "the selected devices' ports are ACTIVE", (*Node).checkPortState),
+		one("host.ib.link-layer", "", "one link layer (InfiniBand or RoCE) across the selected ports", (*Node).checkLinkLayer),
+		one("host.roce.gid-type", "", "NVSHMEM_IB_GID_INDEX names a RoCE v2 GID with an address", (*Node).checkGIDType),
+		one("host.pcie.gpu-nic-pairing", "", "each GPU's nearest NIC in the PCIe tree, and DEEP_EP_DEVICE_TO_HCA_MAPPING against it", (*Node).checkPairing),
+		one("host.gdrdrv", "R8/gdrdrv", "the gdrdrv device for GDRCopy builds (R8)", (*Node).checkGDRDrv),
+		one("host.memlock", "", "the locked-memory limit RDMA registration needs", (*Node).checkMemlock),
+		one("host.nccl.version", "R18/epv2-nccl", "the NCCL a job loads against the one DeepEP was built with (R18)", (*Node).checkNCCL),
+	}
+}
+
 // Run makes every host check against sys under cfg. It never stops early: a check that
 // cannot read what it needs says so in its own result.
 func Run(ctx context.Context, sys Sysroot, cfg Config) Report {
 	if err := cfg.Validate(); err != nil {
-		return Report{Checks: []Check{{ID: "host.config", Status: StatusFail, Read: err.Error(),
-			Why: "the checks depend on the recipe's runtime settings", Fix: "correct the recipe's runtime environment"}}}
+		return Report{Checks: []check.Result{ConfigError(err)}}
 	}
-	r := &runner{sys: sys, cfg: cfg}
-	r.gpus, r.gpuErr = findGPUs(sys)
-	r.devs, r.devErr = findIBDevices(sys)
-	r.selected = r.selectDevices()
-
-	steps := []func() Check{
-		r.checkGPUs,
-		r.checkPeerMem,
-		r.checkPeerMappingOverride,
-		r.checkStreamMemOps,
-		r.checkIBDevices,
-		r.checkPortState,
-		r.checkLinkLayer,
-		r.checkGIDType,
-		r.checkPairing,
-		r.checkGDRDrv,
-		r.checkMemlock,
-		r.checkNCCL,
+	reg, err := check.NewRegistry(Kinds()...)
+	if err != nil {
+		panic(err) // the kinds above are fixed: a bad one is a bug caught by any test
 	}
-	var rep Report
-	for _, step := range steps {
-		if err := ctx.Err(); err != nil {
-			rep.Checks = append(rep.Checks, Check{ID: "host.cancelled", Status: StatusSkip,
-				Read: err.Error(), Why: "the host checks were cancelled before they finished"})
-			break
-		}
-		rep.Checks = append(rep.Checks, step())
-	}
-	rep.Pairs = r.pairs
-	return rep
+	n := NewNode(sys, cfg)
+	return Report{Checks: reg.Run(ctx, check.Host, n, nil), Pairs: n.Pairs()}
 }
 
-func skip(c Check, read string) Check {
-	c.Status, c.Read = StatusSkip, read
+// ConfigError is the result for a configuration the checks cannot interpret.
+func ConfigError(err error) check.Result {
+	return check.Result{ID: "host.config", Status: check.Fail, Read: err.Error(),
+		Why: "the checks depend on the recipe's runtime settings", Fix: "correct the recipe's runtime environment"}
+}
+
+func skip(c check.Result, read string) check.Result {
+	c.Status, c.Read = check.Skip, read
 	return c
 }
 
-func fail(c Check, read, fix string) Check {
-	c.Status, c.Read, c.Fix = StatusFail, read, fix
+func fail(c check.Result, read, fix string) check.Result {
+	c.Status, c.Read, c.Fix = check.Fail, read, fix
 	return c
 }
 
-func warn(c Check, read, fix string) Check {
-	c.Status, c.Read, c.Fix = StatusWarn, read, fix
+func warn(c check.Result, read, fix string) check.Result {
+	c.Status, c.Read, c.Fix = check.Warn, read, fix
 	return c
 }
 
-func pass(c Check, read string) Check {
-	c.Status, c.Read = StatusPass, read
+func pass(c check.Result, read string) check.Result {
+	c.Status, c.Read = check.Pass, read
 	return c
 }
 
 // wantDriver is the kernel driver of the NICs the transport uses ("" = any but efa).
-func (r *runner) wantDriver() string {
+func (r *Node) wantDriver() string {
 	switch r.cfg.Transport {
 	case TransportEFA:
 		return "efa"
@@ -93,14 +125,14 @@ func (r *runner) wantDriver() string {
 	return ""
 }
 
-func (r *runner) driverFits(d ibDevice) bool {
+func (r *Node) driverFits(d ibDevice) bool {
 	if w := r.wantDriver(); w != "" {
 		return d.Driver == w
 	}
 	return d.Driver != "efa"
 }
 
-func (r *runner) selectDevices() []ibDevice {
+func (r *Node) selectDevices() []ibDevice {
 	if !r.cfg.rdma() {
 		return nil
 	}
@@ -113,8 +145,8 @@ func (r *runner) selectDevices() []ibDevice {
 	return out
 }
 
-func (r *runner) checkGPUs() Check {
-	c := Check{ID: "host.gpus", Why: "DeepEP needs NVIDIA GPUs (vendor 0x10de, class 0x0300/0x0302 in " + pciDevicesDir + ")"}
+func (r *Node) checkGPUs() check.Result {
+	c := check.Result{ID: "host.gpus", Why: "DeepEP needs NVIDIA GPUs (vendor 0x10de, class 0x0300/0x0302 in " + pciDevicesDir + ")"}
 	if r.gpuErr != nil {
 		return fail(c, r.gpuErr.Error(), "run on a GPU node, or pass --sysroot with a capture")
 	}
@@ -135,8 +167,8 @@ const (
 	memoryPeers   = "/sys/kernel/mm/memory_peers"
 )
 
-func (r *runner) checkPeerMem() Check {
-	c := Check{ID: "host.peermem", Why: "GPUDirect RDMA needs the NIC to reach GPU memory: nvidia_peermem (or dmabuf); " +
+func (r *Node) checkPeerMem() check.Result {
+	c := check.Result{ID: "host.peermem", Why: "GPUDirect RDMA needs the NIC to reach GPU memory: nvidia_peermem (or dmabuf); " +
 		"NVSHMEM ≤ 3.2.5 detects it only through " + memoryPeers + "/nv_mem*/version (R17)"}
 	module, modErr := r.sys.exists(peermemModule)
 	var peers []string
@@ -177,7 +209,7 @@ func (r *runner) checkPeerMem() Check {
 				"to its patch set (the Infrawaves patch lacks it), or use nv_peer_mem, which registers "+memoryPeers)
 		}
 	}
-	c.Status = StatusPass
+	c.Status = check.Pass
 	return c
 }
 
@@ -192,7 +224,7 @@ type nvParams struct {
 	rawDW  string
 }
 
-func (r *runner) readNVParams() (nvParams, error) {
+func (r *Node) readNVParams() (nvParams, error) {
 	b, err := r.sys.ReadFile(nvidiaParamsPath)
 	if err != nil {
 		return nvParams{}, err
@@ -225,8 +257,8 @@ func isOne(v string) bool {
 
 const rebootNote = ", then update-initramfs -u (dracut -f) and reboot: the driver reads it only when it loads"
 
-func (r *runner) checkPeerMappingOverride() Check {
-	c := Check{ID: "host.regkey.peer-mapping-override", Why: "IBGDA with the GPU NIC handler needs " +
+func (r *Node) checkPeerMappingOverride() check.Result {
+	c := check.Result{ID: "host.regkey.peer-mapping-override", Why: "IBGDA with the GPU NIC handler needs " +
 		"PeerMappingOverride=1 so the GPU can map the NIC's doorbells (R16)"}
 	p, err := r.readNVParams()
 	if err != nil {
@@ -270,8 +302,8 @@ func withoutKey(dwords, key string) string {
 	return strings.Join(keep, ";")
 }
 
-func (r *runner) checkStreamMemOps() Check {
-	c := Check{ID: "host.regkey.stream-memops", Why: "IBGDA with the GPU NIC handler also wants " +
+func (r *Node) checkStreamMemOps() check.Result {
+	c := check.Result{ID: "host.regkey.stream-memops", Why: "IBGDA with the GPU NIC handler also wants " +
 		"EnableStreamMemOPs=1 (R16; NVSHMEM ≥ 3.4.5 needs it only for the GPU handler)"}
 	p, err := r.readNVParams()
 	if err != nil {
@@ -295,8 +327,8 @@ func (r *runner) checkStreamMemOps() Check {
 	return fail(c, read, "add options nvidia NVreg_EnableStreamMemOPs=1 to /etc/modprobe.d/nvidia.conf"+rebootNote)
 }
 
-func (r *runner) checkIBDevices() Check {
-	c := Check{ID: "host.ib.devices", Why: "NVSHMEM opens the RDMA devices under " + ibClassDir +
+func (r *Node) checkIBDevices() check.Result {
+	c := check.Result{ID: "host.ib.devices", Why: "NVSHMEM opens the RDMA devices under " + ibClassDir +
 		" whose names start with NVSHMEM_HCA_PREFIX; IBGDA needs mlx5 (R14), EFA needs the efa driver"}
 	if !r.cfg.rdma() {
 		return skip(c, "transport none: no NIC is used")
@@ -350,8 +382,8 @@ func namePrefix(name string) string {
 	return name[:i]
 }
 
-func (r *runner) checkPortState() Check {
-	c := Check{ID: "host.ib.port-state", Why: "a port that is not ACTIVE carries no traffic; NVSHMEM fails or falls back"}
+func (r *Node) checkPortState() check.Result {
+	c := check.Result{ID: "host.ib.port-state", Why: "a port that is not ACTIVE carries no traffic; NVSHMEM fails or falls back"}
 	if len(r.selected) == 0 {
 		return skip(c, "no usable RDMA device")
 	}
@@ -383,8 +415,8 @@ func (r *runner) checkPortState() Check {
 	return pass(c, fmt.Sprintf("%d ports ACTIVE on %d devices", len(ok), len(r.selected)))
 }
 
-func (r *runner) checkLinkLayer() Check {
-	c := Check{ID: "host.ib.link-layer", Why: "RoCE (Ethernet) needs a RoCE v2 GID index; InfiniBand does not; " +
+func (r *Node) checkLinkLayer() check.Result {
+	c := check.Result{ID: "host.ib.link-layer", Why: "RoCE (Ethernet) needs a RoCE v2 GID index; InfiniBand does not; " +
 		"mixed link layers across the NICs of one job do not interoperate"}
 	if len(r.selected) == 0 {
 		return skip(c, "no usable RDMA device")
@@ -431,8 +463,8 @@ func (r *runner) checkLinkLayer() Check {
 // IB GIDs read "IB/RoCE v1".
 const roceTypeV2 = "RoCE v2"
 
-func (r *runner) checkGIDType() Check {
-	c := Check{ID: "host.roce.gid-type", Why: fmt.Sprintf("on RoCE, NVSHMEM_IB_GID_INDEX=%d must name a RoCE v2 GID "+
+func (r *Node) checkGIDType() check.Result {
+	c := check.Result{ID: "host.roce.gid-type", Why: fmt.Sprintf("on RoCE, NVSHMEM_IB_GID_INDEX=%d must name a RoCE v2 GID "+
 		"with an address (an IPv4-mapped one on GCP); a v1 or empty GID fails in ibv_create_ah or is not routed", r.cfg.GIDIndex)}
 	if r.cfg.Transport != TransportIBGDA && r.cfg.Transport != TransportIBRC {
 		return skip(c, "not a RoCE transport")
@@ -483,7 +515,7 @@ func (r *runner) checkGIDType() Check {
 // suggestGID finds a usable index among the first 16 (the whole table is 256 reads a port,
 // so this runs only on failure): RoCE v2 with a routable address (IPv4-mapped or global)
 // first, a link-local RoCE v2 GID (fe80:…) only as a last resort. -1 when none.
-func (r *runner) suggestGID(dev string, port int) int {
+func (r *Node) suggestGID(dev string, port int) int {
 	linkLocal := -1
 	for i := 0; i < 16; i++ {
 		t, g, err := r.readGID(dev, port, i)
@@ -500,7 +532,7 @@ func (r *runner) suggestGID(dev string, port int) int {
 	return linkLocal
 }
 
-func (r *runner) readGID(dev string, port, idx int) (typ, gid string, err error) {
+func (r *Node) readGID(dev string, port, idx int) (typ, gid string, err error) {
 	base := fmt.Sprintf("%s/%s/ports/%d", ibClassDir, dev, port)
 	if typ, err = r.sys.ReadString(fmt.Sprintf("%s/gid_attrs/types/%d", base, idx)); err != nil {
 		return "", "", err // the kernel answers EINVAL for an empty table entry
@@ -518,8 +550,8 @@ func zeroGID(g string) bool {
 
 const gdrdrvPath = "/dev/gdrdrv"
 
-func (r *runner) checkGDRDrv() Check {
-	c := Check{ID: "host.gdrdrv", Why: "GDRCopy builds (NVSHMEM_USE_GDRCOPY=1) need the gdrdrv device; " +
+func (r *Node) checkGDRDrv() check.Result {
+	c := check.Result{ID: "host.gdrdrv", Why: "GDRCopy builds (NVSHMEM_USE_GDRCOPY=1) need the gdrdrv device; " +
 		"the libfabric efa provider refuses to start without it (R8)"}
 	fi, err := r.sys.Stat(gdrdrvPath)
 	read := gdrdrvPath + ": absent"
@@ -543,8 +575,8 @@ func (r *runner) checkGDRDrv() Check {
 // limitsPath is this process's limits: the closest the tool can get to the job's own.
 const limitsPath = "/proc/self/limits"
 
-func (r *runner) checkMemlock() Check {
-	c := Check{ID: "host.memlock", Why: "RDMA registers (pins) memory; a low RLIMIT_MEMLOCK makes ibv_reg_mr fail. " +
+func (r *Node) checkMemlock() check.Result {
+	c := check.Result{ID: "host.memlock", Why: "RDMA registers (pins) memory; a low RLIMIT_MEMLOCK makes ibv_reg_mr fail. " +
 		"This reads the limit of this process: the job's launcher may set another"}
 	b, err := r.sys.ReadFile(limitsPath)
 	if err != nil {
@@ -584,8 +616,8 @@ func (r *runner) checkMemlock() Check {
 	return fail(c, read, fix)
 }
 
-func (r *runner) checkNCCL() Check {
-	c := Check{ID: "host.nccl.version", Why: "an NCCL older than the one DeepEP was built against misses symbols " +
+func (r *Node) checkNCCL() check.Result {
+	c := check.Result{ID: "host.nccl.version", Why: "an NCCL older than the one DeepEP was built against misses symbols " +
 		"or behaves differently; EPv2 needs the very same NCCL (R18)"}
 	b, rt := r.cfg.NCCLBuildVersion, r.cfg.NCCLRuntimeVersion
 	if b == "" || rt == "" {

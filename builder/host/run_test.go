@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/host/hostfixture"
 	"strings"
 	"testing"
 )
 
-func statuses(r Report) map[string]Status {
-	m := map[string]Status{}
+func statuses(r Report) map[string]check.Status {
+	m := map[string]check.Status{}
 	for _, c := range r.Checks {
 		m[c.ID] = c.Status
 	}
@@ -19,7 +21,7 @@ func statuses(r Report) map[string]Status {
 
 // wantStatuses compares every check's status, so a check that goes missing, appears, or
 // changes outcome fails the test; on failure it prints what each check read.
-func wantStatuses(t *testing.T, r Report, want map[string]Status) {
+func wantStatuses(t *testing.T, r Report, want map[string]check.Status) {
 	t.Helper()
 	got := statuses(r)
 	for id, w := range want {
@@ -35,7 +37,7 @@ func wantStatuses(t *testing.T, r Report, want map[string]Status) {
 	}
 }
 
-func mustCheck(t *testing.T, r Report, id string) Check {
+func mustCheck(t *testing.T, r Report, id string) check.Result {
 	t.Helper()
 	c, ok := r.Check(id)
 	if !ok {
@@ -46,13 +48,13 @@ func mustCheck(t *testing.T, r Report, id string) Check {
 
 func TestGCPB200PassesAndImpliesTheMapping(t *testing.T) {
 	t.Parallel()
-	rep := Run(context.Background(), NewSysroot(gcpB200(t)), gcpB200Config())
-	wantStatuses(t, rep, map[string]Status{
-		"host.gpus": StatusPass, "host.peermem": StatusPass,
-		"host.regkey.peer-mapping-override": StatusPass, "host.regkey.stream-memops": StatusPass,
-		"host.ib.devices": StatusPass, "host.ib.port-state": StatusPass, "host.ib.link-layer": StatusPass,
-		"host.roce.gid-type": StatusPass, "host.pcie.gpu-nic-pairing": StatusPass,
-		"host.gdrdrv": StatusSkip, "host.memlock": StatusPass, "host.nccl.version": StatusPass,
+	rep := Run(context.Background(), NewSysroot(hostfixture.GCPB200(t)), gcpB200Config())
+	wantStatuses(t, rep, map[string]check.Status{
+		"host.gpus": check.Pass, "host.peermem": check.Pass,
+		"host.regkey.peer-mapping-override": check.Pass, "host.regkey.stream-memops": check.Pass,
+		"host.ib.devices": check.Pass, "host.ib.port-state": check.Pass, "host.ib.link-layer": check.Pass,
+		"host.roce.gid-type": check.Pass, "host.pcie.gpu-nic-pairing": check.Pass,
+		"host.gdrdrv": check.Skip, "host.memlock": check.Pass, "host.nccl.version": check.Pass,
 	})
 	want := "0:mlx5_0:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,4:mlx5_4:1,5:mlx5_5:1,6:mlx5_6:1,7:mlx5_7:1"
 	if got := rep.MappingValue(); got != want {
@@ -81,8 +83,8 @@ func TestGCPB200PassesAndImpliesTheMapping(t *testing.T) {
 func TestPairingFollowsThePCIeTreeNotTheNames(t *testing.T) {
 	t.Parallel()
 	perm := []int{3, 7, 1, 5, 0, 4, 2, 6}
-	root := gcpB200With(t, nodeOpts{peermem: true, streamMemOps: 1, registryDwords: "PeerMappingOverride=1;",
-		nicName: func(i int, _ string) string { return fmt.Sprintf("mlx5_%d", perm[i]) }})
+	root := hostfixture.GCPB200With(t, hostfixture.NodeOpts{Peermem: true, StreamMemOps: 1, RegistryDwords: "PeerMappingOverride=1;",
+		NICName: func(i int, _ string) string { return fmt.Sprintf("mlx5_%d", perm[i]) }})
 	cfg := gcpB200Config()
 	rep := Run(context.Background(), NewSysroot(root), cfg)
 	want := "0:mlx5_3:1,1:mlx5_7:1,2:mlx5_1:1,3:mlx5_5:1,4:mlx5_0:1,5:mlx5_4:1,6:mlx5_2:1,7:mlx5_6:1"
@@ -91,7 +93,7 @@ func TestPairingFollowsThePCIeTreeNotTheNames(t *testing.T) {
 	}
 	// The recipe's identity mapping is now wrong for 8 GPUs out of 8.
 	c := mustCheck(t, rep, "host.pcie.gpu-nic-pairing")
-	if c.Status != StatusFail || !strings.Contains(c.Read, "GPU 0 is paired with mlx5_3 but the mapping says mlx5_0") {
+	if c.Status != check.Fail || !strings.Contains(c.Read, "GPU 0 is paired with mlx5_3 but the mapping says mlx5_0") {
 		t.Errorf("pairing: %s %q", c.Status, c.Read)
 	}
 	if !strings.Contains(c.Fix, want) {
@@ -107,9 +109,9 @@ func TestMisconfiguredMappingEveryGPUOnMlx5_0Fails(t *testing.T) {
 		items = append(items, fmt.Sprintf("%d:mlx5_0:1", i))
 	}
 	cfg.Mapping = strings.Join(items, ",")
-	rep := Run(context.Background(), NewSysroot(gcpB200(t)), cfg)
+	rep := Run(context.Background(), NewSysroot(hostfixture.GCPB200(t)), cfg)
 	c := mustCheck(t, rep, "host.pcie.gpu-nic-pairing")
-	if c.Status != StatusFail {
+	if c.Status != check.Fail {
 		t.Fatalf("pairing status %s, want fail", c.Status)
 	}
 	if !strings.Contains(c.Read, "GPU 3 is paired with mlx5_3 but the mapping says mlx5_0") {
@@ -127,7 +129,7 @@ func TestMappingWithMissingGPUOrUnknownHCAFails(t *testing.T) {
 	t.Parallel()
 	cfg := gcpB200Config()
 	cfg.Mapping = "0:mlx5_0:1,1:mlx5_9:1,2:mlx5_2:2"
-	c := mustCheck(t, Run(context.Background(), NewSysroot(gcpB200(t)), cfg), "host.pcie.gpu-nic-pairing")
+	c := mustCheck(t, Run(context.Background(), NewSysroot(hostfixture.GCPB200(t)), cfg), "host.pcie.gpu-nic-pairing")
 	for _, want := range []string{
 		"GPU 1: the mapping says mlx5_9, which is not a usable RDMA device",
 		"GPU 2: the mapping says mlx5_2 port 2, which is not an ACTIVE port",
@@ -141,20 +143,20 @@ func TestMappingWithMissingGPUOrUnknownHCAFails(t *testing.T) {
 
 func TestNodeWithoutPeermemOrRegkeysFailsWithTheFix(t *testing.T) {
 	t.Parallel()
-	root := gcpB200With(t, nodeOpts{nicName: mlx5Name, registryDwords: "RMIntrLockingMode=1"})
+	root := hostfixture.GCPB200With(t, hostfixture.NodeOpts{NICName: hostfixture.MLX5Name, RegistryDwords: "RMIntrLockingMode=1"})
 	rep := Run(context.Background(), NewSysroot(root), gcpB200Config())
 	pm := mustCheck(t, rep, "host.peermem")
-	if pm.Status != StatusFail || !strings.Contains(pm.Fix, "modprobe nvidia_peermem") {
+	if pm.Status != check.Fail || !strings.Contains(pm.Fix, "modprobe nvidia_peermem") {
 		t.Errorf("peermem: %s, fix %q", pm.Status, pm.Fix)
 	}
 	pmo := mustCheck(t, rep, "host.regkey.peer-mapping-override")
-	if pmo.Status != StatusFail ||
+	if pmo.Status != check.Fail ||
 		!strings.Contains(pmo.Fix, `options nvidia NVreg_RegistryDwords="RMIntrLockingMode=1;PeerMappingOverride=1;"`) ||
 		!strings.Contains(pmo.Fix, "reboot") {
 		t.Errorf("peer mapping override: %s, fix %q (must keep the existing dword and say reboot)", pmo.Status, pmo.Fix)
 	}
 	sm := mustCheck(t, rep, "host.regkey.stream-memops")
-	if sm.Status != StatusFail || sm.Read != "/proc/driver/nvidia/params: EnableStreamMemOPs: 0" ||
+	if sm.Status != check.Fail || sm.Read != "/proc/driver/nvidia/params: EnableStreamMemOPs: 0" ||
 		!strings.Contains(sm.Fix, "NVreg_EnableStreamMemOPs=1") {
 		t.Errorf("stream memops: %s %q fix %q", sm.Status, sm.Read, sm.Fix)
 	}
@@ -163,7 +165,7 @@ func TestNodeWithoutPeermemOrRegkeysFailsWithTheFix(t *testing.T) {
 	cfg.NeedPeerMem, cfg.NeedPeerMappingOverride = false, false
 	rep = Run(context.Background(), NewSysroot(root), cfg)
 	for _, id := range []string{"host.peermem", "host.regkey.peer-mapping-override", "host.regkey.stream-memops"} {
-		if s := mustCheck(t, rep, id).Status; s != StatusSkip {
+		if s := mustCheck(t, rep, id).Status; s != check.Skip {
 			t.Errorf("%s: %s, want skip when not needed", id, s)
 		}
 	}
@@ -173,14 +175,14 @@ func TestNodeWithoutPeermemOrRegkeysFailsWithTheFix(t *testing.T) {
 func TestOldNVSHMEMNeedsMemoryPeers(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Transport: TransportIBRC, GIDIndex: 3, NeedPeerMem: true, NVSHMEMVersion: "3.2.5-1"}
-	root := gcpB200(t)
-	if c := mustCheck(t, Run(context.Background(), NewSysroot(root), cfg), "host.peermem"); c.Status != StatusFail ||
+	root := hostfixture.GCPB200(t)
+	if c := mustCheck(t, Run(context.Background(), NewSysroot(root), cfg), "host.peermem"); c.Status != check.Fail ||
 		!strings.Contains(c.Fix, "c6051f3") {
 		t.Errorf("only nvidia_peermem with NVSHMEM 3.2.5: %s, fix %q", c.Status, c.Fix)
 	}
-	f := &fixture{t: t, root: root}
-	f.write("/sys/kernel/mm/memory_peers/nv_mem/version", "1.3-0\n")
-	if c := mustCheck(t, Run(context.Background(), NewSysroot(root), cfg), "host.peermem"); c.Status != StatusPass ||
+	f := hostfixture.At(t, root)
+	f.Write("/sys/kernel/mm/memory_peers/nv_mem/version", "1.3-0\n")
+	if c := mustCheck(t, Run(context.Background(), NewSysroot(root), cfg), "host.peermem"); c.Status != check.Pass ||
 		!strings.Contains(c.Read, "/sys/kernel/mm/memory_peers/nv_mem/version: 1.3-0") {
 		t.Errorf("with nv_mem: %s %q", c.Status, c.Read)
 	}
@@ -190,30 +192,30 @@ func TestWrongGIDIndexFailsAndSuggestsTheIPv4RoCEv2Index(t *testing.T) {
 	t.Parallel()
 	cfg := gcpB200Config()
 	cfg.GIDIndex = 0
-	c := mustCheck(t, Run(context.Background(), NewSysroot(gcpB200(t)), cfg), "host.roce.gid-type")
-	if c.Status != StatusFail || !strings.Contains(c.Read, "mlx5_0 port 1 GID 0: IB/RoCE v1") {
+	c := mustCheck(t, Run(context.Background(), NewSysroot(hostfixture.GCPB200(t)), cfg), "host.roce.gid-type")
+	if c.Status != check.Fail || !strings.Contains(c.Read, "mlx5_0 port 1 GID 0: IB/RoCE v1") {
 		t.Errorf("GID 0: %s %q", c.Status, c.Read)
 	}
 	if !strings.Contains(c.Fix, "NVSHMEM_IB_GID_INDEX=3") {
 		t.Errorf("fix %q should suggest index 3 (RoCE v2, IPv4-mapped) over 1 (link-local)", c.Fix)
 	}
 	cfg.GIDIndex = 7 // no such entry
-	if c := mustCheck(t, Run(context.Background(), NewSysroot(gcpB200(t)), cfg), "host.roce.gid-type"); c.Status != StatusFail {
+	if c := mustCheck(t, Run(context.Background(), NewSysroot(hostfixture.GCPB200(t)), cfg), "host.roce.gid-type"); c.Status != check.Fail {
 		t.Errorf("missing GID 7: %s", c.Status)
 	}
 }
 
 func TestPortDownFails(t *testing.T) {
 	t.Parallel()
-	root := gcpB200With(t, nodeOpts{peermem: true, streamMemOps: 1, registryDwords: "PeerMappingOverride=1;", nicName: mlx5Name,
-		portState: func(i int) string {
+	root := hostfixture.GCPB200With(t, hostfixture.NodeOpts{Peermem: true, StreamMemOps: 1, RegistryDwords: "PeerMappingOverride=1;", NICName: hostfixture.MLX5Name,
+		PortState: func(i int) string {
 			if i == 5 {
 				return "1: DOWN"
 			}
 			return "4: ACTIVE"
 		}})
 	c := mustCheck(t, Run(context.Background(), NewSysroot(root), gcpB200Config()), "host.ib.port-state")
-	if c.Status != StatusFail || c.Read != "mlx5_5 port 1: 1: DOWN" {
+	if c.Status != check.Fail || c.Read != "mlx5_5 port 1: 1: DOWN" {
 		t.Errorf("port state: %s %q", c.Status, c.Read)
 	}
 }
@@ -221,17 +223,17 @@ func TestPortDownFails(t *testing.T) {
 // R14: GCP names its RoCE devices rocep<bus>s0 unless DOCA-OFED renames them.
 func TestUnrenamedGCPDevicesNeedHCAPrefix(t *testing.T) {
 	t.Parallel()
-	root := gcpB200With(t, nodeOpts{peermem: true, streamMemOps: 1, registryDwords: "PeerMappingOverride=1;", nicName: roceName})
+	root := hostfixture.GCPB200With(t, hostfixture.NodeOpts{Peermem: true, StreamMemOps: 1, RegistryDwords: "PeerMappingOverride=1;", NICName: hostfixture.RoCEName})
 	cfg := gcpB200Config()
 	cfg.HCAPrefix, cfg.Mapping = "", ""
 	rep := Run(context.Background(), NewSysroot(root), cfg)
 	c := mustCheck(t, rep, "host.ib.devices")
-	if c.Status != StatusFail || !strings.Contains(c.Fix, "NVSHMEM_HCA_PREFIX=rocep") {
+	if c.Status != check.Fail || !strings.Contains(c.Fix, "NVSHMEM_HCA_PREFIX=rocep") {
 		t.Errorf("devices: %s fix %q", c.Status, c.Fix)
 	}
 	cfg.HCAPrefix = "rocep"
 	rep = Run(context.Background(), NewSysroot(root), cfg)
-	if s := mustCheck(t, rep, "host.ib.devices").Status; s != StatusPass {
+	if s := mustCheck(t, rep, "host.ib.devices").Status; s != check.Pass {
 		t.Errorf("with the prefix: %s", s)
 	}
 	if got := rep.HCAList(0); got != "rocep4s0:1" {
@@ -241,13 +243,13 @@ func TestUnrenamedGCPDevicesNeedHCAPrefix(t *testing.T) {
 
 func TestAWSP5PairsEachH100WithItsFourEFAs(t *testing.T) {
 	t.Parallel()
-	rep := Run(context.Background(), NewSysroot(awsP5(t)), awsP5Config())
-	wantStatuses(t, rep, map[string]Status{
-		"host.gpus": StatusPass, "host.peermem": StatusSkip,
-		"host.regkey.peer-mapping-override": StatusSkip, "host.regkey.stream-memops": StatusSkip,
-		"host.ib.devices": StatusPass, "host.ib.port-state": StatusPass, "host.ib.link-layer": StatusPass,
-		"host.roce.gid-type": StatusSkip, "host.pcie.gpu-nic-pairing": StatusPass,
-		"host.gdrdrv": StatusPass, "host.memlock": StatusPass, "host.nccl.version": StatusSkip,
+	rep := Run(context.Background(), NewSysroot(hostfixture.AWSP5(t)), awsP5Config())
+	wantStatuses(t, rep, map[string]check.Status{
+		"host.gpus": check.Pass, "host.peermem": check.Skip,
+		"host.regkey.peer-mapping-override": check.Skip, "host.regkey.stream-memops": check.Skip,
+		"host.ib.devices": check.Pass, "host.ib.port-state": check.Pass, "host.ib.link-layer": check.Pass,
+		"host.roce.gid-type": check.Skip, "host.pcie.gpu-nic-pairing": check.Pass,
+		"host.gdrdrv": check.Pass, "host.memlock": check.Pass, "host.nccl.version": check.Skip,
 	})
 	if g := mustCheck(t, rep, "host.gpus").Read; !strings.HasPrefix(g, "8 GPUs:") {
 		t.Errorf("GPUs %q: the NVSwitches (class 0x068000) must not count", g)
@@ -274,13 +276,13 @@ func TestAWSP5PairsEachH100WithItsFourEFAs(t *testing.T) {
 		t.Errorf("GPU 0 nearest %s", got)
 	}
 	// Without gdrdrv, the efa provider will not start (R8).
-	root := awsP5(t)
-	f := &fixture{t: t, root: root}
-	if err := removeAll(f.disk("/dev/gdrdrv")); err != nil {
+	root := hostfixture.AWSP5(t)
+	f := hostfixture.At(t, root)
+	if err := removeAll(f.Disk("/dev/gdrdrv")); err != nil {
 		t.Fatal(err)
 	}
 	c := mustCheck(t, Run(context.Background(), NewSysroot(root), awsP5Config()), "host.gdrdrv")
-	if c.Status != StatusFail || c.Read != "/dev/gdrdrv: absent" {
+	if c.Status != check.Fail || c.Read != "/dev/gdrdrv: absent" {
 		t.Errorf("gdrdrv: %s %q", c.Status, c.Read)
 	}
 }
@@ -288,49 +290,49 @@ func TestAWSP5PairsEachH100WithItsFourEFAs(t *testing.T) {
 // More GPUs than NICs under their switches: pairing warns that they share.
 func TestGPUsSharingANICWarn(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	f.limits("unlimited", "unlimited")
-	sw := f.pcieSwitch(0, 0)
-	f.gpu(sw.endpoint(), 0)
-	f.gpu(sw.endpoint(), 0)
-	nic := sw.endpoint()
-	f.pci(nic, "0x15b3", "0x020700", 0, "mlx5_core")
-	f.ibDevice("mlx5_0", nic, "mlx5_core", port{state: "4: ACTIVE", linkLayer: "InfiniBand",
-		gids: map[int]gid{0: {"IB/RoCE v1", "fe80:0000:0000:0000:b83f:d203:00a1:b2c4"}}})
-	rep := Run(context.Background(), NewSysroot(f.root), Config{Transport: TransportIBRC})
+	f := hostfixture.New(t)
+	f.Limits("unlimited", "unlimited")
+	sw := f.PCIeSwitch(0, 0)
+	f.GPU(sw.Endpoint(), 0)
+	f.GPU(sw.Endpoint(), 0)
+	nic := sw.Endpoint()
+	f.PCI(nic, "0x15b3", "0x020700", 0, "mlx5_core")
+	f.IBDevice("mlx5_0", nic, "mlx5_core", hostfixture.Port{State: "4: ACTIVE", LinkLayer: "InfiniBand",
+		GIDs: map[int]hostfixture.GID{0: {Type: "IB/RoCE v1", Addr: "fe80:0000:0000:0000:b83f:d203:00a1:b2c4"}}})
+	rep := Run(context.Background(), NewSysroot(f.Root()), Config{Transport: TransportIBRC})
 	c := mustCheck(t, rep, "host.pcie.gpu-nic-pairing")
-	if c.Status != StatusWarn || !strings.Contains(c.Read, "GPU 1 shares mlx5_0 with GPU 0") {
+	if c.Status != check.Warn || !strings.Contains(c.Read, "GPU 1 shares mlx5_0 with GPU 0") {
 		t.Errorf("pairing: %s %q", c.Status, c.Read)
 	}
-	if s := mustCheck(t, rep, "host.roce.gid-type").Status; s != StatusSkip {
+	if s := mustCheck(t, rep, "host.roce.gid-type").Status; s != check.Skip {
 		t.Errorf("GID type on InfiniBand: %s, want skip", s)
 	}
 }
 
 func TestMemlockAndNCCL(t *testing.T) {
 	t.Parallel()
-	root := gcpB200(t)
-	f := &fixture{t: t, root: root}
-	if err := removeAll(f.disk("/proc")); err != nil {
+	root := hostfixture.GCPB200(t)
+	f := hostfixture.At(t, root)
+	if err := removeAll(f.Disk("/proc")); err != nil {
 		t.Fatal(err)
 	}
-	f.limits("8388608", "8388608")
+	f.Limits("8388608", "8388608")
 	cfg := gcpB200Config()
 	cfg.NCCLRuntimeVersion = "2.21.5"
 	rep := Run(context.Background(), NewSysroot(root), cfg)
-	if c := mustCheck(t, rep, "host.memlock"); c.Status != StatusFail || c.Read != "/proc/self/limits: Max locked memory (soft) 8388608" {
+	if c := mustCheck(t, rep, "host.memlock"); c.Status != check.Fail || c.Read != "/proc/self/limits: Max locked memory (soft) 8388608" {
 		t.Errorf("memlock: %s %q", c.Status, c.Read)
 	}
-	if c := mustCheck(t, rep, "host.nccl.version"); c.Status != StatusFail {
+	if c := mustCheck(t, rep, "host.nccl.version"); c.Status != check.Fail {
 		t.Errorf("NCCL 2.21.5 under a 2.27.3-1 build: %s", c.Status)
 	}
 	cfg.MinMemlockBytes = 8 << 20
 	cfg.NCCLRuntimeVersion, cfg.NCCLSameVersion = "2.28.3-1", true
 	rep = Run(context.Background(), NewSysroot(root), cfg)
-	if s := mustCheck(t, rep, "host.memlock").Status; s != StatusPass {
+	if s := mustCheck(t, rep, "host.memlock").Status; s != check.Pass {
 		t.Errorf("memlock 8 MiB against a minimum of 8 MiB: %s", s)
 	}
-	if s := mustCheck(t, rep, "host.nccl.version").Status; s != StatusFail {
+	if s := mustCheck(t, rep, "host.nccl.version").Status; s != check.Fail {
 		t.Errorf("newer NCCL when the same one is required: %s", s)
 	}
 }
@@ -367,14 +369,14 @@ func assertStructure(t *testing.T, rep Report) {
 		}
 		seen[c.ID] = true
 		switch c.Status {
-		case StatusPass, StatusWarn, StatusFail, StatusSkip:
+		case check.Pass, check.Warn, check.Fail, check.Skip:
 		default:
 			t.Errorf("%s: status %q", c.ID, c.Status)
 		}
 		if c.Why == "" || c.Read == "" {
 			t.Errorf("%s: empty why or read: %+v", c.ID, c)
 		}
-		if c.Status == StatusFail && c.Fix == "" && c.ID != "host.ib.link-layer" {
+		if c.Status == check.Fail && c.Fix == "" && c.ID != "host.ib.link-layer" {
 			t.Errorf("%s fails with no fix: %+v", c.ID, c)
 		}
 	}
@@ -400,7 +402,7 @@ func TestCancelledRunStops(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	rep := Run(ctx, NewSysroot(gcpB200(t)), gcpB200Config())
+	rep := Run(ctx, NewSysroot(hostfixture.GCPB200(t)), gcpB200Config())
 	if len(rep.Checks) != 1 || rep.Checks[0].ID != "host.cancelled" {
 		t.Errorf("%+v", rep.Checks)
 	}
@@ -410,7 +412,7 @@ func TestWriteTableAndJSON(t *testing.T) {
 	t.Parallel()
 	cfg := gcpB200Config()
 	cfg.NeedPeerMem = true
-	root := gcpB200With(t, nodeOpts{nicName: mlx5Name, streamMemOps: 1, registryDwords: "PeerMappingOverride=1;"})
+	root := hostfixture.GCPB200With(t, hostfixture.NodeOpts{NICName: hostfixture.MLX5Name, StreamMemOps: 1, RegistryDwords: "PeerMappingOverride=1;"})
 	rep := Run(context.Background(), NewSysroot(root), cfg)
 	var buf bytes.Buffer
 	if err := WriteTable(&buf, rep); err != nil {

@@ -199,6 +199,21 @@ func (s Sysroot) ReadFile(p string) ([]byte, error) {
 	return b, nil
 }
 
+// ReadFileKeeping reads a host file whole but records only keep(its bytes): for a large
+// file (the dpkg database) of which the checks use a part, so a capture stays small.
+func (s Sysroot) ReadFileKeeping(p string, keep func([]byte) []byte) ([]byte, error) {
+	r, err := s.resolve(p, true)
+	if err != nil {
+		return nil, hostErr("read", p, err)
+	}
+	b, err := os.ReadFile(s.onDisk(r))
+	if err != nil {
+		return nil, hostErr("read", p, err)
+	}
+	s.add(r, entry{kind: kindFile, data: keep(b)})
+	return b, nil
+}
+
 // ReadString is ReadFile with surrounding white space trimmed (sysfs values end in "\n").
 func (s Sysroot) ReadString(p string) (string, error) {
 	b, err := s.ReadFile(p)

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/check"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,7 +42,7 @@ type NICTraffic struct {
 type TrafficReport struct {
 	NICs       []NICTraffic `json:"nics"`
 	TotalBytes uint64       `json:"total_bytes"`
-	Check      Check        `json:"check"`
+	Check      check.Result `json:"check"`
 }
 
 type counterSample struct {
@@ -147,8 +148,8 @@ const (
 	unevenFactor  = 2.0
 )
 
-func judgeSpread(rep TrafficReport) Check {
-	c := Check{ID: "host.traffic.spread", Why: "DeepEP should spread internode traffic over every NIC; all on one NIC " +
+func judgeSpread(rep TrafficReport) check.Result {
+	c := check.Result{ID: "host.traffic.spread", Why: "DeepEP should spread internode traffic over every NIC; all on one NIC " +
 		"means the GPU→NIC mapping did not take (seen: every GPU on mlx5_0, 6.5 GB/s instead of 40+)"}
 	ranked := append([]NICTraffic(nil), rep.NICs...)
 	sort.SliceStable(ranked, func(i, j int) bool { return ranked[i].Bytes > ranked[j].Bytes })
@@ -183,6 +184,6 @@ func judgeSpread(rep TrafficReport) Check {
 	if len(notes) > 0 {
 		return warn(c, c.Read, "")
 	}
-	c.Status = StatusPass
+	c.Status = check.Pass
 	return c
 }

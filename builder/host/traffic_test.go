@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/host/hostfixture"
 	"os"
 	"strconv"
 	"strings"
@@ -13,8 +15,8 @@ import (
 // addCounter adds n to a counter file the way the NIC would, through the class symlink.
 func addCounter(t *testing.T, root, dev, rel string, n uint64) {
 	t.Helper()
-	f := &fixture{t: t, root: root}
-	p := f.disk(fmt.Sprintf("/sys/class/infiniband/%s/ports/1/%s", dev, rel))
+	f := hostfixture.At(t, root)
+	p := f.Disk(fmt.Sprintf("/sys/class/infiniband/%s/ports/1/%s", dev, rel))
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +34,7 @@ const xmit = "counters/port_xmit_data"
 
 func TestTrafficSpread(t *testing.T) {
 	t.Parallel()
-	root := gcpB200(t)
+	root := hostfixture.GCPB200(t)
 	sys := NewSysroot(root)
 	ctx := context.Background()
 	sample := func(per func(i int) uint64) TrafficReport {
@@ -56,7 +58,7 @@ func TestTrafficSpread(t *testing.T) {
 		}
 		return 0
 	})
-	if rep.Check.Status != StatusFail || rep.Check.ID != "host.traffic.spread" || !strings.Contains(rep.Check.Fix, "_setup_device_hca_mapping") {
+	if rep.Check.Status != check.Fail || rep.Check.ID != "host.traffic.spread" || !strings.Contains(rep.Check.Fix, "_setup_device_hca_mapping") {
 		t.Errorf("all on mlx5_0: %+v", rep.Check)
 	}
 	if rep.TotalBytes != 1_000_000_000 || rep.NICs[0].Bytes != 1_000_000_000 || rep.NICs[0].UnitBytes != 4 || rep.NICs[0].Share != 1 {
@@ -65,7 +67,7 @@ func TestTrafficSpread(t *testing.T) {
 
 	// Even spread.
 	rep = sample(func(int) uint64 { return 1000 })
-	if rep.Check.Status != StatusPass || rep.TotalBytes != 32000 || len(rep.NICs) != 8 {
+	if rep.Check.Status != check.Pass || rep.TotalBytes != 32000 || len(rep.NICs) != 8 {
 		t.Errorf("even: %+v total %d", rep.Check, rep.TotalBytes)
 	}
 
@@ -76,12 +78,12 @@ func TestTrafficSpread(t *testing.T) {
 		}
 		return 1000
 	})
-	if rep.Check.Status != StatusWarn {
+	if rep.Check.Status != check.Warn {
 		t.Errorf("uneven: %+v", rep.Check)
 	}
 
 	// Nothing moved over RDMA.
-	if rep = sample(func(int) uint64 { return 0 }); rep.Check.Status != StatusWarn || rep.TotalBytes != 0 {
+	if rep = sample(func(int) uint64 { return 0 }); rep.Check.Status != check.Warn || rep.TotalBytes != 0 {
 		t.Errorf("idle: %+v", rep.Check)
 	}
 
@@ -97,21 +99,21 @@ func TestTrafficSpread(t *testing.T) {
 
 	// A counter reset during the run is noted, not counted as a huge transfer.
 	rep, err = SampleTraffic(ctx, sys, func(context.Context) error {
-		f := &fixture{t: t, root: root}
-		f.write("/sys/class/infiniband/mlx5_2/ports/1/counters/port_xmit_data", "0\n")
+		f := hostfixture.At(t, root)
+		f.Write("/sys/class/infiniband/mlx5_2/ports/1/counters/port_xmit_data", "0\n")
 		for i := 0; i < 8; i++ {
 			addCounter(t, root, fmt.Sprintf("mlx5_%d", i), xmit, 500)
 		}
 		return nil
 	})
-	if err != nil || rep.Check.Status != StatusWarn || !strings.Contains(rep.Check.Read, "went backwards") || rep.TotalBytes != 7*2000 {
+	if err != nil || rep.Check.Status != check.Warn || !strings.Contains(rep.Check.Read, "went backwards") || rep.TotalBytes != 7*2000 {
 		t.Errorf("reset: err %v %+v total %d", err, rep.Check, rep.TotalBytes)
 	}
 }
 
 func TestTrafficOnEFAUsesTxBytes(t *testing.T) {
 	t.Parallel()
-	root := awsP5(t)
+	root := hostfixture.AWSP5(t)
 	rep, err := SampleTraffic(context.Background(), NewSysroot(root), func(context.Context) error {
 		for _, d := range []string{"rdmap4s0", "rdmap5s0", "rdmap6s0", "rdmap7s0"} {
 			addCounter(t, root, d, "hw_counters/tx_bytes", 1000)
@@ -125,23 +127,23 @@ func TestTrafficOnEFAUsesTxBytes(t *testing.T) {
 		t.Errorf("%d NICs, total %d, unit %d", len(rep.NICs), rep.TotalBytes, rep.NICs[0].UnitBytes)
 	}
 	// 4 of 32 EFAs carry everything: each has 25% where 3.1% is fair.
-	if rep.Check.Status != StatusWarn {
+	if rep.Check.Status != check.Warn {
 		t.Errorf("%+v", rep.Check)
 	}
 }
 
 func TestTrafficWithOneNICIsNotJudged(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	sw := f.pcieSwitch(0, 0)
-	nic := sw.endpoint()
-	f.pci(nic, "0x15b3", "0x020000", 0, "mlx5_core")
-	f.ibDevice("mlx5_0", nic, "mlx5_core", activeRoCE([4]byte{10, 0, 0, 1}))
-	rep, err := SampleTraffic(context.Background(), NewSysroot(f.root), func(context.Context) error {
-		addCounter(t, f.root, "mlx5_0", xmit, 5)
+	f := hostfixture.New(t)
+	sw := f.PCIeSwitch(0, 0)
+	nic := sw.Endpoint()
+	f.PCI(nic, "0x15b3", "0x020000", 0, "mlx5_core")
+	f.IBDevice("mlx5_0", nic, "mlx5_core", hostfixture.ActiveRoCE([4]byte{10, 0, 0, 1}))
+	rep, err := SampleTraffic(context.Background(), NewSysroot(f.Root()), func(context.Context) error {
+		addCounter(t, f.Root(), "mlx5_0", xmit, 5)
 		return nil
 	})
-	if err != nil || rep.Check.Status != StatusSkip || rep.TotalBytes != 20 {
+	if err != nil || rep.Check.Status != check.Skip || rep.TotalBytes != 20 {
 		t.Errorf("err %v, %+v, total %d", err, rep.Check, rep.TotalBytes)
 	}
 }

@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"fmt"
+	"github.com/epbuild/epbuild/builder/check"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -146,7 +147,7 @@ func provides(e CodeEntry, isPTX bool, t Target) bool {
 // CheckArchs checks that path carries code for every target in want
 // (see ArchInfo.Covers). A target met only by PTX the driver must JIT, or
 // only by entries whose variant is unknown, is a warning.
-func CheckArchs(path string, want []string) Result {
+func CheckArchs(path string, want []string) check.Result {
 	info, err := CUDAArchs(path)
 	if err != nil {
 		return failed(archResult(path, want), err)
@@ -154,26 +155,26 @@ func CheckArchs(path string, want []string) Result {
 	return info.Check(want)
 }
 
-func archResult(path string, want []string) Result {
-	return Result{
+func archResult(path string, want []string) check.Result {
+	return check.Result{
 		ID:       "cuda.archs:" + filepath.Base(path),
 		Expected: "device code for " + strings.Join(want, ", "),
 	}
 }
 
 // Check is CheckArchs on an already read file.
-func (a *ArchInfo) Check(want []string) Result {
+func (a *ArchInfo) Check(want []string) check.Result {
 	r := archResult(a.Path, want)
 	if len(a.Entries) == 0 {
-		r.Status, r.Found = StatusFail, "no device code"
+		r.Status, r.Found = check.Fail, "no device code"
 		r.Why = fmt.Sprintf("%s has no %s or %s section with fat binary entries", a.Path, SectionFatbin, SectionRelFatbin)
 		return r
 	}
 	r.Found = strings.Join(a.Archs(), ", ")
-	r.Status = StatusPass
+	r.Status = check.Pass
 	var why []string
-	worse := func(s string) {
-		if s == StatusFail || r.Status == StatusPass {
+	worse := func(s check.Status) {
+		if s == check.Fail || r.Status == check.Pass {
 			r.Status = s
 		}
 	}
@@ -181,17 +182,17 @@ func (a *ArchInfo) Check(want []string) Result {
 		c, err := a.Covers(w)
 		switch {
 		case err != nil:
-			worse(StatusFail)
+			worse(check.Fail)
 			why = append(why, err.Error())
 		case c.OK() && !c.JIT:
 		case c.OK():
-			worse(StatusWarn)
+			worse(check.Warn)
 			why = append(why, fmt.Sprintf("%s: only PTX %s, which the driver JIT-compiles at load", w, strings.Join(c.By, ", ")))
 		case len(c.Uncertain) > 0:
-			worse(StatusWarn)
+			worse(check.Warn)
 			why = append(why, fmt.Sprintf("%s: only entries of unknown variant: %s", w, strings.Join(c.Uncertain, "; ")))
 		default:
-			worse(StatusFail)
+			worse(check.Fail)
 			why = append(why, fmt.Sprintf("%s: no cubin or PTX provides it", w))
 		}
 	}

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"github.com/epbuild/epbuild/builder/check"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -111,17 +112,17 @@ func TestArchInfoCheck(t *testing.T) {
 	tests := []struct {
 		have   []string
 		want   []string
-		status string
+		status check.Status
 		why    string
 	}{
-		{[]string{"sm_90a", "sm_100a"}, []string{"sm_90a", "sm_100"}, StatusPass, ""},
-		{[]string{"sm_90a", "compute_90"}, []string{"sm_90a", "sm_100"}, StatusWarn, "JIT"},
-		{[]string{"sm_90?"}, []string{"sm_90a"}, StatusWarn, "unknown variant"},
-		{[]string{"sm_90a", "compute_90"}, []string{"sm_90a", "sm_100a"}, StatusFail, "sm_100a: no cubin or PTX"},
-		{[]string{"sm_90"}, []string{"sm_90a", "sm_100"}, StatusFail, "sm_90a"},
-		{[]string{"sm_90"}, []string{"sm_90", "bogus"}, StatusFail, "bogus"},
+		{[]string{"sm_90a", "sm_100a"}, []string{"sm_90a", "sm_100"}, check.Pass, ""},
+		{[]string{"sm_90a", "compute_90"}, []string{"sm_90a", "sm_100"}, check.Warn, "JIT"},
+		{[]string{"sm_90?"}, []string{"sm_90a"}, check.Warn, "unknown variant"},
+		{[]string{"sm_90a", "compute_90"}, []string{"sm_90a", "sm_100a"}, check.Fail, "sm_100a: no cubin or PTX"},
+		{[]string{"sm_90"}, []string{"sm_90a", "sm_100"}, check.Fail, "sm_90a"},
+		{[]string{"sm_90"}, []string{"sm_90", "bogus"}, check.Fail, "bogus"},
 		// A failure is not softened by a later warning.
-		{[]string{"compute_90"}, []string{"sm_100a", "sm_100"}, StatusFail, "JIT"},
+		{[]string{"compute_90"}, []string{"sm_100a", "sm_100"}, check.Fail, "JIT"},
 	}
 	for _, tt := range tests {
 		r := infoOf(tt.have...).Check(tt.want)
@@ -137,16 +138,16 @@ func TestArchInfoCheck(t *testing.T) {
 func TestCheckArchsFile(t *testing.T) {
 	dir := t.TempDir()
 	so := sharedObjectWith(t, dir, "libdeep", SectionFatbin, syntheticFatbin(t, false))
-	if r := CheckArchs(so, []string{"sm_90a", "sm_100a", "sm_100f"}); r.Status != StatusPass {
+	if r := CheckArchs(so, []string{"sm_90a", "sm_100a", "sm_100f"}); r.Status != check.Pass {
 		t.Errorf("pass case: %+v", r)
 	}
-	if r := CheckArchs(so, []string{"sm_120"}); r.Status != StatusWarn || !strings.Contains(r.Why, "compute_90") {
+	if r := CheckArchs(so, []string{"sm_120"}); r.Status != check.Warn || !strings.Contains(r.Why, "compute_90") {
 		t.Errorf("sm_120 only through PTX: %+v", r)
 	}
-	if r := CheckArchs(so, []string{"sm_120a"}); r.Status != StatusFail {
+	if r := CheckArchs(so, []string{"sm_120a"}); r.Status != check.Fail {
 		t.Errorf("sm_120a is not in the file: %+v", r)
 	}
-	if r := CheckArchs(filepath.Join(dir, "absent.so"), []string{"sm_90"}); r.Status != StatusFail || r.Why == "" {
+	if r := CheckArchs(filepath.Join(dir, "absent.so"), []string{"sm_90"}); r.Status != check.Fail || r.Why == "" {
 		t.Errorf("unreadable file: %+v", r)
 	}
 }

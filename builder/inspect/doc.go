@@ -5,6 +5,6 @@
 // `epbuild verify-install` (on an installed prefix) share this one
 // implementation, so the two can never disagree about what "present" means.
 //
-// Every check returns a Result; readers return plain data so that callers can
+// Every check returns a check.Result; readers return plain data so that callers can
 // make several checks from one read.
 package inspect

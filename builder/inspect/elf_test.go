@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"github.com/epbuild/epbuild/builder/check"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -81,31 +82,31 @@ func TestELFChecks(t *testing.T) {
 	lib, old := buildLibs(t)
 	tests := []struct {
 		name   string
-		r      Result
-		status string
+		r      check.Result
+		status check.Status
 	}{
-		{"defined is defined", CheckSymbol(lib, "foo_defined", true), StatusPass},
-		{"defined is not undefined", CheckSymbol(lib, "foo_defined", false), StatusFail},
-		{"undefined is undefined", CheckSymbol(lib, "bar_undefined", false), StatusPass},
-		{"undefined is not defined", CheckSymbol(lib, "bar_undefined", true), StatusFail},
-		{"absent is not defined", CheckSymbol(lib, "nvshmemi_ibgda_device_state_d", true), StatusFail},
-		{"unreadable", CheckSymbol(lib+".missing", "foo_defined", true), StatusFail},
-		{"needed by soname prefix", CheckNeeded(lib, "libm.so", true), StatusPass},
-		{"needed exact", CheckNeeded(lib, "libm.so.6", true), StatusPass},
-		{"needed missing", CheckNeeded(lib, "libnvshmem_host.so", true), StatusFail},
-		{"not needed, absent", CheckNeeded(lib, "libnvshmem_host.so", false), StatusPass},
-		{"not needed, present", CheckNeeded(lib, "libm.so", false), StatusFail},
-		{"no prefix confusion", CheckNeeded(lib, "libm.so.6.1", true), StatusFail},
-		{"runpath entry", CheckRunpath(lib, "$ORIGIN/../lib"), StatusPass},
-		{"runpath entry, trailing slash", CheckRunpath(lib, "$ORIGIN/nvshmem/lib/"), StatusPass},
-		{"runpath entry missing", CheckRunpath(lib, "$ORIGIN/lib64"), StatusFail},
-		{"rpath only", CheckRunpath(old, "$ORIGIN/../lib"), StatusWarn},
+		{"defined is defined", CheckSymbol(lib, "foo_defined", true), check.Pass},
+		{"defined is not undefined", CheckSymbol(lib, "foo_defined", false), check.Fail},
+		{"undefined is undefined", CheckSymbol(lib, "bar_undefined", false), check.Pass},
+		{"undefined is not defined", CheckSymbol(lib, "bar_undefined", true), check.Fail},
+		{"absent is not defined", CheckSymbol(lib, "nvshmemi_ibgda_device_state_d", true), check.Fail},
+		{"unreadable", CheckSymbol(lib+".missing", "foo_defined", true), check.Fail},
+		{"needed by soname prefix", CheckNeeded(lib, "libm.so", true), check.Pass},
+		{"needed exact", CheckNeeded(lib, "libm.so.6", true), check.Pass},
+		{"needed missing", CheckNeeded(lib, "libnvshmem_host.so", true), check.Fail},
+		{"not needed, absent", CheckNeeded(lib, "libnvshmem_host.so", false), check.Pass},
+		{"not needed, present", CheckNeeded(lib, "libm.so", false), check.Fail},
+		{"no prefix confusion", CheckNeeded(lib, "libm.so.6.1", true), check.Fail},
+		{"runpath entry", CheckRunpath(lib, "$ORIGIN/../lib"), check.Pass},
+		{"runpath entry, trailing slash", CheckRunpath(lib, "$ORIGIN/nvshmem/lib/"), check.Pass},
+		{"runpath entry missing", CheckRunpath(lib, "$ORIGIN/lib64"), check.Fail},
+		{"rpath only", CheckRunpath(old, "$ORIGIN/../lib"), check.Warn},
 	}
 	for _, tt := range tests {
 		if tt.r.Status != tt.status {
 			t.Errorf("%s: %+v, want %s", tt.name, tt.r, tt.status)
 		}
-		if tt.r.Status != StatusPass && tt.r.Why == "" {
+		if tt.r.Status != check.Pass && tt.r.Why == "" {
 			t.Errorf("%s: no Why in %+v", tt.name, tt.r)
 		}
 		if tt.r.ID == "" || tt.r.Expected == "" || tt.r.Found == "" {
@@ -114,5 +115,34 @@ func TestELFChecks(t *testing.T) {
 	}
 	if r := CheckSymbol(lib, "nvshmemi_ibgda_device_state_d", true); r.Found != "nvshmemi_ibgda_device_state_d absent" {
 		t.Errorf("absent symbol found as %q", r.Found)
+	}
+}
+
+// Versioned lookups and the reader patch-set effects use read the same table.
+func TestLookupVersionedSymbol(t *testing.T) {
+	gcc := needTool(t, "gcc")
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "v.c"), []byte("int ep_v(void) { return 1; }\nextern int ep_import(void);\nint ep_w(void) { return ep_import(); }\n"))
+	writeFile(t, filepath.Join(dir, "v.map"), []byte("EP_1 { global: ep_v; ep_w; local: *; };\n"))
+	run(t, dir, gcc, "-shared", "-fPIC", "-o", "libv.so", "v.c", "-Wl,--version-script,v.map")
+	info, err := ReadELF(filepath.Join(dir, "libv.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := info.Lookup("ep_v@EP_1"); !ok || !s.Defined || s.Version != "EP_1" || s.Section != ".text" || s.Type != "STT_FUNC" {
+		t.Errorf("ep_v@EP_1: %+v %v", s, ok)
+	}
+	if _, ok := info.Lookup("ep_v@EP_2"); ok {
+		t.Error("ep_v@EP_2 found")
+	}
+	if s, ok := info.Lookup("ep_import"); !ok || s.Defined {
+		t.Errorf("ep_import: %+v %v", s, ok)
+	}
+	def, ref, desc, err := Reader{}.DynamicSymbol(filepath.Join(dir, "libv.so"), "ep_import")
+	if err != nil || def || !ref || !strings.Contains(desc, "SHN_UNDEF") {
+		t.Errorf("DynamicSymbol(ep_import) = %v %v %q %v", def, ref, desc, err)
+	}
+	if _, _, _, err := (Reader{}).DynamicSymbol(filepath.Join(dir, "v.c"), "ep_v"); err == nil {
+		t.Error("a C file read as ELF")
 	}
 }

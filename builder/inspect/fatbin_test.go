@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"github.com/epbuild/epbuild/builder/check"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -201,7 +202,7 @@ func TestCUDAArchsNoDeviceCode(t *testing.T) {
 		t.Fatalf("entries in a plain library: %+v", info.Entries)
 	}
 	r := info.Check([]string{"sm_90"})
-	if r.Status != StatusFail || !strings.Contains(r.Why, SectionFatbin) {
+	if r.Status != check.Fail || !strings.Contains(r.Why, SectionFatbin) {
 		t.Errorf("check on a library without device code: %+v", r)
 	}
 }

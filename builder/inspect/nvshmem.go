@@ -3,6 +3,7 @@ package inspect
 import (
 	"bufio"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/check"
 	"io"
 	"maps"
 	"os"
@@ -219,16 +220,16 @@ func ParseNVSHMEMInfo(r io.Reader) (*NVSHMEMInfo, error) {
 // *-NOTFOUND for false), any spelling of the same truth value matches, so
 // want "ON" accepts a build configured with =1. A key NVSHMEM does not
 // record fails: ask for NVSHMEM_USE_GDRCOPY, not NVSHMEM_GDRCOPY_SUPPORT.
-func CheckNVSHMEMBuildVars(info *NVSHMEMInfo, want map[string]string) Result {
+func CheckNVSHMEMBuildVars(info *NVSHMEMInfo, want map[string]string) check.Result {
 	keys := slices.Sorted(maps.Keys(want))
-	r := Result{ID: "nvshmem.build-vars"}
+	r := check.Result{ID: "nvshmem.build-vars"}
 	var exp, found, why []string
 	for _, k := range keys {
 		exp = append(exp, k+"="+want[k])
 	}
 	r.Expected = strings.Join(exp, " ")
 	if info == nil {
-		r.Status, r.Found, r.Why = StatusFail, "no NVSHMEM information", "NVSHMEM build variables were not read"
+		r.Status, r.Found, r.Why = check.Fail, "no NVSHMEM information", "NVSHMEM build variables were not read"
 		return r
 	}
 	if info.Source != "" {
@@ -253,9 +254,9 @@ func CheckNVSHMEMBuildVars(info *NVSHMEMInfo, want map[string]string) Result {
 		}
 	}
 	r.Found = strings.Join(found, " ")
-	r.Status = StatusPass
+	r.Status = check.Pass
 	if len(why) > 0 {
-		r.Status = StatusFail
+		r.Status = check.Fail
 		r.Why = strings.Join(why, "; ")
 	}
 	return r

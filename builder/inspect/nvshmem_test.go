@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"fmt"
+	"github.com/epbuild/epbuild/builder/check"
 	"maps"
 	"os"
 	"os/exec"
@@ -232,7 +233,7 @@ func TestParseNVSHMEMInfo(t *testing.T) {
 	if _, ok := lost.BuildVars["NVSHMEM_USE_GDRCOPY"]; ok {
 		t.Fatalf("sample was meant to lose NVSHMEM_USE_GDRCOPY: %v", lost.BuildVars)
 	}
-	if r := CheckNVSHMEMBuildVars(lost, map[string]string{"NVSHMEM_USE_GDRCOPY": "ON"}); r.Status != StatusFail || !strings.Contains(r.Why, NVSHMEMVersionHeader) {
+	if r := CheckNVSHMEMBuildVars(lost, map[string]string{"NVSHMEM_USE_GDRCOPY": "ON"}); r.Status != check.Fail || !strings.Contains(r.Why, NVSHMEMVersionHeader) {
 		t.Errorf("lost variable: %+v", r)
 	}
 
@@ -253,15 +254,15 @@ func TestCheckNVSHMEMBuildVars(t *testing.T) {
 	}
 	tests := []struct {
 		want   map[string]string
-		status string
+		status check.Status
 		why    string
 	}{
-		{map[string]string{"NVSHMEM_IBGDA_SUPPORT": "ON", "NVSHMEM_USE_GDRCOPY": "ON"}, StatusPass, ""},
-		{map[string]string{"NVSHMEM_IBGDA_SUPPORT": "1", "NVSHMEM_LIBFABRIC_SUPPORT": "0", "NCCL_HOME": "OFF"}, StatusPass, ""},
-		{map[string]string{"GDRCOPY_HOME": "/opt/gdrcopy"}, StatusPass, ""},
-		{map[string]string{"NVSHMEM_USE_GDRCOPY": "OFF"}, StatusFail, "NVSHMEM_USE_GDRCOPY"},
-		{map[string]string{"GDRCOPY_HOME": "/usr/local/gdrcopy"}, StatusFail, "GDRCOPY_HOME"},
-		{map[string]string{"NVSHMEM_GDRCOPY_SUPPORT": "ON"}, StatusFail, "records no NVSHMEM_GDRCOPY_SUPPORT"},
+		{map[string]string{"NVSHMEM_IBGDA_SUPPORT": "ON", "NVSHMEM_USE_GDRCOPY": "ON"}, check.Pass, ""},
+		{map[string]string{"NVSHMEM_IBGDA_SUPPORT": "1", "NVSHMEM_LIBFABRIC_SUPPORT": "0", "NCCL_HOME": "OFF"}, check.Pass, ""},
+		{map[string]string{"GDRCOPY_HOME": "/opt/gdrcopy"}, check.Pass, ""},
+		{map[string]string{"NVSHMEM_USE_GDRCOPY": "OFF"}, check.Fail, "NVSHMEM_USE_GDRCOPY"},
+		{map[string]string{"GDRCOPY_HOME": "/usr/local/gdrcopy"}, check.Fail, "GDRCOPY_HOME"},
+		{map[string]string{"NVSHMEM_GDRCOPY_SUPPORT": "ON"}, check.Fail, "records no NVSHMEM_GDRCOPY_SUPPORT"},
 	}
 	for _, tt := range tests {
 		r := CheckNVSHMEMBuildVars(info, tt.want)
@@ -269,7 +270,7 @@ func TestCheckNVSHMEMBuildVars(t *testing.T) {
 			t.Errorf("want %v: %+v; want %s with why containing %q", tt.want, r, tt.status, tt.why)
 		}
 	}
-	if r := CheckNVSHMEMBuildVars(nil, map[string]string{"NVSHMEM_IBGDA_SUPPORT": "ON"}); r.Status != StatusFail {
+	if r := CheckNVSHMEMBuildVars(nil, map[string]string{"NVSHMEM_IBGDA_SUPPORT": "ON"}); r.Status != check.Fail {
 		t.Errorf("nil info: %+v", r)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/check"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -209,8 +210,8 @@ func decodeReport(out []byte, v any) error {
 }
 
 // CheckImportWithin checks that module imported from inside prefix.
-func CheckImportWithin(res ImportResult, importErr error, prefix string) Result {
-	r := Result{
+func CheckImportWithin(res ImportResult, importErr error, prefix string) check.Result {
+	r := check.Result{
 		ID:       "python.import:" + res.Module,
 		Expected: res.Module + " imported from " + prefix,
 	}
@@ -222,18 +223,18 @@ func CheckImportWithin(res ImportResult, importErr error, prefix string) Result 
 		r.Found = strings.Join(res.Path, ":")
 	}
 	if res.Within(prefix) {
-		r.Status = StatusPass
+		r.Status = check.Pass
 		return r
 	}
-	r.Status = StatusFail
+	r.Status = check.Fail
 	r.Why = fmt.Sprintf("%s was imported from %s, outside %s", res.Module, r.Found, prefix)
 	return r
 }
 
 // CheckSingleMapped checks that exactly one file matching pattern is mapped
 // (paths from MappedLibs).
-func CheckSingleMapped(paths []string, mapErr error, pattern string) Result {
-	r := Result{
+func CheckSingleMapped(paths []string, mapErr error, pattern string) check.Result {
+	r := check.Result{
 		ID:       "process.mapped:" + pattern,
 		Expected: "exactly one mapped library matching " + pattern,
 	}
@@ -243,13 +244,67 @@ func CheckSingleMapped(paths []string, mapErr error, pattern string) Result {
 	r.Found = strings.Join(paths, ", ")
 	switch len(paths) {
 	case 1:
-		r.Status = StatusPass
+		r.Status = check.Pass
 	case 0:
-		r.Status, r.Found = StatusFail, "none"
+		r.Status, r.Found = check.Fail, "none"
 		r.Why = "no library matching " + pattern + " is mapped after the imports"
 	default:
-		r.Status = StatusFail
+		r.Status = check.Fail
 		r.Why = fmt.Sprintf("%d copies matching %s are mapped in one process; they must be one (R9)", len(paths), pattern)
 	}
 	return r
+}
+
+// NCCLProcess is what a Python process says of the NCCL it loads: torch's answer
+// (ncclGetVersion of the library torch loaded, "2.21.5"), the libnccl files mapped once
+// torch is imported, and the versions of the nvidia-nccl-* distributions installed.
+type NCCLProcess struct {
+	Torch      string            `json:"torch,omitempty"`
+	TorchError string            `json:"torch_error,omitempty"`
+	Mapped     []string          `json:"mapped,omitempty"`
+	Packages   map[string]string `json:"packages,omitempty"`
+	// PackageFiles maps each package to where its libnccl lies.
+	PackageFiles map[string][]string `json:"package_files,omitempty"`
+}
+
+// ncclProgram asks torch for the NCCL it loaded, lists what is mapped, and reads the
+// NCCL wheels' metadata; each part may fail on its own (no torch, no driver).
+const ncclProgram = `import json, sys
+r = {"packages": {}, "package_files": {}, "mapped": []}
+try:
+    import importlib.metadata as md
+    for d in md.distributions():
+        name = d.metadata.get("Name") or ""
+        if name.lower().startswith("nvidia-nccl"):
+            r["packages"][name] = d.version
+            r["package_files"][name] = [str(d.locate_file(f)) for f in (d.files or []) if "libnccl" in str(f)]
+except Exception as e:
+    pass
+try:
+    import torch
+    v = torch.cuda.nccl.version()
+    if isinstance(v, int):
+        v = (v // 10000, v // 100 % 100, v % 100) if v >= 10000 else (v // 1000, v // 100 % 10, v % 100)
+    r["torch"] = ".".join(str(x) for x in v)
+except Exception as e:
+    r["torch_error"] = "%s: %s" % (type(e).__name__, e)
+try:
+    with open("/proc/self/maps") as f:
+        r["mapped"] = sorted({l.split(None, 5)[5].strip() for l in f if "libnccl" in l and len(l.split(None, 5)) == 6})
+except Exception:
+    pass
+print("` + reportMarker + `" + json.dumps(r))
+`
+
+// NCCL runs python with env and reports the NCCL it loads (see NCCLProcess).
+func NCCL(ctx context.Context, python string, env []string) (NCCLProcess, error) {
+	var r NCCLProcess
+	out, _, err := runPython(ctx, python, env, "", ncclProgram)
+	if err != nil {
+		return r, fmt.Errorf("ask %s which NCCL it loads: %w", python, err)
+	}
+	if err := decodeReport(out, &r); err != nil {
+		return r, fmt.Errorf("ask %s which NCCL it loads: %w", python, err)
+	}
+	return r, nil
 }

@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"github.com/epbuild/epbuild/builder/check"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -54,7 +55,7 @@ func TestPythonImport(t *testing.T) {
 	if !res.Within(filepath.Join(base, "prefix")) || res.Within(buildTree) {
 		t.Errorf("Within: inside prefix %v, inside build tree %v", res.Within(filepath.Join(base, "prefix")), res.Within(buildTree))
 	}
-	if r := CheckImportWithin(res, nil, filepath.Join(base, "prefix")); r.Status != StatusPass {
+	if r := CheckImportWithin(res, nil, filepath.Join(base, "prefix")); r.Status != check.Pass {
 		t.Errorf("check: %+v", r)
 	}
 
@@ -67,7 +68,7 @@ func TestPythonImport(t *testing.T) {
 	if shadow.Version != "0.0.0-build-tree" {
 		t.Errorf("from the build tree imported %s", shadow.File)
 	}
-	if r := CheckImportWithin(shadow, nil, filepath.Join(base, "prefix")); r.Status != StatusFail || !strings.Contains(r.Why, buildTree) {
+	if r := CheckImportWithin(shadow, nil, filepath.Join(base, "prefix")); r.Status != check.Fail || !strings.Contains(r.Why, buildTree) {
 		t.Errorf("check of a shadowed import: %+v", r)
 	}
 
@@ -77,7 +78,7 @@ func TestPythonImport(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "No module named 'deep_ep_probe'") {
 		t.Errorf("import without PYTHONPATH in env: %v", err)
 	}
-	if r := CheckImportWithin(ImportResult{Module: "deep_ep_probe"}, err, prefix); r.Status != StatusFail || r.Why == "" {
+	if r := CheckImportWithin(ImportResult{Module: "deep_ep_probe"}, err, prefix); r.Status != check.Fail || r.Why == "" {
 		t.Errorf("check of a failed import: %+v", r)
 	}
 
@@ -123,7 +124,7 @@ func TestMappedLibs(t *testing.T) {
 	if len(one) != 1 || one[0] != filepath.Join(root, "pkg_one", "libepprobe_host.so.3") {
 		t.Errorf("one package: %v", one)
 	}
-	if r := CheckSingleMapped(one, nil, "libepprobe_host"); r.Status != StatusPass {
+	if r := CheckSingleMapped(one, nil, "libepprobe_host"); r.Status != check.Pass {
 		t.Errorf("single mapping: %+v", r)
 	}
 
@@ -134,7 +135,7 @@ func TestMappedLibs(t *testing.T) {
 	if len(both) != 2 {
 		t.Errorf("two copies: %v", both)
 	}
-	if r := CheckSingleMapped(both, nil, "libepprobe_host"); r.Status != StatusFail || !strings.Contains(r.Why, "2 copies") {
+	if r := CheckSingleMapped(both, nil, "libepprobe_host"); r.Status != check.Fail || !strings.Contains(r.Why, "2 copies") {
 		t.Errorf("two copies: %+v", r)
 	}
 
@@ -142,7 +143,7 @@ func TestMappedLibs(t *testing.T) {
 	if err != nil || len(none) != 0 {
 		t.Errorf("unmatched pattern: %v, %v", none, err)
 	}
-	if r := CheckSingleMapped(none, nil, "libnvshmem_host"); r.Status != StatusFail {
+	if r := CheckSingleMapped(none, nil, "libnvshmem_host"); r.Status != check.Fail {
 		t.Errorf("nothing mapped: %+v", r)
 	}
 
@@ -153,7 +154,7 @@ func TestMappedLibs(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "No module named 'pkg_missing'") {
 		t.Errorf("missing module: %v", err)
 	}
-	if r := CheckSingleMapped(nil, err, "x"); r.Status != StatusFail {
+	if r := CheckSingleMapped(nil, err, "x"); r.Status != check.Fail {
 		t.Errorf("check after an error: %+v", r)
 	}
 }

@@ -60,3 +60,11 @@ func badPin(err error, format string, args ...any) error {
 func fetchErr(err error, format string, args ...any) error {
 	return &Error{Kind: KindFetch, Msg: fmt.Sprintf(format, args...), Err: err}
 }
+
+// ExitCode: a bad pin is bad input (2); a failed fetch, a failed job (1).
+func (e *Error) ExitCode() int {
+	if e.Kind == KindBadPin {
+		return 2
+	}
+	return 1
+}

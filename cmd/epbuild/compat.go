@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -29,63 +30,43 @@ ancestry; a rule that cannot be decided is reported as unknown, never passed.`,
 	return cmd
 }
 
-// ancestry is where commit conditions are decided. The embedded history knows the
-// commits the embedded recipes pin; a commit it lacks is reported as unknown.
-func (app *App) ancestry() (compat.Ancestry, error) {
-	h, err := compat.LoadHistory()
-	if err != nil {
-		return nil, fmt.Errorf("load the embedded git history: %w", err)
-	}
-	return compat.ChainAncestry(h), nil
-}
-
-// ruleSet is the embedded rules with where their commit conditions are decided.
-func (app *App) ruleSet() (*compat.Rules, compat.Ancestry, error) {
-	rules, err := compat.LoadRules()
-	if err != nil {
-		return nil, nil, err
-	}
-	anc, err := app.ancestry()
-	if err != nil {
-		return nil, nil, err
-	}
-	return rules, anc, nil
-}
-
 func newCompatCheckCmd(app *App) *cobra.Command {
 	var (
-		asJSON bool
-		sets   []string
+		asJSON         bool
+		sf             sourceFlags
+		allowUndecided bool
 	)
 	cmd := &cobra.Command{
 		Use:   "check RECIPE",
 		Short: "Evaluate the rules on a resolved recipe; exit 2 on an error-level finding",
-		Long:  "Evaluate the compatibility rules on a recipe resolved with its --set overrides (plan stage).\nErrors exit 2 with the rule id and its fix; warnings and advice are printed.\n\n--set keys: " + recipes.SetHelp,
-		Args:  cobra.ExactArgs(1),
+		Long: `Evaluate the compatibility rules on a recipe resolved with its --set overrides (plan stage).
+Errors exit 2 with the rule id and its fix; warnings and advice are printed.
+
+Commit conditions are decided by the embedded history, then by the repositories of the
+mirror (--mirror, $EPBUILD_MIRROR) and of the cache. An error-level rule that none of
+them can decide exits 2 too, naming the question, unless --allow-undecided.
+
+--set keys: ` + recipes.SetHelp,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rules, anc, err := app.ruleSet()
+			j, err := app.job(args[0], &sf, nil, allowUndecided)
 			if err != nil {
 				return err
 			}
-			res, err := builder.NewResolver(app.library())
-			if err != nil {
-				return err
+			fs, verdict := j.Findings(cmd.Context(), nil)
+			var re *builder.RulesError
+			if verdict != nil && !errors.As(verdict, &re) {
+				return verdict
 			}
-			plan, err := res.Resolve(args[0], sets)
-			if err != nil {
-				return err
-			}
-			fs, err := compat.Evaluate(cmd.Context(), rules, builder.FactsFromPlan(plan), compat.StagePlan, anc)
-			if err != nil {
-				return fmt.Errorf("check %s: %w", args[0], err)
-			}
+			plan := j.Plan
 			if asJSON {
 				out := struct {
 					Recipe    string           `json:"recipe"`
 					Overrides []string         `json:"overrides,omitempty"`
 					Stage     compat.Stage     `json:"stage"`
 					Findings  []compat.Finding `json:"findings"`
-				}{plan.Recipe, sets, compat.StagePlan, fs}
+					Notes     []string         `json:"notes,omitempty"`
+				}{plan.Recipe, sf.sets, compat.StagePlan, fs, plan.Notes}
 				if out.Findings == nil {
 					out.Findings = []compat.Finding{}
 				}
@@ -96,20 +77,12 @@ func newCompatCheckCmd(app *App) *cobra.Command {
 				writeFindings(app.Out, fs)
 				fmt.Fprintf(app.Out, "%s: %s\n", plan.Recipe, summary(fs))
 			}
-			if compat.HasErrors(fs) {
-				var ids []string
-				for _, f := range fs {
-					if f.Severity == compat.SeverityError && !slices.Contains(ids, f.ID) {
-						ids = append(ids, f.ID)
-					}
-				}
-				return &exitError{code: exitBadInput, msg: fmt.Sprintf("%s breaks %s (see the fixes above; `epbuild compat explain ID`)", plan.Recipe, strings.Join(ids, ", "))}
-			}
-			return nil
+			return verdict
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the findings as JSON")
-	cmd.Flags().StringArrayVar(&sets, "set", nil, "override a recipe value, e.g. --set nvshmem.version=3.4.5 (repeatable)")
+	sf.add(cmd)
+	cmd.Flags().BoolVar(&allowUndecided, "allow-undecided", false, "exit 0 although an error-level rule cannot be decided (it stays a warning)")
 	return cmd
 }
 

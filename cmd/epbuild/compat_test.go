@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -86,10 +87,18 @@ func TestCompatCheckJSON(t *testing.T) {
 	if res.Recipe != "gcp-b200" || res.Stage != "plan" || !slices.Contains(ids, "R3/qp-layout/error") || !slices.Contains(ids, "R4//error") {
 		t.Errorf("findings %v", ids)
 	}
-	// a commit the embedded history does not know: undecided, a warning, not a pass
-	code, out, _ = run(t, nil, "compat", "check", "gcp-b200", "--set", "deepep.commit="+strings.Repeat("ab", 20))
+	// a commit no history at hand knows: the error-level rules it leaves undecided stop the
+	// check, naming the question; --allow-undecided lets it pass with warnings, never silently
+	env := map[string]string{"EPBUILD_CACHE": t.TempDir()}
+	unknown := "deepep.commit=" + strings.Repeat("ab", 20)
+	code, out, errs = run(t, env, "compat", "check", "gcp-b200", "--set", unknown)
+	if code != 2 || !strings.Contains(errs, "could not be decided") || !strings.Contains(errs, "R3/qp-layout") ||
+		!strings.Contains(errs, "whether deepep abababababab contains 29d31c095796") || !strings.Contains(errs, "--allow-undecided") {
+		t.Errorf("unknown commit: exit %d\n%s", code, errs)
+	}
+	code, out, _ = run(t, env, "compat", "check", "gcp-b200", "--set", unknown, "--allow-undecided")
 	if code != 0 || !strings.Contains(out, "warn   R3/qp-layout") || !strings.Contains(out, "unknown: could not decide") {
-		t.Errorf("unknown commit: exit %d\n%s", code, out)
+		t.Errorf("unknown commit, --allow-undecided: exit %d\n%s", code, out)
 	}
 }
 
@@ -230,5 +239,50 @@ func TestMatrixFormats(t *testing.T) {
 		if code, _, errs := run(t, nil, bad...); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", bad, code, errs)
 		}
+	}
+}
+
+// The matrix excludes a combination an error-level rule cannot decide, unless allowed.
+func TestMatrixUndecidedCells(t *testing.T) {
+	wired(t, "matrix")
+	env := map[string]string{"EPBUILD_CACHE": t.TempDir()}
+	axis := "deepep.commit=29d31c095796f3c8ece47ee9cdcc167051bbeed9," + strings.Repeat("cd", 20)
+	code, out, errs := run(t, env, "matrix", "gcp-b200", "--axis", axis, "--format", "json")
+	var m struct {
+		Cells    []struct{ Name string }
+		Excluded []struct {
+			Name      string
+			Rules     []string
+			Undecided []string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &m); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v\n%s", code, err, errs)
+	}
+	if len(m.Cells) != 1 || len(m.Excluded) != 1 || len(m.Excluded[0].Rules) != 0 || !slices.Contains(m.Excluded[0].Undecided, "R3") {
+		t.Errorf("want the pinned commit as a cell and the unknown one excluded as undecided: %+v", m)
+	}
+	code, out, _ = run(t, env, "matrix", "gcp-b200", "--axis", axis, "--allow-undecided")
+	if code != 0 || !strings.Contains(out, "deepep.commit="+strings.Repeat("cd", 20)+"  run") {
+		t.Errorf("--allow-undecided: exit %d\n%s", code, out)
+	}
+}
+
+// The case against the real history: DeepEP 309785a is before 29d31c0, which only
+// a clone of DeepEP can tell; with the mirror, R3 and R4 are errors, not undecided.
+func TestUpstreamCompatCheckDecidesFromTheMirror(t *testing.T) {
+	mirror := os.Getenv("EPBUILD_TEST_MIRROR")
+	if mirror == "" {
+		t.Skip("EPBUILD_TEST_MIRROR is unset: no upstream mirror to decide from")
+	}
+	env := map[string]string{"EPBUILD_CACHE": t.TempDir()}
+	const old = "deepep.commit=309785a94dedeb9ca3cb01091048584a31bfc799"
+	code, _, errs := run(t, env, "compat", "check", "gcp-b200", "--set", old)
+	if code != 2 || !strings.Contains(errs, "could not be decided") {
+		t.Errorf("without a mirror: exit %d\n%s", code, errs)
+	}
+	code, out, errs := run(t, env, "compat", "check", "gcp-b200", "--set", old, "--mirror", mirror)
+	if code != 2 || !strings.Contains(out, "error  R3/qp-layout") || !strings.Contains(out, "error  R4:") || !strings.Contains(errs, "gcp-b200 breaks R3, R4") {
+		t.Errorf("with the mirror: exit %d\n%s\n%s", code, out, errs)
 	}
 }

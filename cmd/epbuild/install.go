@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/host"
 )
 
@@ -93,23 +94,18 @@ func newVerifyInstallCmd(app *App) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "verify-install [--prefix DIR] [--json] [--host [--sysroot DIR]] [--traffic -- CMD ARGS...]",
 		Short: "Check an installed prefix against its manifest, its recipe's checks and (--host) this host",
-		Long: `Check an installed prefix (default $EPBUILD_PREFIX, which env.sh sets):
+		Long: `Check an installed prefix (default $EPBUILD_PREFIX, which env.sh sets). The manifest
+(install.manifest) is read first; then, by the check engine, target by target:
 
-  files.*        every file's sha256 and mode against the manifest; each changed, missing,
-                 extra or re-moded path listed with its own ID
-  install.*      the manifest and the receipt install left
-  env.*          env.sh: what it exports matches the plan, the paths it names exist,
-                 LD_PRELOAD (if any) is the NVSHMEM the artifact carries
-  effect.*, ...  the patch sets' effects and the recipe's checks, re-run on the installed
-                 copy (imports in a clean environment)
-  process.single-nvshmem
-                 exactly one libnvshmem_host mapped after importing torch and deep_ep
-  host.*         with --host: peer memory, driver regkeys, RDMA devices, ports, GID type,
-                 the GPU↔NIC pairing (and the DEEP_EP_DEVICE_TO_HCA_MAPPING line it
-                 implies), gdrdrv, locked memory; --sysroot reads a capture instead
-  host.traffic.* with --traffic -- CMD ARGS...: CMD runs with the install's env and the
-                 NIC counters are sampled around it: all bytes on one NIC means the
-                 mapping did not take
+` + kindsHelp(check.Files, check.Env, check.Installed, check.Process) + `
+With --host (--sysroot reads a capture instead of /), the node and the compatibility
+rules of the host stage (rule.<id>[/case] results, with the rule's fix), and the
+DEEP_EP_DEVICE_TO_HCA_MAPPING line the PCIe tree implies:
+
+` + kindsHelp(check.Host) + `
+With --traffic -- CMD ARGS..., CMD runs with the install's env while the NIC counters are
+sampled (host.traffic.run, host.traffic.spread): all bytes on one NIC means the mapping
+did not take.
 
 Every check has a stable ID, a status (pass, warn, fail, skip), what it read, why it
 matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad input.`,
@@ -131,7 +127,7 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 				return usageError{errors.New("verify-install: give --prefix DIR, or source the install's env.sh (it sets EPBUILD_PREFIX)")}
 			}
 			opts := builder.VerifyOptions{Prefix: prefix, Python: python, Environ: builder.CleanEnviron(app.Getenv),
-				Host: hostOn, Sysroot: host.NewSysroot(sysroot)}
+				Host: hostOn, Sysroot: host.NewSysroot(sysroot), JobEnv: os.Environ()}
 			if traffic {
 				opts.Traffic = app.trafficCommand(prefix, args)
 			}
@@ -219,7 +215,7 @@ func writeReport(w io.Writer, r *builder.VerifyReport) {
 		if c.Status != "fail" && c.Status != "warn" {
 			continue
 		}
-		fmt.Fprintf(w, "\n%s %s\n", strings.ToUpper(c.Status), c.ID)
+		fmt.Fprintf(w, "\n%s %s\n", strings.ToUpper(string(c.Status)), c.ID)
 		for _, kv := range [][2]string{{"read", c.Read}, {"expected", c.Expected}, {"found", c.Found}, {"why", c.Why}, {"fix", c.Fix}} {
 			if kv[1] != "" {
 				fmt.Fprintf(w, "  %-9s %s\n", kv[0]+":", kv[1])
@@ -289,25 +285,29 @@ results, without the node.`,
 		Short: "Run the host checks alone, for a recipe or an install's plan",
 		Long: `Run the host checks alone. What they ask of the host comes from --recipe NAME, else from
 the install at --prefix (default $EPBUILD_PREFIX), else nothing recipe-specific (transport
-ibrc when the host has RDMA devices, none otherwise). Exit 1 when a check fails.`,
+ibrc when the host has RDMA devices, none otherwise). The NCCL a job loads is read from
+python3 (torch, else the nvidia-nccl-* wheel, else NCCL_HOME). Exit 1 when a check fails.
+
+` + kindsHelp(check.Host),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sys, cfg, err := hcf.config(app)
+			opts, err := hcf.options(app)
 			if err != nil {
 				return err
 			}
-			rep := host.Run(cmd.Context(), sys, cfg)
+			rep, err := builder.CheckHost(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
 			if asJSON {
 				err = writeJSON(app.Out, struct {
-					OK          bool        `json:"ok"`
-					Config      host.Config `json:"config"`
-					MappingLine string      `json:"mapping_line,omitempty"`
-					host.Report
-				}{!rep.Failed(), cfg, host.MappingLine(rep), rep})
+					OK bool `json:"ok"`
+					*builder.HostReport
+				}{!rep.Failed(), rep})
 			} else {
-				err = host.WriteTable(app.Out, rep)
-				if line := host.MappingLine(rep); line != "" && err == nil {
-					fmt.Fprintf(app.Out, "\n# the GPU↔NIC pairing of this host's PCIe tree, ready for env.sh:\n%s\n", line)
+				err = host.WriteTable(app.Out, host.Report{Checks: rep.Checks, Pairs: rep.Pairs})
+				if rep.MappingLine != "" && err == nil {
+					fmt.Fprintf(app.Out, "\n# the GPU↔NIC pairing of this host's PCIe tree, ready for env.sh:\n%s\n", rep.MappingLine)
 				}
 			}
 			if err != nil {
@@ -336,17 +336,15 @@ func (f *hostFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.prefix, "prefix", "", "check for the plan of the install here (default $EPBUILD_PREFIX, when set)")
 }
 
-func (f *hostFlags) config(app *App) (host.Sysroot, host.Config, error) {
-	sys := host.NewSysroot(f.sysroot)
+// options says what the host checks ask of this host: the recipe's runtime settings
+// (--recipe), else the plan of the install at --prefix, else nothing recipe-specific.
+func (f *hostFlags) options(app *App) (builder.HostOptions, error) {
+	opts := builder.HostOptions{Sysroot: host.NewSysroot(f.sysroot), Env: builder.CleanEnviron(app.Getenv), JobEnv: os.Environ(), Mapped: -1}
 	if f.sysroot != "" {
 		if st, err := os.Stat(f.sysroot); err != nil || !st.IsDir() {
-			return sys, host.Config{}, usageError{fmt.Errorf("--sysroot %s: not a directory", f.sysroot)}
+			return opts, usageError{fmt.Errorf("--sysroot %s: not a directory", f.sysroot)}
 		}
 	}
-	var (
-		plan *builder.Plan
-		tc   *builder.Toolchain
-	)
 	prefix := f.prefix
 	if prefix == "" {
 		prefix = app.Getenv("EPBUILD_PREFIX")
@@ -355,23 +353,34 @@ func (f *hostFlags) config(app *App) (host.Sysroot, host.Config, error) {
 	case f.recipe != "":
 		res, err := builder.NewResolver(app.library())
 		if err != nil {
-			return sys, host.Config{}, err
+			return opts, err
 		}
-		if plan, err = res.Resolve(f.recipe, nil); err != nil {
-			return sys, host.Config{}, err
+		if opts.Plan, err = res.Resolve(f.recipe, nil); err != nil {
+			return opts, err
 		}
 	case prefix != "":
 		m, _, err := builder.ReadInstalledManifest(prefix)
 		if err != nil {
-			return sys, host.Config{}, usageError{err}
+			return opts, usageError{err}
 		}
-		plan, tc = m.Plan, m.Toolchain
+		opts.Plan, opts.Toolchain = m.Plan, m.Toolchain
+		if env, err := builder.InstallEnv(prefix, opts.Env); err == nil {
+			opts.Env = env
+		}
 	}
-	cfg, err := builder.HostConfig(plan, tc, sys)
+	return opts, nil
+}
+
+func (f *hostFlags) config(app *App) (host.Sysroot, host.Config, error) {
+	opts, err := f.options(app)
 	if err != nil {
-		return sys, cfg, usageError{err}
+		return opts.Sysroot, host.Config{}, err
 	}
-	return sys, cfg, nil
+	cfg, err := builder.HostConfig(opts.Plan, opts.Toolchain, opts.Sysroot)
+	if err != nil {
+		return opts.Sysroot, cfg, usageError{err}
+	}
+	return opts.Sysroot, cfg, nil
 }
 
 // writeFileAtomic writes b to path through a temporary sibling, so that path is either
@@ -396,4 +405,43 @@ func writeFileAtomic(path string, b []byte) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// kindsHelp lists the check kinds of the targets, from the engine's registry, so that the
+// help says what the code checks.
+func kindsHelp(targets ...check.Target) string {
+	var b strings.Builder
+	seen := map[string]bool{}
+	for _, t := range targets {
+		for _, k := range builder.Checks().Kinds() {
+			if !k.Applies(t) || seen[k.Name] {
+				continue
+			}
+			seen[k.Name] = true
+			fmt.Fprintf(&b, "  %s\n", k.Name)
+			for _, l := range wrapWords(k.Explain, 74) {
+				fmt.Fprintf(&b, "      %s\n", l)
+			}
+		}
+	}
+	return b.String()
+}
+
+func wrapWords(s string, width int) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		if line != "" && len(line)+1+len(w) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += w
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
 }

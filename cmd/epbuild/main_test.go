@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -170,5 +171,29 @@ func TestBadSourceDateEpoch(t *testing.T) {
 	code, _, errs := run(t, map[string]string{"SOURCE_DATE_EPOCH": "yesterday", "EPBUILD_CACHE": t.TempDir()}, "recipe", "demo", "-o", t.TempDir())
 	if code != 2 || !strings.Contains(errs, "SOURCE_DATE_EPOCH") {
 		t.Errorf("bad SOURCE_DATE_EPOCH: exit %d, stderr %q", code, errs)
+	}
+}
+
+// A tiny hostile recipe is refused at once, naming the limit, not decoded into gigabytes.
+func TestValidateRefusesAnAliasBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("name: bomb\ncluster: c\ndescription: d\nnotes: &a0 [x, x, x, x, x, x, x, x, x]\nmatrix:\n")
+	for i := 1; i <= 9; i++ {
+		fmt.Fprintf(&b, "  a%d: &a%d [", i, i)
+		for j := 0; j < 9; j++ {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*a%d", i-1)
+		}
+		b.WriteString("]\n")
+	}
+	p := filepath.Join(t.TempDir(), "bomb.yaml")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := run(t, nil, "validate", p)
+	if code != 2 || !strings.Contains(errs, "bomb.yaml:") || !strings.Contains(errs, "MaxAliasNodes") {
+		t.Errorf("alias bomb (%d bytes): exit %d, %q", b.Len(), code, errs)
 	}
 }

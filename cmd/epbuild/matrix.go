@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -16,9 +15,11 @@ import (
 
 func newMatrixCmd(app *App) *cobra.Command {
 	var (
-		axes   []string
-		sets   []string
-		format string
+		axes           []string
+		sets           []string
+		format         string
+		mirror         string
+		allowUndecided bool
 	)
 	cmd := &cobra.Command{
 		Use:   "matrix RECIPE",
@@ -28,6 +29,10 @@ exclusion with its rule ids), each allowed cell with the env that warn and advic
 add and a ready build command. Axes come from --axis COMPONENT=V1,V2 (or a --set key
 with a dot: --axis toolchain.cuda=12.9,13.0), else from the recipe's matrix: field.
 
+A combination for which an error-level rule cannot be decided (a commit no history at
+hand knows) is excluded too, as "R3 undecided", unless --allow-undecided; --mirror adds
+the mirror's repositories to the history that decides.
+
 Formats: text (default), json (cells and exclusions), github (a strategy.matrix value:
 {"include": [...]}), gitlab (a parallel: matrix: block).`,
 		Args: cobra.ExactArgs(1),
@@ -36,14 +41,6 @@ Formats: text (default), json (cells and exclusions), github (a strategy.matrix 
 			case "text", "json", "github", "gitlab":
 			default:
 				return usageError{fmt.Errorf("--format %q: use text, json, github or gitlab", format)}
-			}
-			rules, anc, err := app.ruleSet()
-			if err != nil {
-				return err
-			}
-			res, err := builder.NewResolver(app.library())
-			if err != nil {
-				return err
 			}
 			var ax []compat.Axis
 			for _, a := range axes {
@@ -58,33 +55,13 @@ Formats: text (default), json (cells and exclusions), github (a strategy.matrix 
 				}
 				ax = append(ax, x)
 			}
-			if len(ax) == 0 {
-				// no --axis: the recipe's own matrix: field
-				doc, err := res.Load(args[0], sets)
-				if err != nil {
-					return err
-				}
-				names := make([]string, 0, len(doc.Recipe.Matrix))
-				for n := range doc.Recipe.Matrix {
-					names = append(names, n)
-				}
-				sort.Strings(names)
-				for _, n := range names {
-					x, err := compat.NewAxis(n, doc.Recipe.Matrix[n])
-					if err != nil {
-						return &exitError{code: exitBadInput, msg: fmt.Sprintf("%s: matrix: %v", doc.File, err)}
-					}
-					ax = append(ax, x)
-				}
+			mirror := mirror
+			if mirror == "" {
+				mirror = app.Getenv("EPBUILD_MIRROR")
 			}
-			facts := func(cellSets []string) (compat.Facts, error) {
-				p, err := res.Resolve(args[0], cellSets)
-				if err != nil {
-					return compat.Facts{}, err
-				}
-				return builder.FactsFromPlan(p), nil
-			}
-			m, err := compat.BuildMatrix(cmd.Context(), args[0], ax, sets, rules, anc, facts)
+			m, err := builder.BuildMatrix(cmd.Context(), builder.MatrixOptions{Axes: ax, Options: builder.Options{
+				Library: app.library(), Recipe: args[0], Sets: sets, CacheDir: app.Getenv("EPBUILD_CACHE"), Mirror: mirror,
+				Log: app.Log, AllowUndecided: allowUndecided}})
 			if err != nil {
 				return err
 			}
@@ -131,7 +108,11 @@ Formats: text (default), json (cells and exclusions), github (a strategy.matrix 
 				fmt.Fprintf(tw, "%s\trun\t%s\n", c.Name, strings.Join(env, " "))
 			}
 			for _, e := range m.Excluded {
-				fmt.Fprintf(tw, "%s\texcluded\t%s\n", e.Name, strings.Join(e.Rules, ", "))
+				why := slices.Clone(e.Rules)
+				for _, u := range e.Undecided {
+					why = append(why, u+" undecided")
+				}
+				fmt.Fprintf(tw, "%s\texcluded\t%s\n", e.Name, strings.Join(why, ", "))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -145,5 +126,7 @@ Formats: text (default), json (cells and exclusions), github (a strategy.matrix 
 	cmd.Flags().StringArrayVar(&axes, "axis", nil, "an axis, COMPONENT=V1,V2,... (repeatable); default: the recipe's matrix: field")
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "override applied to every cell (repeatable)")
 	cmd.Flags().StringVar(&format, "format", "text", "output: text, json, github or gitlab")
+	cmd.Flags().StringVar(&mirror, "mirror", "", "decide the rules' commit conditions also from the repositories of this mirror (default $EPBUILD_MIRROR)")
+	cmd.Flags().BoolVar(&allowUndecided, "allow-undecided", false, "keep cells for which an error-level rule cannot be decided (excluded by default)")
 	return cmd
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -30,56 +28,17 @@ and print a line per patch: applied, applied at offset N, already applied, or co
 --check applies in memory only; --out DIR keeps the patched trees (DIR/<component>).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := app.open(args[0], &sf)
+			j, err := app.job(args[0], &sf, nil, false)
 			if err != nil {
 				return err
 			}
-			root := out
-			if root == "" {
-				if root, err = os.MkdirTemp("", "epbuild-patch-"); err != nil {
-					return err
-				}
-				defer os.RemoveAll(root)
-			}
-			opts := patches.Options{AllowApplied: allowApplied, CheckOnly: check}
+			opts := builder.PatchOptions{Out: out, Options: patches.Options{AllowApplied: allowApplied, CheckOnly: check}}
 			if cmd.Flags().Changed("max-offset") {
 				opts.MaxOffset = &maxOffset
 			}
-			type compReport struct {
-				Component string                `json:"component"`
-				Tree      string                `json:"tree,omitempty"`
-				Sets      []*patches.SetResult  `json:"sets"`
-				Effects   []builder.CheckResult `json:"effects,omitempty"`
-				Error     string                `json:"error,omitempty"`
-			}
-			var reports []compReport
-			var firstErr error
-			for _, c := range e.plan.Components {
-				c := c
-				if len(c.PatchSets) == 0 {
-					continue
-				}
-				tree := filepath.Join(root, c.Name)
-				if err := builder.Materialize(cmd.Context(), e.sources, &c, tree); err != nil {
-					return classifySource(err)
-				}
-				sets, effects, err := builder.ApplySets(cmd.Context(), e.sources, &c, tree, opts)
-				rep := compReport{Component: c.Name, Sets: sets, Effects: effects}
-				if out != "" {
-					rep.Tree = tree
-				}
-				if err != nil {
-					rep.Error = err.Error()
-					if firstErr == nil {
-						firstErr = err
-					}
-				}
-				for _, ef := range effects {
-					if !ef.OK() && firstErr == nil {
-						firstErr = &builder.ChecksFailed{Where: "the patched tree of " + c.Name, Results: effects}
-					}
-				}
-				reports = append(reports, rep)
+			reports, firstErr := j.Patch(cmd.Context(), opts)
+			if reports == nil && firstErr != nil {
+				return firstErr
 			}
 			if asJSON {
 				if err := writeJSON(app.Out, reports); err != nil {

@@ -131,26 +131,35 @@ func (e Effect) patterns() []string {
 	return append(p, e.Files...)
 }
 
-// Check checks the effect on the source tree at root.
-func Check(root string, e Effect) Result {
+// SymbolReader reads the dynamic symbol table of a built file, for elf-symbol effects:
+// builder/inspect has epbuild's one ELF reader. defined says whether path defines
+// symbol ("name" or "name@VERSION"); referenced whether it lists it at all (an import
+// when not defined); desc describes the entry ("defined in .dynsym (section .text, ...)").
+type SymbolReader interface {
+	DynamicSymbol(path, symbol string) (defined, referenced bool, desc string, err error)
+}
+
+// Check checks the effect on the source tree at root; elf reads built files for
+// elf-symbol effects (nil: such an effect cannot be checked).
+func Check(root string, e Effect, elf SymbolReader) Result {
 	if err := e.Validate(); err != nil {
 		return Result{Effect: e, Status: StatusError, Detail: err.Error()}
 	}
-	return check(root, e.patterns(), e)
+	return check(root, e.patterns(), e, elf)
 }
 
 // CheckInstalled checks the effect on the install prefix, at e.Installed. A plain relative
 // path such as deep_ep/buffer.py is also looked for in the Python package directories
 // under prefix (lib*/python*/site-packages or dist-packages, eggs too); every copy found
 // must pass, since a stale second copy is what a process may import.
-func CheckInstalled(prefix string, e Effect) Result {
+func CheckInstalled(prefix string, e Effect, elf SymbolReader) Result {
 	if err := e.Validate(); err != nil {
 		return Result{Effect: e, Status: StatusError, Detail: err.Error()}
 	}
 	if e.Installed == "" {
 		return Result{Effect: e, Status: StatusSkipped, Detail: "no installed path stated: checked on the source tree only"}
 	}
-	return check(prefix, installedPatterns(e.Installed), e)
+	return check(prefix, installedPatterns(e.Installed), e, elf)
 }
 
 func installedPatterns(p string) []string {
@@ -178,7 +187,7 @@ type outcome struct {
 	err    error
 }
 
-func check(root string, pats []string, e Effect) Result {
+func check(root string, pats []string, e Effect, elf SymbolReader) Result {
 	fsys := os.DirFS(root)
 	var files []string
 	for _, p := range pats {
@@ -199,7 +208,7 @@ func check(root string, pats []string, e Effect) Result {
 	for _, f := range files {
 		o := outcome{file: f}
 		if e.Kind == ELFSymbol {
-			o = checkELF(filepath.Join(root, filepath.FromSlash(f)), f, e)
+			o = checkELF(elf, filepath.Join(root, filepath.FromSlash(f)), f, e)
 		} else if src, err := fs.ReadFile(fsys, f); err != nil {
 			o.err = fmt.Errorf("read %s under %s: %w", f, root, err)
 		} else {
@@ -517,20 +526,23 @@ func checkInclude(file string, src []byte, e Effect) outcome {
 	return o
 }
 
-func checkELF(full, file string, e Effect) outcome {
+func checkELF(elf SymbolReader, full, file string, e Effect) outcome {
 	o := outcome{file: file}
-	sym, found, err := LookupDynSym(full, e.Symbol)
+	if elf == nil {
+		o.err = fmt.Errorf("check %s for symbol %s: no ELF reader given", file, e.Symbol)
+		return o
+	}
+	defined, referenced, desc, err := elf.DynamicSymbol(full, e.Symbol)
+	o.found = []string{fmt.Sprintf("%s: %s %s", file, e.Symbol, desc)}
 	switch {
 	case err != nil:
+		o.found = nil
 		o.err = fmt.Errorf("check %s for symbol %s: %w", file, e.Symbol, err)
-	case sym.Defined:
+	case defined:
 		o.pass = true
-		o.found = []string{fmt.Sprintf("%s: %s defined in .dynsym (section %s, %s %s)", file, e.Symbol, sym.Section, sym.Type, sym.Bind)}
-	case found:
-		o.found = []string{fmt.Sprintf("%s: %s is in .dynsym but undefined (SHN_UNDEF): the file imports it, does not define it", file, e.Symbol)}
+	case referenced:
 		o.detail = e.Symbol + " is only referenced"
 	default:
-		o.found = []string{fmt.Sprintf("%s: %s not in .dynsym", file, e.Symbol)}
 		o.detail = e.Symbol + " is not exported"
 	}
 	return o

@@ -181,7 +181,7 @@ func TestCheck(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := Check(root, c.e)
+			r := Check(root, c.e, nil)
 			if r.Status != c.status {
 				t.Fatalf("status %s, want %s\nfound: %s\ndetail: %s", r.Status, c.status, r.Found, r.Detail)
 			}
@@ -204,11 +204,11 @@ func TestCheckInstalled(t *testing.T) {
 	corpus := pyCorpus()
 	e := Effect{Kind: PythonCall, File: "deep_ep/buffer.py", Installed: "deep_ep/buffer.py", Class: "Buffer", Method: "__init__", Callee: "_setup_device_hca_mapping"}
 	good := tree(t, map[string]string{"lib/python3.11/site-packages/deep_ep/buffer.py": corpus["called.py"]})
-	if r := CheckInstalled(good, e); r.Status != StatusPass || !strings.Contains(r.Found, "lib/python3.11/site-packages/deep_ep/buffer.py:8") {
+	if r := CheckInstalled(good, e, nil); r.Status != StatusPass || !strings.Contains(r.Found, "lib/python3.11/site-packages/deep_ep/buffer.py:8") {
 		t.Errorf("site-packages copy: %+v", r)
 	}
 	egg := tree(t, map[string]string{"lib/python3.10/site-packages/deep_ep-1.2.1-py3.10-linux-x86_64.egg/deep_ep/buffer.py": corpus["called.py"]})
-	if r := CheckInstalled(egg, e); r.Status != StatusPass {
+	if r := CheckInstalled(egg, e, nil); r.Status != StatusPass {
 		t.Errorf("egg copy: %+v", r)
 	}
 	// A stale second copy is what some interpreter imports: the check must fail on it.
@@ -216,25 +216,25 @@ func TestCheckInstalled(t *testing.T) {
 		"lib/python3.11/site-packages/deep_ep/buffer.py":  corpus["called.py"],
 		"lib64/python3.9/site-packages/deep_ep/buffer.py": corpus["never_called.py"],
 	})
-	r := CheckInstalled(stale, e)
+	r := CheckInstalled(stale, e, nil)
 	if r.Status != StatusFail || !strings.Contains(r.Detail, "lib64/python3.9/site-packages/deep_ep/buffer.py") {
 		t.Errorf("stale copy: %+v", r)
 	}
-	if r := CheckInstalled(t.TempDir(), e); r.Status != StatusFail || !strings.Contains(r.Detail, "no file matches") {
+	if r := CheckInstalled(t.TempDir(), e, nil); r.Status != StatusFail || !strings.Contains(r.Detail, "no file matches") {
 		t.Errorf("nothing installed: %+v", r)
 	}
 	glob := e
 	glob.Installed = "lib/python*/site-packages/deep_ep/buffer.py"
-	if r := CheckInstalled(stale, glob); r.Status != StatusPass {
+	if r := CheckInstalled(stale, glob, nil); r.Status != StatusPass {
 		t.Errorf("explicit glob searches only where it says: %+v", r)
 	}
 	none := e
 	none.Installed = ""
-	if r := CheckInstalled(good, none); r.Status != StatusSkipped || r.Detail == "" || !r.OK() {
+	if r := CheckInstalled(good, none, nil); r.Status != StatusSkipped || r.Detail == "" || !r.OK() {
 		t.Errorf("no Installed: %+v", r)
 	}
 	// The tree check uses File, not Installed.
-	if r := Check(good, e); r.Status != StatusFail {
+	if r := Check(good, e, nil); r.Status != StatusFail {
 		t.Errorf("Check on a prefix without deep_ep/buffer.py: %+v", r)
 	}
 }

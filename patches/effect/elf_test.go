@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/inspect"
 )
 
 // buildSO compiles C source into a shared library with gcc.
@@ -50,13 +52,16 @@ func TestELFSymbol(t *testing.T) {
 		{"lib/missing.so", "epbuild_probe", StatusFail, ""},
 	}
 	for _, c := range cases {
-		r := Check(dir, Effect{Kind: ELFSymbol, File: c.file, Symbol: c.symbol})
+		r := Check(dir, Effect{Kind: ELFSymbol, File: c.file, Symbol: c.symbol}, inspect.Reader{})
 		if r.Status != c.status || !strings.Contains(r.Found, c.found) {
 			t.Errorf("%s %s: status %s found %q detail %q; want %s with %q", c.file, c.symbol, r.Status, r.Found, r.Detail, c.status, c.found)
 		}
 	}
 	inst := Effect{Kind: ELFSymbol, File: "build/libdefines.so", Installed: "lib/libdefines.so*", Symbol: "epbuild_probe"}
-	if r := CheckInstalled(dir, inst); r.Status != StatusPass {
+	if r := CheckInstalled(dir, inst, inspect.Reader{}); r.Status != StatusPass {
 		t.Errorf("installed ELF: %+v", r)
+	}
+	if r := Check(dir, Effect{Kind: ELFSymbol, File: "lib/libdefines.so", Symbol: "epbuild_probe"}, nil); r.Status != StatusError || !strings.Contains(r.Detail, "no ELF reader") {
+		t.Errorf("without a reader: %+v", r)
 	}
 }

@@ -70,7 +70,7 @@ func TestUpstreamDeepEPHCAMapping(t *testing.T) {
 	}{{deepEPWithPR466, StatusPass}, {deepEPWithout, StatusFail}} {
 		root, files := export(t, git, c.commit, func(n string) bool { return n == "deep_ep/buffer.py" })
 		for _, e := range effects {
-			r := Check(root, e)
+			r := Check(root, e, nil)
 			t.Logf("%.7s %s: %s: %s %s", c.commit, e, r.Status, r.Found, r.Detail)
 			if r.Status != c.status {
 				t.Errorf("at %.7s %s: status %s, want %s (found %s; %s)", c.commit, e, r.Status, c.status, r.Found, r.Detail)
@@ -84,7 +84,7 @@ func TestUpstreamDeepEPHCAMapping(t *testing.T) {
 func TestUpstreamDeepEPIBGDAInclude(t *testing.T) {
 	git := deepEPMirror(t)
 	root, _ := export(t, git, deepEPWithout, func(n string) bool { return strings.HasPrefix(n, "csrc/kernels/") })
-	r := Check(root, Effect{Kind: Include, Files: []string{"csrc/kernels/*.cu"}, Header: "ibgda_device.cuh", Not: true})
+	r := Check(root, Effect{Kind: Include, Files: []string{"csrc/kernels/*.cu"}, Header: "ibgda_device.cuh", Not: true}, nil)
 	t.Logf("%s: %s: %s", r.Effect, r.Status, r.Found)
 	if r.Status != StatusFail {
 		t.Fatalf("status %s, want fail: %s %s", r.Status, r.Found, r.Detail)
@@ -97,7 +97,7 @@ func TestUpstreamDeepEPIBGDAInclude(t *testing.T) {
 	if want := []string{"internode.cu", "internode_ll.cu", "runtime.cu"}; !slices.Equal(files, want) {
 		t.Errorf("files including ibgda_device.cuh = %v, want %v", files, want)
 	}
-	if r := Check(root, Effect{Kind: Include, File: "csrc/kernels/internode.cu", Header: "ibgda_device.cuh"}); r.Status != StatusPass {
+	if r := Check(root, Effect{Kind: Include, File: "csrc/kernels/internode.cu", Header: "ibgda_device.cuh"}, nil); r.Status != StatusPass {
 		t.Errorf("internode.cu includes ibgda_device.cuh: %+v", r)
 	}
 }

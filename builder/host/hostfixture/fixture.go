@@ -1,0 +1,339 @@
+// Package hostfixture writes fixture sysroots for the host checks' tests (builder/host and
+// the builder's verify-install --host), so that each node reads like a description.
+// They stand in only for hardware this machine lacks (GPUs, RDMA NICs, the NVIDIA driver).
+//
+// Documented, and written exactly as the kernel or driver prints it:
+//   - /sys/bus/pci/devices/<addr> is a relative symlink into /sys/devices/pci<dom>:<bus>/…,
+//     one directory per PCIe hop; each function has vendor ("0x10de\n"), class
+//     ("0x030200\n"), numa_node ("0\n") and a driver symlink into /sys/bus/pci/drivers
+//     (Documentation/ABI/testing/sysfs-bus-pci).
+//   - /sys/class/infiniband/<dev> is a symlink to <pci function>/infiniband/<dev>, whose
+//     device link points back at the function; ports/<n>/state ("4: ACTIVE\n"), link_layer
+//     ("Ethernet", "InfiniBand", and "Unknown" for EFA, whose link layer is unspecified),
+//     gid_attrs/types/<i> ("RoCE v2", "IB/RoCE v1"), gids/<i> (%pI6: 8 groups of 4 hex
+//     digits), counters/port_xmit_data (decimal, units of 4 octets) and, for EFA,
+//     hw_counters/tx_bytes (Documentation/ABI/stable/sysfs-class-infiniband,
+//     drivers/infiniband/core/sysfs.c, drivers/infiniband/hw/efa/efa_verbs.c).
+//   - /proc/driver/nvidia/params: "Name: %u" per module parameter, then
+//     RegistryDwords: "k=v;…" (kernel-open/nvidia/nv-procfs.c).
+//   - /proc/self is a symlink to the pid; /proc/<pid>/limits has the kernel's fixed-width
+//     columns (fs/proc/base.c).
+//   - /proc/sys/kernel/osrelease is the kernel's UTS release ("6.14.0-1007-gcp\n").
+//   - /var/lib/dpkg/status holds one stanza per package: "Package:", "Status: install ok
+//     installed", "Version:" lines, stanzas separated by a blank line (deb-control(5)).
+//
+// Assumed (plausible, not taken from a real node of that kind):
+//   - the bus numbers, root ports and switch layout of each node; the Broadcom/Intel
+//     bridge IDs; that every GPU/NIC pair of the GCP B200 node sits under its own switch,
+//     and that the p5 node has 4 EFA functions under each GPU's switch;
+//   - the exact list of other parameters in /proc/driver/nvidia/params;
+//   - the nv_mem version string; the GID addresses.
+//   - /dev/gdrdrv is an empty regular file here (creating a character device needs
+//     privilege); the check only asks that it exist.
+package hostfixture
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Fixture writes a sysroot directory.
+type Fixture struct {
+	t    testing.TB
+	root string
+}
+
+// Root is the sysroot directory.
+func (f *Fixture) Root() string { return f.root }
+
+// New starts an empty sysroot in a test directory.
+func New(t testing.TB) *Fixture {
+	t.Helper()
+	return &Fixture{t: t, root: t.TempDir()}
+}
+
+// At writes into an existing sysroot (one New made), to vary it.
+func At(t testing.TB, root string) *Fixture { return &Fixture{t: t, root: root} }
+
+// Disk is where host path p lies in the fixture.
+func (f *Fixture) Disk(p string) string { return filepath.Join(f.root, filepath.FromSlash(p)) }
+
+// Write creates host file p with content.
+func (f *Fixture) Write(p, content string) {
+	f.t.Helper()
+	if err := os.MkdirAll(filepath.Dir(f.Disk(p)), 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.WriteFile(f.Disk(p), []byte(content), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// Mkdir creates host directory p.
+func (f *Fixture) Mkdir(p string) {
+	f.t.Helper()
+	if err := os.MkdirAll(f.Disk(p), 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// Link makes host path p a symlink to host path target, written relative as sysfs does.
+func (f *Fixture) Link(p, target string) {
+	f.t.Helper()
+	rel, err := filepath.Rel(path.Dir(p), target)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.Mkdir(path.Dir(p))
+	if err := os.Symlink(filepath.ToSlash(rel), f.Disk(p)); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// PCI adds a PCI function at devPath (below /sys/devices; its last element is its address).
+func (f *Fixture) PCI(devPath, vendor, class string, numa int, driver string) {
+	full := "/sys/devices/" + devPath
+	f.Write(full+"/vendor", vendor+"\n")
+	f.Write(full+"/class", class+"\n")
+	f.Write(full+"/numa_node", fmt.Sprintf("%d\n", numa))
+	if driver != "" {
+		f.Mkdir("/sys/bus/pci/drivers/" + driver)
+		f.Link(full+"/driver", "/sys/bus/pci/drivers/"+driver)
+	}
+	f.Link("/sys/bus/pci/devices/"+path.Base(devPath), full)
+}
+
+// PCIeSwitch is a switch behind root port slot of the root complex of socket: its
+// upstream port, and downstream ports that each lead to one endpoint.
+type PCIeSwitch struct {
+	f        *Fixture
+	upstream string // devPath of the upstream port
+	bus      int    // the upstream port's bus
+	numa     int
+	ports    int
+}
+
+// PCIeSwitch adds root complex pci0000:<socket*0x80>, a root port and a switch under it.
+func (f *Fixture) PCIeSwitch(socket, slot int) *PCIeSwitch {
+	rb := socket * 0x80
+	rc := fmt.Sprintf("pci0000:%02x", rb)
+	if _, err := os.Stat(f.Disk("/sys/devices/" + rc)); err != nil {
+		f.PCI(fmt.Sprintf("%s/0000:%02x:00.0", rc, rb), "0x8086", "0x060000", socket, "") // host bridge
+	}
+	rootPort := fmt.Sprintf("%s/0000:%02x:%02x.0", rc, rb, slot+1)
+	f.PCI(rootPort, "0x8086", "0x060400", socket, "pcieport")
+	ub := rb + 1 + slot*0x10
+	up := fmt.Sprintf("%s/0000:%02x:00.0", rootPort, ub)
+	f.PCI(up, "0x1000", "0x060400", socket, "pcieport") // Broadcom PEX switch, upstream port
+	return &PCIeSwitch{f: f, upstream: up, bus: ub, numa: socket}
+}
+
+// Endpoint adds a downstream port and returns the devPath of the function behind it.
+func (s *PCIeSwitch) Endpoint() string {
+	n := s.ports
+	s.ports++
+	down := fmt.Sprintf("%s/0000:%02x:%02x.0", s.upstream, s.bus+1, n)
+	s.f.PCI(down, "0x1000", "0x060400", s.numa, "pcieport")
+	return fmt.Sprintf("%s/0000:%02x:00.0", down, s.bus+2+n)
+}
+
+// GPU adds an NVIDIA GPU at devPath.
+func (f *Fixture) GPU(devPath string, numa int) {
+	f.PCI(devPath, "0x10de", "0x030200", numa, "nvidia")
+}
+
+// GID is one GID table entry as sysfs prints it.
+type GID struct{ Type, Addr string }
+
+// Port describes one RDMA port.
+type Port struct {
+	State, LinkLayer string
+	GIDs             map[int]GID
+	XmitData         string // counters/port_xmit_data, "" for none
+	TxBytes          string // hw_counters/tx_bytes, "" for none
+}
+
+// RoCEGIDs is the table mlx5 builds for one IPv4 address on a RoCE port: link-local v1
+// and v2, then the IPv4-mapped address as v1 (index 2) and v2 (index 3).
+func RoCEGIDs(ipv4 [4]byte) map[int]GID {
+	ll := "fe80:0000:0000:0000:0a00:00ff:fe00:0001"
+	v4 := fmt.Sprintf("0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", ipv4[0], ipv4[1], ipv4[2], ipv4[3])
+	return map[int]GID{0: {Type: "IB/RoCE v1", Addr: ll}, 1: {Type: "RoCE v2", Addr: ll}, 2: {Type: "IB/RoCE v1", Addr: v4}, 3: {Type: "RoCE v2", Addr: v4}}
+}
+
+// ActiveRoCE is an ACTIVE RoCE port with the GID table of one IPv4 address.
+func ActiveRoCE(ipv4 [4]byte) Port {
+	return Port{State: "4: ACTIVE", LinkLayer: "Ethernet", GIDs: RoCEGIDs(ipv4), XmitData: "0"}
+}
+
+// IBDevice adds an RDMA device named name on the PCI function at devPath.
+func (f *Fixture) IBDevice(name, devPath, driver string, ports ...Port) {
+	fn := "/sys/devices/" + devPath
+	dev := fn + "/infiniband/" + name
+	f.Link(dev+"/device", fn)
+	f.Link("/sys/class/infiniband/"+name, dev)
+	f.Write(dev+"/node_type", "1: CA\n") // present on real devices, read by no check
+	for i, p := range ports {
+		pd := fmt.Sprintf("%s/ports/%d", dev, i+1)
+		f.Write(pd+"/state", p.State+"\n")
+		f.Write(pd+"/link_layer", p.LinkLayer+"\n")
+		for idx, g := range p.GIDs {
+			f.Write(fmt.Sprintf("%s/gid_attrs/types/%d", pd, idx), g.Type+"\n")
+			f.Write(fmt.Sprintf("%s/gids/%d", pd, idx), g.Addr+"\n")
+		}
+		if p.XmitData != "" {
+			f.Write(pd+"/counters/port_xmit_data", p.XmitData+"\n")
+		}
+		if p.TxBytes != "" {
+			f.Write(pd+"/hw_counters/tx_bytes", p.TxBytes+"\n")
+		}
+	}
+}
+
+// NvidiaParams writes /proc/driver/nvidia/params as nv-procfs.c prints it.
+func (f *Fixture) NvidiaParams(enableStreamMemOps int, registryDwords string) {
+	params := []string{
+		"ResmanDebugLevel: 4294967295", "RmLogonRC: 1", "ModifyDeviceFiles: 1",
+		"DeviceFileUID: 0", "DeviceFileGID: 0", "DeviceFileMode: 438",
+		"InitializeSystemMemoryAllocations: 1", "UsePageAttributeTable: 4294967295",
+		"EnableMSI: 1", "EnablePCIeGen3: 0", "MemoryPoolSize: 0", "KMallocHeapMaxSize: 0",
+		"VMallocHeapMaxSize: 0", "IgnoreMMIOCheck: 0",
+		fmt.Sprintf("EnableStreamMemOPs: %d", enableStreamMemOps),
+		"EnableUserNUMAManagement: 1", "NvLinkDisable: 0", "RmProfilingAdminOnly: 1",
+		"PreserveVideoMemoryAllocations: 0", "DynamicPowerManagement: 3",
+		"RegisterPCIDriver: 1", "EnablePCIERelaxedOrderingMode: 0", "EnableResizableBar: 0",
+		"EnableGpuFirmware: 18", "EnableGpuFirmwareLogs: 2", "EnableDbgBreakpoint: 0",
+		"OpenRmEnableUnsupportedGpus: 1", "DmaRemapPeerMmio: 1", "ImexChannelCount: 2048",
+		"CreateImexChannel0: 0", "GrdmaPciTopoCheckOverride: 0",
+		fmt.Sprintf("RegistryDwords: %q", registryDwords),
+		`RegistryDwordsPerDevice: ""`, `RmMsg: ""`, `GpuBlacklist: ""`, `TemporaryFilePath: ""`, `ExcludedGpus: ""`,
+	}
+	f.Write("/proc/driver/nvidia/params", strings.Join(params, "\n")+"\n")
+	// The sysfs copy reads empty even when set: the checks must not trust it.
+	f.Write("/sys/module/nvidia/parameters/NVreg_RegistryDwords", "\n")
+}
+
+// Module marks a kernel module as loaded (/sys/module/<name> exists).
+func (f *Fixture) Module(name string) {
+	f.Write("/sys/module/"+name+"/initstate", "live\n")
+}
+
+// Limits writes /proc/self → /proc/4242 and its limits file with the given memlock limits.
+func (f *Fixture) Limits(memlockSoft, memlockHard string) {
+	row := func(name, soft, hard, unit string) string {
+		return fmt.Sprintf("%-25s %-20s %-20s %-10s\n", name, soft, hard, unit)
+	}
+	s := row("Limit", "Soft Limit", "Hard Limit", "Units") +
+		row("Max cpu time", "unlimited", "unlimited", "seconds") +
+		row("Max file size", "unlimited", "unlimited", "bytes") +
+		row("Max open files", "1048576", "1048576", "files") +
+		row("Max locked memory", memlockSoft, memlockHard, "bytes") +
+		row("Max address space", "unlimited", "unlimited", "bytes")
+	f.Write("/proc/4242/limits", s)
+	f.Link("/proc/self", "/proc/4242")
+}
+
+// NodeOpts varies the GCP B200 node for the misconfigured cases.
+type NodeOpts struct {
+	Peermem        bool
+	StreamMemOps   int
+	RegistryDwords string
+	NICName        func(i int, devPath string) string
+	PortState      func(i int) string
+}
+
+// MLX5Name is the name DOCA-OFED gives the i-th ConnectX device.
+func MLX5Name(i int, _ string) string { return fmt.Sprintf("mlx5_%d", i) }
+
+// RoCEName is the name GCP's image gives a RoCE device without DOCA-OFED renaming.
+func RoCEName(_ int, devPath string) string {
+	var bus int
+	fmt.Sscanf(path.Base(devPath), "0000:%x:", &bus)
+	return fmt.Sprintf("rocep%ds0", bus)
+}
+
+// GCPB200 is a GCP B200 node: 8 GPUs and 8 ConnectX NICs (RoCE, renamed mlx5_0..7 by
+// DOCA-OFED), each GPU with its NIC under its own PCIe switch, 4 switches per socket;
+// RoCE v2 with the IPv4-mapped GID at index 3, nvidia_peermem loaded, regkeys set.
+func GCPB200(t testing.TB) string {
+	return GCPB200With(t, NodeOpts{Peermem: true, StreamMemOps: 1, RegistryDwords: "PeerMappingOverride=1;", NICName: MLX5Name})
+}
+
+// GCPB200With is GCPB200 varied by o.
+func GCPB200With(t testing.TB, o NodeOpts) string {
+	f := New(t)
+	f.NvidiaParams(o.StreamMemOps, o.RegistryDwords)
+	if o.Peermem {
+		f.Module("nvidia_peermem")
+	}
+	f.Module("nvidia")
+	f.Limits("unlimited", "unlimited")
+	for i := 0; i < 8; i++ {
+		sw := f.PCIeSwitch(i/4, i%4)
+		f.GPU(sw.Endpoint(), i/4)
+		nic := sw.Endpoint()
+		f.PCI(nic, "0x15b3", "0x020000", i/4, "mlx5_core") // ConnectX, Ethernet controller
+		p := ActiveRoCE([4]byte{10, 128, byte(i), 3})
+		if o.PortState != nil {
+			p.State = o.PortState(i)
+		}
+		f.IBDevice(o.NICName(i, nic), nic, "mlx5_core", p)
+	}
+	// An NVMe drive on socket 0's host bridge: a PCI device that is neither GPU nor NIC.
+	f.PCI("pci0000:00/0000:00:05.0", "0x8086", "0x060400", 0, "pcieport")
+	f.PCI("pci0000:00/0000:00:05.0/0000:70:00.0", "0x144d", "0x010802", 0, "nvme")
+	return f.root
+}
+
+// AWSP5 is an AWS p5.48xlarge: 8 H100 and 32 EFA functions (4 under each GPU's switch),
+// named rdmap<bus>s0 by udev (bus in decimal), driver efa; the 4 NVSwitches also show on
+// the PCI bus (vendor 0x10de, class 0x068000) and are not GPUs; gdrdrv is loaded.
+func AWSP5(t testing.TB) string {
+	f := New(t)
+	f.NvidiaParams(0, "")
+	f.Module("nvidia")
+	f.Module("gdrdrv")
+	f.Write("/dev/gdrdrv", "")
+	f.Limits("unlimited", "unlimited")
+	for i := 0; i < 8; i++ {
+		sw := f.PCIeSwitch(i/4, i%4)
+		f.GPU(sw.Endpoint(), i/4)
+		for j := 0; j < 4; j++ {
+			nic := sw.Endpoint()
+			f.PCI(nic, "0x1d0f", "0x020000", i/4, "efa") // Amazon EFA
+			var bus int
+			fmt.Sscanf(path.Base(nic), "0000:%x:", &bus)
+			f.IBDevice(fmt.Sprintf("rdmap%ds0", bus), nic, "efa",
+				Port{State: "4: ACTIVE", LinkLayer: "Unknown", TxBytes: "0"})
+		}
+	}
+	nvsw := f.PCIeSwitch(1, 5)
+	for k := 0; k < 4; k++ {
+		f.PCI(nvsw.Endpoint(), "0x10de", "0x068000", 1, "")
+	}
+	return f.root
+}
+
+// Kernel writes /proc/sys/kernel/osrelease.
+func (f *Fixture) Kernel(release string) { f.Write("/proc/sys/kernel/osrelease", release+"\n") }
+
+// DpkgPackages writes /var/lib/dpkg/status with installed packages (name → version) among
+// two unrelated ones.
+func (f *Fixture) DpkgPackages(pkgs map[string]string) {
+	var b strings.Builder
+	stanza := func(name, version string) {
+		fmt.Fprintf(&b, "Package: %s\nStatus: install ok installed\nPriority: optional\nSection: net\nArchitecture: amd64\nVersion: %s\nDescription: %s\n\n", name, version, name)
+	}
+	stanza("adduser", "3.137ubuntu1")
+	for _, name := range slices.Sorted(maps.Keys(pkgs)) {
+		stanza(name, pkgs[name])
+	}
+	stanza("zlib1g", "1:1.3.dfsg-3.1ubuntu2.1")
+	f.Write("/var/lib/dpkg/status", b.String())
+}

@@ -1,0 +1,601 @@
+package builder
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/charmbracelet/log"
+
+	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/compat"
+	"github.com/epbuild/epbuild/patches"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// The pipeline as a library call: Open resolves a recipe into a Job, and the Job's
+// methods are what `epbuild recipe`, `patch`, `fetch`, `mirror`, `compat check` and
+// `matrix` do. The order (rules → toolchain probe → preflight → stages) and the policy on
+// the compatibility rules (--ignore-rule, --allow-undecided) live here; the command line
+// turns flags into Options and results into text or JSON.
+
+// Options say which recipe, with what overrides, from which sources, under which policy.
+type Options struct {
+	Library *recipes.Library
+	Recipe  string
+	Sets    []string
+	// CacheDir is the source cache and stage store ("": cache.DefaultDir()).
+	CacheDir string
+	// Mirror serves every source from a directory laid out by URL; its repositories also
+	// decide the rules' commit conditions and name the tags of a commit.
+	Mirror   string
+	Log      *log.Logger
+	Progress source.ProgressMode
+	// IgnoreRules lets the job go on despite an error-level finding of these rule ids;
+	// the finding stays in the manifest.
+	IgnoreRules []string
+	// AllowUndecided lets the job go on when an error-level rule could not be decided.
+	AllowUndecided bool
+	// Rules replaces the embedded rules (tests); nil: compat.LoadRules().
+	Rules *compat.Rules
+}
+
+// Job is a resolved recipe with where its sources come from.
+type Job struct {
+	Plan *Plan
+	opts Options
+
+	cache   *cache.Cache // opened on first use: a rule check needs none
+	sources *FetchSources
+	rules   *compat.Rules
+	history *compat.History
+}
+
+// Open resolves the recipe. Versions of commits a --set names come from the catalogue or
+// the tags of the mirror's and cache's repositories.
+func Open(opts Options) (*Job, error) {
+	if opts.Log == nil {
+		opts.Log = log.New(io.Discard)
+	}
+	j := &Job{opts: opts}
+	res, err := NewResolver(opts.Library)
+	if err != nil {
+		return nil, err
+	}
+	res.Tags = j.repos().TagsAt
+	if j.Plan, err = res.Resolve(opts.Recipe, opts.Sets); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// cacheDir is where the cache is, whether or not it exists.
+func (j *Job) cacheDir() (string, error) {
+	if j.opts.CacheDir != "" {
+		return j.opts.CacheDir, nil
+	}
+	return cache.DefaultDir()
+}
+
+// Cache opens (creating) the source cache and stage store.
+func (j *Job) Cache() (*cache.Cache, error) {
+	if j.cache != nil {
+		return j.cache, nil
+	}
+	dir, err := j.cacheDir()
+	if err != nil {
+		return nil, err
+	}
+	c, err := cache.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	j.cache = c
+	return c, nil
+}
+
+// Sources opens the fetchers over the cache and the mirror.
+func (j *Job) Sources() (*FetchSources, error) {
+	if j.sources != nil {
+		return j.sources, nil
+	}
+	c, err := j.Cache()
+	if err != nil {
+		return nil, err
+	}
+	src, err := NewSources(c, j.opts.Mirror, j.opts.Log, j.opts.Progress)
+	if err != nil {
+		return nil, err
+	}
+	j.sources = src
+	return src, nil
+}
+
+// repos is the git history at hand: the mirror's repositories, and the cache's when the
+// cache exists (a rule check creates no cache).
+func (j *Job) repos() source.History {
+	h := source.History{Mirror: j.opts.Mirror}
+	if j.cache != nil {
+		h.Cache = j.cache
+	} else if dir, err := j.cacheDir(); err == nil {
+		if _, err := os.Stat(dir); err == nil {
+			h.Cache, _ = cache.Open(dir)
+		}
+	}
+	return h
+}
+
+// Ancestry decides the rules' commit conditions: the embedded history first, then the
+// mirror's and the cache's repositories.
+func (j *Job) Ancestry() (compat.Ancestry, error) {
+	if j.history == nil {
+		h, err := compat.LoadHistory()
+		if err != nil {
+			return nil, fmt.Errorf("load the embedded git history: %w", err)
+		}
+		j.history = h
+	}
+	return compat.ChainAncestry(j.history, j.repos()), nil
+}
+
+// Rules are the compatibility rules the job is judged by.
+func (j *Job) Rules() (*compat.Rules, error) {
+	if j.rules == nil {
+		if j.opts.Rules != nil {
+			j.rules = j.opts.Rules
+		} else {
+			r, err := compat.LoadRules()
+			if err != nil {
+				return nil, err
+			}
+			j.rules = r
+		}
+	}
+	return j.rules, nil
+}
+
+// RulesError is a plan (or a build host) that the compatibility rules stop: an
+// error-level finding not ignored, or an error-level rule that could not be decided and
+// was not allowed. Exit 2 at the plan stage (change the recipe), 3 at preflight (change
+// the build host).
+type RulesError struct {
+	Recipe   string
+	Stage    compat.Stage
+	Findings []compat.Finding // the ones that stop the job
+}
+
+func (e *RulesError) Error() string {
+	var broken, undecided, questions, where []string
+	add := func(list *[]string, s string) {
+		if !slices.Contains(*list, s) {
+			*list = append(*list, s)
+		}
+	}
+	for _, f := range e.Findings {
+		if !f.Unknown {
+			add(&broken, f.ID)
+			continue
+		}
+		add(&undecided, f.Name())
+		asked := false
+		for _, b := range f.Because {
+			// "whether deepep 309785a94ded contains 29d31c095796 is unknown: <where>"
+			if q, w, ok := strings.Cut(b, " is unknown: "); ok {
+				add(&questions, q)
+				add(&where, w)
+				asked = true
+			}
+		}
+		if !asked { // a host fact not read, a version range on both sides of a boundary
+			for _, b := range f.Because {
+				add(&questions, b)
+			}
+		}
+	}
+	var parts []string
+	if len(broken) > 0 {
+		parts = append(parts, fmt.Sprintf("%s breaks %s (see the fixes above; `epbuild compat explain ID`)", e.Recipe, strings.Join(broken, ", ")))
+	}
+	if len(undecided) > 0 {
+		msg := fmt.Sprintf("%s: %d error-level rules could not be decided (%s): not known %s", e.Recipe, len(undecided),
+			strings.Join(undecided, ", "), strings.Join(questions, "; "))
+		if len(where) > 0 {
+			msg += " (asked: " + strings.Join(where, "; ") + ")"
+		}
+		parts = append(parts, msg+". Give --mirror DIR with a clone that holds the commit's history to decide them, or --allow-undecided to go on")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// ExitCode: a plan the rules stop is bad input; a build host they stop lacks something.
+func (e *RulesError) ExitCode() int {
+	if e.Stage == compat.StagePreflight {
+		return 3
+	}
+	return 2
+}
+
+// Findings evaluates the rules at the plan stage (tc nil) or at preflight (the probed
+// toolchain) and applies the policy: the findings come back whole (the manifest records
+// them), with a *RulesError when they stop the job. Findings with every condition decided
+// are kept in the cache, so a rerun does not evaluate the rules again.
+func (j *Job) Findings(ctx context.Context, tc *Toolchain) ([]compat.Finding, error) {
+	facts, stage := FactsFromPlan(j.Plan), compat.StagePlan
+	if tc != nil {
+		facts, stage = PreflightFacts(facts, j.Plan, tc), compat.StagePreflight
+	}
+	var fs []compat.Finding
+	keep := "" // only in a cache that exists: a rule check creates none
+	if dir, err := j.cacheDir(); err == nil {
+		if _, err := os.Stat(dir); err == nil {
+			keep = filepath.Join(dir, "compat", Key("compat/2", compat.DataDigest(), facts, stage, j.opts.Rules != nil)+".json")
+		}
+	}
+	if b, err := os.ReadFile(keep); keep == "" || err != nil || json.Unmarshal(b, &fs) != nil {
+		rules, err := j.Rules()
+		if err != nil {
+			return nil, err
+		}
+		anc, err := j.Ancestry()
+		if err != nil {
+			return nil, err
+		}
+		if fs, err = compat.Evaluate(ctx, rules, facts, stage, anc); err != nil {
+			return nil, fmt.Errorf("check %s against the compatibility rules: %w", j.Plan.Recipe, err)
+		}
+		if decided(fs) && keep != "" {
+			if b, err := json.Marshal(fs); err == nil && os.MkdirAll(filepath.Dir(keep), 0o755) == nil {
+				_ = os.WriteFile(keep+".tmp", b, 0o644)
+				_ = os.Rename(keep+".tmp", keep)
+			}
+		}
+	}
+	return fs, j.policy(fs, stage)
+}
+
+func decided(fs []compat.Finding) bool {
+	return !slices.ContainsFunc(fs, func(f compat.Finding) bool { return f.Unknown })
+}
+
+// policy stops the job on an error-level finding (unless --ignore-rule names it) and on
+// an undecided error-level rule (unless --allow-undecided); it logs the rest.
+func (j *Job) policy(fs []compat.Finding, stage compat.Stage) error {
+	var stop []compat.Finding
+	for _, f := range fs {
+		switch {
+		case f.Severity == compat.SeverityError && slices.Contains(j.opts.IgnoreRules, f.ID):
+			// asked for: the finding is kept (the manifest records it) but does not stop the run
+			j.opts.Log.Warn("ignored by --ignore-rule: "+f.Message, "rule", f.ID, "stage", stage)
+		case f.Severity == compat.SeverityError:
+			stop = append(stop, f)
+		case f.Unknown && f.IfDecided == compat.SeverityError && !j.opts.AllowUndecided && !slices.Contains(j.opts.IgnoreRules, f.ID):
+			stop = append(stop, f)
+		case f.Unknown && f.IfDecided == compat.SeverityError:
+			j.opts.Log.Warn("undecided, allowed: "+f.Message, "rule", f.Name(), "stage", stage)
+		default:
+			j.opts.Log.Warn(f.Message, "rule", f.ID, "stage", stage)
+		}
+	}
+	if len(stop) > 0 {
+		return &RulesError{Recipe: j.Plan.Recipe, Stage: stage, Findings: stop}
+	}
+	return nil
+}
+
+// BuildOptions configure Build.
+type BuildOptions struct {
+	// OutDir receives the artifact.
+	OutDir string
+	// Force lists stages to rerun ("all" for every one).
+	Force        []string
+	AllowApplied bool
+	// Version is epbuild's, recorded in the manifest.
+	Version string
+	// SourceDateEpoch stamps the artifact ("": the newest pinned commit's time).
+	SourceDateEpoch string
+	// Environ is the base environment of build steps and checks.
+	Environ []string
+	// Getenv is what the toolchain probe reads (CUDA_HOME, PATH, ...).
+	Getenv func(string) string
+	// PlanOnly computes the stage keys and what is cached, and does no work.
+	PlanOnly bool
+}
+
+// Build runs the main job in its order: the rules on the plan (a plan they stop is bad
+// input), the toolchain probe, then (unless PlanOnly) everything missing from the build
+// host at once (exit 3), the rules on the probed toolchain, and the stages. The result
+// of PlanOnly has the stage keys and no artifact.
+func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
+	if err := checkSourceDateEpoch(opts.SourceDateEpoch); err != nil {
+		return nil, err
+	}
+	for _, f := range opts.Force {
+		if f != "all" && !slices.Contains(stageOrder, f) {
+			return nil, &UsageError{Err: fmt.Errorf("--force=%s: use all, patch, build, check or package", f)}
+		}
+	}
+	findings, err := j.Findings(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	c, err := j.Cache()
+	if err != nil {
+		return nil, err
+	}
+	var pkgs []string
+	for _, comp := range j.Plan.Components {
+		if comp.Source.Python != nil {
+			pkgs = append(pkgs, comp.Source.Python.Package)
+		}
+	}
+	getenv := opts.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	prober := &Prober{Getenv: getenv, Packages: pkgs, Torch: j.Plan.Toolchain.Torch != ""}
+	tc := prober.ProbeCached(ctx, filepath.Join(c.Dir(), "toolchain"))
+	store, err := OpenStore(c.Dir())
+	if err != nil {
+		return nil, err
+	}
+	src, err := j.Sources()
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{
+		Store: store, Sources: src, Log: j.opts.Log, Toolchain: tc, Environ: opts.Environ,
+		OutDir: opts.OutDir, Force: opts.Force, AllowApplied: opts.AllowApplied, Version: opts.Version,
+		SourceDateEpoch: opts.SourceDateEpoch, Findings: findings,
+	}
+	if opts.PlanOnly {
+		return &Result{Plan: j.Plan, Stages: r.Keys(j.Plan)}, nil
+	}
+	if err := Preflight(j.Plan, tc); err != nil {
+		return nil, err
+	}
+	pre, err := j.Findings(ctx, tc)
+	if err != nil {
+		return nil, err
+	}
+	r.Findings = append(r.Findings, pre...)
+	return r.Run(ctx, j.Plan)
+}
+
+// UsageError is a bad option value: exit 2.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// ExitCode: bad input.
+func (e *UsageError) ExitCode() int { return 2 }
+
+// checkSourceDateEpoch refuses a SOURCE_DATE_EPOCH that is not whole seconds, before any work.
+func checkSourceDateEpoch(sde string) error {
+	if sde == "" {
+		return nil
+	}
+	if n, err := strconv.ParseInt(sde, 10, 64); err != nil || n < 0 {
+		return &UsageError{Err: fmt.Errorf("SOURCE_DATE_EPOCH=%q: give whole seconds since 1970 (e.g. $(git log -1 --format=%%ct)), or unset it to use the newest pinned commit's time", sde)}
+	}
+	return nil
+}
+
+// PatchOptions configure Patch.
+type PatchOptions struct {
+	// Out keeps the patched trees (Out/<component>); "" patches in a temporary directory.
+	Out string
+	patches.Options
+}
+
+// PatchReport is what patching one component did.
+type PatchReport struct {
+	Component string               `json:"component"`
+	Tree      string               `json:"tree,omitempty"`
+	Sets      []*patches.SetResult `json:"sets"`
+	Effects   []CheckResult        `json:"effects,omitempty"`
+	Error     string               `json:"error,omitempty"`
+}
+
+// Patch applies every component's patch sets, in order, on a fresh layout of its pinned
+// source, and proves their effects (unless CheckOnly). It goes on after a component that
+// fails; the error is the first failure (a conflict, a bad pin, an effect not shown). A
+// source that cannot be laid out ends it with no reports.
+func (j *Job) Patch(ctx context.Context, opts PatchOptions) ([]PatchReport, error) {
+	src, err := j.Sources()
+	if err != nil {
+		return nil, err
+	}
+	root := opts.Out
+	if root == "" {
+		if root, err = os.MkdirTemp("", "epbuild-patch-"); err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(root)
+	}
+	var reports []PatchReport
+	var first error
+	for _, c := range j.Plan.Components {
+		if len(c.PatchSets) == 0 {
+			continue
+		}
+		tree := filepath.Join(root, c.Name)
+		if err := Materialize(ctx, src, &c, tree); err != nil {
+			return nil, err // no tree to patch: nothing to report
+		}
+		sets, effects, err := ApplySets(ctx, src, &c, tree, opts.Options)
+		rep := PatchReport{Component: c.Name, Sets: sets, Effects: effects}
+		if opts.Out != "" {
+			rep.Tree = tree
+		}
+		if err != nil {
+			rep.Error = err.Error()
+			if first == nil {
+				first = err
+			}
+		}
+		for _, ef := range effects {
+			if !ef.OK() && first == nil {
+				first = &ChecksFailed{Where: "the patched tree of " + c.Name, Results: effects}
+			}
+		}
+		reports = append(reports, rep)
+	}
+	return reports, first
+}
+
+// FetchReport is where one component's source went.
+type FetchReport struct {
+	Component string `json:"component"`
+	Pin       string `json:"pin"`
+	// Dest is the laid-out workspace ("" when only cached); Python the package of a
+	// component taken from the Python environment (nothing fetched).
+	Dest   string `json:"dest,omitempty"`
+	Python string `json:"python,omitempty"`
+}
+
+// Fetch brings every pinned source into the cache; with out, each also becomes a
+// workspace out/<component> (a real git checkout at the pinned commit, or a plain tree).
+func (j *Job) Fetch(ctx context.Context, out string) ([]FetchReport, error) {
+	src, err := j.Sources()
+	if err != nil {
+		return nil, err
+	}
+	var reps []FetchReport
+	for _, c := range j.Plan.Components {
+		switch {
+		case c.Source.Git != nil:
+			g := c.Source.Git
+			if err := src.For(g.URL).FetchGit(ctx, source.Git{URL: g.URL, Commit: g.Commit, Ref: g.Ref}); err != nil {
+				return reps, err
+			}
+		case c.Source.Archive != nil:
+			a := c.Source.Archive
+			if _, err := src.For(a.URL).FetchArchive(ctx, source.Archive{URL: a.URL, SHA256: a.SHA256, Strip: a.Strip}); err != nil {
+				return reps, err
+			}
+		default:
+			reps = append(reps, FetchReport{Component: c.Name, Python: c.Source.Python.Package})
+			continue
+		}
+		rep := FetchReport{Component: c.Name, Pin: c.Source.Pin()}
+		if out != "" {
+			rep.Dest = filepath.Join(out, c.Name)
+			if err := Materialize(ctx, src, &c, rep.Dest); err != nil {
+				return reps, err
+			}
+		}
+		reps = append(reps, rep)
+	}
+	return reps, nil
+}
+
+// MirrorReport counts what a mirror holds.
+type MirrorReport struct {
+	Dir      string `json:"dir"`
+	Git      int    `json:"git"`
+	Archives int    `json:"archives"`
+}
+
+// Mirror writes into dir exactly what the jobs need: every pinned source and every
+// upstream commit their patch sets read, laid out by URL.
+func Mirror(ctx context.Context, dir string, jobs ...*Job) (MirrorReport, error) {
+	rep := MirrorReport{Dir: dir}
+	var gits []source.Git
+	var archives []source.Archive
+	var main *source.Fetcher
+	for _, j := range jobs {
+		src, err := j.Sources()
+		if err != nil {
+			return rep, err
+		}
+		main = src.Main
+		for _, c := range j.Plan.Components {
+			switch {
+			case c.Source.Git != nil && !isEmbedded(c.Source.Git.URL):
+				gits = append(gits, source.Git{URL: c.Source.Git.URL, Commit: c.Source.Git.Commit, Ref: c.Source.Git.Ref})
+			case c.Source.Archive != nil:
+				a := c.Source.Archive
+				archives = append(archives, source.Archive{URL: a.URL, SHA256: a.SHA256, Strip: a.Strip})
+			}
+			for _, s := range c.PatchSets {
+				for _, pt := range s.Patches {
+					switch {
+					case pt.UpstreamDiff != nil:
+						d := pt.UpstreamDiff
+						gits = append(gits, source.Git{URL: d.Repo, Commit: d.Head, Ref: d.Ref}, source.Git{URL: d.Repo, Commit: d.Base})
+					case pt.UpstreamFile != nil:
+						gits = append(gits, source.Git{URL: pt.UpstreamFile.Repo, Commit: pt.UpstreamFile.Commit})
+					case pt.Replace != nil:
+						gits = append(gits, source.Git{URL: pt.Replace.Repo, Commit: pt.Replace.Commit})
+					}
+				}
+			}
+		}
+	}
+	if main == nil {
+		return rep, errors.New("mirror: no recipe given")
+	}
+	if err := main.WriteMirror(ctx, dir, gits, archives); err != nil {
+		return rep, err
+	}
+	rep.Git, rep.Archives = len(gits), len(archives)
+	return rep, nil
+}
+
+// MatrixOptions configure BuildMatrix: the recipe (its Options) and the axes; none: the
+// recipe's own matrix: field.
+type MatrixOptions struct {
+	Options
+	Axes []compat.Axis
+}
+
+// BuildMatrix evaluates the rules on every combination of the axes (see compat.BuildMatrix),
+// with the job's ancestry and its policy on undecided rules.
+func BuildMatrix(ctx context.Context, opts MatrixOptions) (*compat.Matrix, error) {
+	j := &Job{opts: opts.Options}
+	res, err := NewResolver(opts.Library)
+	if err != nil {
+		return nil, err
+	}
+	res.Tags = j.repos().TagsAt
+	axes := opts.Axes
+	if len(axes) == 0 {
+		doc, err := res.Load(opts.Recipe, opts.Sets)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range slices.Sorted(maps.Keys(doc.Recipe.Matrix)) {
+			x, err := compat.NewAxis(n, doc.Recipe.Matrix[n])
+			if err != nil {
+				return nil, &recipes.Error{File: doc.File, Msg: "matrix: " + err.Error()}
+			}
+			axes = append(axes, x)
+		}
+	}
+	rules, err := j.Rules()
+	if err != nil {
+		return nil, err
+	}
+	anc, err := j.Ancestry()
+	if err != nil {
+		return nil, err
+	}
+	facts := func(sets []string) (compat.Facts, error) {
+		p, err := res.Resolve(opts.Recipe, sets)
+		if err != nil {
+			return compat.Facts{}, err
+		}
+		return FactsFromPlan(p), nil
+	}
+	return compat.BuildMatrix(ctx, opts.Recipe, axes, opts.Sets, rules, anc, facts, opts.AllowUndecided)
+}

@@ -1,0 +1,73 @@
+package builder
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// RuntimeEnv is the environment a recipe runs with, given where each component is
+// installed: the recipe's env expanded, plus PYTHONPATH and LD_LIBRARY_PATH for the
+// components that have python/ and lib/.
+func RuntimeEnv(p *Plan, prefixes map[string]string, base []string) ([]string, error) {
+	vars := map[string]string{}
+	for name, pre := range prefixes {
+		vars[name+".prefix"] = pre
+	}
+	env, err := expandMap(p.Env, vars)
+	if err != nil {
+		return nil, fmt.Errorf("runtime env of %s: %w", p.Recipe, err)
+	}
+	var py, ld []string
+	for _, c := range p.Components {
+		pre, ok := prefixes[c.Name]
+		if !ok || c.Source.Python != nil {
+			continue
+		}
+		if dirExists(filepath.Join(pre, "python")) {
+			py = append(py, filepath.Join(pre, "python"))
+		}
+		if dirExists(filepath.Join(pre, "lib")) {
+			ld = append(ld, filepath.Join(pre, "lib"))
+		}
+	}
+	get := func(k string) string {
+		for _, kv := range base {
+			if v, ok := strings.CutPrefix(kv, k+"="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	join := func(list []string, old string) string {
+		if old != "" {
+			list = append(list, old)
+		}
+		return strings.Join(list, ":")
+	}
+	if len(py) > 0 {
+		env["PYTHONPATH"] = join(py, get("PYTHONPATH"))
+	}
+	if len(ld) > 0 {
+		env["LD_LIBRARY_PATH"] = join(ld, get("LD_LIBRARY_PATH"))
+	}
+	return withEnv(base, env), nil
+}
+
+// InstallEnv is the environment env.sh gives a job in the install at prefix: base with
+// the runtime env of the install's plan and EPBUILD_PREFIX.
+func InstallEnv(prefix string, base []string) ([]string, error) {
+	abs, err := filepath.Abs(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("environment of %s: %w", prefix, err)
+	}
+	m, _, err := ReadInstalledManifest(abs)
+	if err != nil {
+		return nil, err
+	}
+	env, err := RuntimeEnv(m.Plan, installedPrefixes(m, abs), base)
+	if err != nil {
+		return nil, err
+	}
+	return withEnv(env, map[string]string{"EPBUILD_PREFIX": abs}), nil
+}

@@ -1,0 +1,264 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/check"
+)
+
+// The env script an install carries (env.sh): what it exports against the plan, the paths
+// it names, and what it preloads. env.sh is read back by a parser that accepts exactly
+// what EnvScript writes, so a hand-edited script shows.
+
+// envScript checks env.sh: that it says what the plan says, that the paths it names
+// exist, and that an LD_PRELOAD stays inside the install.
+func (v *verifier) envScript(context.Context) []CheckResult {
+	script := filepath.Join(v.prefix, EnvName)
+	parse := VerifyCheck{ID: "env.script", Read: script,
+		Why:      "jobs get the install through env.sh: a PYTHONPATH or LD_LIBRARY_PATH that points elsewhere loads another copy",
+		Expected: "export lines for the recipe's runtime env, PYTHONPATH and LD_LIBRARY_PATH into the prefix"}
+	paths := VerifyCheck{ID: "env.paths", Read: script, Why: "a path env.sh names that does not exist makes the loader or Python fall back to another copy, silently"}
+	preload := VerifyCheck{ID: "env.ld-preload", Read: script,
+		Why: "LD_PRELOAD forces the NVSHMEM the install was built with; one from elsewhere (torch bundles its own) means two NVSHMEMs in one process (R9, R10)"}
+	skipRest := func(why string) []CheckResult {
+		paths.Status, paths.Found = check.Skip, why
+		preload.Status, preload.Found = check.Skip, why
+		return []CheckResult{parse, paths, preload}
+	}
+	b, err := os.ReadFile(script)
+	if err != nil {
+		parse.Status, parse.Found, parse.Fix = check.Fail, err.Error(), v.fix()
+		return skipRest("env.sh cannot be read")
+	}
+	vars, order, err := parseEnvScript(string(b), v.prefix)
+	if err != nil {
+		parse.Status, parse.Found, parse.Fix = check.Fail, err.Error(), v.fix()
+		return skipRest("env.sh cannot be parsed")
+	}
+	parse.Found = fmt.Sprintf("%d exports: %s", len(order), strings.Join(order, ", "))
+	if diffs := v.envDiffs(vars); len(diffs) > 0 {
+		parse.Status, parse.Fix = check.Fail, v.fix()
+		parse.Found += "; differs from the plan: " + strings.Join(diffs, "; ")
+	} else {
+		parse.Status = check.Pass
+	}
+
+	var named, missing []string
+	for _, k := range order {
+		for _, p := range splitPaths(k, vars[k]) {
+			if !within(p, v.prefix) {
+				continue
+			}
+			named = append(named, k+" "+p)
+			if _, err := os.Stat(p); err != nil {
+				missing = append(missing, k+": "+p)
+			}
+		}
+	}
+	switch {
+	case len(missing) > 0:
+		paths.Status, paths.Found, paths.Fix = check.Fail, "missing: "+strings.Join(missing, ", "), v.fix()
+	case len(named) == 0:
+		paths.Status, paths.Found = check.Skip, "env.sh names no path in the prefix"
+	default:
+		paths.Status, paths.Found = check.Pass, fmt.Sprintf("%d paths exist: %s", len(named), strings.Join(named, ", "))
+	}
+	return []CheckResult{parse, paths, v.checkPreload(preload, vars["LD_PRELOAD"])}
+}
+
+// envDiffs compares env.sh's exports with the runtime env the plan gives this prefix.
+func (v *verifier) envDiffs(vars map[string]string) []string {
+	if v.envErr != nil {
+		return []string{v.envErr.Error()}
+	}
+	want, err := RuntimeEnv(v.m.Plan, v.prefixes, nil)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	wm := map[string]string{}
+	for _, kv := range want {
+		k, val, _ := strings.Cut(kv, "=")
+		wm[k] = val
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(wm)) {
+		got, ok := vars[k]
+		switch {
+		case !ok:
+			out = append(out, k+" not exported")
+		case got != wm[k]:
+			out = append(out, fmt.Sprintf("%s=%q, the plan says %q", k, got, wm[k]))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		if _, ok := wm[k]; !ok && k != "EPBUILD_PREFIX" {
+			out = append(out, k+" is not in the plan")
+		}
+	}
+	return out
+}
+
+func (v *verifier) checkPreload(c VerifyCheck, val string) VerifyCheck {
+	if val == "" {
+		c.Status, c.Found = check.Skip, "env.sh sets no LD_PRELOAD"
+		return c
+	}
+	entries := map[string]archive.Entry{}
+	for _, e := range v.m.Files {
+		entries[e.Path] = e
+	}
+	var bad, good []string
+	for _, p := range splitPaths("LD_PRELOAD", val) {
+		if !within(p, v.prefix) {
+			bad = append(bad, p+" is outside the prefix")
+			continue
+		}
+		rel, _ := filepath.Rel(v.prefix, p)
+		final, ok := resolveInManifest(filepath.ToSlash(rel), entries)
+		switch {
+		case !ok:
+			bad = append(bad, p+" is not a file the artifact carries")
+		case !fileExists(p):
+			bad = append(bad, p+" does not exist")
+		default:
+			good = append(good, fmt.Sprintf("%s (%s, sha256 %s)", p, final.Path, shortKey(final.SHA256)))
+		}
+	}
+	if len(bad) > 0 {
+		c.Status, c.Found, c.Fix = check.Fail, strings.Join(bad, "; "), "point LD_PRELOAD at the install's libnvshmem_host (reinstall to restore env.sh)"
+		return c
+	}
+	c.Status, c.Found = check.Pass, "preloads "+strings.Join(good, ", ")
+	return c
+}
+
+// resolveInManifest follows symlinks through the manifest's entries to a regular file.
+func resolveInManifest(rel string, entries map[string]archive.Entry) (archive.Entry, bool) {
+	for range 40 {
+		e, ok := entries[rel]
+		if !ok {
+			return archive.Entry{}, false
+		}
+		if e.Type == archive.TypeFile {
+			return e, true
+		}
+		if e.Type != archive.TypeSymlink || path.IsAbs(e.Target) {
+			return archive.Entry{}, false
+		}
+		rel = path.Clean(path.Join(path.Dir(rel), e.Target))
+	}
+	return archive.Entry{}, false
+}
+
+// splitPaths splits a variable's value into the paths it lists (LD_PRELOAD also takes
+// spaces).
+func splitPaths(k, v string) []string {
+	sep := func(r rune) bool { return r == ':' || (k == "LD_PRELOAD" && r == ' ') }
+	return strings.FieldsFunc(v, sep)
+}
+
+// withinResolved is within with symlinks resolved on both sides.
+func withinResolved(p, dir string) bool {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		p = r
+	}
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = r
+	}
+	return within(p, dir)
+}
+
+// within reports whether the absolute path p lies in dir (lexically).
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, filepath.Clean(p))
+	return err == nil && filepath.IsAbs(p) && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// parseEnvScript reads back what EnvScript writes, with EPBUILD_PREFIX = prefix and an
+// empty inherited environment: it returns each export's value and the export order.
+// Anything EnvScript does not write is an error, so a hand-edited env.sh shows.
+func parseEnvScript(text, prefix string) (map[string]string, []string, error) {
+	vars := map[string]string{"EPBUILD_PREFIX": prefix}
+	var order []string
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"), line == "export EPBUILD_PREFIX":
+			continue
+		case strings.HasPrefix(line, `EPBUILD_PREFIX="$(cd "$(dirname `):
+			continue
+		}
+		rest, ok := strings.CutPrefix(line, "export ")
+		name, val, ok2 := strings.Cut(rest, "=")
+		if !ok || !ok2 || !validEnvName(name) {
+			return nil, nil, fmt.Errorf("env.sh line %d: %q is not an export EPBUILD writes", i+1, line)
+		}
+		v, err := shellValue(val, name, prefix)
+		if err != nil {
+			return nil, nil, fmt.Errorf("env.sh line %d: %s: %w", i+1, name, err)
+		}
+		if _, dup := vars[name]; !dup {
+			order = append(order, name)
+		}
+		vars[name] = v
+	}
+	return vars, order, nil
+}
+
+func validEnvName(s string) bool {
+	if s == "" || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for _, r := range s {
+		if r != '_' && (r < 'A' || r > 'Z') && (r < 'a' || r > 'z') && (r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// shellPlain are the characters that mean themselves unquoted in sh.
+const shellPlain = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:,+-=@%"
+
+// shellValue evaluates a value made of the pieces EnvScript writes: "$EPBUILD_PREFIX",
+// single-quoted literals, plain characters and "${NAME:+:$NAME}" (an inherited value:
+// empty here). Anything else (a substitution, an unquoted $) is refused.
+func shellValue(s, name, prefix string) (string, error) {
+	var out strings.Builder
+	inherit := `"${` + name + `:+:$` + name + `}"`
+	for s != "" {
+		switch {
+		case strings.HasPrefix(s, `"$EPBUILD_PREFIX"`):
+			out.WriteString(prefix)
+			s = s[len(`"$EPBUILD_PREFIX"`):]
+		case strings.HasPrefix(s, inherit):
+			s = s[len(inherit):]
+		case strings.HasPrefix(s, `\'`):
+			out.WriteByte('\'')
+			s = s[2:]
+		case s[0] == '\'':
+			end := strings.IndexByte(s[1:], '\'')
+			if end < 0 {
+				return "", errors.New("unterminated single quote")
+			}
+			out.WriteString(s[1 : 1+end])
+			s = s[end+2:]
+		case strings.IndexByte(shellPlain, s[0]) >= 0:
+			// the separators EnvScript leaves unquoted: "$EPBUILD_PREFIX"/'lib':...
+			out.WriteByte(s[0])
+			s = s[1:]
+		default:
+			return "", fmt.Errorf("unexpected %q", s)
+		}
+	}
+	return out.String(), nil
+}

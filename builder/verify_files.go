@@ -1,0 +1,438 @@
+package builder
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/check"
+)
+
+// The manifest and the files of an install: the manifest read first (nothing else can be
+// checked without it), then the kinds of the files target: the receipt, and every entry
+// against the manifest.
+
+// installKinds are the kinds of an install's files and env script.
+func installKinds() []check.Kind[*Subject] {
+	files := []check.Target{check.Files}
+	env := []check.Target{check.Env}
+	return []check.Kind[*Subject]{
+		{Name: "install.receipt", Targets: files, Run: onInstall((*verifier).receipt),
+			Explain: "the install receipt names the artifact installed here and pins manifest.json"},
+		{Name: "files", Targets: files, Run: onInstall((*verifier).files),
+			Explain: "every file's sha256, type and mode against the manifest; each changed, missing, extra or re-moded path as its own check"},
+		{Name: "env.script", Targets: env, Run: onInstall((*verifier).envScript),
+			Explain: "env.sh exports what the plan says and nothing else, the paths it names in the prefix exist, and LD_PRELOAD (if any) " +
+				"loads a file the artifact carries: the NVSHMEM the install was built with (R9, R10)"},
+	}
+}
+
+// onInstall runs a verifier method as a kind; a subject without an install has none.
+func onInstall(f func(*verifier, context.Context) []CheckResult) func(context.Context, *Subject) []CheckResult {
+	return func(ctx context.Context, s *Subject) []CheckResult {
+		if s.inst == nil || s.inst.m == nil {
+			return nil
+		}
+		return f(s.inst, ctx)
+	}
+}
+
+// ReadInstalledManifest reads and decodes dir/manifest.json, returning its bytes too.
+func ReadInstalledManifest(dir string) (*Manifest, []byte, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the manifest of %s: %w", dir, err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, raw, fmt.Errorf("decode %s: %w", filepath.Join(dir, ManifestName), err)
+	}
+	switch {
+	case m.Format != ManifestFormat:
+		return nil, raw, fmt.Errorf("%s: format %d; this epbuild reads format %d (use the epbuild that built it, or a newer one)", filepath.Join(dir, ManifestName), m.Format, ManifestFormat)
+	case m.Plan == nil || m.Recipe == "" || m.PlanKey == "" || len(m.Files) == 0:
+		return nil, raw, fmt.Errorf("%s: no recipe, plan or file list: not written by epbuild", filepath.Join(dir, ManifestName))
+	}
+	return &m, raw, nil
+}
+
+func (v *verifier) manifest() bool {
+	c := VerifyCheck{ID: "install.manifest", Read: filepath.Join(v.prefix, ManifestName),
+		Why: "the manifest records every file's hash and the plan the install was built from; nothing else can be checked without it"}
+	m, raw, err := ReadInstalledManifest(v.prefix)
+	if err != nil {
+		c.Status, c.Found = check.Fail, err.Error()
+		c.Fix = "install with epbuild install ARTIFACT --prefix PREFIX; a prefix copied by hand has no manifest"
+		v.rep.add(c)
+		return false
+	}
+	v.m, v.raw = m, raw
+	v.rep.Recipe, v.rep.PlanKey = m.Recipe, m.PlanKey
+	c.Status = check.Pass
+	c.Found = fmt.Sprintf("recipe %s, plan %s, %d entries, built by epbuild %s", m.Recipe, shortKey(m.PlanKey), len(m.Files), m.Epbuild)
+	v.rep.add(c)
+	v.prefixes = installedPrefixes(m, v.prefix)
+	v.env, v.envErr = RuntimeEnv(m.Plan, v.prefixes, v.opts.Environ)
+	return true
+}
+
+func shortKey(k string) string {
+	if len(k) > 12 {
+		return k[:12]
+	}
+	return k
+}
+
+// installedPrefixes maps the components whose files the install carries (a top-level
+// directory of the manifest) to their directories.
+func installedPrefixes(m *Manifest, prefix string) map[string]string {
+	top := map[string]bool{}
+	for _, e := range m.Files {
+		if e.Type == archive.TypeDir && !strings.Contains(e.Path, "/") {
+			top[e.Path] = true
+		}
+	}
+	out := map[string]string{}
+	for _, c := range m.Plan.Components {
+		if c.Source.Python == nil && top[c.Name] {
+			out[c.Name] = filepath.Join(prefix, c.Name)
+		}
+	}
+	return out
+}
+
+func (v *verifier) receipt(context.Context) []CheckResult {
+	c := VerifyCheck{ID: "install.receipt", Read: filepath.Join(v.prefix, ReceiptName),
+		Why: "the receipt names the artifact installed here and pins manifest.json: an edited manifest could hide any other change"}
+	r, err := ReadReceipt(v.prefix)
+	sum := sha256Hex(v.raw)
+	if err == nil {
+		v.rep.Artifact = r.Artifact
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		c.Status, c.Found = check.Warn, "no receipt: not installed by epbuild install"
+		c.Fix = "install with epbuild install ARTIFACT --prefix PREFIX, which checks the artifact before it touches the prefix"
+	case err != nil:
+		c.Status, c.Found, c.Fix = check.Fail, err.Error(), v.fix()
+	case r.ManifestSHA256 != sum:
+		c.Status, c.Expected, c.Found = check.Fail, "manifest.json sha256 "+r.ManifestSHA256, "sha256 "+sum
+		c.Why = "manifest.json changed since install: " + c.Why
+		c.Fix = v.fix()
+	case r.PlanKey != v.m.PlanKey:
+		c.Status, c.Expected, c.Found, c.Fix = check.Fail, "plan "+shortKey(r.PlanKey), "plan "+shortKey(v.m.PlanKey), v.fix()
+	default:
+		c.Status = check.Pass
+		c.Found = fmt.Sprintf("%s (sha256 %s), installed %s by epbuild %s", r.Artifact, shortKey(r.SHA256), r.InstalledAt.Format("2006-01-02 15:04:05Z07:00"), r.Epbuild)
+	}
+	return []CheckResult{c}
+}
+
+// files checks every entry against the manifest: one summary check, then one check per
+// problem so that each changed, missing, extra or re-moded path is listed with its own ID.
+func (v *verifier) files(ctx context.Context) []CheckResult {
+	problems, st, err := VerifyFiles(ctx, v.prefix, v.m.Files)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // the caller reports the cancelled context
+		}
+		return []CheckResult{{ID: "files", Status: check.Fail, Read: v.prefix, Found: err.Error(), Why: whyFiles, Fix: v.fix()}}
+	}
+	c := VerifyCheck{ID: "files", Read: fmt.Sprintf("%s: %d files (%s), %d directories, %d symlinks against %s",
+		v.prefix, st.Files, byteCount(st.Bytes), st.Dirs, st.Symlinks, ManifestName), Why: whyFiles,
+		Expected: fmt.Sprintf("the %d entries of the manifest, sha256 and mode", len(v.m.Files))}
+	if st.Ignored > 0 {
+		c.Read += fmt.Sprintf(" (%d Python bytecode caches ignored)", st.Ignored)
+	}
+	if len(problems) == 0 {
+		c.Status, c.Found = check.Pass, "every entry matches"
+		return []CheckResult{c}
+	}
+	kinds := map[string]int{}
+	for _, p := range problems {
+		kinds[p.Kind]++
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(kinds)) {
+		parts = append(parts, fmt.Sprintf("%d %s", kinds[k], k))
+	}
+	c.Status, c.Found, c.Fix = check.Fail, strings.Join(parts, ", "), v.fix()
+	out := []CheckResult{c}
+	for _, p := range problems {
+		out = append(out, problemCheck(v.prefix, p, v.fix()))
+	}
+	return out
+}
+
+// problemCheck explains one file problem.
+func problemCheck(prefix string, p FileProblem, fix string) VerifyCheck {
+	c := VerifyCheck{ID: "files." + p.Kind + ":" + p.Path, Status: check.Fail, Read: filepath.Join(prefix, filepath.FromSlash(p.Path)),
+		Expected: p.Expected, Found: p.Found, Fix: fix}
+	switch p.Kind {
+	case ProblemChanged:
+		c.Why = "its bytes are not what was built and checked"
+	case ProblemMissing:
+		c.Why = "the build installed it; whatever needs it fails, or finds another copy elsewhere"
+	case ProblemExtra:
+		c.Why = "the artifact does not carry it: a copy installed over this prefix by other means, or a leftover; Python may import it before the built module"
+		c.Fix = "remove it, or reinstall into a fresh prefix"
+	case ProblemMode:
+		c.Why = "modes decide who can read and run the install: a lost exec or read bit breaks other users' jobs, an added write bit lets them change it"
+		c.Fix = fmt.Sprintf("chmod %s %s, or reinstall", strings.TrimPrefix(p.Expected, "mode "), c.Read)
+	case ProblemType:
+		c.Why = "a different kind of entry (file, directory, symlink) than the build made"
+	case ProblemUnreadable:
+		c.Why = "it cannot be read, so it cannot be checked (and jobs cannot load it)"
+		c.Fix = "check the permissions of " + c.Read + ", or reinstall"
+	}
+	return c
+}
+
+func byteCount(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// File problem kinds, as they appear in check IDs (files.<kind>:<path>).
+const (
+	ProblemChanged    = "changed"
+	ProblemMissing    = "missing"
+	ProblemExtra      = "extra"
+	ProblemMode       = "mode"
+	ProblemType       = "type"
+	ProblemUnreadable = "unreadable"
+)
+
+// FileProblem is one way an installed tree differs from its manifest.
+type FileProblem struct {
+	Path     string `json:"path"`
+	Kind     string `json:"kind"`
+	Expected string `json:"expected,omitempty"`
+	Found    string `json:"found,omitempty"`
+}
+
+// FileStats counts what VerifyFiles looked at.
+type FileStats struct {
+	Files, Dirs, Symlinks int
+	Bytes                 int64
+	// Ignored counts __pycache__ directories and their .pyc files: Python writes them
+	// beside any module it imports from a writable prefix, so they are no change.
+	Ignored int
+}
+
+type hashJob struct {
+	path string
+	want *archive.Entry
+}
+
+// VerifyFiles compares the tree at dir with the manifest's entries: content (size, then
+// sha256), type, exact mode and symlink targets, and reports every entry that is missing
+// or not in the manifest. manifest.json and the install receipt at the top are not
+// entries. Files are hashed on runtime.NumCPU() workers while the walk goes on; a file
+// whose size differs is reported without reading it. The error is for a dir that
+// cannot be walked or a cancelled context; an unreadable entry is a problem.
+func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileProblem, FileStats, error) {
+	var st FileStats
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, st, fmt.Errorf("verify files of %s: %w", dir, err)
+	}
+	byPath := make(map[string]*archive.Entry, len(want))
+	for i := range want {
+		byPath[want[i].Path] = &want[i]
+	}
+	seen := make(map[string]bool, len(want))
+	var (
+		problems []FileProblem
+		mu       sync.Mutex // guards problems and st.Bytes once the workers run
+		wg       sync.WaitGroup
+	)
+	report := func(p FileProblem) {
+		mu.Lock()
+		problems = append(problems, p)
+		mu.Unlock()
+	}
+	jobs := make(chan hashJob, 64)
+	for range max(1, runtime.NumCPU()) {
+		wg.Go(func() {
+			buf := make([]byte, 1<<20)
+			h := sha256.New()
+			for j := range jobs {
+				sum, n, err := archive.HashFile(ctx, j.path, h, buf)
+				switch {
+				case err != nil && ctx.Err() != nil:
+				case err != nil:
+					report(FileProblem{Path: j.want.Path, Kind: ProblemUnreadable, Found: err.Error()})
+				case n != j.want.Size || sum != j.want.SHA256:
+					report(FileProblem{Path: j.want.Path, Kind: ProblemChanged, Expected: describeContent(j.want.Size, j.want.SHA256), Found: describeContent(n, sum)})
+				}
+				mu.Lock()
+				st.Bytes += n
+				mu.Unlock()
+			}
+		})
+	}
+	walkErr := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if p == root {
+			return err
+		}
+		rel, rerr := filepath.Rel(root, p)
+		if rerr != nil {
+			return rerr
+		}
+		rel = filepath.ToSlash(rel)
+		if err != nil {
+			// an unreadable directory: its children are reported missing below
+			seen[rel] = byPath[rel] != nil
+			report(FileProblem{Path: rel, Kind: ProblemUnreadable, Found: err.Error()})
+			return nil
+		}
+		if rel == ManifestName || rel == ReceiptName {
+			return nil
+		}
+		w := byPath[rel]
+		if w == nil && bytecodeCache(rel, d) {
+			st.Ignored++
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			report(FileProblem{Path: rel, Kind: ProblemUnreadable, Found: err.Error()})
+			return nil
+		}
+		typ, found := describeEntry(p, info)
+		if w == nil {
+			report(FileProblem{Path: rel, Kind: ProblemExtra, Found: found})
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		seen[rel] = true
+		if typ != w.Type {
+			report(FileProblem{Path: rel, Kind: ProblemType, Expected: string(w.Type), Found: found})
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if typ != archive.TypeSymlink {
+			if got := unixMode(info.Mode()); got != uint32(w.Mode.Perm()) {
+				report(FileProblem{Path: rel, Kind: ProblemMode, Expected: fmt.Sprintf("mode %04o", uint32(w.Mode.Perm())), Found: fmt.Sprintf("mode %04o", got)})
+			}
+		}
+		switch typ {
+		case archive.TypeDir:
+			st.Dirs++
+		case archive.TypeSymlink:
+			st.Symlinks++
+			if target, _ := os.Readlink(p); target != w.Target {
+				report(FileProblem{Path: rel, Kind: ProblemChanged, Expected: "symlink to " + w.Target, Found: "symlink to " + target})
+			}
+		case archive.TypeFile:
+			st.Files++
+			if info.Size() != w.Size {
+				// a changed size needs no hash, and says how it changed
+				report(FileProblem{Path: rel, Kind: ProblemChanged, Expected: describeContent(w.Size, w.SHA256), Found: sizeChange(info.Size(), w.Size)})
+				return nil
+			}
+			select {
+			case jobs <- hashJob{path: p, want: w}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	close(jobs)
+	wg.Wait()
+	if walkErr != nil {
+		return nil, st, fmt.Errorf("verify files of %s: %w", dir, walkErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, st, fmt.Errorf("verify files of %s: %w", dir, err)
+	}
+	for _, e := range want {
+		if !seen[e.Path] {
+			problems = append(problems, FileProblem{Path: e.Path, Kind: ProblemMissing, Expected: string(e.Type)})
+		}
+	}
+	sort.Slice(problems, func(i, j int) bool {
+		if problems[i].Path != problems[j].Path {
+			return problems[i].Path < problems[j].Path
+		}
+		return problems[i].Kind < problems[j].Kind
+	})
+	return problems, st, nil
+}
+
+// bytecodeCache reports whether rel is a __pycache__ directory or a .pyc file in one.
+func bytecodeCache(rel string, d fs.DirEntry) bool {
+	if d.IsDir() {
+		return path.Base(rel) == "__pycache__"
+	}
+	return d.Type().IsRegular() && path.Base(path.Dir(rel)) == "__pycache__" && strings.HasSuffix(rel, ".pyc")
+}
+
+func describeEntry(p string, info fs.FileInfo) (archive.EntryType, string) {
+	switch t := info.Mode().Type(); {
+	case t == 0:
+		return archive.TypeFile, fmt.Sprintf("file, %d bytes", info.Size())
+	case t == fs.ModeDir:
+		return archive.TypeDir, "directory"
+	case t == fs.ModeSymlink:
+		target, _ := os.Readlink(p)
+		return archive.TypeSymlink, "symlink to " + target
+	default:
+		return archive.EntryType(t.String()), "special file " + t.String()
+	}
+}
+
+// unixMode is the permission bits with setuid, setgid and sticky, as chmod takes them.
+func unixMode(m fs.FileMode) uint32 {
+	u := uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		u |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		u |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		u |= 0o1000
+	}
+	return u
+}
+
+func describeContent(size int64, sum string) string {
+	return fmt.Sprintf("%d bytes, sha256 %s", size, sum)
+}
+
+func sizeChange(got, want int64) string {
+	if got < want {
+		return fmt.Sprintf("%d bytes: truncated (%d bytes short)", got, want-got)
+	}
+	return fmt.Sprintf("%d bytes: %d bytes longer", got, got-want)
+}
