@@ -420,6 +420,87 @@ func ruleTable() []ruleCase {
 		{"R23", "transport gpunetio on 3.7.0", P, all(nvshmemWheel("3.7.0"), env("NVSHMEM_REMOTE_TRANSPORT", "gpunetio")), ""},
 		{"R23", "transport GPUNetIO on 3.5.19-1", P, env("NVSHMEM_REMOTE_TRANSPORT", "GPUNetIO"), "gpunetio-needs-3.7/error"},
 		{"R23", "transport unset", P, nil, ""},
+
+		{"R24", "built 3.4.5, loads 3.5.19", H, nvshmemVer("3.4.5"), "built-before-loaded-after/error"},
+		{"R24", "built 3.5.19-1, loads torch's 3.4.5", H, host("nvshmem.loaded-version", "3.4.5"), "built-after-loaded-before/error"},
+		{"R24", "v1.2.1, loads 3.5.19", H, all(deepepAt(c9af0e0d), nvshmemVer("3.4.5")), "old-deepep-loaded-after/error"},
+		{"R24", "built 3.5.19-1, loads 3.5.19", H, nil, ""},
+		{"R24", "built 3.4.5, loads 3.4.5", H, all(nvshmemVer("3.4.5"), host("nvshmem.loaded-version", "3.4.5")), ""},
+		{"R24", "v1.2.1 on 3.4.5, loads 3.4.5", H, all(deepepAt(c9af0e0d), nvshmemVer("3.4.5"), host("nvshmem.loaded-version", "3.4.5")), ""},
+		{"R24", "EPv2 (R3's), loads 3.4.5", H, all(deepepAt(cB306af0), host("nvshmem.loaded-version", "3.4.5")), ""},
+		{"R24", "EPv2 built 3.4.5, loads 3.5.19", H, all(deepepAt(cB306af0), nvshmemVer("3.4.5")), ""},
+		{"R24", "torch 2.10 loads its 3.4.5 before the built 3.5.19-1", P, env("LD_PRELOAD", ""), "torch-bundled/error"},
+		{"R24", "torch 2.9 without preload, EPv2", P, all(env("LD_PRELOAD", ""), torch("2.9.1+cu128"), deepepAt(cB306af0)), ""},
+		{"R24", "torch 2.11 without preload", P, all(env("LD_PRELOAD", ""), torch("2.11.0+cu130")), ""},
+		{"R24", "torch 2.10, built 3.4.5, no preload", P, all(env("LD_PRELOAD", ""), nvshmemVer("3.4.5")), ""},
+		{"R24", "torch 2.10, the 3.5.19 wheel", P, all(single, nvshmemWheel("3.5.19")), ""},
+		{"R24", "torch 2.10, v1.2.1", P, all(env("LD_PRELOAD", ""), deepepAt(c9af0e0d)), ""},
+		{"R24", "torch 2.10 with preload", P, nil, ""},
+		{"R24", "torch 2.10, built 3.5.19-1 from an archive, no preload", P, all(env("LD_PRELOAD", ""), nvshmemArchive("3.5.19-1")), "torch-bundled/error"},
+
+		{"R25", "29d31c0 on the 3.7.0 wheel", P, all(single, nvshmemWheel("3.7.0")), "/warn"},
+		{"R25", "EPv2 on 3.7.0", P, all(epv2, nvshmemWheel("3.7.0")), "/warn"},
+		{"R25", "29d31c0 on 3.5.19-1", P, nil, ""},
+		{"R25", "c6051f3 (before df4debe) on 3.7.0", P, all(deepepAt(cC6051f3), nvshmemWheel("3.7.0")), ""},
+		{"R25", "df4debe on 3.7.0", P, all(deepepAt(cDf4debe), nvshmemWheel("3.7.0")), "/warn"},
+
+		{"R26", "CUDA 13 with NVSHMEM 3.3.9", F, all(cuda("13.0"), deepepAt(cB6ce310), nvshmemArchive("3.3.9")), "/error"},
+		{"R26", "CUDA 13 with the 3.3.9 wheel", F, all(single, cuda("13.0"), nvshmemWheel("3.3.9"), pkg("nvshmem", "nvidia-nvshmem-cu13")), "/error"},
+		{"R26", "CUDA 13 with NVSHMEM 3.3.20", F, all(cuda("13.0"), deepepAt(cB6ce310), nvshmemArchive("3.3.20")), ""},
+		{"R26", "CUDA 12.9 with NVSHMEM 3.3.9", F, all(deepepAt(cB6ce310), nvshmemArchive("3.3.9")), ""},
+		{"R26", "CUDA 13 with NVSHMEM 3.5.19-1", F, cuda("13.0"), ""},
+
+		{"R27", "cu12 wheel, CUDA 13", F, all(single, cuda("13.0")), "cu12-wheel-cuda13/error"},
+		{"R27", "cu13 wheel, CUDA 12.9", F, all(single, pkg("nvshmem", "nvidia-nvshmem-cu13")), "cu13-wheel-cuda12/error"},
+		{"R27", "cu12 wheel, torch 2.11, CUDA 12.8", F, all(single, cuda("12.8"), torch("2.11.0+cu128")), "cu12-wheel-torch-2.11/warn"},
+		{"R27", "cu12 wheel, CUDA 12.9, torch 2.10", F, single, ""},
+		{"R27", "cu13 wheel, CUDA 13.0, torch 2.11", F, all(single, cuda("13.0"), torch("2.11.0+cu130"), pkg("nvshmem", "nvidia-nvshmem-cu13")), ""},
+		{"R27", "NVSHMEM from source, CUDA 13", F, cuda("13.0"), ""},
+
+		{"R28", "gcp-b200 without the bootstrap interface", P, env("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", ""), "unset/warn"},
+		{"R28", "efa-aws without it", P, all(efa, env("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "")), "unset/warn"},
+		{"R28", "ibrc-dualport without it", P, all(ibrc, env("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "")), "unset/warn"},
+		{"R28", "IBGDA built, runtime IBGDA=true, wheel", P, all(single, env("NVSHMEM_IB_ENABLE_IBGDA", "true")), "unset/warn"},
+		{"R28", "IBGDA built only", P, all(env("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", ""), env("NVSHMEM_IB_ENABLE_IBGDA", ""), option("NVSHMEM_IBRC_SUPPORT", "0")), "unset/warn"},
+		{"R28", "the wheel with NVSHMEM_REMOTE_TRANSPORT=ucx", P, all(single, env("NVSHMEM_REMOTE_TRANSPORT", "ucx")), "unset/warn"},
+		{"R28", "the wheel with NVSHMEM_REMOTE_TRANSPORT=NONE", P, all(single, env("NVSHMEM_REMOTE_TRANSPORT", "NONE")), ""},
+		{"R28", "single node, the wheel", P, single, ""},
+		{"R28", "the wheel, IBGDA=0", P, all(single, env("NVSHMEM_IB_ENABLE_IBGDA", "0")), ""},
+		{"R28", "source build without IB or libfabric, nothing at run time", P, all(single, nvshmemArchive("3.4.5"), option("NVSHMEM_IBGDA_SUPPORT", "0"), option("NVSHMEM_IBRC_SUPPORT", "0")), ""},
+		{"R28", "interface named", P, nil, ""},
+		{"R28", "interface down on the node", H, host("net.bootstrap-ifname", "down"), "interface-down/error"},
+		{"R28", "interface up on the node", H, nil, ""},
+		{"R28", "IBRC built only", P, all(env("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", ""), env("NVSHMEM_IB_ENABLE_IBGDA", ""), option("NVSHMEM_IBGDA_SUPPORT", "0")), "unset/warn"},
+		{"R28", "libfabric built only", P, all(efa, env("NVSHMEM_REMOTE_TRANSPORT", ""), env("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "")), "unset/warn"},
+
+		{"R29", "EPv2 (b306af0) on the wheels", P, all(epv2, deepepAt(cB306af0)), "wheel-link/error,nvcc-on-nodes/advice"},
+		{"R29", "EPv2 (b306af0), NCCL from git, NVSHMEM wheel", P, all(epv2, deepepAt(cB306af0), ncclGit), "wheel-link/error,nvcc-on-nodes/advice"},
+		{"R29", "EPv2 (b306af0), NVSHMEM from source, NCCL wheel", P, all(epv2, deepepAt(cB306af0), nvshmemArchive("3.4.5"), buildEnv("deepep", "EP_NVSHMEM_ROOT_DIR", "{{nvshmem.prefix}}")), "wheel-link/error,nvcc-on-nodes/advice"},
+		{"R29", "EPv2 (b306af0), neither a wheel", P, all(epv2, deepepAt(cB306af0), nvshmemArchive("3.4.5"), ncclGit, buildEnv("deepep", "EP_NVSHMEM_ROOT_DIR", "{{nvshmem.prefix}}")), "nvcc-on-nodes/advice"},
+		{"R29", "EPv2 main on the wheels", P, epv2, "nvcc-on-nodes/advice"},
+		{"R29", "EPv2 main, NVSHMEM_DIR without EP_NVSHMEM_ROOT_DIR", P, all(epv2, buildEnv("deepep", "NVSHMEM_DIR", "/opt/nvshmem")), "nvshmem-root-dir/warn,nvcc-on-nodes/advice"},
+		{"R29", "EPv2 main, both set", P, all(epv2, buildEnv("deepep", "NVSHMEM_DIR", "/opt/nvshmem"), buildEnv("deepep", "EP_NVSHMEM_ROOT_DIR", "/opt/nvshmem")), "nvcc-on-nodes/advice"},
+		{"R29", "EPv2 on a node without nvcc", H, all(epv2, host("cuda.nvcc", "absent")), "nvcc-missing/error"},
+		{"R29", "EPv2 on a node with nvcc", H, epv2, ""},
+		{"R29", "29d31c0 on the wheels", P, single, ""},
+		{"R29", "29d31c0 on a node without nvcc", H, all(single, host("cuda.nvcc", "absent")), ""},
+		{"R29", "EPv2 from an archive: its commit is unknown", P, all(epv2, deepepArchive), "nvcc-on-nodes/advice?,wheel-link/warn?"},
+
+		{"R30", "MNNVL without an IMEX channel", H, host("gpu.fabric", "yes"), "no-channel/error"},
+		{"R30", "MNNVL in a container without NVIDIA_IMEX_CHANNELS", H, all(host("gpu.fabric", "yes"), host("imex.channel", "present"), host("container", "yes")), "container-env/warn"},
+		{"R30", "MNNVL with a channel", H, all(host("gpu.fabric", "yes"), host("imex.channel", "present")), ""},
+		{"R30", "MNNVL in a container with NVIDIA_IMEX_CHANNELS", H, all(host("gpu.fabric", "yes"), host("imex.channel", "present"), host("container", "yes"), env("NVIDIA_IMEX_CHANNELS", "0")), ""},
+		{"R30", "no multi-node NVLink", H, host("container", "yes"), ""},
+
+		{"R31", "GID index 3 is RoCE v1", H, host("ib.gid-type", "RoCE v1"), "index-not-roce-v2/error"},
+		{"R31", "GID index 3 is RoCE v2", H, nil, ""},
+		{"R31", "auto-select without a RoCE v2 IPv4 GID", H, all(env("NVSHMEM_IB_GID_INDEX", ""), host("ib.roce-v2-ipv4-gid", "no")), "auto-select/error"},
+		{"R31", "GID index -1 (auto) without a RoCE v2 IPv4 GID", H, all(env("NVSHMEM_IB_GID_INDEX", "-1"), host("ib.roce-v2-ipv4-gid", "no")), "auto-select/error"},
+		{"R31", "auto-select with a RoCE v2 IPv4 GID", H, env("NVSHMEM_IB_GID_INDEX", ""), ""},
+		{"R31", "auto-select for IPv6", H, all(env("NVSHMEM_IB_GID_INDEX", ""), env("NVSHMEM_IB_ADDR_FAMILY", "AF_INET6"), host("ib.roce-v2-ipv4-gid", "no")), ""},
+		{"R31", "auto-select for RoCE v1", H, all(env("NVSHMEM_IB_GID_INDEX", ""), env("NVSHMEM_IB_ROCE_VERSION_NUM", "1"), host("ib.roce-v2-ipv4-gid", "no")), ""},
+		{"R31", "InfiniBand", H, all(host("ib.link-layer", "InfiniBand"), host("ib.gid-type", "IB/RoCE v1"), host("ib.roce-v2-ipv4-gid", "no")), ""},
+		{"R31", "GID index 3 is RoCE v2, no IPv4 GID for auto-select", H, host("ib.roce-v2-ipv4-gid", "no"), ""},
 	}
 }
 
@@ -490,7 +571,7 @@ func TestRulesTable(t *testing.T) {
 		}
 	}
 	ids := rules.IDs()
-	for i := 1; i <= 23; i++ {
+	for i := 1; i <= 31; i++ {
 		if id := fmt.Sprintf("R%d", i); !slices.Contains(ids, id) {
 			t.Errorf("rules.yaml lacks %s", id)
 		}
