@@ -160,6 +160,9 @@ func Parse(file string, data []byte) (doc *Doc, err error) {
 	if err := dec.Decode(&d.Recipe); err != nil {
 		return nil, yamlError(file, err)
 	}
+	if errs := numberScalars(file, f); len(errs) > 0 {
+		return nil, errs
+	}
 	return d, nil
 }
 
