@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 BIN     := bin/epbuild
 
-.PHONY: all build test lint vet bench schema demo clean fuzz
+.PHONY: all build test lint vet bench schema docs demo clean fuzz
 
 DEMO_PREFIX ?= out/demo-install
 
@@ -39,6 +39,10 @@ demo: build
 
 schema:
 	$(GO) run ./cmd/epbuild schema -o recipes/schema.json
+
+# docs/rules.md from compat/rules.yaml and compat/host-facts.yaml (a test fails when stale).
+docs:
+	$(GO) run ./compat/internal/rulesdoc -o docs/rules.md
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime 30s ./recipes/

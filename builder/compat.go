@@ -41,9 +41,12 @@ func FactsFromPlan(p *Plan) compat.Facts {
 			fc.Repo, fc.Commit = c.Source.Git.URL, c.Source.Git.Commit
 		case c.Source.Archive != nil:
 			fc.Repo = c.Source.Archive.URL
-		case c.Source.Python != nil && fc.Version == "":
-			// the wheel's version is known at preflight; the recipe gives its constraint
-			fc.Version = c.Source.Python.Version
+		case c.Source.Python != nil:
+			fc.Package = c.Source.Python.Package
+			if fc.Version == "" {
+				// the wheel's version is known at preflight; the recipe gives its constraint
+				fc.Version = c.Source.Python.Version
+			}
 		}
 		for _, st := range c.Build {
 			switch {

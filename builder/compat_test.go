@@ -149,15 +149,37 @@ func TestPreflightFacts(t *testing.T) {
 			got[x.ID+"/"+x.Case] = true
 		}
 	}
-	// sm_100 on CUDA 12.6, and rdma-core without data-direct for NVSHMEM 3.5.19 IBGDA
-	if !got["R11/sm100-cuda"] || !got["R22/missing"] {
-		t.Errorf("want R11/sm100-cuda and R22/missing, got %v", got)
+	// sm_100 on CUDA 12.6; rdma-core without MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT is fine
+	// (NVSHMEM defines it itself, R22)
+	if !got["R11/sm100-cuda"] || len(got) != 1 {
+		t.Errorf("want R11/sm100-cuda alone, got %v", got)
 	}
 	// the wheel's installed version replaces the recipe's constraint
 	sp := planOf(t, "single-node")
 	sf := PreflightFacts(FactsFromPlan(sp), sp, &Toolchain{PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu12": {Version: "3.4.5"}}})
 	if nv, _ := sf.Component("nvshmem"); nv.Version != "3.4.5" || !slices.Contains(sf.Toolchain.Present, "nvshmem-wheel") {
 		t.Errorf("wheel at preflight: %+v %v", nv, sf.Toolchain.Present)
+	}
+}
+
+// gcp-b200 on NVSHMEM 3.4.5 passes preflight on Ubuntu 24.04's rdma-core, whose mlx5dv.h
+// lacks MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT (the GPU machine's image), and still needs
+// rdma-core headers.
+func TestPreflightUbuntu2404RDMACore(t *testing.T) {
+	p := planOf(t, "gcp-b200", "nvshmem.version=3.4.5")
+	gpuImage := &Toolchain{CUDA: "13.0", Torch: "2.11.0+cu130", PythonVersion: "3.12.3", Setuptools: "68.1.2", GCC: "13.3.0",
+		CMake: "4.4.0", RDMACore: "/usr/include/infiniband/mlx5dv.h", RDMADataDirect: false}
+	if err := Preflight(p, gpuImage); err != nil {
+		t.Errorf("gcp-b200 on Ubuntu 24.04's rdma-core: %v", err)
+	}
+	if n := NeedsOf(p); !n.RDMACore {
+		t.Error("NVSHMEM 3.4.5 with IBGDA needs rdma-core headers")
+	}
+	noRDMA := *gpuImage
+	noRDMA.RDMACore = ""
+	err := Preflight(p, &noRDMA)
+	if err == nil || !strings.Contains(err.Error(), "rdma-core headers") {
+		t.Errorf("no rdma-core headers at all: %v", err)
 	}
 }
 

@@ -51,7 +51,7 @@ type Toolchain struct {
 	Git   string `json:"git,omitempty"`
 
 	// RDMACore is the mlx5dv.h found; RDMADataDirect whether it defines
-	// MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT (R22).
+	// MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT (a fact only: NVSHMEM defines it itself, R22).
 	RDMACore       string `json:"rdma_core,omitempty"`
 	RDMADataDirect bool   `json:"rdma_data_direct,omitempty"`
 	LibfabricHome  string `json:"libfabric_home,omitempty"`
@@ -293,7 +293,7 @@ type Needs struct {
 	CUDA, Torch, Python, GCC, CMake bool
 	Setuptools                      bool
 	Packages                        map[string]string // python distribution → version constraint
-	RDMACore, RDMADataDirect        bool
+	RDMACore                        bool
 	Libfabric, GDRCopy, MPI         bool
 }
 
@@ -306,8 +306,6 @@ func NeedsOf(p *Plan) Needs {
 		switch r {
 		case "rdma-core":
 			n.RDMACore = true
-		case "rdma-core-data-direct":
-			n.RDMACore, n.RDMADataDirect = true, true
 		case "libfabric":
 			n.Libfabric = true
 		case "gdrcopy":
@@ -336,10 +334,11 @@ func NeedsOf(p *Plan) Needs {
 				if on("NVSHMEM_MPI_SUPPORT") {
 					n.MPI = true
 				}
-				// NVSHMEM >= 3.4.5 from source with IBGDA or IBRC needs new rdma-core (R22)
+				// NVSHMEM >= 3.4.5 from source with IBGDA or IBRC needs rdma-core headers; any
+				// rdma-core will do: it defines what older ones lack itself (R22)
 				if (on("NVSHMEM_IBGDA_SUPPORT") || on("NVSHMEM_IBRC_SUPPORT")) && c.Version != "" {
 					if v, err := compat.ParseVersion(c.Version); err == nil && !v.Less(compat.MustVersion("3.4.5")) {
-						n.RDMACore, n.RDMADataDirect = true, true
+						n.RDMACore = true
 					}
 				}
 			case s.PythonExtension != nil:
@@ -407,9 +406,6 @@ func Preflight(p *Plan, t *Toolchain) error {
 	}
 	if n.RDMACore && t.RDMACore == "" {
 		add("rdma-core headers", "infiniband/mlx5dv.h", "", "install rdma-core headers (libibverbs-dev, or DOCA-OFED)")
-	}
-	if n.RDMADataDirect && t.RDMACore != "" && !t.RDMADataDirect {
-		add("rdma-core headers", "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT defined (R22)", t.RDMACore+" without it", "install a newer rdma-core (DOCA-OFED) or build NVSHMEM without IBGDA/IBRC")
 	}
 	if n.Libfabric && t.LibfabricHome == "" {
 		add("libfabric", "include/rdma/fabric.h under LIBFABRIC_HOME", "", "install the EFA installer (/opt/amazon/efa) or set LIBFABRIC_HOME; or --set nvshmem.options.NVSHMEM_LIBFABRIC_SUPPORT=0")

@@ -190,6 +190,15 @@ func (ev *evaluator) eval(c *Cond) (tri, []string) {
 		}
 		desc := []string{fmt.Sprintf("the source of %s is %s", comp.Name, comp.Source)}
 		return triOf(slices.Contains(c.Source.Kind, comp.Source)), desc
+	case c.Package != nil:
+		comp, ok := ev.facts.Component(c.Package.Component)
+		if !ok {
+			return no, []string{"no component " + c.Package.Component}
+		}
+		if comp.Package == "" {
+			return no, []string{fmt.Sprintf("%s is not a package of the Python environment (a %s source)", comp.Name, comp.Source)}
+		}
+		return triOf(c.Package.re.MatchString(comp.Package)), []string{fmt.Sprintf("%s is the Python package %s", comp.Name, comp.Package)}
 	case c.Patch != nil:
 		comp, ok := ev.facts.Component(c.Patch.Component)
 		if !ok {

@@ -26,7 +26,9 @@ type Component struct {
 	Repo   string `json:"repo,omitempty"`
 	Commit string `json:"commit,omitempty"`
 	// Source is the source kind: git, archive or python.
-	Source  string   `json:"source"`
+	Source string `json:"source"`
+	// Package is the Python distribution of a python source (nvidia-nvshmem-cu13).
+	Package string   `json:"package,omitempty"`
 	Patches []string `json:"patches,omitempty"`
 	// Options are the CMake -D options of the component's build steps.
 	Options map[string]string `json:"options,omitempty"`
@@ -48,7 +50,7 @@ type Toolchain struct {
 	CMake  string `json:"cmake,omitempty"`
 	// Arch lists the GPU architectures (sm_90a, sm_100) the build targets.
 	Arch []string `json:"arch,omitempty"`
-	// Require lists what the recipe requires of the host (rdma-core-data-direct, ...).
+	// Require lists what the recipe requires of the host (rdma-core, libfabric, ...).
 	Require []string `json:"require,omitempty"`
 	// Present lists the requirements the probe found on the build host; nil when no
 	// probe ran, which makes every present condition unknown.

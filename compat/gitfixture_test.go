@@ -17,6 +17,7 @@ const (
 	cE995aa2 = "e995aa22db1f5d204e5841cc8e73c670c772494b"
 	cA84a248 = "a84a24808fb0ea732f49b874cc456a69dde69076"
 	cC6051f3 = "c6051f388003f8d9fa60b43fced1475ad5d099af"
+	cDf4debe = "df4debe30c257b2ed186ec209ea76ea70b39cf75"
 	cA16af40 = "a16af40531f6c5dabfd7f0b22b835ecfe3e43464"
 	c441833d = "441833d3b1938146b0257be8ea1710e84d20f6d9"
 	cB6ce310 = "b6ce310bb0b75079682d09bc2ebc063a074fbd58"
@@ -25,6 +26,8 @@ const (
 	c8a07e7e = "8a07e7e7ed57cfc63005f670d64d410cb30b061b"
 	c5de69c1 = "5de69c1979510100ff86709a45089975f5f25e6b"
 	cB306af0 = "b306af06afd412c88e51e71802951606e40b7358"
+	c723716f = "723716fc11ee44cbd87035fe9c3a360feca33528"
+	cDd758ca = "dd758caf451848bd150e1046af3d0a73e5fff38d"
 
 	deepepURL  = "https://github.com/deepseek-ai/DeepEP"
 	nvshmemURL = "https://github.com/NVIDIA/nvshmem"
@@ -95,7 +98,8 @@ func gitOut(ctx context.Context, dir string, args ...string) (string, error) {
 
 // deepepFixture builds a repository whose commits have DeepEP's topology for the commits
 // that matter: the first-parent line from the initial commit to 29d31c0, then PR #466,
-// PR #574 and EPv2 as three branches off 29d31c0 (TestFixtureMatchesHistory checks it
+// PR #574 and EPv2 as three branches off 29d31c0, and EPv2's line on to 723716f and
+// main (dd758ca) (TestFixtureMatchesHistory checks it
 // against history.yaml, TestUpstreamHistory history.yaml against DeepEP itself).
 func deepepFixture(t *testing.T) *gitAncestry {
 	t.Helper()
@@ -124,7 +128,7 @@ func deepepFixture(t *testing.T) *gitAncestry {
 		alias[name] = c
 		return c
 	}
-	line := []string{cEbfe47e, cE995aa2, cA84a248, cC6051f3, cA16af40, c441833d, cB6ce310, c9af0e0d, c29d31c0}
+	line := []string{cEbfe47e, cE995aa2, cA84a248, cC6051f3, cDf4debe, cA16af40, c441833d, cB6ce310, c9af0e0d, c29d31c0}
 	prev := ""
 	for _, c := range line {
 		commit(c, prev)
@@ -133,6 +137,8 @@ func deepepFixture(t *testing.T) *gitAncestry {
 	for _, c := range []string{c8a07e7e, c5de69c1, cB306af0} {
 		commit(c, c29d31c0)
 	}
+	commit(c723716f, cB306af0)
+	commit(cDd758ca, c723716f)
 	return &gitAncestry{repoKey: RepoKey(deepepURL), dir: dir, alias: alias}
 }
 

@@ -113,6 +113,7 @@ type Cond struct {
 	Version   *VersionCond   `json:"version,omitempty"`
 	Commit    *CommitCond    `json:"commit,omitempty"`
 	Source    *SourceCond    `json:"source,omitempty"`
+	Package   *PackageCond   `json:"package,omitempty"`
 	Patch     *PatchCond     `json:"patch,omitempty"`
 	Option    *KeyCond       `json:"option,omitempty"`
 	BuildVar  *KeyCond       `json:"build-var,omitempty"`
@@ -145,6 +146,14 @@ type CommitCond struct {
 type SourceCond struct {
 	Component string   `json:"component"`
 	Kind      []string `json:"kind"`
+}
+
+// PackageCond: the component is a package of the Python environment whose name matches
+// (the NVSHMEM wheel's name carries the CUDA major it was built for: -cu12, -cu13).
+type PackageCond struct {
+	Component string `json:"component"`
+	Matches   string `json:"matches"`
+	re        *regexp.Regexp
 }
 
 // PatchCond: the component has the patch set ("*": any patch set).
@@ -390,14 +399,14 @@ func (d *yamlDoc) checkFix(p string, f *Fix) {
 func (d *yamlDoc) checkCond(p string, c *Cond) {
 	n := 0
 	for _, set := range []bool{c.All != nil, c.Any != nil, c.Not != nil, c.Version != nil, c.Commit != nil,
-		c.Source != nil, c.Patch != nil, c.Option != nil, c.BuildVar != nil, c.Env != nil, c.Command != nil,
+		c.Source != nil, c.Package != nil, c.Patch != nil, c.Option != nil, c.BuildVar != nil, c.Env != nil, c.Command != nil,
 		c.Toolchain != nil, c.Requires != "", c.Present != "", c.Arch != nil, c.Recipe != nil, c.Host != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		d.at(p, "a condition has exactly one key (all, any, not, version, commit, source, patch, option, build-var, env, command, toolchain, requires, present, arch, recipe, host); found %d", n)
+		d.at(p, "a condition has exactly one key (all, any, not, version, commit, source, package, patch, option, build-var, env, command, toolchain, requires, present, arch, recipe, host); found %d", n)
 		return
 	}
 	comp := func(q, name string) {
@@ -447,6 +456,13 @@ func (d *yamlDoc) checkCond(p string, c *Cond) {
 				d.at(fmt.Sprintf("%s.source.kind[%d]", p, i), "source kind %q: git, archive or python", k)
 			}
 		}
+	case c.Package != nil:
+		comp(p+".package", c.Package.Component)
+		re, err := regexp.Compile(c.Package.Matches)
+		if err != nil || c.Package.Matches == "" {
+			d.at(p+".package.matches", "matches: needs a regular expression: %v", err)
+		}
+		c.Package.re = re
 	case c.Patch != nil:
 		comp(p+".patch", c.Patch.Component)
 		if c.Patch.Set == "" {

@@ -134,6 +134,9 @@ func Parse(file string, data []byte) (*Doc, error) {
 		return nil, err
 	}
 	d.y = y
+	if errs := numberScalars(file, y.Root()); len(errs) > 0 {
+		return nil, errs
+	}
 	return d, nil
 }
 

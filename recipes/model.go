@@ -41,8 +41,7 @@ type Toolchain struct {
 	CMake  string `json:"cmake,omitempty"`
 	// Arch lists the GPU architectures the build must carry code for (sm_90a, sm_100).
 	Arch []string `json:"arch,omitempty"`
-	// Require names further host facts: rdma-core-data-direct, libfabric, gdrcopy,
-	// nvshmem-wheel, mpi.
+	// Require names further host facts: rdma-core, libfabric, gdrcopy, nvshmem-wheel, mpi.
 	Require []string `json:"require,omitempty"`
 }
 

@@ -4,12 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/goccy/go-yaml"
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
@@ -20,11 +17,12 @@ import (
 func newCompatCmd(app *App) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "compat",
-		Short: "Check recipes against the compatibility rules (R1..R23) and explain them",
+		Short: "Check recipes against the compatibility rules and explain them",
 		Long: `The compatibility rules are what the field learned building DeepEP + NVSHMEM, as data:
 each has a condition over component versions and commits, options, toolchain and host,
-a severity, a message, a fix and its sources. Commit conditions are decided by git
-ancestry; a rule that cannot be decided is reported as unknown, never passed.`,
+a severity, why it exists, a fix and its sources. Commit conditions are decided by git
+ancestry; a rule that cannot be decided is reported as unknown, never passed.
+docs/rules.md lists every rule; "compat explain ID" prints one.`,
 	}
 	cmd.AddCommand(newCompatCheckCmd(app), newCompatExplainCmd(app), newCompatListCmd(app))
 	return cmd
@@ -120,17 +118,8 @@ func writeFindings(w io.Writer, fs []compat.Finding) {
 }
 
 func writeFix(w io.Writer, indent string, fx *compat.Fix) {
-	if fx == nil {
-		return
-	}
-	for _, s := range fx.Set {
-		fmt.Fprintf(w, "%sfix: --set %s\n", indent, s)
-	}
-	for _, k := range slices.Sorted(maps.Keys(fx.Env)) {
-		fmt.Fprintf(w, "%sfix: %s=%s (runtime env; --set env.%s=%s)\n", indent, k, fx.Env[k], k, fx.Env[k])
-	}
-	if fx.Text != "" {
-		fmt.Fprintf(w, "%sfix: %s\n", indent, strings.TrimSpace(fx.Text))
+	for _, l := range compat.FixLines(fx) {
+		fmt.Fprintf(w, "%sfix: %s\n", indent, l)
 	}
 }
 
@@ -138,8 +127,11 @@ func newCompatExplainCmd(app *App) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "explain ID",
-		Short: "Show a rule: its condition, stages, severity, message, fix and sources",
-		Args:  cobra.ExactArgs(1),
+		Short: "Show a rule: why it exists, when it holds, its fix and its sources",
+		Long: `Print one rule: its stages and severity, why it exists, the condition it checks (as in
+compat/rules.yaml), each case with its own why and fix, the fix, the sources to check it
+against and the host facts it reads. docs/rules.md lists every rule the same way.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rules, err := compat.LoadRules()
 			if err != nil {
@@ -152,42 +144,60 @@ func newCompatExplainCmd(app *App) *cobra.Command {
 			if asJSON {
 				return writeJSON(app.Out, r)
 			}
-			w := app.Out
-			fmt.Fprintf(w, "%s  %s\n(%s:%d)\n", r.ID, r.Title, rules.File, r.Line())
-			fmt.Fprintf(w, "severity %s; stages %s\n\n", r.Severity, joinStages(r.Stages))
-			fmt.Fprintf(w, "%s\n", strings.TrimSpace(r.Message))
-			if r.When != nil {
-				fmt.Fprintf(w, "\nwhen:\n%s", indentYAML(r.When, "  "))
+			facts, err := compat.LoadHostFacts()
+			if err != nil {
+				return err
 			}
-			for _, c := range r.Cases {
-				fmt.Fprintf(w, "\ncase %s", c.Name)
-				if c.Severity != "" || len(c.Stages) > 0 {
-					sev, st := c.Severity, c.Stages
-					if sev == "" {
-						sev = r.Severity
-					}
-					if len(st) == 0 {
-						st = r.Stages
-					}
-					fmt.Fprintf(w, " (%s; %s)", sev, joinStages(st))
-				}
-				fmt.Fprintln(w, ":")
-				if c.Message != "" {
-					fmt.Fprintf(w, "  %s\n", strings.TrimSpace(c.Message))
-				}
-				fmt.Fprintf(w, "  when:\n%s", indentYAML(c.When, "    "))
-				writeFix(w, "  ", c.Fix)
-			}
-			if r.Fix != nil {
-				fmt.Fprintln(w)
-				writeFix(w, "", r.Fix)
-			}
-			fmt.Fprintf(w, "\nsources: %s\n", strings.Join(r.Sources, "; "))
+			writeExplain(app.Out, rules.File, r, facts)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the rule as JSON")
 	return cmd
+}
+
+func writeExplain(w io.Writer, file string, r compat.Rule, facts []compat.HostFact) {
+	fmt.Fprintf(w, "%s  %s\n(%s:%d)\n", r.ID, r.Title, file, r.Line())
+	fmt.Fprintf(w, "severity %s; stages %s\n\n", r.Severity, joinStages(r.Stages))
+	fmt.Fprintf(w, "why: %s\n", strings.TrimSpace(r.Message))
+	if r.When != nil {
+		fmt.Fprintf(w, "\nwhen:\n%s", indentYAML(r.When, "  "))
+	}
+	for _, c := range r.Cases {
+		sev, st := c.Severity, c.Stages
+		if sev == "" {
+			sev = r.Severity
+		}
+		if len(st) == 0 {
+			st = r.Stages
+		}
+		fmt.Fprintf(w, "\ncase %s (%s; %s):\n", c.Name, sev, joinStages(st))
+		if c.Message != "" {
+			fmt.Fprintf(w, "  why: %s\n", strings.TrimSpace(c.Message))
+		}
+		fmt.Fprintf(w, "  when:\n%s", indentYAML(c.When, "    "))
+		writeFix(w, "  ", c.Fix)
+	}
+	if r.Fix != nil {
+		fmt.Fprintln(w)
+		writeFix(w, "", r.Fix)
+	}
+	fmt.Fprintf(w, "\nsources:\n")
+	for _, s := range r.Sources {
+		fmt.Fprintf(w, "  - %s\n", s)
+	}
+	if keys := r.HostKeys(); len(keys) > 0 {
+		fmt.Fprintf(w, "\nhost facts (read on a node by verify-install --host):\n")
+		for _, k := range keys {
+			read := "(not described)"
+			for _, f := range facts {
+				if f.Key == k {
+					read = strings.Join(strings.Fields(f.Read), " ")
+				}
+			}
+			fmt.Fprintf(w, "  - %s: %s\n", k, read)
+		}
+	}
 }
 
 func joinStages(ss []compat.Stage) string {
@@ -199,13 +209,9 @@ func joinStages(ss []compat.Stage) string {
 }
 
 // indentYAML writes a condition back as the YAML it was read from.
-func indentYAML(v any, indent string) string {
-	b, err := yaml.MarshalWithOptions(v, yaml.Flow(false))
-	if err != nil {
-		return indent + fmt.Sprint(v) + "\n"
-	}
+func indentYAML(c *compat.Cond, indent string) string {
 	var sb strings.Builder
-	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+	for _, l := range strings.Split(strings.TrimRight(compat.CondYAML(c), "\n"), "\n") {
 		sb.WriteString(indent + l + "\n")
 	}
 	return sb.String()

@@ -118,18 +118,18 @@ func TestCompatListAndExplain(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("list: exit %d %s", code, errs)
 	}
-	for i := 1; i <= 23; i++ {
+	for i := 1; i <= 31; i++ {
 		if !strings.Contains(out, fmt.Sprintf("\nR%d ", i)) {
 			t.Errorf("compat list lacks R%d:\n%s", i, out)
 		}
 	}
 	code, out, _ = run(t, nil, "compat", "list", "--json")
 	var rows []struct{ ID string }
-	if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil || len(rows) < 23 {
+	if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil || len(rows) < 31 {
 		t.Errorf("list --json: exit %d, %d rules, %v", code, len(rows), err)
 	}
 	code, out, _ = run(t, nil, "compat", "explain", "R3")
-	for _, want := range []string{"R3  NVSHMEM >= 3.5.19", "case qp-layout", "before: 29d31c095796f3c8ece47ee9cdcc167051bbeed9", "satisfies: \">=3.5.19\"", "sources: DeepEP #553"} {
+	for _, want := range []string{"R3  NVSHMEM >= 3.5.19", "case qp-layout", "before: 29d31c095796f3c8ece47ee9cdcc167051bbeed9", "satisfies: \">=3.5.19\"", "why: NVSHMEM 3.5.19 changed", "sources:\n  - DeepEP #553"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("explain R3 lacks %q:\n%s", want, out)
 		}
@@ -146,6 +146,43 @@ func TestCompatListAndExplain(t *testing.T) {
 	}
 	if code, _, errs := run(t, nil, "compat", "explain", "R99"); code != 2 || !strings.Contains(errs, "no rule") {
 		t.Errorf("unknown rule: exit %d %q", code, errs)
+	}
+}
+
+// Every rule explains itself: why, a fix (the rule's or each case's), its sources, and
+// what each host fact it reads is.
+func TestCompatExplainEveryRule(t *testing.T) {
+	wired(t, "compat")
+	code, out, _ := run(t, nil, "compat", "list", "--json")
+	var rows []struct {
+		ID    string   `json:"id"`
+		Cases []string `json:"cases"`
+	}
+	if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil {
+		t.Fatalf("list --json: exit %d %v", code, err)
+	}
+	for _, r := range rows {
+		code, out, errs := run(t, nil, "compat", "explain", r.ID)
+		if code != 0 {
+			t.Fatalf("explain %s: exit %d %s", r.ID, code, errs)
+		}
+		for _, want := range []string{r.ID + "  ", "\nwhy: ", "fix: ", "\nsources:\n  - "} {
+			if !strings.Contains(out, want) {
+				t.Errorf("explain %s lacks %q:\n%s", r.ID, want, out)
+			}
+		}
+		for _, c := range r.Cases {
+			if !strings.Contains(out, "\ncase "+c+" (") {
+				t.Errorf("explain %s lacks case %s", r.ID, c)
+			}
+		}
+		if strings.Contains(out, "(not described)") {
+			t.Errorf("explain %s reads a host fact that host-facts.yaml does not describe:\n%s", r.ID, out)
+		}
+	}
+	_, out, _ = run(t, nil, "compat", "explain", "R31")
+	if !strings.Contains(out, "host facts (read on a node by verify-install --host):\n  - ib.link-layer: ") {
+		t.Errorf("explain R31 does not say what its host facts are:\n%s", out)
 	}
 }
 

@@ -16,6 +16,10 @@ type Doc struct {
 	root ast.Node
 }
 
+// Root is the syntax tree of the decoded document, for checks that follow the tree
+// beside the decoded value (nil when there was no document).
+func (d *Doc) Root() ast.Node { return d.root }
+
 // Pos gives the line and column of the node at a YAML path ("$.components[0].name"); a
 // path with no node (a missing field) gives its nearest existing parent. A mapping is
 // located at its first key, the place a reader looks for it. 0, 0 when there is no tree.
