@@ -472,7 +472,8 @@ func applyFile(st *state, patch string, f *gitdiff.File, maxOffset int) (fileCha
 		out, hunks, fail := applyFragments(src.data, f.TextFragments, maxOffset)
 		if fail != nil {
 			return c, &ConflictError{Patch: patch, File: shown, Hunk: fail.hunk, Line: fail.line,
-				Expected: fail.expected, Found: fail.found, Reason: fail.reason}
+				Expected: fail.expected, Found: fail.found, Reason: fail.reason,
+				FitLine: fail.fitLine, FitOffset: fail.fitOffset, NeedOffset: fail.need}
 		}
 		data = out
 		c.result.Hunks = hunks
