@@ -84,7 +84,9 @@ func (r *Resolver) Load(name string, sets []string) (*recipes.Doc, error) {
 	for _, c := range doc.Recipe.Components {
 		names = append(names, c.Patches...)
 	}
-	if r.Patches, err = patches.LoadNamed(names...); err != nil {
+	// the sets beside the recipe and in --patch-dir, then the shipped ones
+	local := patches.Local{Dirs: r.Library.PatchSetDirs(doc), Shadow: r.Library.Shadow}
+	if r.Patches, err = patches.LoadFor(local, names...); err != nil {
 		return nil, fmt.Errorf("load patch sets: %w", err)
 	}
 	if err := doc.Validate(r.PatchSetLookup()); err != nil {
@@ -138,4 +140,17 @@ func (p *Plan) Component(name string) (*PlanComponent, bool) {
 		}
 	}
 	return nil, false
+}
+
+// PatchSetOrigins maps each patch set of the plan to where it was read from:
+// "embedded", or its local directory. It is not part of the plan's key: a set's
+// pins are, wherever it lies.
+func (p *Plan) PatchSetOrigins() map[string]string {
+	out := map[string]string{}
+	for _, c := range p.Components {
+		for _, s := range c.PatchSets {
+			out[s.Name] = s.Origin()
+		}
+	}
+	return out
 }

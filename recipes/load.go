@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -65,6 +66,8 @@ type Doc struct {
 	Recipe Recipe
 	// File is the name shown in errors (recipes/gcp-b200.yaml for an embedded one).
 	File string
+	// Dir is the directory of the recipe file; "" for an embedded recipe.
+	Dir  string
 	data []byte
 	ast  *ast.File
 	// set maps a YAML path to the --set flag that overrode it, for error messages.
@@ -75,6 +78,26 @@ type Doc struct {
 // the embedded ones.
 type Library struct {
 	dirs []string
+	// PatchDirs are directories of local patch sets (<dir>/<name>/set.yaml) given by
+	// the user, searched before the patches/ directory beside a recipe file.
+	PatchDirs []string
+	// Shadow names the local patch sets that may take the place of a shipped set
+	// of the same name.
+	Shadow []string
+}
+
+// PatchSetDirs lists where the local patch sets of doc are looked for, in order:
+// PatchDirs, then the patches/ directory beside the recipe file when there is
+// one. An embedded recipe has no directory of its own.
+func (l *Library) PatchSetDirs(doc *Doc) []string {
+	dirs := slices.Clone(l.PatchDirs)
+	if doc.Dir != "" {
+		beside := filepath.Join(doc.Dir, "patches")
+		if fi, err := os.Stat(beside); err == nil && fi.IsDir() && !slices.Contains(dirs, beside) {
+			dirs = append(dirs, beside)
+		}
+	}
+	return dirs
 }
 
 // NewLibrary returns a library that looks in dirs before the embedded recipes.
@@ -137,7 +160,12 @@ func LoadFile(path string) (*Doc, error) {
 	if err != nil {
 		return nil, &Error{File: path, Msg: fmt.Sprintf("read recipe: %v", err)}
 	}
-	return Parse(path, data)
+	d, err := Parse(path, data)
+	if err != nil {
+		return nil, err
+	}
+	d.Dir = filepath.Dir(path)
+	return d, nil
 }
 
 // Parse decodes recipe YAML strictly: an unknown field, a duplicate key or a wrong type
