@@ -140,6 +140,7 @@ Exit codes: 0 done; 1 the job failed (patch conflict, build error, check failed)
 		newRecipeCmd(app),
 		newFetchCmd(app),
 		newPatchCmd(app),
+		newDriftCmd(app),
 		newMirrorCmd(app),
 		newCacheCmd(app),
 		newCompatCmd(app),
