@@ -25,6 +25,7 @@ const (
 	c8a07e7e = "8a07e7e7ed57cfc63005f670d64d410cb30b061b"
 	c5de69c1 = "5de69c1979510100ff86709a45089975f5f25e6b"
 	cB306af0 = "b306af06afd412c88e51e71802951606e40b7358"
+	cDd758ca = "dd758caf451848bd150e1046af3d0a73e5fff38d"
 
 	deepepURL  = "https://github.com/deepseek-ai/DeepEP"
 	nvshmemURL = "https://github.com/NVIDIA/nvshmem"
@@ -133,6 +134,7 @@ func deepepFixture(t *testing.T) *gitAncestry {
 	for _, c := range []string{c8a07e7e, c5de69c1, cB306af0} {
 		commit(c, c29d31c0)
 	}
+	commit(cDd758ca, cB306af0)
 	return &gitAncestry{repoKey: RepoKey(deepepURL), dir: dir, alias: alias}
 }
 

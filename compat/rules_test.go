@@ -254,12 +254,18 @@ func ruleTable() []ruleCase {
 
 		{"R18", "NCCL 2.22 lazy connect", P, nccl("2.22.3-1"), true, "runtime-connect", SeverityWarn},
 		{"R18", "EPv2 on NCCL 2.27", P, all(deepepAt(cB306af0), nccl("2.27.3-1"), env("NCCL_RUNTIME_CONNECT", "0")), true, "epv2-nccl", SeverityError},
+		{"R18", "EPv2 on the NCCL 2.28.9 wheel at preflight", F, all(deepepAt(cDd758ca), nccl("2.28.9"), env("NCCL_RUNTIME_CONNECT", "0")), true, "epv2-nccl", SeverityError},
+		{"R18", "EPv2 without an nccl component", P, all(deepepAt(cDd758ca), env("NCCL_RUNTIME_CONNECT", "0"), func(f *Facts) {
+			f.Components = slices.DeleteFunc(f.Components, func(c Component) bool { return c.Name == "nccl" })
+		}), true, "epv2-nccl-undeclared", SeverityError},
+		{"R18", "EPv2 on NCCL 2.30.4", F, all(deepepAt(cDd758ca), nccl("2.30.4"), env("NCCL_RUNTIME_CONNECT", "0")), false, "", ""},
 		{"R18", "NCCL 2.22 with NCCL_RUNTIME_CONNECT=0", P, all(nccl("2.22.3-1"), env("NCCL_RUNTIME_CONNECT", "0")), false, "", ""},
 		{"R18", "NCCL 2.21.5", P, nil, false, "", ""},
 
 		{"R19", "EPv2 on torch 2.9", P, all(deepepAt(cB306af0), patches("deepep"), tool(func(t *Toolchain) { t.Torch = "2.9.1+cu128" })), true, "torch", SeverityError},
 		{"R19", "EPv2 with a v1 patch set", P, deepepAt(cB306af0), true, "v1-patch-sets", SeverityError},
 		{"R19", "EPv2 layout", P, all(deepepAt(cB306af0), patches("deepep")), true, "layout", SeverityAdvice},
+		{"R19", "EPv2 without fmt", P, all(deepepAt(cDd758ca), patches("deepep")), true, "fmt", SeverityError},
 		{"R19", "29d31c0 on torch 2.9", P, tool(func(t *Toolchain) { t.Torch = "2.9.1" }), false, "", ""},
 
 		{"R20", "git apply", P, command("git", "apply", "fix.patch"), true, "", SeverityError},
