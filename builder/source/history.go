@@ -45,7 +45,8 @@ func (f *Fetcher) OpenHistory(url string) (*Repository, error) {
 		return nil, err
 	}
 	if f.mirror == "" {
-		return nil, fetchErr(nil, "history of %s: the cache holds only pinned commits; give a mirror (--mirror DIR or EPBUILD_MIRROR) holding the repository with its history", url)
+		// a flag to give, not a fetch that failed
+		return nil, badPin(nil, "history of %s: the cache holds only pinned commits; give a mirror (--mirror DIR or EPBUILD_MIRROR) holding the repository with its history", url)
 	}
 	dir := f.mirrorDir(key)
 	if _, err := os.Stat(filepath.Join(dir, "objects")); err != nil {

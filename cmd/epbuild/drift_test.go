@@ -35,6 +35,10 @@ func TestDriftCommand(t *testing.T) {
 		rep.Tables[0].Rows[0].Sets[0].State != "clean" {
 		t.Fatalf("drift --json: exit %d %+v\n%s", code, rep, errs)
 	}
+	// history comes from a mirror; the cache has only pinned commits
+	if code, _, errs := run(t, env, "drift", "gcp-b200"); code != exitBadInput || !strings.Contains(errs, "give a mirror") {
+		t.Errorf("drift without a mirror: exit %d, want 2\n%s", code, errs)
+	}
 	for _, args := range [][]string{
 		{"--every", "-1"}, {"--repo", "nope"}, {"--repo", "other=https://example.invalid/x"},
 		{"--component", "other"}, {"--commits", "v1.0.0...main"}, {"--commits", "ab8d30a.."},
