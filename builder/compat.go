@@ -111,7 +111,9 @@ func PreflightFacts(f compat.Facts, p *Plan, t *Toolchain) compat.Facts {
 			continue
 		}
 		if pkg, ok := t.PythonPackages[c.Source.Python.Package]; ok && pkg.Version != "" {
-			present = append(present, "nvshmem-wheel")
+			if strings.HasPrefix(c.Source.Python.Package, "nvidia-nvshmem") {
+				present = append(present, "nvshmem-wheel")
+			}
 			if fc, ok := f.Component(c.Name); ok {
 				fc.Version = pkg.Version
 			}

@@ -3,6 +3,8 @@ package builder
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -249,5 +251,80 @@ func TestApplyCatalog(t *testing.T) {
 	var re *recipes.Error
 	if err == nil || !errors.As(err, &re) || re.ExitCode() != 2 || !strings.Contains(err.Error(), "--set nvshmem.version=3.3.1") || !strings.Contains(err.Error(), "3.5.19-1") {
 		t.Errorf("unknown release: %v", err)
+	}
+}
+
+// TestEPv2PreflightRefusesOldNCCL: on a build host like the GPU validation machine
+// (torch 2.11 with the nvidia-nccl-cu13 2.28.9 wheel), the probe reads the NCCL wheel's
+// version, the toolchain preflight passes, and the rules at preflight refuse EPv2 with
+// R18, naming the version found; NCCL 2.30.4 passes.
+func TestEPv2PreflightRefusesOldNCCL(t *testing.T) {
+	site := t.TempDir()
+	for dist, version := range map[string]string{"nvidia-nccl-cu13": "2.28.9", "nvidia-nvshmem-cu13": "3.4.5"} {
+		mod := strings.TrimPrefix(strings.TrimSuffix(dist, "-cu13"), "nvidia-")
+		info := filepath.Join(site, strings.ReplaceAll(dist, "-", "_")+"-"+version+".dist-info")
+		for _, d := range []string{info, filepath.Join(site, "nvidia", mod, "lib")} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		meta := "Metadata-Version: 2.1\nName: " + dist + "\nVersion: " + version + "\n"
+		if err := os.WriteFile(filepath.Join(info, "METADATA"), []byte(meta), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PYTHONPATH", site)
+	p := planOf(t, "deepep-v2")
+	var pkgs []string
+	for _, c := range p.Components {
+		if c.Source.Python != nil {
+			pkgs = append(pkgs, c.Source.Python.Package)
+		}
+	}
+	tc := (&Prober{Getenv: os.Getenv, Packages: pkgs}).Probe(context.Background())
+	if tc.PythonVersion == "" {
+		t.Skip("no python3 here")
+	}
+	nccl := tc.PythonPackages["nvidia-nccl-cu13"]
+	if nccl.Version != "2.28.9" || !strings.HasSuffix(nccl.Dir, filepath.Join("nvidia", "nccl")) {
+		t.Fatalf("the probe found NCCL %+v", tc.PythonPackages)
+	}
+	// what the GPU machine has and this one lacks
+	tc.CUDA, tc.CUDAHome, tc.Torch, tc.TorchCUDA, tc.GCC, tc.GXX, tc.Setuptools = "13.0", "/usr/local/cuda", "2.11.0+cu130", "13.0", "13.3", "13.3", "70.0"
+	if err := Preflight(p, tc); err != nil {
+		t.Fatalf("the toolchain preflight refuses before the rules: %v", err)
+	}
+	rules, err := compat.LoadRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := compat.LoadHistory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	evaluate := func() []compat.Finding {
+		fs, err := compat.Evaluate(context.Background(), rules, PreflightFacts(FactsFromPlan(p), p, tc), compat.StagePreflight, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errs []compat.Finding
+		for _, f := range fs {
+			if f.Severity == compat.SeverityError {
+				errs = append(errs, f)
+			}
+		}
+		return errs
+	}
+	errs := evaluate()
+	if len(errs) != 1 || errs[0].ID != "R18" || errs[0].Case != "epv2-nccl" || errs[0].Unknown ||
+		!strings.Contains(strings.Join(errs[0].Because, "; "), "2.28.9") {
+		t.Fatalf("want R18/epv2-nccl naming 2.28.9, got %+v", errs)
+	}
+	tc.PythonPackages["nvidia-nccl-cu13"] = PythonPackage{Version: "2.30.4", Dir: nccl.Dir}
+	if errs := evaluate(); len(errs) != 0 {
+		t.Errorf("NCCL 2.30.4 is refused: %+v", errs)
+	}
+	if f := PreflightFacts(FactsFromPlan(p), p, tc); !slices.Contains(f.Toolchain.Present, "nvshmem-wheel") {
+		t.Errorf("the NVSHMEM wheel is not present: %v", f.Toolchain.Present)
 	}
 }

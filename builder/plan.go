@@ -78,7 +78,9 @@ func (r *Resolver) Load(name string, sets []string) (*recipes.Doc, error) {
 	for _, c := range doc.Recipe.Components {
 		names = append(names, c.Patches...)
 	}
-	if r.Patches, err = patches.LoadNamed(names...); err != nil {
+	// the sets beside the recipe and in --patch-dir, then the shipped ones
+	local := patches.Local{Dirs: r.Library.PatchSetDirs(doc), Shadow: r.Library.Shadow}
+	if r.Patches, err = patches.LoadFor(local, names...); err != nil {
 		return nil, fmt.Errorf("load patch sets: %w", err)
 	}
 	if err := doc.Validate(r.PatchSetLookup()); err != nil {

@@ -125,6 +125,10 @@ func (r *Runner) keys(p *Plan) map[string]compKeys {
 		deps := map[string]string{}
 		for _, d := range c.Depends {
 			deps[d] = out[d].build
+			if deps[d] == "" {
+				// a dependency with nothing to build (a submodule's source) counts by its tree
+				deps[d] = out[d].patch
+			}
 		}
 		if len(c.Build) > 0 {
 			k.build = Key(buildFormat, k.patch, c.Version, c.Build, deps, r.Toolchain.Fingerprint())

@@ -10,6 +10,7 @@ import (
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/demo"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/patches"
 )
 
 // EmbeddedHost is the URL host served by the embedded demo mirror.
@@ -56,3 +57,6 @@ func (s *FetchSources) For(rawURL string) *source.Fetcher {
 	}
 	return s.embedded
 }
+
+// Upstream serves the upstream content of patch sets (diffs, files) through s.
+func Upstream(s Sources) patches.Upstream { return upstream{s} }

@@ -41,8 +41,9 @@ func TestUpstreamRecipes(t *testing.T) {
 	absent := map[string]string{
 		"919760f413fb834e76382d129ba9c3314ce722be":                         "not in the mirror", // NVSHMEM v3.5.19-1
 		"eb2c8fb3b7084c2db86bd9fd905387909f1dfd483e7b45f7b3c3d5fcf5374b5a": "no mirror entry",   // the 3.2.5-1 tarball
+		"a4c7e17133ee9cb6a2f45545f6e974dd3c393efa":                         "no mirror entry",   // fmt, DeepEP main's submodule
 	}
-	for _, name := range []string{"gcp-b200", "efa-aws", "ibrc-dualport", "single-node"} {
+	for _, name := range []string{"gcp-b200", "efa-aws", "ibrc-dualport", "single-node", "deepep-v2"} {
 		plan, err := res.Resolve(name, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -77,5 +78,45 @@ func TestUpstreamRecipes(t *testing.T) {
 			}
 			t.Logf("%s %s @ %s: %d sets applied, %d effects proven", name, pc.Name, pin[:12], len(sets), len(effects))
 		}
+	}
+}
+
+// TestUpstreamEPv2Submodule: the deepep-v2 recipe pins fmt where DeepEP's tree at the
+// recipe's commit points its submodule third-party/fmt, from the URL .gitmodules names.
+func TestUpstreamEPv2Submodule(t *testing.T) {
+	mirror := os.Getenv("EPBUILD_TEST_MIRROR")
+	if mirror == "" {
+		t.Skip("EPBUILD_TEST_MIRROR is unset")
+	}
+	p := planOf(t, "deepep-v2")
+	dp, _ := p.Component("deepep")
+	fmtc, ok := p.Component("fmt")
+	if !ok || dp.Source.Git == nil || fmtc.Source.Git == nil {
+		t.Fatal("deepep-v2 lacks a git deepep or fmt")
+	}
+	repo, err := source.OpenRepository(filepath.Join(mirror, "github.com", "deepseek-ai", "DeepEP.git"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	rd := repo.Reader()
+	c, err := rd.Commit(dp.Source.Git.Commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := rd.Lookup(c.Tree, "third-party/fmt")
+	if err != nil || e.Kind != source.EntrySubmodule || e.ID != fmtc.Source.Git.Commit {
+		t.Errorf("third-party/fmt at %.12s is %+v (%v), the recipe pins %s", c.ID, e, err, fmtc.Source.Git.Commit)
+	}
+	gm, err := rd.Lookup(c.Tree, ".gitmodules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rd.Blob(gm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "url = "+fmtc.Source.Git.URL) {
+		t.Errorf(".gitmodules does not name %s:\n%s", fmtc.Source.Git.URL, b)
 	}
 }

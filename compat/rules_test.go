@@ -99,6 +99,14 @@ func ncclGit(f *Facts) {
 	c.Source, c.Package, c.Repo, c.Commit = "git", "", "https://github.com/NVIDIA/nccl", "1933fdd6360a8bfccaa0166bd71bce363d32e5b6"
 }
 
+// withComponent adds a component from a source kind (fmt for EPv2, say).
+func withComponent(name, kind string) mut {
+	return func(f *Facts) { f.Components = append(f.Components, Component{Name: name, Source: kind}) }
+}
+
+// ncclFrom makes NCCL a source of that kind.
+func ncclFrom(kind string) mut { return func(f *Facts) { comp(f, "nccl").Source = kind } }
+
 func patches(component string, sets ...string) mut {
 	return func(f *Facts) { comp(f, component).Patches = sets }
 }
@@ -316,13 +324,24 @@ func ruleTable() []ruleCase {
 		{"R18", "EPv2 on NCCL 2.27", P, all(deepepAt(cB306af0), nccl("2.27.3-1"), env("NCCL_RUNTIME_CONNECT", "0")), "epv2-nccl/error"},
 		{"R18", "NCCL 2.22 with NCCL_RUNTIME_CONNECT=0", P, all(nccl("2.22.3-1"), env("NCCL_RUNTIME_CONNECT", "0")), ""},
 		{"R18", "NCCL 2.21.5", P, nil, ""},
+		{"R18", "EPv2 on the NCCL 2.28.9 wheel at preflight", F, all(deepepAt(cDd758ca), nccl("2.28.9"), env("NCCL_RUNTIME_CONNECT", "0")), "epv2-nccl/error"},
+		{"R18", "EPv2 without an nccl component", P, all(deepepAt(cDd758ca), env("NCCL_RUNTIME_CONNECT", "0"), func(f *Facts) {
+			f.Components = slices.DeleteFunc(f.Components, func(c Component) bool { return c.Name == "nccl" })
+		}), "epv2-nccl-undeclared/error"},
+		{"R18", "EPv2, NCCL built from git", P, all(deepepAt(cDd758ca), nccl("2.30.4"), ncclFrom("git"), env("NCCL_RUNTIME_CONNECT", "0")), ""},
+		{"R18", "EPv2, NCCL from an archive", P, all(deepepAt(cDd758ca), nccl("2.30.4"), ncclFrom("archive"), env("NCCL_RUNTIME_CONNECT", "0")), ""},
+		{"R18", "EPv2 on NCCL 2.30.4", F, all(deepepAt(cDd758ca), nccl("2.30.4"), env("NCCL_RUNTIME_CONNECT", "0")), ""},
 
-		{"R19", "EPv2 on torch 2.9", P, all(deepepAt(cB306af0), patches("deepep"), tool(func(t *Toolchain) { t.Torch = "2.9.1+cu128" })), "torch/error,layout/advice"},
-		{"R19", "EPv2 with a v1 patch set", P, deepepAt(cB306af0), "v1-patch-sets/error,layout/advice"},
-		{"R19", "EPv2 layout", P, all(deepepAt(cB306af0), patches("deepep")), "layout/advice"},
+		{"R19", "EPv2 on torch 2.9", P, all(deepepAt(cB306af0), patches("deepep"), tool(func(t *Toolchain) { t.Torch = "2.9.1+cu128" })), "fmt/error,torch/error,layout/advice"},
+		{"R19", "EPv2 with a v1 patch set", P, deepepAt(cB306af0), "fmt/error,v1-patch-sets/error,layout/advice"},
+		{"R19", "EPv2 layout", P, all(deepepAt(cB306af0), patches("deepep")), "fmt/error,layout/advice"},
 		{"R19", "29d31c0 on torch 2.9", P, tool(func(t *Toolchain) { t.Torch = "2.9.1" }), ""},
-		{"R19", "EPv2 with ibrc-dualport-deepep", P, all(deepepAt(cB306af0), patches("deepep", "ibrc-dualport-deepep")), "v1-patch-sets/error,layout/advice"},
-		{"R19", "EPv2 with efa-device-shim", P, all(deepepAt(cB306af0), patches("deepep", "efa-device-shim")), "v1-patch-sets/error,layout/advice"},
+		{"R19", "EPv2 without fmt", P, all(deepepAt(cDd758ca), patches("deepep")), "fmt/error,layout/advice"},
+		{"R19", "EPv2 with fmt from git", P, all(deepepAt(cDd758ca), patches("deepep"), withComponent("fmt", "git")), "layout/advice"},
+		{"R19", "EPv2 with fmt from an archive", P, all(deepepAt(cDd758ca), patches("deepep"), withComponent("fmt", "archive")), "layout/advice"},
+		{"R19", "EPv2 with fmt from a wheel (no headers to copy)", P, all(deepepAt(cDd758ca), patches("deepep"), withComponent("fmt", "python")), "fmt/error,layout/advice"},
+		{"R19", "EPv2 with ibrc-dualport-deepep", P, all(deepepAt(cB306af0), patches("deepep", "ibrc-dualport-deepep")), "fmt/error,v1-patch-sets/error,layout/advice"},
+		{"R19", "EPv2 with efa-device-shim", P, all(deepepAt(cB306af0), patches("deepep", "efa-device-shim")), "fmt/error,v1-patch-sets/error,layout/advice"},
 
 		{"R20", "git apply", P, command("git", "apply", "fix.patch"), "/error"},
 		{"R20", "patch in a shell", P, command("sh", "-c", "cd sub && patch -p1 < fix.patch"), "/error"},

@@ -118,7 +118,43 @@ func Apply(ctx context.Context, root string, set *Set, up Upstream, opts Options
 
 	// Fetch and parse everything before the first apply: a bad pin or a
 	// refused path stops the set before any work.
-	preps := make([]prepared, 0, len(set.Patches))
+	pset, err := Prepare(ctx, set, up)
+	if err != nil {
+		return nil, err
+	}
+
+	dirs := newDirs(r)
+	defer dirs.close()
+	st := &state{disk: newDisk(dirs), changes: map[string]*node{}}
+	res, st, err := pset.run(st, maxOffset, opts)
+	if err != nil {
+		return res, err
+	}
+	if opts.CheckOnly {
+		return res, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("apply set %s: %w", set.Name, err)
+	}
+	ops := st.diff()
+	w := newWriter(r, dirs)
+	if err := w.apply(ops); err != nil {
+		return res, fmt.Errorf("apply set %s: %w", set.Name, err)
+	}
+	res.Written = len(ops) > 0
+	return res, nil
+}
+
+// PreparedSet is a set with every patch fetched, checked against its pin and
+// parsed: ready to be applied, or tried on many trees (Check).
+type PreparedSet struct {
+	set   *Set
+	preps []prepared
+}
+
+// Prepare fetches, checks and parses every patch of set, in order.
+func Prepare(ctx context.Context, set *Set, up Upstream) (*PreparedSet, error) {
+	ps := &PreparedSet{set: set, preps: make([]prepared, 0, len(set.Patches))}
 	for _, p := range set.Patches {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("apply set %s: %w", set.Name, err)
@@ -127,14 +163,17 @@ func Apply(ctx context.Context, root string, set *Set, up Upstream, opts Options
 		if err != nil {
 			return nil, err
 		}
-		preps = append(preps, pp)
+		ps.preps = append(ps.preps, pp)
 	}
+	return ps, nil
+}
 
-	dirs := newDirs(r)
-	defer dirs.close()
-	st := &state{disk: newDisk(dirs), changes: map[string]*node{}}
-	res := &SetResult{Set: set.Name}
-	for _, pp := range preps {
+// run applies the patches in order to st, in memory, and returns the state
+// they leave. On a conflict or an unallowed already-applied patch it stops
+// there: the result says what each patch up to it did.
+func (ps *PreparedSet) run(st *state, maxOffset int, opts Options) (*SetResult, *state, error) {
+	res := &SetResult{Set: ps.set.Name}
+	for _, pp := range ps.preps {
 		pr := PatchResult{Name: pp.patch.Name, Kind: pp.patch.Kind(), Digest: pp.digest}
 		next, files, err := pp.apply(st, maxOffset)
 		if err == nil {
@@ -154,33 +193,21 @@ func Apply(ctx context.Context, root string, set *Set, up Upstream, opts Options
 		if !errors.As(err, &conflict) {
 			pr.Status = StatusConflict
 			res.Patches = append(res.Patches, pr)
-			return res, err
+			return res, nil, err
 		}
 		if pp.applied(st, maxOffset) {
 			pr.Status = StatusAlreadyApplied
 			res.Patches = append(res.Patches, pr)
 			if !opts.AllowApplied {
-				return res, &AlreadyAppliedError{Patch: pp.patch.Name}
+				return res, nil, &AlreadyAppliedError{Patch: pp.patch.Name}
 			}
 			continue
 		}
 		pr.Status = StatusConflict
 		res.Patches = append(res.Patches, pr)
-		return res, err
+		return res, nil, err
 	}
-	if opts.CheckOnly {
-		return res, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("apply set %s: %w", set.Name, err)
-	}
-	ops := st.diff()
-	w := newWriter(r, dirs)
-	if err := w.apply(ops); err != nil {
-		return res, fmt.Errorf("apply set %s: %w", set.Name, err)
-	}
-	res.Written = len(ops) > 0
-	return res, nil
+	return res, st, nil
 }
 
 // prepared is a patch with its content fetched, checked and parsed.
@@ -472,7 +499,8 @@ func applyFile(st *state, patch string, f *gitdiff.File, maxOffset int) (fileCha
 		out, hunks, fail := applyFragments(src.data, f.TextFragments, maxOffset)
 		if fail != nil {
 			return c, &ConflictError{Patch: patch, File: shown, Hunk: fail.hunk, Line: fail.line,
-				Expected: fail.expected, Found: fail.found, Reason: fail.reason}
+				Expected: fail.expected, Found: fail.found, Reason: fail.reason,
+				FitLine: fail.fitLine, FitOffset: fail.fitOffset, NeedOffset: fail.need}
 		}
 		data = out
 		c.result.Hunks = hunks

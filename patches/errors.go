@@ -21,8 +21,18 @@ type ConflictError struct {
 	Expected []string
 	Found    []string
 	Reason   string
+	// FitLine, when not 0, is the 1-based line where the hunk's old side was
+	// found elsewhere in the file, FitOffset lines from Line. NeedOffset is the
+	// max offset with which every hunk of the file fits; 0 when some hunk fits
+	// nowhere.
+	FitLine, FitOffset, NeedOffset int
 }
 
+// contextLines is how many lines of expected and found text an error shows.
+const contextLines = 3
+
+// Error says where the patch does not fit and, on the following lines, what
+// would work and the first lines that differ, as expected and as found.
 func (e *ConflictError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "patch %s: %s: ", e.Patch, e.File)
@@ -30,10 +40,41 @@ func (e *ConflictError) Error() string {
 		fmt.Fprintf(&b, "hunk %d at line %d: ", e.Hunk, e.Line)
 	}
 	b.WriteString(e.Reason)
-	if i := firstDifference(e.Expected, e.Found); i >= 0 {
+	i := firstDifference(e.Expected, e.Found)
+	if i >= 0 {
 		fmt.Fprintf(&b, ": line %d: expected %s, found %s", e.Line+i, quoteLine(e.Expected, i), quoteLine(e.Found, i))
 	}
+	if s := e.Suggestion(); s != "" {
+		b.WriteString("\n  ")
+		b.WriteString(s)
+	}
+	if i >= 0 && e.FitLine != 0 {
+		// Three lines from the first difference, as the patch expects them and
+		// as the tree has them.
+		for _, side := range []struct {
+			name  string
+			lines []string
+		}{{"expected", e.Expected}, {"found   ", e.Found}} {
+			for j := i; j < min(i+contextLines, len(side.lines)); j++ {
+				fmt.Fprintf(&b, "\n  %s %5d  %s", side.name, e.Line+j, strings.TrimSuffix(side.lines[j], "\n"))
+			}
+		}
+	}
 	return b.String()
+}
+
+// Suggestion says what would make the hunk apply, when the search found a
+// place for it: "hunk 1 fits at line 94 (offset -9): pass `--max-offset 11`,
+// or pin a base where it applies cleanly". Empty when it fits nowhere.
+func (e *ConflictError) Suggestion() string {
+	if e.FitLine == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("hunk %d fits at line %d (offset %+d)", e.Hunk, e.FitLine, e.FitOffset)
+	if e.NeedOffset == 0 {
+		return s + ", but not every hunk of " + e.File + " fits anywhere: pin a base where it applies cleanly"
+	}
+	return s + fmt.Sprintf(": pass `--max-offset %d` (or max-offset: %d in the set), or pin a base where it applies cleanly", e.NeedOffset, e.NeedOffset)
 }
 
 // Context renders the expected and found lines side by side in a form a

@@ -31,6 +31,10 @@ type hunkFailure struct {
 	expected []string
 	found    []string
 	reason   string
+	// fitLine (1-based, 0: nowhere) is where the hunk's old side is found
+	// elsewhere in the file, fitOffset lines from line; need is the max offset
+	// with which every hunk of the file fits (0: not every hunk fits anywhere).
+	fitLine, fitOffset, need int
 }
 
 // splitLines cuts text into lines that keep their "\n"; a last line without one
@@ -80,28 +84,22 @@ func applyFragments(src string, frags []*gitdiff.TextFragment, maxOffset int) (s
 		}
 		matchStart := f.OldPosition <= 1
 		matchEnd := f.TrailingContext == 0
-		found := -1
-		for k := 0; ; k++ {
-			// 0, -1, +1, -2, +2, ... as git apply searches.
-			d := (k + 1) / 2
-			if k%2 == 1 {
-				d = -d
-			}
-			if d > maxOffset || -d > maxOffset {
-				break
-			}
-			pos := expected + d
-			if pos < cursor || pos+len(old) > len(lines) ||
-				(matchStart && pos != 0) || (matchEnd && pos+len(old) != len(lines)) {
-				continue
-			}
-			if equalLines(lines[pos:pos+len(old)], old) {
-				found = pos
-				break
-			}
-		}
+		found := fit(lines, old, expected, cursor, maxOffset, matchStart, matchEnd)
 		if found < 0 {
-			return "", nil, describeFailure(i+1, expected, lines, old, cursor, matchStart, matchEnd, maxOffset)
+			fail := describeFailure(i+1, expected, lines, old, cursor, matchStart, matchEnd, maxOffset)
+			// Say what would work: where the hunk fits, and the offset that
+			// places every hunk of the file.
+			if at := fit(lines, old, expected, cursor, len(lines)+len(old), matchStart, matchEnd); at >= 0 {
+				fail.fitLine, fail.fitOffset = at+1, at-expected
+				if maxOffset < len(lines) {
+					if _, hunks, f2 := applyFragments(src, frags, len(lines)); f2 == nil {
+						for _, h := range hunks {
+							fail.need = max(fail.need, h.Offset, -h.Offset)
+						}
+					}
+				}
+			}
+			return "", nil, fail
 		}
 		out.WriteString(src[starts[cursor]:starts[found]])
 		for _, l := range f.Lines {
@@ -114,6 +112,30 @@ func applyFragments(src string, frags []*gitdiff.TextFragment, maxOffset int) (s
 	}
 	out.WriteString(src[starts[cursor]:])
 	return out.String(), results, nil
+}
+
+// fit returns the nearest position at most maxOffset lines from expected
+// where old equals the file's lines (searched 0, -1, +1, -2, +2, ... as git
+// apply does), not before cursor and honouring the start and end anchors;
+// -1 if there is none.
+func fit(lines, old []string, expected, cursor, maxOffset int, matchStart, matchEnd bool) int {
+	// Past this distance every position is outside the file.
+	limit := min(maxOffset, max(expected, len(lines)-expected)+1)
+	for d := 0; d <= limit; d++ {
+		for j, pos := range [2]int{expected - d, expected + d} {
+			if d == 0 && j == 1 {
+				continue
+			}
+			if pos < cursor || pos < 0 || pos+len(old) > len(lines) ||
+				(matchStart && pos != 0) || (matchEnd && pos+len(old) != len(lines)) {
+				continue
+			}
+			if equalLines(lines[pos:pos+len(old)], old) {
+				return pos
+			}
+		}
+	}
+	return -1
 }
 
 func equalLines(a, b []string) bool {

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net/url"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -60,6 +61,19 @@ type Set struct {
 
 	// fsys holds the set's own files (KindFile patches), rooted at the set directory.
 	fsys fs.FS
+	// where names the set directory in messages: patches/<name> for a shipped
+	// set, the directory itself for a local one (local is then true).
+	where string
+	local bool
+}
+
+// Origin says where the set was read from: "embedded" for a set shipped in
+// epbuild, else its directory.
+func (s *Set) Origin() string {
+	if s.local {
+		return s.where
+	}
+	return "embedded"
 }
 
 // Target is one source a set applies to: a full commit or a version constraint.
@@ -158,16 +172,33 @@ func LoadFS(fsys fs.FS) (*Catalog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list patch sets: %w", err)
 	}
-	return loadFiles(fsys, files)
+	return loadFiles(shippedFiles(fsys, files))
+}
+
+// setFileRef is one set.yaml to read: its path in fsys, and the directory of
+// fsys as messages name it (see Set.where).
+type setFileRef struct {
+	fsys  fs.FS
+	file  string
+	root  string
+	local bool
+}
+
+func shippedFiles(fsys fs.FS, files []string) []setFileRef {
+	refs := make([]setFileRef, len(files))
+	for i, f := range files {
+		refs[i] = setFileRef{fsys: fsys, file: f, root: "patches"}
+	}
+	return refs
 }
 
 // loadFiles reads the given set.yaml files into a catalog, reporting every set's
 // errors together.
-func loadFiles(fsys fs.FS, files []string) (*Catalog, error) {
-	c := &Catalog{sets: make(map[string]*Set, len(files))}
+func loadFiles(refs []setFileRef) (*Catalog, error) {
+	c := &Catalog{sets: make(map[string]*Set, len(refs))}
 	var errs []error
-	for _, f := range files {
-		s, err := loadSet(fsys, f)
+	for _, r := range refs {
+		s, err := loadSet(r)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -175,10 +206,19 @@ func loadFiles(fsys fs.FS, files []string) (*Catalog, error) {
 		c.sets[s.Name] = s
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, &LoadError{Err: errors.Join(errs...)}
 	}
 	return c, nil
 }
+
+// LoadError is a patch set that cannot be read or is not valid: bad input.
+type LoadError struct{ Err error }
+
+func (e *LoadError) Error() string { return e.Err.Error() }
+func (e *LoadError) Unwrap() error { return e.Err }
+
+// ExitCode marks a bad patch set as bad input (exit 2).
+func (e *LoadError) ExitCode() int { return 2 }
 
 var (
 	hex40    = regexp.MustCompile(`^[0-9a-f]{40}$`)
@@ -229,8 +269,9 @@ func pathString(p []any) string {
 	return b.String()
 }
 
-func loadSet(fsys fs.FS, file string) (*Set, error) {
-	shown := "patches/" + file
+func loadSet(r setFileRef) (*Set, error) {
+	fsys, file := r.fsys, r.file
+	shown := joinShown(r.root, file)
 	l := strictyaml.Loader{Limits: strictyaml.DefaultLimits()}
 	src, err := l.ReadFS(fsys, file, shown)
 	if err != nil {
@@ -247,9 +288,10 @@ func loadSet(fsys fs.FS, file string) (*Set, error) {
 	}
 	f := &setFile{name: shown, y: y}
 	dir := path.Dir(file)
+	s.where, s.local = joinShown(r.root, dir), r.local
 	s.fsys, err = fs.Sub(fsys, dir)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path.Join("patches", dir), err)
+		return nil, fmt.Errorf("open %s: %w", s.where, err)
 	}
 	s.validate(f, dir)
 	if len(f.errs) > 0 {
@@ -343,7 +385,8 @@ func (s *Set) validatePatch(f *setFile, i int, p Patch) {
 			return
 		}
 		if got := sha256Hex(data); got != p.SHA256 {
-			f.at(fmt.Sprintf("%s has sha256 %s, pinned %s", p.File, got, p.SHA256), "patches", i, "sha256")
+			f.at(fmt.Sprintf("%s has sha256 %s, pinned %s (pin the new sha256 only if you changed the patch yourself)",
+				joinShown(s.where, p.File), got, p.SHA256), "patches", i, "sha256")
 		}
 	case KindUpstreamDiff:
 		d := p.UpstreamDiff
@@ -428,7 +471,16 @@ func (s *Set) readOwnFile(p Patch) ([]byte, error) {
 		return nil, fmt.Errorf("patch %s: read %s: %w", p.Name, p.File, err)
 	}
 	if got := sha256Hex(data); got != p.SHA256 {
-		return nil, &PinError{Patch: p.Name, What: path.Join("patches", s.Name, p.File), Want: p.SHA256, Got: got}
+		return nil, &PinError{Patch: p.Name, What: joinShown(s.where, p.File), Want: p.SHA256, Got: got}
 	}
 	return data, nil
+}
+
+// joinShown joins a slash-separated path inside a set directory to the
+// directory as messages name it (an OS path for a local set).
+func joinShown(root, rel string) string {
+	if root == "" {
+		return rel
+	}
+	return filepath.Join(root, filepath.FromSlash(rel))
 }

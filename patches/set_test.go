@@ -41,7 +41,7 @@ func TestSetYAMLErrors(t *testing.T) {
 		{"no component", strings.Replace(head, "component: deepep\n", "", 1) + goodDiffPatch, `patches/x/set.yaml:1:1: component: is required`},
 		{"applies-to short", head + goodDiffPatch + "applies-to:\n  - commit: a84a248\n", `patches/x/set.yaml:11:13: applies-to[0].commit: "a84a248" is a short commit`},
 		{"missing own file", head + "  - name: p\n    file: nope.patch\n    sha256: " + strings.Repeat("a", 64) + "\n", `patches/x/set.yaml:6:11: patches[0].file: read nope.patch`},
-		{"own file pin", head + "  - name: p\n    file: own.patch\n    sha256: " + strings.Repeat("a", 64) + "\n", `patches/x/set.yaml:7:13: patches[0].sha256: own.patch has sha256 `},
+		{"own file pin", head + "  - name: p\n    file: own.patch\n    sha256: " + strings.Repeat("a", 64) + "\n", `patches/x/set.yaml:7:13: patches[0].sha256: patches/x/own.patch has sha256 `},
 		{"effect kind", head + goodDiffPatch + "effects:\n  - kind: greps\n    file: a.py\n", `patches/x/set.yaml:11:11: effects[0].kind: unknown effect kind "greps"`},
 		{"effect field", head + goodDiffPatch + "effects:\n  - kind: contains\n    file: a.py\n    txt: y\n", `patches/x/set.yaml:13:5: unknown field "txt"`},
 		{"replace target", head + "  - name: p\n    replace:\n      target: ../x\n      repo: https://example.com/r\n      commit: 29d31c095796f3c8ece47ee9cdcc167051bbeed9\n      path: x\n      sha256: " + strings.Repeat("a", 64) + "\n",

@@ -295,10 +295,17 @@ func treePath(err error, dir string, names ...string) error {
 }
 
 // state is the tree as the patches applied so far leave it, in memory: the
-// changed paths over the original disk.
+// changed paths over the original tree (the disk, or a tree in memory).
 type state struct {
-	disk    *disk
+	disk    base
 	changes map[string]*node
+}
+
+// base is the tree a state starts from: what each path holds (get, read once
+// per path), and what was read of a path so far (node, nil if not read).
+type base interface {
+	get(p string) (*node, error)
+	node(p string) *node
 }
 
 func (s *state) get(p string) (*node, error) {

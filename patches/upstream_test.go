@@ -129,6 +129,11 @@ func TestUpstreamDeepEPPR466(t *testing.T) {
 		if !errors.As(err, &ce) || ce.File != "deep_ep/buffer.py" {
 			t.Fatalf("v1.2.1, max offset %d: want a conflict, got %v", bound, err)
 		}
+		// The conflict says what would work: the offset git apply finds.
+		if ce.NeedOffset != 11 || (bound == 0 && (ce.Hunk != 1 || ce.FitOffset != -9 || ce.FitLine != ce.Line-9)) ||
+			!strings.Contains(err.Error(), "pass `--max-offset 11`") {
+			t.Errorf("v1.2.1, max offset %d: the conflict does not say that 11 lines place every hunk: %v", bound, err)
+		}
 		t.Logf("v1.2.1, max offset %d: %v", bound, err)
 	}
 	eleven := 11

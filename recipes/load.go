@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -42,7 +43,9 @@ type Doc struct {
 	Recipe Recipe
 	// File is the name shown in errors (recipes/gcp-b200.yaml for an embedded one).
 	File string
-	y    *strictyaml.Doc
+	// Dir is the directory of the recipe file; "" for an embedded recipe.
+	Dir string
+	y   *strictyaml.Doc
 	// set maps a YAML path to the --set flag that overrode it, for error messages.
 	set map[string]string
 }
@@ -51,6 +54,26 @@ type Doc struct {
 // the embedded ones.
 type Library struct {
 	dirs []string
+	// PatchDirs are directories of local patch sets (<dir>/<name>/set.yaml) given by
+	// the user, searched before the patches/ directory beside a recipe file.
+	PatchDirs []string
+	// Shadow names the local patch sets that may take the place of a shipped set
+	// of the same name.
+	Shadow []string
+}
+
+// PatchSetDirs lists where the local patch sets of doc are looked for, in order:
+// PatchDirs, then the patches/ directory beside the recipe file when there is
+// one. An embedded recipe has no directory of its own.
+func (l *Library) PatchSetDirs(doc *Doc) []string {
+	dirs := slices.Clone(l.PatchDirs)
+	if doc.Dir != "" {
+		beside := filepath.Join(doc.Dir, "patches")
+		if fi, err := os.Stat(beside); err == nil && fi.IsDir() && !slices.Contains(dirs, beside) {
+			dirs = append(dirs, beside)
+		}
+	}
+	return dirs
 }
 
 // NewLibrary returns a library that looks in dirs before the embedded recipes.
@@ -117,7 +140,12 @@ func LoadFile(path string) (*Doc, error) {
 		}
 		return nil, &Error{File: path, Msg: fmt.Sprintf("read recipe: %v", err)}
 	}
-	return Parse(path, data)
+	d, err := Parse(path, data)
+	if err != nil {
+		return nil, err
+	}
+	d.Dir = filepath.Dir(path)
+	return d, nil
 }
 
 // loader is the YAML loader with the hint an unknown recipe field gets.

@@ -152,7 +152,7 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 		comp, ok := patchSets(ps)
 		switch {
 		case !ok:
-			add(pp, "unknown patch set %q (see the directories under patches/)", ps)
+			add(pp, "unknown patch set %q: not shipped with epbuild (`epbuild list` shows the recipes' sets), nor a directory %s/set.yaml under the patches/ directory beside the recipe or a --patch-dir", ps, ps)
 		case comp != c.Name:
 			add(pp, "patch set %q applies to component %s, not %s", ps, comp, c.Name)
 		}

@@ -43,6 +43,8 @@ type App struct {
 	logLevel  string
 	logFormat string
 	recipeDir []string
+	patchDir  []string
+	shadow    []string
 }
 
 // exitCoder is implemented by errors that know their exit code (recipe errors are 2,
@@ -126,6 +128,8 @@ Exit codes: 0 done; 1 the job failed (patch conflict, build error, check failed)
 	pf.StringVar(&app.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.StringVar(&app.logFormat, "log-format", "text", "log format on stderr: text or json")
 	pf.StringArrayVar(&app.recipeDir, "recipe-dir", nil, "also look for NAME.yaml recipes in this directory (before the embedded ones)")
+	pf.StringArrayVar(&app.patchDir, "patch-dir", nil, "also look for patch sets (NAME/set.yaml) in this directory, before the patches/ directory beside the recipe and the shipped sets (repeatable)")
+	pf.StringArrayVar(&app.shadow, "shadow", nil, "let the local patch set NAME take the place of the shipped set of that name (repeatable)")
 
 	root.AddCommand(
 		newListCmd(app),
@@ -136,6 +140,7 @@ Exit codes: 0 done; 1 the job failed (patch conflict, build error, check failed)
 		newRecipeCmd(app),
 		newFetchCmd(app),
 		newPatchCmd(app),
+		newDriftCmd(app),
 		newMirrorCmd(app),
 		newCacheCmd(app),
 		newCompatCmd(app),
@@ -181,4 +186,8 @@ func (app *App) colour() bool {
 	return ok && isatty.IsTerminal(f.Fd())
 }
 
-func (app *App) library() *recipes.Library { return recipes.NewLibrary(app.recipeDir...) }
+func (app *App) library() *recipes.Library {
+	lib := recipes.NewLibrary(app.recipeDir...)
+	lib.PatchDirs, lib.Shadow = app.patchDir, app.shadow
+	return lib
+}

@@ -141,7 +141,7 @@ func TestCompatListAndExplain(t *testing.T) {
 			Name string `json:"name"`
 		} `json:"cases"`
 	}
-	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r.ID != "R18" || len(r.Cases) != 2 {
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r.ID != "R18" || len(r.Cases) != 3 {
 		t.Errorf("explain r18 --json: exit %d %v %+v", code, err, r)
 	}
 	if code, _, errs := run(t, nil, "compat", "explain", "R99"); code != 2 || !strings.Contains(errs, "no rule") {

@@ -24,7 +24,8 @@ func newPatchCmd(app *App) *cobra.Command {
 		Short: "Apply (or --check) every patch set of a recipe on fresh workspaces and report each patch",
 		Long: `Apply every patch set of a recipe, in order, on fresh checkouts of its pinned sources,
 and print a line per patch: applied, applied at offset N, already applied, or conflict
-(with the file, hunk, line and the expected and found context), then the sets' effects.
+(with the file, hunk, line, the expected and found context, and where the hunk would fit
+with which --max-offset), then the sets' effects.
 --check applies in memory only; --out DIR keeps the patched trees (DIR/<component>).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

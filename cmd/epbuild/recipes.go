@@ -98,7 +98,11 @@ func newShowCmd(app *App) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return writeJSON(app.Out, plan)
+				// where each set was read from is not part of the plan (nor its key)
+				return writeJSON(app.Out, struct {
+					*builder.Plan
+					Origins map[string]string `json:"patch-set-origins,omitempty"`
+				}{plan, plan.PatchSetOrigins()})
 			}
 			writePlan(app.Out, plan)
 			return nil
@@ -134,7 +138,7 @@ func writePlan(w io.Writer, p *builder.Plan) {
 			fmt.Fprintf(w, "  depends %s\n", strings.Join(c.Depends, ", "))
 		}
 		for _, s := range c.PatchSets {
-			fmt.Fprintf(w, "  patches %s: %s\n", s.Name, strings.TrimSpace(s.Description))
+			fmt.Fprintf(w, "  patches %s (%s): %s\n", s.Name, s.Origin(), strings.TrimSpace(s.Description))
 			for _, pt := range s.Patches {
 				switch {
 				case pt.UpstreamDiff != nil:

@@ -57,3 +57,16 @@ func (p *Plan) Seal() error {
 	p.Key = hex.EncodeToString(sum[:])
 	return nil
 }
+
+// PatchSetOrigins maps each patch set of the plan to where it was read from:
+// "embedded", or its local directory. It is not part of the plan's key: a set's
+// pins are, wherever it lies.
+func (p *Plan) PatchSetOrigins() map[string]string {
+	out := map[string]string{}
+	for _, c := range p.Components {
+		for _, s := range c.PatchSets {
+			out[s.Name] = s.Origin()
+		}
+	}
+	return out
+}

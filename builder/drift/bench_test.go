@@ -1,0 +1,169 @@
+package drift
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/charmbracelet/log"
+
+	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// TestCompareDrift measures drift against a shell loop of `git apply --check`
+// (each commit read into a scratch index, no checkout) over the same commits
+// with the same patch, in the same run. With EPBUILD_TEST_MIRROR holding
+// DeepEP it is PR #466 (gcp-b200) over every commit of DeepEP main; without,
+// a generated history of as many commits.
+func TestCompareDrift(t *testing.T) {
+	if os.Getenv("EPBUILD_BENCH") == "" {
+		t.Skip("set EPBUILD_BENCH=1 to measure")
+	}
+	ctx := context.Background()
+	var (
+		name, recipe, mirror, rev string
+		lib                       = recipes.NewLibrary()
+	)
+	if m := os.Getenv("EPBUILD_TEST_MIRROR"); m != "" && dirExists(filepath.Join(m, "github.com", "deepseek-ai", "DeepEP.git")) {
+		name, recipe, mirror, rev = "drift", "gcp-b200", m, "main"
+	} else {
+		h := syntheticHistory(t, 251)
+		name, recipe, mirror, rev = "drift-synthetic", h.recipe, h.mirror, "main"
+	}
+	res, err := builder.NewResolver(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := res.Resolve(recipe, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := builder.NewSources(c, mirror, log.New(io.Discard), source.ProgressLines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Commits: rev}
+	// the first run computes the upstream diff into the cache, as any first use would
+	rep, err := Run(ctx, plan, src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := rep.Tables[0]
+	commits := make([]string, len(tab.Rows))
+	for i, r := range tab.Rows {
+		commits[i] = r.Commit
+	}
+	pc := plan.Components[len(plan.Components)-1]
+	set := pc.PatchSets[0]
+	var patch []byte
+	if d := set.Patches[0].UpstreamDiff; d != nil {
+		if patch, err = builder.Upstream(src).Diff(ctx, *d); err != nil {
+			t.Fatal(err)
+		}
+	} else if patch, err = os.ReadFile(filepath.Join(set.Origin(), set.Patches[0].File)); err != nil {
+		t.Fatal(err)
+	}
+	key, err := source.RepoKey(pc.Source.Git.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gitDir := filepath.Join(mirror, filepath.FromSlash(key))
+	scratch := t.TempDir()
+	patchFile := filepath.Join(scratch, "set.patch")
+	list := filepath.Join(scratch, "commits")
+	if err := os.WriteFile(patchFile, patch, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(list, []byte(strings.Join(commits, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loop := `while read c; do
+  GIT_INDEX_FILE="$S/index" git --git-dir="$G" read-tree "$c"
+  GIT_INDEX_FILE="$S/index" git --git-dir="$G" apply --cached --check "$S/set.patch" 2>/dev/null
+done < "$S/commits"; true`
+
+	const runs = 3
+	var ours, theirs time.Duration
+	for i := range runs {
+		start := time.Now()
+		if _, err := Run(ctx, plan, src, opts); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); i == 0 || d < ours {
+			ours = d
+		}
+		cmd := exec.Command("sh", "-c", loop)
+		cmd.Env = append(os.Environ(), "G="+gitDir, "S="+scratch, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		start = time.Now()
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("git loop: %v\n%s", err, errb.String())
+		}
+		if d := time.Since(start); i == 0 || d < theirs {
+			theirs = d
+		}
+	}
+	fmt.Printf("BENCH %s ratio=%.3f epbuild_s=%.3f anchor_s=%.3f commits=%d sets=%d threads=%d\n",
+		name, ours.Seconds()/theirs.Seconds(), ours.Seconds(), theirs.Seconds(), len(commits), len(tab.Sets), runtime.GOMAXPROCS(0))
+}
+
+func dirExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+// syntheticHistory writes, with git fast-import, a repository of n commits on
+// main: a 3,000-line file whose every commit changes lines (now and then above
+// the patched place, moving it), and a recipe whose local set patches it.
+func syntheticHistory(t *testing.T, n int) *history {
+	h := &history{mirror: t.TempDir()}
+	gitDir := filepath.Join(h.mirror, "example.invalid", "x", "lib.git")
+	g := &git{t: t, dir: t.TempDir()}
+	g.run("init", "-q", "--bare", gitDir)
+	file := strings.Split(numbered("line", 3000), "\n")
+	file = file[:len(file)-1]
+	var stream bytes.Buffer
+	for i := range n {
+		switch {
+		case i%17 == 5:
+			file = append([]string{fmt.Sprintf("inserted %d", i)}, file...)
+		case i > 0:
+			j := (i * 131) % len(file)
+			file[j] += " changed"
+		}
+		data := strings.Join(file, "\n") + "\n"
+		fmt.Fprintf(&stream, "commit refs/heads/main\nmark :%d\ncommitter t <t@example.com> %d +0000\ndata %d\n%s\n",
+			i+1, 1735689600+i*3600, len(fmt.Sprint(i)), fmt.Sprint(i))
+		if i > 0 {
+			fmt.Fprintf(&stream, "from :%d\n", i)
+		}
+		fmt.Fprintf(&stream, "M 100644 inline f.txt\ndata %d\n%s\n", len(data), data)
+	}
+	cmd := exec.Command("git", "--git-dir="+gitDir, "fast-import", "--quiet")
+	cmd.Stdin = &stream
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("fast-import: %v\n%s", err, out)
+	}
+	g.dir = gitDir
+	base := g.run("rev-list", "--max-parents=0", "main")
+	// the patch: line 1500 of the first commit's file, changed
+	h.patch = "diff --git a/f.txt b/f.txt\n--- a/f.txt\n+++ b/f.txt\n@@ -1497,7 +1497,7 @@\n line 1497\n line 1498\n line 1499\n-line 1500\n+line fifteen hundred\n line 1501\n line 1502\n line 1503\n"
+	writeRecipe(t, h, base, "")
+	return h
+}

@@ -1,0 +1,322 @@
+package drift
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/charmbracelet/log"
+
+	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// git runs the git CLI with no user configuration; each commit gets the next
+// day as its date, so history order and date order agree.
+type git struct {
+	t   *testing.T
+	dir string
+	day int
+}
+
+func (g *git) run(args ...string) string {
+	g.t.Helper()
+	date := fmt.Sprintf("2025-01-%02dT00:00:00Z", g.day+1)
+	cmd := exec.Command("git", append([]string{"-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"}, args...)...)
+	cmd.Dir = g.dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull, "HOME="+g.dir,
+		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
+		"GIT_AUTHOR_DATE="+date, "GIT_COMMITTER_DATE="+date)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		g.t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	return strings.TrimSpace(out.String())
+}
+
+// commit writes files (nil removes), commits them and returns the commit id.
+func (g *git) commit(msg string, files map[string]*string) string {
+	g.t.Helper()
+	for name, data := range files {
+		p := filepath.Join(g.dir, filepath.FromSlash(name))
+		if data == nil {
+			g.run("rm", "-q", name)
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			g.t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(*data), 0o644); err != nil {
+			g.t.Fatal(err)
+		}
+		g.run("add", name)
+	}
+	g.day++
+	g.run("commit", "-q", "--allow-empty", "-m", msg)
+	return g.run("rev-parse", "HEAD")
+}
+
+func numbered(prefix string, n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "%s %d\n", prefix, i)
+	}
+	return b.String()
+}
+
+func ptr(s string) *string { return &s }
+
+// history is an upstream repository whose file f.txt, patched by a set, moves
+// within the file, is changed by the patch itself, conflicts, is renamed away
+// and back, and is deleted; and a fork of it whose extra commit is a second set.
+type history struct {
+	mirror, recipe                            string
+	base, other, shifted, applied, conflicted string
+	renamed, back, deleted, head              string
+	patch                                     string
+}
+
+func newHistory(t *testing.T) *history {
+	h := &history{mirror: t.TempDir()}
+	g := &git{t: t, dir: t.TempDir()}
+	g.run("init", "-q")
+	orig := numbered("line", 100)
+	h.base = g.commit("base", map[string]*string{"f.txt": ptr(orig), "g.txt": ptr(numbered("g", 30))})
+	g.run("tag", "v1")
+	changed := strings.Replace(orig, "line 50\n", "line fifty\n", 1)
+	g.run("checkout", "-q", "-b", "tmp")
+	fix := g.commit("the fix", map[string]*string{"f.txt": ptr(changed)})
+	h.patch = g.run("diff", "--full-index", h.base, fix) + "\n"
+	g.run("checkout", "-q", "main")
+
+	shift := numbered("top", 5)
+	h.other = g.commit("unrelated", map[string]*string{"g.txt": ptr(strings.Replace(numbered("g", 30), "g 25\n", "g 25 changed\n", 1))})
+	h.shifted = g.commit("five lines on top", map[string]*string{"f.txt": ptr(shift + orig)})
+	g.run("tag", "-a", "-m", "release two", "v2")
+	h.applied = g.commit("take the fix", map[string]*string{"f.txt": ptr(shift + changed)})
+	h.conflicted = g.commit("rewrite line 51", map[string]*string{"f.txt": ptr(shift + strings.Replace(orig, "line 51\n", "line 51 rewritten\n", 1))})
+	g.commit("restore", map[string]*string{"f.txt": ptr(shift + orig)})
+	if err := os.Mkdir(filepath.Join(g.dir, "src"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	g.run("mv", "f.txt", "src/f.txt")
+	h.renamed = g.commit("move f.txt to src/", nil)
+	g.run("mv", "src/f.txt", "f.txt")
+	h.back = g.commit("move it back", nil)
+	h.deleted = g.commit("delete it", map[string]*string{"f.txt": nil})
+	h.head = g.commit("after", map[string]*string{"g.txt": ptr(strings.Replace(numbered("g", 30), "g 4\n", "g four\n", 1))})
+
+	lib := filepath.Join(h.mirror, "example.invalid", "x", "lib.git")
+	g.run("clone", "-q", "--bare", g.dir, lib)
+
+	// The fork: the base and one commit of its own on g.txt.
+	fg := &git{t: t, dir: t.TempDir(), day: 20}
+	fg.run("clone", "-q", g.dir, ".")
+	fg.run("checkout", "-q", "-b", "feature", h.base)
+	forkHead := fg.commit("fork change", map[string]*string{"g.txt": ptr(strings.Replace(numbered("g", 30), "g 3\n", "g three\n", 1))})
+	fork := filepath.Join(h.mirror, "example.invalid", "y", "fork.git")
+	fg.run("clone", "-q", "--bare", fg.dir, fork)
+
+	writeRecipe(t, h, h.base, forkHead)
+	return h
+}
+
+// writeRecipe writes a recipe for the repository at commit base, with the set
+// lib-fix (h.patch, a file beside the recipe) and, given forkHead, fork-change
+// (the fork's diff base..forkHead).
+func writeRecipe(t *testing.T, h *history, base, forkHead string) {
+	dir := t.TempDir()
+	sum := sha256.Sum256([]byte(h.patch))
+	sets := "lib-fix"
+	if forkHead != "" {
+		sets += ", fork-change"
+	}
+	files := map[string]string{
+		"lib.yaml": fmt.Sprintf(`name: lib
+cluster: test
+description: a library patched by its own sets
+components:
+  - name: lib
+    source:
+      git: {url: "https://example.invalid/x/lib", commit: %s}
+    patches: [%s]
+`, base, sets),
+		"patches/lib-fix/set.yaml": fmt.Sprintf(`name: lib-fix
+description: line 50 of f.txt
+component: lib
+patches:
+  - name: fix
+    file: fix.patch
+    sha256: %s
+`, hex.EncodeToString(sum[:])),
+		"patches/lib-fix/fix.patch": h.patch,
+		"patches/fork-change/set.yaml": fmt.Sprintf(`name: fork-change
+description: a commit of another repository
+component: lib
+patches:
+  - name: fork
+    upstream-diff: {repo: "https://example.invalid/y/fork", base: %s, head: %s}
+`, base, forkHead),
+	}
+	if forkHead == "" {
+		delete(files, "patches/fork-change/set.yaml")
+	}
+	for name, body := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.recipe = filepath.Join(dir, "lib.yaml")
+}
+
+func (h *history) drift(t *testing.T, opts Options) *Report {
+	t.Helper()
+	res, err := builder.NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := res.Resolve(h.recipe, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := builder.NewSources(c, h.mirror, log.New(io.Discard), source.ProgressLines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), plan, src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// TestDriftHistory: each state is reported at the commit that causes it: the
+// fix applies at its base, at an offset once lines move above it, is found
+// already applied, conflicts where its context changed, finds its file gone
+// (naming where a file of that name went) when it is renamed and when it is
+// deleted, and applies again when it comes back. A set computed from another
+// repository's commit is tried on the same commits.
+func TestDriftHistory(t *testing.T) {
+	h := newHistory(t)
+	rep := h.drift(t, Options{})
+	if len(rep.Tables) != 1 || len(rep.Skipped) != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	tab := rep.Tables[0]
+	if tab.Pinned != h.base || len(tab.Sets) != 2 || tab.Sets[0].Name != "lib-fix" || tab.Sets[0].Origin != filepath.Join(filepath.Dir(h.recipe), "patches", "lib-fix") {
+		t.Fatalf("table %+v", tab)
+	}
+	want := []struct {
+		commit string
+		fix    string
+		fork   string
+	}{
+		{h.base, "clean", "clean"},
+		{h.other, "clean", "clean"},
+		{h.shifted, "offset 5", "clean"},
+		{h.applied, "already applied", "clean"},
+		{h.conflicted, "conflict f.txt:47", "clean"},
+		{"", "offset 5", "clean"}, // restored
+		{h.renamed, "file gone f.txt (same name: src/f.txt)", "clean"},
+		{h.back, "offset 5", "clean"},
+		{h.deleted, "file gone f.txt", "clean"},
+		{h.head, "file gone f.txt", "conflict g.txt:1"},
+	}
+	if len(tab.Rows) != len(want) {
+		t.Fatalf("%d rows, want %d: %+v", len(tab.Rows), len(want), tab.Rows)
+	}
+	for i, w := range want {
+		r := tab.Rows[i]
+		if (w.commit != "" && r.Commit != w.commit) || r.Cells[0].String() != w.fix || r.Cells[1].String() != w.fork {
+			t.Errorf("row %d %.7s %q: %s | %s, want %.7s: %s | %s", i, r.Commit, r.Subject, r.Cells[0], r.Cells[1], w.commit, w.fix, w.fork)
+		}
+	}
+	if c := tab.Rows[4].Cells[0]; c.State != Conflict || c.Hunk != 1 || c.Line != 47 {
+		t.Errorf("conflict cell %+v", c)
+	}
+	if r := tab.Rows[0]; len(r.Tags) != 1 || r.Tags[0] != "v1" || r.Date.Format("2006-01-02") != "2025-01-02" {
+		t.Errorf("first row tags %v date %s", r.Tags, r.Date)
+	}
+	var got []string
+	for _, b := range tab.Breaks {
+		got = append(got, fmt.Sprintf("%s@%.7s after %.7s: %s", b.Set, b.At, b.After, b.Cell))
+	}
+	wantBreaks := []string{
+		fmt.Sprintf("lib-fix@%.7s after %.7s: conflict f.txt:47", h.conflicted, h.applied),
+		fmt.Sprintf("lib-fix@%.7s after %.7s: file gone f.txt (same name: src/f.txt)", h.renamed, tab.Rows[5].Commit),
+		fmt.Sprintf("lib-fix@%.7s after %.7s: file gone f.txt", h.deleted, h.back),
+		fmt.Sprintf("fork-change@%.7s after %.7s: conflict g.txt:1", h.head, h.deleted),
+	}
+	if strings.Join(got, "\n") != strings.Join(wantBreaks, "\n") {
+		t.Errorf("breaks:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantBreaks, "\n"))
+	}
+}
+
+// TestDriftRanges: --commits A..B starts at A, --tags keeps tagged commits,
+// --every keeps every Nth and the last; bad ranges are bad input.
+func TestDriftRanges(t *testing.T) {
+	h := newHistory(t)
+	rows := func(opts Options) []string {
+		rep := h.drift(t, opts)
+		var out []string
+		for _, r := range rep.Tables[0].Rows {
+			out = append(out, r.Commit)
+		}
+		return out
+	}
+	if got := rows(Options{Commits: h.shifted + ".." + h.renamed}); len(got) != 5 || got[0] != h.shifted || got[4] != h.renamed {
+		t.Errorf("A..B: %d rows %v", len(got), got)
+	}
+	if got := rows(Options{Commits: "v2.."}); len(got) != 8 || got[0] != h.shifted || got[7] != h.head {
+		t.Errorf("v2..: %v", got)
+	}
+	if got := rows(Options{Commits: h.other}); len(got) != 2 || got[0] != h.base {
+		t.Errorf("a single revision: %v", got)
+	}
+	if got := rows(Options{Tags: true}); len(got) != 2 || got[0] != h.base || got[1] != h.shifted {
+		t.Errorf("--tags: %v", got)
+	}
+	if got := rows(Options{Every: 4}); len(got) != 4 || got[0] != h.base || got[1] != h.conflicted || got[2] != h.deleted || got[3] != h.head {
+		t.Errorf("--every 4: %v", got)
+	}
+
+	res, _ := builder.NewResolver(recipes.NewLibrary())
+	plan, err := res.Resolve(h.recipe, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := cache.Open(t.TempDir())
+	src, _ := builder.NewSources(c, h.mirror, log.New(io.Discard), source.ProgressLines)
+	for _, opts := range []Options{{Commits: "v1...v2"}, {Commits: "nope..v2"}, {Commits: h.base[:7] + ".."}, {Component: "other"}, {Repos: map[string]string{"other": "https://example.invalid/x/lib"}}} {
+		_, err := Run(context.Background(), plan, src, opts)
+		var bad *BadInput
+		if err == nil || !errors.As(err, &bad) {
+			t.Errorf("%+v: want bad input, got %v", opts, err)
+		}
+	}
+	// without a mirror there is no history
+	nomirror, _ := builder.NewSources(c, "", log.New(io.Discard), source.ProgressLines)
+	if _, err := Run(context.Background(), plan, nomirror, Options{}); err == nil || !strings.Contains(err.Error(), "give a mirror") {
+		t.Errorf("no mirror: %v", err)
+	}
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestDriftCommand: drift over the demo's embedded repositories prints a table per
+// component and JSON; bad options are bad input.
+func TestDriftCommand(t *testing.T) {
+	env := map[string]string{"EPBUILD_CACHE": t.TempDir()}
+	code, out, errs := run(t, env, "drift", "demo")
+	if code != 0 {
+		t.Fatalf("drift demo: exit %d\n%s", code, errs)
+	}
+	for _, want := range []string{"libdemo  https://epbuild.invalid/demo/libdemo", "set demo-py-lanes (max-offset 0, embedded)", "(pinned) v1.0.0", "clean"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("drift demo lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errs = run(t, env, "drift", "demo", "--component", "pydemo", "--json")
+	var rep struct {
+		Tables []struct {
+			Component string `json:"component"`
+			Rows      []struct {
+				Sets []struct {
+					Set   string `json:"set"`
+					State string `json:"state"`
+				} `json:"sets"`
+			} `json:"rows"`
+		} `json:"tables"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Tables) != 1 || rep.Tables[0].Component != "pydemo" ||
+		rep.Tables[0].Rows[0].Sets[0].State != "clean" {
+		t.Fatalf("drift --json: exit %d %+v\n%s", code, rep, errs)
+	}
+	// history comes from a mirror; the cache has only pinned commits
+	if code, _, errs := run(t, env, "drift", "gcp-b200"); code != exitBadInput || !strings.Contains(errs, "give a mirror") {
+		t.Errorf("drift without a mirror: exit %d, want 2\n%s", code, errs)
+	}
+	for _, args := range [][]string{
+		{"--every", "-1"}, {"--repo", "nope"}, {"--repo", "other=https://example.invalid/x"},
+		{"--component", "other"}, {"--commits", "v1.0.0...main"}, {"--commits", "ab8d30a.."},
+	} {
+		if code, _, errs := run(t, env, append([]string{"drift", "demo"}, args...)...); code != exitBadInput {
+			t.Errorf("drift %v: exit %d, want 2\n%s", args, code, errs)
+		}
+	}
+}

@@ -1,0 +1,95 @@
+package patches
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// dirTree is a Tree read from a directory on disk, recording what was asked.
+type dirTree struct {
+	root string
+	mu   sync.Mutex
+	read []string
+}
+
+func (d *dirTree) Entry(p string) (Entry, error) {
+	d.mu.Lock()
+	d.read = append(d.read, p)
+	d.mu.Unlock()
+	full := filepath.Join(d.root, filepath.FromSlash(p))
+	fi, err := os.Lstat(full)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return Entry{Kind: EntryNone}, nil
+	case err != nil:
+		return Entry{}, err
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return Entry{Kind: EntrySymlink}, nil
+	case fi.IsDir():
+		return Entry{Kind: EntryDir}, nil
+	}
+	data, err := os.ReadFile(full)
+	return Entry{Kind: EntryFile, Data: data, Exec: fi.Mode()&0o100 != 0}, err
+}
+
+// TestCheckInMemory: a set tried on a tree in memory reports what Apply with
+// CheckOnly reports on the same tree on disk (applied, offset, conflict, already
+// applied, refused symlink), and reads only the paths the patch names.
+func TestCheckInMemory(t *testing.T) {
+	f, base, head := treeFixture(t)
+	set := fileSet(t, 0, "all", string(f.diff(base, head)))
+	ps, err := Prepare(context.Background(), set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(what, dir string, opts Options) {
+		t.Helper()
+		opts.CheckOnly = true
+		want, wantErr := apply(t, dir, set, opts)
+		tree := &dirTree{root: dir}
+		got, gotErr := ps.Check(tree, opts)
+		if !reflect.DeepEqual(want, got) || (wantErr == nil) != (gotErr == nil) || (wantErr != nil && wantErr.Error() != gotErr.Error()) {
+			t.Fatalf("%s: in memory\n %+v %v\non disk\n %+v %v", what, got, gotErr, want, wantErr)
+		}
+		for _, p := range tree.read {
+			if strings.HasPrefix(p, "README") || strings.HasPrefix(p, "src/deep") {
+				t.Errorf("%s: read %s, which the patch does not name", what, p)
+			}
+		}
+	}
+	same("base", f.checkout(base), Options{})
+	same("head", f.checkout(head), Options{})
+	same("head, allowed", f.checkout(head), Options{AllowApplied: true})
+
+	moved := f.checkout(base)
+	a := filepath.Join(moved, "src", "a.c")
+	b, _ := os.ReadFile(a)
+	if err := os.WriteFile(a, append([]byte(lines("top", 4)), b...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	same("moved, strict", moved, Options{})
+	four := 4
+	same("moved, offset 4", moved, Options{MaxOffset: &four})
+
+	linked := f.checkout(base)
+	if err := os.Remove(filepath.Join(linked, "noeol.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("README", filepath.Join(linked, "noeol.txt")); err != nil {
+		t.Fatal(err)
+	}
+	same("symlink", linked, Options{})
+
+	gone := f.checkout(base)
+	if err := os.RemoveAll(filepath.Join(gone, "src")); err != nil {
+		t.Fatal(err)
+	}
+	same("directory gone", gone, Options{})
+}
