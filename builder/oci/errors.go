@@ -67,7 +67,8 @@ type NotFoundError struct {
 }
 
 func (e *NotFoundError) Error() string {
-	return fmt.Sprintf("%s: not in the registry (%v); list its tags with `oras repo tags %s/%s`", e.Ref, e.Err, e.Ref.Registry, e.Ref.Repository)
+	return fmt.Sprintf("%s: not in the registry (%v); push tags each artifact with its full plan key (epbuild show RECIPE prints it); "+
+		"list the tags with `oras repo tags %s/%s`", e.Ref, e.Err, e.Ref.Registry, e.Ref.Repository)
 }
 func (e *NotFoundError) Unwrap() error { return e.Err }
 func (e *NotFoundError) ExitCode() int { return exitBadInput }

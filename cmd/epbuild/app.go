@@ -143,6 +143,8 @@ Exit codes: 0 done; 1 the job failed (patch conflict, build error, check failed)
 		newInstallCmd(app),
 		newVerifyInstallCmd(app),
 		newHostCmd(app),
+		newPushCmd(app),
+		newPullCmd(app),
 	)
 	return root
 }
