@@ -145,6 +145,7 @@ Exit codes: 0 done; 1 the job failed (patch conflict, build error, check failed)
 		newHostCmd(app),
 		newPushCmd(app),
 		newPullCmd(app),
+		newFleetCmd(app),
 	)
 	return root
 }
