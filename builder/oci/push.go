@@ -22,6 +22,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/archive"
 )
 
 // PushOptions tune Push.
@@ -228,27 +229,13 @@ func sumBeside(art string) (string, error) {
 	return strings.ToLower(f[0]), nil
 }
 
+// hashFile is the file's sha256, with archive's one file hasher.
 func hashFile(ctx context.Context, name string) (string, error) {
-	f, err := os.Open(name)
+	sum, _, err := archive.HashFile(ctx, name, sha256.New(), make([]byte, 1<<20))
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("hash %s: %w", name, err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	buf := make([]byte, 1<<20)
-	for {
-		if err := ctx.Err(); err != nil {
-			return "", err
-		}
-		n, err := f.Read(buf)
-		h.Write(buf[:n])
-		if err == io.EOF {
-			return hex.EncodeToString(h.Sum(nil)), nil
-		}
-		if err != nil {
-			return "", fmt.Errorf("hash %s: %w", name, err)
-		}
-	}
+	return sum, nil
 }
 
 // maxSidecar bounds a file pushed beside the artifact (an SBOM of a large build is a few
