@@ -148,6 +148,9 @@ Exit codes: 0 done; 1 the job failed (patch conflict, build error, check failed)
 		newInstallCmd(app),
 		newVerifyInstallCmd(app),
 		newHostCmd(app),
+		newPushCmd(app),
+		newPullCmd(app),
+		newFleetCmd(app),
 	)
 	return root
 }

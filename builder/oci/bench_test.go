@@ -1,0 +1,226 @@
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/oci/ocitest"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// bigArtifact writes an epbuild artifact of about size bytes (random file content, so
+// that zstd stores it as it is: the artifact is as large as its tree) with a manifest of
+// the demo plan, and its .sha256.
+func bigArtifact(t *testing.T, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	tree := filepath.Join(dir, "tree")
+	const files = 16
+	rng := rand.NewChaCha8([32]byte{42})
+	buf := make([]byte, 1<<20)
+	for i := range files {
+		p := filepath.Join(tree, "nvshmem", "lib", fmt.Sprintf("libpart%02d.so", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := int64(0); n < size/files; n += int64(len(buf)) {
+			_, _ = rng.Read(buf)
+			if _, err := f.Write(buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	entries, err := archive.HashTree(ctx, tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := builder.NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := res.Resolve("demo", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := builder.Manifest{Format: builder.ManifestFormat, Epbuild: "bench", Recipe: p.Recipe, PlanKey: p.Key, Plan: p, SourceDateEpoch: 1700000000, Files: entries}
+	mb, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	art := filepath.Join(dir, "out", "bench-"+p.Key[:12]+".tar.zst")
+	if err := os.MkdirAll(filepath.Dir(art), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := archive.PackFile(ctx, tree, art, archive.PackOptions{ModTime: time.Unix(m.SourceDateEpoch, 0),
+		Extra: []archive.File{{Name: builder.ManifestName, Mode: 0o644, Data: append(mb, '\n')}}}); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := hashFile(ctx, art)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(art+".sha256", []byte(sum+"  "+filepath.Base(art)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(tree); err != nil {
+		t.Fatal(err)
+	}
+	return art
+}
+
+// findOras looks for the oras CLI on PATH and in GOBIN / GOPATH/bin, where
+// `go install oras.land/oras/cmd/oras@v1.3.6` puts it.
+func findOras() string {
+	if p, err := exec.LookPath("oras"); err == nil {
+		return p
+	}
+	for _, d := range []string{os.Getenv("GOBIN"), filepath.Join(os.Getenv("HOME"), "go", "bin")} {
+		if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil && d == "" {
+			d = filepath.Join(strings.TrimSpace(string(out)), "bin")
+		}
+		if p := filepath.Join(d, "oras"); d != "" {
+			if st, err := os.Stat(p); err == nil && !st.IsDir() {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// TestComparePushPull measures epbuild push and pull of a 1 GiB artifact against oras
+// push and pull of the same file to the same loopback registry (curl of the blob when
+// oras is not installed), alternating, 5 rounds, medians. epbuild does more: push runs
+// install's checks on the artifact beside the upload, pull runs them after the download
+// (extraction and every file's hash); pull-fetch is pull's transfer alone, the same work
+// as oras pull.
+func TestComparePushPull(t *testing.T) {
+	if os.Getenv("EPBUILD_BENCH") == "" {
+		t.Skip("set EPBUILD_BENCH=1 to measure")
+	}
+	reg := ocitest.Start(t, ocitest.Options{})
+	art := bigArtifact(t, 1<<30)
+	st, _ := os.Stat(art)
+	oras := findOras()
+	anchor := "curl"
+	if oras != "" {
+		out, _ := exec.Command(oras, "version").Output()
+		anchor = "oras " + strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "Version:"))
+	}
+	ctx := context.Background()
+	c := newClient(t, Options{PlainHTTP: true})
+	sum, _ := sumBeside(art)
+	run := func(name string, args ...string) time.Duration {
+		cmd := exec.Command(name, args...)
+		cmd.Dir = filepath.Dir(art)
+		start := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s %q: %v\n%s", name, args, err, out)
+		}
+		return time.Since(start)
+	}
+	anchorPush := func(repo string) time.Duration {
+		if oras != "" {
+			return run(oras, "push", "--plain-http", "--artifact-type", ArtifactType, reg.Addr+"/"+repo+":bench", filepath.Base(art)+":"+MediaTypeArtifact)
+		}
+		// the registry's two-step upload: a session, then the bytes with their digest
+		start := time.Now()
+		out, err := exec.Command("curl", "-sf", "-X", "POST", "-D", "-", "-o", "/dev/null", "http://"+reg.Addr+"/v2/"+repo+"/blobs/uploads/").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var loc string
+		for _, l := range strings.Split(string(out), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.EqualFold(k, "location") {
+				loc = strings.TrimSpace(v)
+			}
+		}
+		sep := "?"
+		if strings.Contains(loc, "?") {
+			sep = "&"
+		}
+		run("curl", "-sf", "-X", "PUT", "-H", "Content-Type: application/octet-stream", "-T", art, loc+sep+"digest=sha256:"+sum)
+		return time.Since(start)
+	}
+	anchorPull := func(repo, dir string) time.Duration {
+		if oras != "" {
+			return run(oras, "pull", "--plain-http", "-o", dir, reg.Addr+"/"+repo+":bench")
+		}
+		return run("curl", "-sf", "-o", filepath.Join(dir, filepath.Base(art)), "http://"+reg.Addr+"/v2/"+repo+"/blobs/sha256:"+sum)
+	}
+	// fetchOnly is pull's transfer alone: the OCI manifest and the artifact, digests
+	// verified as they stream, as oras pull does; no install checks
+	fetchOnly := func(repo, planKey, dir string) time.Duration {
+		ref := mustRef(t, "oci://"+reg.Addr+"/"+repo+":"+planKey)
+		start := time.Now()
+		r, err := c.repository(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := c.fetchManifest(ctx, r, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.fetchBlob(ctx, r, ref, f.layers[MediaTypeArtifact], filepath.Join(dir, f.name)); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	var ePush, aPush, ePull, aPull, eFetch []time.Duration
+	for i := range 5 {
+		// fresh repositories each round: neither tool finds the blob already there
+		erepo, arepo := fmt.Sprintf("bench/epbuild-%d", i), fmt.Sprintf("bench/anchor-%d", i)
+		aPush = append(aPush, anchorPush(arepo))
+		start := time.Now()
+		res, err := c.Push(ctx, art, mustRef(t, "oci://"+reg.Addr+"/"+erepo), PushOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ePush = append(ePush, time.Since(start))
+
+		dir := t.TempDir()
+		aPull = append(aPull, anchorPull(arepo, dir))
+		_ = os.RemoveAll(dir)
+		dir = t.TempDir()
+		start = time.Now()
+		if _, err := c.PullPlan(ctx, mustRef(t, "oci://"+reg.Addr+"/"+erepo), res.PlanKey, dir); err != nil {
+			t.Fatal(err)
+		}
+		ePull = append(ePull, time.Since(start))
+		_ = os.RemoveAll(dir)
+		dir = t.TempDir()
+		eFetch = append(eFetch, fetchOnly(erepo, res.PlanKey, dir))
+		_ = os.RemoveAll(dir)
+	}
+	for _, m := range []struct {
+		name string
+		e, a []time.Duration
+	}{{"push", ePush, aPush}, {"pull", ePull, aPull}, {"pull-fetch", eFetch, aPull}} {
+		e, a := median(m.e), median(m.a)
+		fmt.Printf("BENCH %s ratio=%.2f epbuild_s=%.3f anchor_s=%.3f anchor=%q bytes=%d\n", m.name, e.Seconds()/a.Seconds(), e.Seconds(), a.Seconds(), anchor, st.Size())
+	}
+}

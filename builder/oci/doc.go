@@ -1,0 +1,40 @@
+// Package oci stores epbuild artifacts in OCI registries and fetches them back, checked,
+// with oras-go: the build cache that CI runners and sites share, and the way an artifact
+// travels to an air-gapped cluster through the registry it already runs (Harbor, GHCR,
+// ECR, Artifact Registry, distribution).
+//
+// # What is stored
+//
+// One OCI image manifest (image-spec 1.1) with artifactType ArtifactType, the empty
+// config, and the layers of Layers(), each titled with its file name
+// (org.opencontainers.image.title, which `oras pull` uses too):
+//
+//	<recipe>-<plan>.tar.zst                 MediaTypeArtifact  the artifact
+//	<recipe>-<plan>.tar.zst.manifest.json   MediaTypeManifest  its manifest.json (read without the artifact)
+//	<recipe>-<plan>.tar.zst.cdx.json        MediaTypeSBOM      its CycloneDX SBOM, when beside the artifact
+//	<recipe>-<plan>.tar.zst.sha256          MediaTypeSHA256    its sha256 line
+//
+// The manifest's annotations carry the recipe, the plan key, the pins (a JSON array of
+// Pin) and the epbuild that built it; org.opencontainers.image.created is
+// SOURCE_DATE_EPOCH or the artifact's recorded epoch, never the clock, so the same
+// artifact gives the same OCI manifest digest everywhere. It is tagged with the plan key.
+//
+// # The cache API
+//
+// A build cache (epbuild recipe --cache-from/--cache-to) needs three calls, all on a
+// *Client from New(Options{PlainHTTP: ..., DockerConfig: ..., UserAgent: ..., Log: ...}),
+// with ref from ParseRef("oci://REGISTRY/REPO"):
+//
+//	found, err := c.Lookup(ctx, ref, plan.Key)          // one manifest request; absent = false, nil
+//	res, err := c.PullPlan(ctx, ref, plan.Key, outDir)  // → res.Artifact, checked as install checks it
+//	res, err := c.Push(ctx, artifactPath, ref, oci.PushOptions{})  // after a successful build
+//
+// Errors carry exit codes (ExitCode() int): *UnreachableError and *AuthError are 3 (the
+// environment lacks the registry or the credentials: a cache should log them and build
+// locally), *RefError, *PlainHTTPError, *NotFoundError, *ContentError and
+// builder.BadArtifactError are 2. A registry that is down fails at once (a refused
+// connection is not retried); 5xx, 429 and timeouts are retried by oras-go's client.
+//
+// Credentials come from the Docker config and its credential helpers, as docker and oras
+// read them; plain HTTP is refused for any registry not on this machine.
+package oci

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/epbuild/epbuild/builder/oci"
+)
+
+// ociFlags are the registry flags push and pull share.
+type ociFlags struct {
+	plainHTTP bool
+	asJSON    bool
+}
+
+func (f *ociFlags) add(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&f.plainHTTP, "plain-http", false, "speak HTTP, not HTTPS: only for a registry on this machine (localhost, 127.0.0.0/8, ::1)")
+	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print the result as JSON")
+}
+
+// client builds the registry client: credentials from $DOCKER_CONFIG/config.json, else
+// ~/.docker/config.json, with their credential helpers, as docker and oras read them.
+func (f *ociFlags) client(app *App) (*oci.Client, error) {
+	return oci.New(oci.Options{
+		PlainHTTP: f.plainHTTP, DockerConfig: oci.DockerConfigPath(app.Getenv),
+		UserAgent: "epbuild/" + version, Log: app.Log,
+	})
+}
+
+const ociExitCodes = `Exit codes: 0 done; 2 bad input (a reference, --plain-http for a remote registry, a
+damaged artifact, a tag the registry does not have, content that fails a check); 3 the
+registry cannot be reached or refuses the credentials (the registry is named).`
+
+func newPushCmd(app *App) *cobra.Command {
+	var f ociFlags
+	cmd := &cobra.Command{
+		Use:   "push ARTIFACT oci://REGISTRY/REPO[:TAG]",
+		Short: "Store an artifact, its manifest, SBOM and .sha256 in an OCI registry, tagged by plan key",
+		Long: `Store ARTIFACT (<recipe>-<plan>.tar.zst) in an OCI registry as one OCI artifact (artifact
+type ` + oci.ArtifactType + `): the artifact, its manifest.json, its CycloneDX SBOM
+(ARTIFACT.cdx.json, when it lies beside it) and its .sha256, each a layer titled with its
+file name. Annotations carry the recipe, the plan key, the pins and the epbuild that built
+it. It is tagged with the plan key (and with TAG when given): the key a build cache looks
+up. The artifact gets install's checks while it uploads; the tag is set only when both
+succeeded. The OCI manifest is reproducible: its created time is SOURCE_DATE_EPOCH, else
+the artifact's own epoch.
+
+Credentials come from the Docker config ($DOCKER_CONFIG/config.json, else
+~/.docker/config.json) and its credential helpers, as docker and oras read them: log in
+with ` + "`oras login`" + ` or ` + "`docker login`" + `.
+
+` + ociExitCodes,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ref, err := oci.ParseRef(args[1])
+			if err != nil {
+				return err
+			}
+			var opts oci.PushOptions
+			if s := app.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+				n, err := strconv.ParseInt(s, 10, 64)
+				if err != nil || n < 0 {
+					return usageError{fmt.Errorf("SOURCE_DATE_EPOCH=%q: give whole seconds since 1970, or unset it to use the artifact's own epoch", s)}
+				}
+				opts.SourceDateEpoch = &n
+			}
+			c, err := f.client(app)
+			if err != nil {
+				return err
+			}
+			res, err := c.Push(cmd.Context(), args[0], ref, opts)
+			if err != nil {
+				return err
+			}
+			if f.asJSON {
+				return writeJSON(app.Out, res)
+			}
+			fmt.Fprintf(app.Out, "pushed  %s\ndigest  %s\ntags    %v\n", res.Ref, res.Digest, res.Tags)
+			for _, l := range res.Layers {
+				state := "uploaded"
+				if l.Existed {
+					state = "already there"
+				}
+				fmt.Fprintf(app.Out, "layer   %s (%s, %s)\n", l.Title, humanBytes(l.Size), state)
+			}
+			return nil
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
