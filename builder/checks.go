@@ -155,6 +155,16 @@ func (c *Checker) one(ctx context.Context, pc *PlanComponent, ch recipes.Check, 
 			out = append(out, rel(inspect.CheckSymbol(f, ch.Symbol.Name, defined)))
 		}
 		return out
+	case ch.Libs != nil:
+		m := glob(ch.Libs.File)
+		if len(m) == 0 {
+			return []CheckResult{{ID: comp + ".libs." + ch.Libs.File, Status: inspect.StatusFail, Expected: "the libraries of " + ch.Libs.File, Found: "no such file"}}
+		}
+		var out []CheckResult
+		for _, f := range m {
+			out = append(out, rel(inspect.CheckLibs(f, prefix, ch.Libs.System)))
+		}
+		return out
 	case ch.NVSHMEMBuildVars != nil:
 		info, err := inspect.ReadNVSHMEMPrefix(prefix)
 		if err != nil {

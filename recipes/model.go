@@ -130,6 +130,17 @@ type Check struct {
 	NVSHMEMOptions bool `json:"nvshmem-options,omitempty"`
 	// File: a file exists in the prefix (a glob).
 	File string `json:"file,omitempty"`
+	// Libs: every library the ELF files need (DT_NEEDED, transitively) resolves inside the
+	// prefix through RUNPATH entries that stay inside it, or is a named system library.
+	Libs *LibsCheck `json:"libs,omitempty"`
+}
+
+// LibsCheck says which libraries File may take from the host; everything else it needs
+// must travel in the prefix.
+type LibsCheck struct {
+	File string `json:"file"`
+	// System lists sonames (globs: libcudart.so.*) the host provides.
+	System []string `json:"system,omitempty"`
 }
 
 // ArchCheck requires GPU code for archs in the files matching File (a glob in the prefix).

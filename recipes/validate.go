@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
+	"path"
 	"regexp"
 	"slices"
 	"sort"
@@ -210,13 +211,20 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 	for j, ch := range c.Checks {
 		cp := fmt.Sprintf("%s.checks[%d]", p, j)
 		n := 0
-		for _, set := range []bool{ch.Import != "", ch.Arch != nil, ch.Symbol != nil, ch.NVSHMEMBuildVars != nil, ch.NVSHMEMOptions, ch.File != ""} {
+		for _, set := range []bool{ch.Import != "", ch.Arch != nil, ch.Symbol != nil, ch.NVSHMEMBuildVars != nil, ch.NVSHMEMOptions, ch.File != "", ch.Libs != nil} {
 			if set {
 				n++
 			}
 		}
 		if n != 1 {
-			add(cp, "a check has exactly one of import, arch, symbol, nvshmem-build-vars, nvshmem-options, file (found %d)", n)
+			add(cp, "a check has exactly one of import, arch, symbol, nvshmem-build-vars, nvshmem-options, file, libs (found %d)", n)
+		}
+		if ch.Libs != nil {
+			for k, s := range ch.Libs.System {
+				if _, err := path.Match(s, ""); err != nil || s == "" || strings.Contains(s, "/") {
+					add(fmt.Sprintf("%s.libs.system[%d]", cp, k), "%q is not a library name or glob (libcudart.so.*)", s)
+				}
+			}
 		}
 		if ch.Arch != nil {
 			for k, a := range ch.Arch.Want {
