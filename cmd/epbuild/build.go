@@ -119,7 +119,8 @@ after it (patch, build, check, package).`,
 			if err != nil {
 				return err
 			}
-			prober := &builder.Prober{Getenv: app.Getenv, Packages: pkgs, Torch: p.Toolchain.Torch != ""}
+			prober := &builder.Prober{Getenv: app.Getenv, Packages: pkgs, Torch: p.Toolchain.Torch != "",
+				CMakePackages: builder.NeedsCMakePackages(p), Prefixes: builder.CMakePrefixPath(p)}
 			tc := prober.ProbeCached(cmd.Context(), filepath.Join(e.cache.Dir(), "toolchain"))
 
 			store, err := builder.OpenStore(e.cache.Dir())
