@@ -42,7 +42,7 @@ func TestUpstreamRecipes(t *testing.T) {
 		"919760f413fb834e76382d129ba9c3314ce722be":                         "not in the mirror", // NVSHMEM v3.5.19-1
 		"eb2c8fb3b7084c2db86bd9fd905387909f1dfd483e7b45f7b3c3d5fcf5374b5a": "no mirror entry",   // the 3.2.5-1 tarball
 	}
-	for _, name := range []string{"gcp-b200", "efa-aws", "ibrc-dualport", "single-node"} {
+	for _, name := range []string{"gcp-b200", "efa-aws", "ibrc-dualport", "single-node", "gcp-a3-tcpx"} {
 		plan, err := res.Resolve(name, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -47,6 +47,7 @@ func Repos() []Repo {
 	return []Repo{
 		{Group: "demo", Name: "libdemo", Version: "1.0.0"},
 		{Group: "demo", Name: "pydemo", Version: "1.0.0"},
+		{Group: "tools", Name: "netbench", Version: "0.1.0"},
 	}
 }
 
