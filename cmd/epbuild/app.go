@@ -143,6 +143,7 @@ Exit codes: 0 done; 1 the job failed (patch conflict, build error, check failed)
 		newInstallCmd(app),
 		newVerifyInstallCmd(app),
 		newHostCmd(app),
+		newBenchCmd(app),
 	)
 	return root
 }
