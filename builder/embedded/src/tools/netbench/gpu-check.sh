@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # Builds the gcp-a3-tcpx recipe on a host with one NVIDIA GPU and CUDA, installs it, and
 # runs netbench between two ranks on that GPU through the loopback plugin, in every way
 # data can move: host buffers, device buffers the plugin reads and writes, device
@@ -6,8 +6,9 @@
 # irecvConsumed after its CUDA event). A window one past the request limit must fail.
 # Then what cannot run without GCP A3 NICs and the RxDM daemon: the TCPX plugin itself.
 #
-#   EPBUILD=path/to/epbuild DEBS=dir/with/the/.debs [MIRROR=dir] [WORK=dir] sh gpu-check.sh
-set -eu
+#   EPBUILD=path/to/epbuild DEBS=dir/with/the/.debs [MIRROR=dir] [WORK=dir] bash gpu-check.sh
+# (bash: env.sh finds its directory through BASH_SOURCE)
+set -euo pipefail
 EPBUILD=${EPBUILD:-epbuild}
 DEBS=${DEBS:?DEBS: the directory holding the protobuf and Abseil .deb files}
 WORK=${WORK:-$PWD/gcp-a3-tcpx-check}
