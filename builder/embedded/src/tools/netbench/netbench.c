@@ -579,6 +579,7 @@ int main(int argc, char** argv) {
       nb_ncclNetDeviceHandle_v7_t* dh = x.dh;
       NETCHECK(x.net->accept(listen_comm, &x.comm, &dh));
       if (!x.comm && now() > deadline) die(EXIT_FAIL, "accept: rank 0 did not connect within %d s", o.timeout);
+      if (!x.comm) sched_yield();
     }
     if (unpack && !x.dh->handle) die(EXIT_FAIL, "the UNPACK plugin %s gave no device handle at accept", x.net->name);
   } else {
@@ -593,6 +594,7 @@ int main(int argc, char** argv) {
       nb_ncclNetDeviceHandle_v7_t* dh = NULL; /* NCCL passes none on the send side */
       NETCHECK(x.net->connect(o.dev, hello.handle, &x.comm, &dh));
       if (!x.comm && now() > deadline) die(EXIT_FAIL, "connect: no connection within %d s", o.timeout);
+      if (!x.comm) sched_yield();
     }
   }
 
