@@ -49,6 +49,8 @@ func Checks() *check.Registry[*Subject] {
 		check.Declared("needed", prefixes, "ELF files link a library (DT_NEEDED): DeepEP built against NVSHMEM at all", checkNeeded),
 		check.Declared("runpath", prefixes, "the dynamic loader finds the library in the named component, through the install's own paths "+
 			"(LD_PRELOAD, DT_RPATH, LD_LIBRARY_PATH, DT_RUNPATH): DeepEP loads the NVSHMEM the recipe built or chose, not another", checkRunpath),
+		check.Declared("libs", prefixes, "every library an ELF file needs (transitively) resolves inside the prefix through $ORIGIN-relative RUNPATH entries, "+
+			"or is one of the named host libraries: the artifact carries what it needs", checkLibs),
 		// what patch sets state
 		{Name: "effect.tree", Targets: []check.Target{check.Tree}, Run: checkTreeEffects,
 			Explain: "each patch set's stated effects hold on the patched tree (a def exists and is called, an include replaced, an env variable read)"},

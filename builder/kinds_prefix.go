@@ -133,6 +133,20 @@ func checkNeeded(_ context.Context, s *Subject, n *recipes.NeededCheck) []CheckR
 	return out
 }
 
+func checkLibs(_ context.Context, s *Subject, l *recipes.LibsCheck) []CheckResult {
+	m := s.glob(l.File)
+	if len(m) == 0 {
+		return []CheckResult{{ID: s.Component.Name + ".libs." + l.File, Status: check.Fail, Expected: "the libraries of " + l.File, Found: "no file matches " + l.File}}
+	}
+	var out []CheckResult
+	for _, f := range m {
+		r := inspect.CheckLibs(f, s.Root, l.System)
+		r.Read = f
+		out = append(out, s.rel(r))
+	}
+	return out
+}
+
 func checkRunpath(_ context.Context, s *Subject, rp *recipes.RunpathCheck) []CheckResult {
 	id := s.Component.Name + ".runpath." + rp.Lib
 	m := s.glob(rp.File)

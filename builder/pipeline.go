@@ -341,7 +341,8 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	prober := &Prober{Getenv: getenv, Packages: pkgs, Torch: j.Plan.Toolchain.Torch != ""}
+	prober := &Prober{Getenv: getenv, Packages: pkgs, Torch: j.Plan.Toolchain.Torch != "",
+		CMakePackages: NeedsCMakePackages(j.Plan), Prefixes: CMakePrefixPath(j.Plan)}
 	tc := prober.ProbeCached(ctx, filepath.Join(c.Dir(), "toolchain"))
 	store, err := OpenStore(c.Dir())
 	if err != nil {

@@ -34,7 +34,7 @@ const (
 	packageFormat = "package/1"
 )
 
-// Sources picks the fetcher for a URL (the embedded demo repositories have their own).
+// Sources picks the fetcher for a URL (the embedded repositories have their own).
 type Sources interface {
 	For(rawURL string) *source.Fetcher
 }
@@ -515,7 +515,7 @@ func publishArtifact(src, dst, sum string) error {
 	return os.WriteFile(dst+".sha256", []byte(sum+"  "+filepath.Base(dst)+"\n"), 0o644)
 }
 
-// isEmbedded reports whether a URL names an embedded demo repository.
+// isEmbedded reports whether a URL names an embedded repository.
 func isEmbedded(raw string) bool {
 	u, err := url.Parse(raw)
 	return err == nil && u.Host == EmbeddedHost

@@ -8,16 +8,16 @@ import (
 	"github.com/charmbracelet/log"
 
 	"github.com/epbuild/epbuild/builder/cache"
-	"github.com/epbuild/epbuild/builder/demo"
+	"github.com/epbuild/epbuild/builder/embedded"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/patches"
 )
 
-// EmbeddedHost is the URL host served by the embedded demo mirror.
-const EmbeddedHost = demo.Host
+// EmbeddedHost is the URL host served by the embedded mirror (the demo and the tools).
+const EmbeddedHost = embedded.Host
 
 // FetchSources serves every URL from the user's fetcher (network or --mirror) except the
-// embedded demo repositories, which come from a mirror epbuild lays out from its own
+// embedded repositories (the demo and the tools), which come from a mirror epbuild lays out from its own
 // binary on first use.
 type FetchSources struct {
 	Main  *source.Fetcher
@@ -44,9 +44,9 @@ func (s *FetchSources) For(rawURL string) *source.Fetcher {
 		return s.Main
 	}
 	s.once.Do(func() {
-		dir := filepath.Join(s.cache.Dir(), "embedded", demo.Digest())
-		if err := demo.Ensure(dir); err != nil {
-			s.err = fmt.Errorf("lay out the embedded demo repositories: %w", err)
+		dir := filepath.Join(s.cache.Dir(), "embedded", embedded.Digest())
+		if err := embedded.Ensure(dir); err != nil {
+			s.err = fmt.Errorf("lay out the embedded repositories: %w", err)
 			return
 		}
 		s.embedded, s.err = source.New(source.Options{Cache: s.cache, Mirror: dir, Logger: s.log})

@@ -57,6 +57,15 @@ type Toolchain struct {
 	LibfabricHome  string `json:"libfabric_home,omitempty"`
 	GDRCopyHome    string `json:"gdrcopy_home,omitempty"`
 	MPIHome        string `json:"mpi_home,omitempty"`
+
+	// Protobuf is the protobuf release found (36.2; 21.12 for C++ 3.21.12) and the header
+	// it came from; Abseil and GTest are the CMake package files found (see
+	// toolchain_cmake.go). Probed only for plans that need them.
+	Protobuf       string `json:"protobuf,omitempty"`
+	ProtobufCpp    string `json:"protobuf_cpp,omitempty"`
+	ProtobufHeader string `json:"protobuf_header,omitempty"`
+	Abseil         string `json:"abseil,omitempty"`
+	GTest          string `json:"gtest,omitempty"`
 }
 
 // PythonPackage is an installed distribution and the directory of its import package.
@@ -70,7 +79,13 @@ func (t *Toolchain) Fingerprint() string {
 	b, _ := json.Marshal(struct {
 		OS, Arch, CUDA, CUDAHome, Python, PythonVersion, Torch, GCC, GXX, CMake string
 		Pkgs                                                                    map[string]PythonPackage
-	}{t.OS, t.Arch, t.CUDA, t.CUDAHome, t.Python, t.PythonVersion, t.Torch, t.GCC, t.GXX, t.CMake, t.PythonPackages})
+		// empty for plans that need no CMake packages: their keys stay as they were
+		Protobuf       string `json:",omitempty"`
+		ProtobufHeader string `json:",omitempty"`
+		Abseil         string `json:",omitempty"`
+		GTest          string `json:",omitempty"`
+	}{t.OS, t.Arch, t.CUDA, t.CUDAHome, t.Python, t.PythonVersion, t.Torch, t.GCC, t.GXX, t.CMake, t.PythonPackages,
+		t.Protobuf, t.ProtobufHeader, t.Abseil, t.GTest})
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }
@@ -82,6 +97,10 @@ type Prober struct {
 	Packages []string
 	// Torch: probe torch (slow to import; only when the recipe builds against it).
 	Torch bool
+	// CMakePackages: look for protobuf, Abseil and GTest, in Prefixes (the plan's
+	// CMAKE_PREFIX_PATH) and then the system prefixes.
+	CMakePackages bool
+	Prefixes      []string
 }
 
 var verRe = regexp.MustCompile(`(\d+\.\d+(?:\.\d+)?)`)
@@ -172,6 +191,10 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 	}
 	if m := look("mpicc"); m != "" {
 		t.MPIHome = filepath.Dir(filepath.Dir(m))
+	}
+	if p.CMakePackages {
+		// the system prefixes come after CMAKE_PREFIX_PATH, as CMake searches
+		t.probeCMakePackages(append(slices.Clone(p.Prefixes), "/usr/local", "/usr"))
 	}
 	return t
 }
@@ -295,6 +318,9 @@ type Needs struct {
 	Packages                        map[string]string // python distribution → version constraint
 	RDMACore                        bool
 	Libfabric, GDRCopy, MPI         bool
+	// Protobuf: protobuf >= 22 with Abseil (require protobuf-absl); GTest: a GTest CMake
+	// package (require gtest, or NET_GPUDIRECTTCPX_BUILD_TESTS on).
+	Protobuf, GTest bool
 }
 
 // NeedsOf derives what the plan needs.
@@ -312,6 +338,10 @@ func NeedsOf(p *Plan) Needs {
 			n.GDRCopy = true
 		case "mpi":
 			n.MPI = true
+		case "protobuf-absl":
+			n.Protobuf = true
+		case "gtest":
+			n.GTest = true
 		}
 	}
 	for _, c := range p.Components {
@@ -333,6 +363,9 @@ func NeedsOf(p *Plan) Needs {
 				}
 				if on("NVSHMEM_MPI_SUPPORT") {
 					n.MPI = true
+				}
+				if on("NET_GPUDIRECTTCPX_BUILD_TESTS") {
+					n.GTest = true // the GPUDirect-TCPX plugin's unit tests
 				}
 				// NVSHMEM >= 3.4.5 from source with IBGDA or IBRC needs rdma-core headers; any
 				// rdma-core will do: it defines what older ones lack itself (R22)
@@ -416,6 +449,7 @@ func Preflight(p *Plan, t *Toolchain) error {
 	if n.MPI && t.MPIHome == "" {
 		add("MPI", "mpicc on PATH", "", "install OpenMPI or turn NVSHMEM_MPI_SUPPORT off")
 	}
+	preflightCMakePackages(n, t, add)
 	if len(miss) > 0 {
 		return &PreflightError{Recipe: p.Recipe, Missing: miss}
 	}
@@ -475,6 +509,9 @@ func (p *Prober) ProbeCached(ctx context.Context, dir string) *Toolchain {
 		env = append(env, k+"="+p.Getenv(k))
 	}
 	key := Key("probe/1", env, p.Packages, p.Torch)
+	if p.CMakePackages {
+		key = Key("probe/1", env, p.Packages, p.Torch, p.Prefixes)
+	}
 	file := filepath.Join(dir, "probe-"+key[:16]+".json")
 	var pc probeCache
 	if b, err := os.ReadFile(file); err == nil && json.Unmarshal(b, &pc) == nil && pc.Key == key && pc.Toolchain != nil {
@@ -501,7 +538,13 @@ func (p *Prober) ProbeCached(ctx context.Context, dir string) *Toolchain {
 			paths = append(paths, lp)
 		}
 	}
-	paths = append(paths, t.NVCC, t.RDMACore)
+	paths = append(paths, t.NVCC, t.RDMACore, t.ProtobufHeader, t.Abseil, t.GTest)
+	if p.CMakePackages {
+		// packages unpacked into a named prefix after a probe found nothing there
+		for _, pre := range p.Prefixes {
+			paths = append(paths, filepath.Join(pre, "include", "google", "protobuf", "stubs", "common.h"), filepath.Join(pre, "lib"))
+		}
+	}
 	for _, path := range paths {
 		if path != "" {
 			pc.Validators[path] = statSig(path)

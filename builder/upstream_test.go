@@ -41,9 +41,8 @@ func TestUpstreamRecipes(t *testing.T) {
 	absent := map[string]string{
 		"919760f413fb834e76382d129ba9c3314ce722be":                         "not in the mirror", // NVSHMEM v3.5.19-1
 		"eb2c8fb3b7084c2db86bd9fd905387909f1dfd483e7b45f7b3c3d5fcf5374b5a": "no mirror entry",   // the 3.2.5-1 tarball
-		"a4c7e17133ee9cb6a2f45545f6e974dd3c393efa":                         "no mirror entry",   // fmt, DeepEP main's submodule
 	}
-	for _, name := range []string{"gcp-b200", "efa-aws", "ibrc-dualport", "single-node", "deepep-v2"} {
+	for _, name := range []string{"gcp-b200", "efa-aws", "ibrc-dualport", "single-node", "deepep-v2", "gcp-a3-tcpx"} {
 		plan, err := res.Resolve(name, nil)
 		if err != nil {
 			t.Fatal(err)

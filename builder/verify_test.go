@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder/archive"
-	"github.com/epbuild/epbuild/builder/demo"
+	"github.com/epbuild/epbuild/builder/embedded"
 	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/patches/effect"
 	"github.com/epbuild/epbuild/recipes"
@@ -175,7 +175,7 @@ func TestVerifyCatchesEachChange(t *testing.T) {
 // method is there but never called.
 func TestVerifyFieldFailure(t *testing.T) {
 	eff := effectIDs(t)
-	src, err := demo.Files("pydemo")
+	src, err := embedded.Files("demo", "pydemo")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ package recipes
 
 import (
 	"fmt"
+	"path"
 	"reflect"
 	"strings"
 )
@@ -142,6 +143,27 @@ type Check struct {
 	// Runpath: the dynamic loader, searching as it would for the ELF files matching File,
 	// finds Lib inside component From's prefix.
 	Runpath *RunpathCheck `json:"runpath,omitempty"`
+	// Libs: every library the ELF files need (DT_NEEDED, transitively) resolves inside the
+	// prefix through RUNPATH entries that stay inside it, or is a named system library.
+	Libs *LibsCheck `json:"libs,omitempty"`
+}
+
+// LibsCheck says which libraries File may take from the host; everything else it needs
+// must travel in the prefix.
+type LibsCheck struct {
+	File string `json:"file"`
+	// System lists sonames (globs: libcudart.so.*) the host provides.
+	System []string `json:"system,omitempty"`
+}
+
+func (c *LibsCheck) problems(map[string]int) []checkProblem {
+	out := required("file", c.File)
+	for k, s := range c.System {
+		if _, err := path.Match(s, ""); err != nil || s == "" || strings.Contains(s, "/") {
+			out = append(out, checkProblem{fmt.Sprintf("system[%d]", k), fmt.Sprintf("%q is not a library name or glob (libcudart.so.*)", s)})
+		}
+	}
+	return out
 }
 
 // NeededCheck requires the ELF files matching File (a glob in the prefix) to link Lib: a

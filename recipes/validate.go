@@ -28,6 +28,8 @@ var knownRequire = map[string]string{
 	"gdrcopy":       "GDRCopy headers and library (GDRCOPY_HOME)",
 	"nvshmem-wheel": "the nvidia-nvshmem-cu12/cu13 wheel in the Python environment",
 	"mpi":           "an MPI installation",
+	"protobuf-absl": "protobuf >= 22 with Abseil, as CMake packages (CMAKE_PREFIX_PATH or the system)",
+	"gtest":         "GoogleTest as a CMake package (GTestConfig.cmake)",
 }
 
 // PatchSetLookup tells validation which component a patch set applies to.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/cache"
-	"github.com/epbuild/epbuild/builder/demo"
+	"github.com/epbuild/epbuild/builder/embedded"
 	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/recipes"
@@ -91,7 +91,7 @@ func installDemo(dir string) (string, string, error) {
 		}
 		prefixes = append(prefixes, prefix)
 	}
-	orig, err := demo.Files("pydemo")
+	orig, err := embedded.Files("demo", "pydemo")
 	if err != nil {
 		return "", "", err
 	}

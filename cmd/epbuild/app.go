@@ -151,6 +151,7 @@ Exit codes: 0 done; 1 the job failed (patch conflict, build error, check failed)
 		newPushCmd(app),
 		newPullCmd(app),
 		newFleetCmd(app),
+		newBenchCmd(app),
 	)
 	return root
 }

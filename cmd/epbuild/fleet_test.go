@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epbuild/epbuild/builder/demo"
+	"github.com/epbuild/epbuild/builder/embedded"
 )
 
 // Reports written by verify-install --json on three installs, one of which lost the
@@ -23,7 +23,7 @@ func TestFleetReportCLI(t *testing.T) {
 			t.Fatalf("install: exit %d\n%s\n%s", code, out, errs)
 		}
 		if node == "gpu-b" {
-			src, err := demo.Files("pydemo")
+			src, err := embedded.Files("demo", "pydemo")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder"
-	"github.com/epbuild/epbuild/builder/demo"
+	"github.com/epbuild/epbuild/builder/embedded"
 	"github.com/epbuild/epbuild/builder/host"
 )
 
@@ -122,7 +122,7 @@ func TestInstallAndVerifyCLI(t *testing.T) {
 	}
 
 	// the field failure: an unpatched copy installed over the patched one
-	src, err := demo.Files("pydemo")
+	src, err := embedded.Files("demo", "pydemo")
 	if err != nil {
 		t.Fatal(err)
 	}
