@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/epbuild/epbuild/builder/inspect"
@@ -122,11 +121,7 @@ func (c *Checker) one(ctx context.Context, pc *PlanComponent, ch recipes.Check, 
 		}
 		return r
 	}
-	glob := func(pattern string) []string {
-		m, _ := filepath.Glob(filepath.Join(prefix, filepath.FromSlash(pattern)))
-		sort.Strings(m)
-		return m
-	}
+	glob := func(pattern string) []string { return globInside(prefix, pattern) }
 	switch {
 	case ch.File != "":
 		m := glob(ch.File)

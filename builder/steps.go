@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -237,6 +238,33 @@ func cmakeValue(key, val string, ninja bool) (string, error) {
 		val = "'" + val + "'"
 	}
 	return val, nil
+}
+
+// globInside is what a check's file pattern matches in prefix, sorted: nothing for a
+// pattern that leaves it, and no match that resolves outside it through a symlink
+// (validate refuses the first kind already; a plan read from an installed manifest is
+// checked again here).
+func globInside(prefix, pattern string) []string {
+	if !filepath.IsLocal(filepath.FromSlash(pattern)) {
+		return nil
+	}
+	m, _ := filepath.Glob(filepath.Join(prefix, filepath.FromSlash(pattern)))
+	root, err := filepath.EvalSymlinks(prefix)
+	if err != nil {
+		return nil
+	}
+	out := m[:0]
+	for _, p := range m {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			continue
+		}
+		if rel, err := filepath.Rel(root, real); err == nil && filepath.IsLocal(rel) {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // stepDir resolves a step's dir inside the tree root: a path that leaves it, lexically

@@ -206,3 +206,35 @@ func writeFile(t *testing.T, p, s string) {
 		t.Fatal(err)
 	}
 }
+
+// A check's file pattern finds nothing outside the prefix, whether it says ../ or goes
+// through a symlink: a plan read from an installed manifest is not trusted to stay in.
+func TestCheckFilesStayInThePrefix(t *testing.T) {
+	prefix := t.TempDir()
+	outside := t.TempDir()
+	writeFile(t, filepath.Join(outside, "secret"), "x")
+	writeFile(t, filepath.Join(prefix, "lib", "libok.so"), "x")
+	if err := os.Symlink(filepath.Join(outside, "secret"), filepath.Join(prefix, "lib", "libescape.so")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("libok.so", filepath.Join(prefix, "lib", "libalias.so")); err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := filepath.Rel(prefix, filepath.Join(outside, "secret"))
+	pc := &PlanComponent{Component: recipes.Component{Name: "c", Checks: []recipes.Check{
+		{File: filepath.ToSlash(rel)}, {File: "/etc/passwd"}, {File: "lib/libescape.so"}, {File: "lib/libalias.so"}, {File: "lib/lib*.so"},
+	}}}
+	res := (&Checker{}).Component(context.Background(), pc, prefix)
+	want := []string{"fail", "fail", "fail", "pass", "pass"}
+	if len(res) != len(want) {
+		t.Fatalf("results %+v", res)
+	}
+	for i, r := range res {
+		if r.Status != want[i] {
+			t.Errorf("%s: %s (%s), want %s", r.ID, r.Status, r.Found, want[i])
+		}
+	}
+	if found := res[4].Found; strings.Contains(found, "libescape") || !strings.Contains(found, "libok.so") {
+		t.Errorf("lib/lib*.so matched %q", found)
+	}
+}
