@@ -199,8 +199,14 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	if err := replaceable(prefix, opts.KeepPrevious); err != nil {
 		return nil, err
 	}
+	op := "install " + filepath.Base(art) + " into " + prefix
+	need := installSize(m, raw)
+	// before anything is written (the lock file included), and again under the lock
+	if err := checkSpace(existingDir(parent), need, len(m.Files), op); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return nil, noSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), "install into "+prefix, parent, 0, fixInstallSpace)
+		return nil, noSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, 0, fixInstallSpace)
 	}
 	unlock, err := lockPrefix(ctx, parent, base, opts.Log)
 	if err != nil {
@@ -221,19 +227,18 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 			return nil, err
 		}
 	}
-	need := installSize(m, raw)
-	if err := checkSpace(parent, need, "install "+filepath.Base(art)+" into "+prefix); err != nil {
+	if err := checkSpace(parent, need, len(m.Files), op); err != nil {
 		return nil, err
 	}
 	stage, err := os.MkdirTemp(parent, "."+base+stageInfix)
 	if err != nil {
-		return nil, noSpaceOr(fmt.Errorf("install into %s: staging directory: %w", prefix, err), "install into "+prefix, parent, need, fixInstallSpace)
+		return nil, noSpaceOr(fmt.Errorf("install into %s: staging directory: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
 	defer func() { _ = makeWritable(stage); _ = os.RemoveAll(stage) }()
 
 	tree := filepath.Join(stage, "tree")
 	if err := stageArtifact(ctx, art, tree, m, raw); err != nil {
-		return nil, noSpaceOr(err, "install "+filepath.Base(art)+" into "+prefix, parent, need, fixInstallSpace)
+		return nil, noSpaceOr(err, op, parent, need, fixInstallSpace)
 	}
 	rc := Receipt{
 		Artifact: filepath.Base(art), SHA256: sum, ManifestSHA256: sha256Hex(raw), Recipe: m.Recipe, PlanKey: m.PlanKey,
@@ -244,7 +249,7 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 		return nil, fmt.Errorf("install into %s: encode receipt: %w", prefix, err)
 	}
 	if err := os.WriteFile(filepath.Join(tree, ReceiptName), append(rb, '\n'), 0o644); err != nil {
-		return nil, noSpaceOr(fmt.Errorf("install into %s: write receipt: %w", prefix, err), "install into "+prefix, parent, need, fixInstallSpace)
+		return nil, noSpaceOr(fmt.Errorf("install into %s: write receipt: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
 	logInfo(opts.Log, "artifact checked", "artifact", rc.Artifact, "files", len(m.Files))
 
@@ -530,21 +535,36 @@ func declaredBytes(m *Manifest, raw []byte) int64 {
 	return n
 }
 
-// checkSpace refuses an install the file system under dir cannot hold, before anything
-// is written (exit 3, with the space needed).
-func checkSpace(dir string, need int64, op string) error {
-	free, files, ok := diskFree(dir)
+// checkSpace refuses an install the file system under dir cannot hold, in bytes or in
+// inodes, before anything is written (exit 3, with the space needed).
+func checkSpace(dir string, need int64, entries int, op string) error {
+	free, inodes, ok := diskFree(dir)
 	if !ok {
 		return nil
 	}
 	if free < need {
 		return &NoSpaceError{Op: op, Path: dir, Need: need, Free: free, Fix: fixInstallSpace}
 	}
-	if files >= 0 && files < 64 {
+	if want := int64(entries) + 8; inodes >= 0 && inodes < want {
 		return &NoSpaceError{Op: op, Path: dir, Need: need, Free: free, Fix: fixInstallSpace,
-			Err: fmt.Errorf("only %d free inodes", files)}
+			Err: fmt.Errorf("%d inodes free, %d needed", inodes, want)}
 	}
 	return nil
+}
+
+// existingDir is dir or its nearest existing parent: where the space is counted before
+// dir is made.
+func existingDir(dir string) string {
+	for {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			return dir
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return dir
+		}
+		dir = up
+	}
 }
 
 // stageArtifact extracts the artifact into tree (which must not exist), stopping once
