@@ -569,8 +569,14 @@ func existingDir(dir string) string {
 
 // stageArtifact extracts the artifact into tree (which must not exist), stopping once
 // it holds more than m declares, and checks the tree against m: the manifest extracted
-// must be the one read before, every entry must match it.
-func stageArtifact(ctx context.Context, art, tree string, m *Manifest, raw []byte) error {
+// must be the one read before, every entry must match it. A failure leaves no tree.
+func stageArtifact(ctx context.Context, art, tree string, m *Manifest, raw []byte) (err error) {
+	defer func() {
+		if err != nil {
+			_ = makeWritable(tree)
+			_ = os.RemoveAll(tree)
+		}
+	}()
 	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: declaredBytes(m, raw), MaxEntries: len(m.Files) + 16}
 	if _, err := archive.ExtractFile(ctx, art, tree, opts); err != nil {
 		var xe *archive.ExtractError

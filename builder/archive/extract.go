@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"archive/zip"
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -201,11 +202,12 @@ func ReadMember(ctx context.Context, archivePath, member string, maxSize int64, 
 			if hdr.Size < 0 || hdr.Size > maxSize {
 				return nil, x.errf(hdr.Name, ErrLimit, fixLimit, "%d bytes, more than the %d allowed", hdr.Size, maxSize)
 			}
-			b := make([]byte, hdr.Size)
-			if _, err := io.ReadFull(tr, b); err != nil {
+			// grown as the data arrives: a header may claim more than the stream holds
+			var b bytes.Buffer
+			if _, err := io.CopyN(&b, tr, hdr.Size); err != nil {
 				return nil, x.errf(hdr.Name, ErrCorrupt, fixCorrupt, "read data: %w", err)
 			}
-			return b, nil
+			return b.Bytes(), nil
 		}
 		// skipped, but decompressed all the same: it counts
 		if hdr.Size > x.opts.MaxBytes-x.rep.Bytes {
