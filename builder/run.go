@@ -30,8 +30,8 @@ var stageOrder = []string{"patch", "build", "check", "package"}
 // how epbuild produces them.
 const (
 	patchFormat   = "patch/1"
-	buildFormat   = "build/1"
-	checkFormat   = "check/1"
+	buildFormat   = "build/2" // 2: CMAKE_*FLAGS quoted for the shell Ninja and make use
+	checkFormat   = "check/2" // 2: check files that resolve outside the prefix match nothing
 	packageFormat = "package/1"
 )
 
