@@ -501,28 +501,53 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		// its temporary files (the import check's) in a directory the test removes: a
 		// killed child cannot clean up after itself
-		cmd.Env = append(os.Environ(), envChildArtifact+"="+art, envChildPrefix+"="+prefix, "TMPDIR="+tmp)
+		cmd.Env = append(os.Environ(), envChildArtifact+"="+art, envChildPrefix+"="+prefix, "TMPDIR="+tmp,
+			"GORACE=atexit_sleep_ms=0") // a race-enabled child exits at once, as a real one does
 		// its own process group, so that the kill takes the Python it may be running too
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		return cmd
 	}
-	// full runs, to know how long an install takes here (the slowest of three: a
-	// loaded machine runs the trials slower than a warm, idle one)
-	var full time.Duration
+	// full runs, to know how long an install takes here and when in it the prefix changes
+	// (watched from here): the slowest of three, a loaded machine runs the trials slower
+	var full, swapAt time.Duration
 	for range 3 {
+		target := other()
+		cmd := child(target)
 		start := time.Now()
-		if out, err := child(other()).CombinedOutput(); err != nil {
-			t.Fatalf("install in a child: %v\n%s", err, out)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var err error
+		seen := time.Duration(0)
+	watch:
+		for {
+			select {
+			case err = <-done:
+				break watch
+			case <-time.After(2 * time.Millisecond):
+				if r, rerr := ReadReceipt(prefix); seen == 0 && rerr == nil && sums[r.SHA256] == target {
+					seen = time.Since(start)
+				}
+			}
+		}
+		if err != nil {
+			t.Fatalf("install in a child: %v", err)
 		}
 		full = max(full, time.Since(start))
+		swapAt = max(swapAt, seen)
+	}
+	if swapAt == 0 {
+		swapAt = full
 	}
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 1))
-	t.Logf("seed %d; one install takes %v", seed, full)
+	t.Logf("seed %d; one install takes %v, the prefix changes after %v", seed, full, swapAt)
 	// stratified: the even trials are killed at a random point of their slice of the
-	// install's run time; the odd ones around its end, where the swap and the removal of
-	// the old install happen (the checks before them take most of the time)
-	const trials = 24
+	// time before the swap; the odd ones around the swap and after it, while the old
+	// install is removed and the process ends
+	const trials = 16
 	completed, swapped, kept := 0, 0, 0
 	for i := range trials {
 		target := other()
@@ -533,10 +558,10 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 			t.Fatal(err)
 		}
 		u := (float64(i/2) + rng.Float64()) / (trials / 2)
+		delay := time.Duration(u * 0.95 * float64(swapAt))
 		if i%2 == 1 {
-			u = 0.7 + 0.8*u
+			delay = swapAt - full/10 + time.Duration(u*float64(full-swapAt+full/5))
 		}
-		delay := time.Duration(u * float64(full))
 		time.Sleep(delay)
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		err := cmd.Wait()

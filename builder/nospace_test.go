@@ -20,7 +20,7 @@ func TestFullDisk(t *testing.T) {
 		return
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestFullDisk$", "-test.v")
-	cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD=fulldisk", "TMPDIR="+t.TempDir())
+	cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD=fulldisk", "GORACE=atexit_sleep_ms=0", "TMPDIR="+t.TempDir())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	out, err := cmd.CombinedOutput()
 	var se *os.SyscallError

@@ -50,7 +50,7 @@ func TestForcedRunsShareOneCache(t *testing.T) {
 		var kids []*child
 		for i := range perRound {
 			c := &child{cmd: exec.Command(os.Args[0], "-test.run=^TestForcedRunsShareOneCache$")}
-			c.cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD=forced", "EPBUILD_TEST_DIR="+dir,
+			c.cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD=forced", "GORACE=atexit_sleep_ms=0", "EPBUILD_TEST_DIR="+dir,
 				"EPBUILD_TEST_OUT="+filepath.Join(dir, "..", fmt.Sprintf("out-%d-%d", round, i)),
 				"EPBUILD_TEST_FORCE="+forces[(round+i)%len(forces)], "TMPDIR="+t.TempDir())
 			c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
