@@ -594,3 +594,26 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 		t.Errorf("after a clean install, beside the prefix: %v", got)
 	}
 }
+
+// Where the file system has no atomic exchange, the swap is three renames; a kill
+// between the first two leaves the old install in the staging directory and no prefix.
+// The next install puts it back before anything else: with --keep-previous it is kept.
+func TestInstallPutsBackWhatAKilledSwapMovedAside(t *testing.T) {
+	parent := t.TempDir()
+	prefix := filepath.Join(parent, "demo")
+	mustInstall(t, artifacts(t).A, prefix, false)
+	stage := filepath.Join(parent, ".demo"+stageInfix+"123")
+	if err := os.Mkdir(stage, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(prefix, filepath.Join(stage, "old")); err != nil {
+		t.Fatal(err)
+	}
+	res := mustInstall(t, artifacts(t).B, prefix, true)
+	if filesOK(t, prefix).SHA256 != sumOf(t, artifacts(t).B) || res.Previous != prefix+".prev" || filesOK(t, res.Previous).SHA256 != sumOf(t, artifacts(t).A) {
+		t.Fatalf("the install moved aside was not put back and kept: previous %q", res.Previous)
+	}
+	if got := siblings(t, parent); !slices.Equal(got, []string{".demo.epbuild-lock", "demo", "demo.prev"}) {
+		t.Errorf("beside the prefix: %v", got)
+	}
+}
