@@ -220,9 +220,6 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 			if !localPath(s.Command.Dir, true) {
 				add(sp+".command.dir", "dir %q is not a directory inside the source tree (a relative path that stays in it, like tools)", s.Command.Dir)
 			}
-			for k, a := range s.Command.Run {
-				checkValue(fmt.Sprintf("%s.command.run[%d]", sp, k), "command argument", a, add)
-			}
 		}
 		for _, k := range slices.Sorted(maps.Keys(env)) {
 			if !envRe.MatchString(k) {
@@ -363,8 +360,9 @@ func symbolFile(c Check) string {
 	return c.Symbol.File
 }
 
-// checkValue refuses control characters (a newline, say) in a value that goes onto a
-// command line, into an environment or into env.sh, where they split lines.
+// checkValue refuses control characters (a newline, say) in a value that goes into
+// env.sh, CMake's cache or an environment that setup.py may paste into a build file,
+// where they split lines. A command step's arguments go to the program as they are.
 func checkValue(p, what, val string, add func(string, string, ...any)) {
 	if i := strings.IndexFunc(val, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }); i >= 0 {
 		add(p, "%s holds a control character (%q at byte %d): a value is one line; remove it", what, val[i], i)
