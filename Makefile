@@ -44,10 +44,17 @@ schema:
 docs:
 	$(GO) run ./compat/internal/rulesdoc -o docs/rules.md
 
+# Each fuzzer under a memory limit (ulimit -v, KiB): an input that makes a loader or an
+# extractor allocate beyond it crashes the worker, and the fuzzer reports the input.
+FUZZMEM ?= 4194304
+FUZZTIME ?= 30s
+FUZZ    := ulimit -v $(FUZZMEM) && $(GO) test -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s -fuzz
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime 30s ./recipes/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./recipes/strictyaml/
-	$(GO) test -run '^$$' -fuzz FuzzVersionOrder -fuzztime 30s ./compat/
+	$(FUZZ) FuzzLoad ./recipes/
+	$(FUZZ) FuzzDecode ./recipes/strictyaml/
+	$(FUZZ) FuzzVersionOrder ./compat/
+	$(FUZZ) FuzzExtract ./builder/archive/
+	$(FUZZ) FuzzInstallExtract ./builder/
 
 clean:
 	rm -rf bin

@@ -18,13 +18,21 @@ func CheckArtifact(ctx context.Context, art, scratch string) (*Manifest, []byte,
 	if err != nil {
 		return nil, nil, "", err
 	}
+	info, err := os.Stat(art)
+	if err != nil {
+		return nil, nil, "", &BadArtifactError{Artifact: art, Err: err}
+	}
+	// the manifest first, without writing anything: it bounds what extraction may write
+	m, raw, err := readArtifactManifest(ctx, art, info.Size())
+	if err != nil {
+		return nil, nil, "", err
+	}
 	tmp, err := os.MkdirTemp(scratch, ".epbuild-check-")
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("check %s: %w", art, err)
 	}
 	defer func() { _ = makeWritable(tmp); _ = os.RemoveAll(tmp) }()
-	m, raw, err := stageArtifact(ctx, art, filepath.Join(tmp, "tree"))
-	if err != nil {
+	if err := stageArtifact(ctx, art, filepath.Join(tmp, "tree"), m, raw); err != nil {
 		return nil, nil, "", err
 	}
 	return m, raw, sum, nil

@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -52,13 +52,14 @@ func ReadReceipt(dir string) (*Receipt, error) {
 type InstallOptions struct {
 	Artifact string
 	Prefix   string
-	// KeepPrevious keeps the install that was at Prefix as Prefix.prev-<n> after the new
-	// one verifies; otherwise it is removed then. It is always kept until then.
+	// KeepPrevious keeps the install that was at Prefix as Prefix.prev (one previous
+	// copy: an older Prefix.prev is replaced); otherwise it is removed once the new one
+	// is in place.
 	KeepPrevious bool
 	// Version is this epbuild's version, for the receipt.
 	Version string
-	// Verify configures the check of the new install in place (Prefix is set by Install;
-	// host checks are not run).
+	// Verify configures the check of the new tree before it is put in place (Prefix is
+	// set by Install; host checks are not run).
 	Verify VerifyOptions
 	Log    *log.Logger
 }
@@ -89,22 +90,17 @@ func (e *BadArtifactError) Unwrap() error { return e.Err }
 // ExitCode: bad input.
 func (e *BadArtifactError) ExitCode() int { return 2 }
 
-// InstallVerifyError is a new install that failed verify-install in place: it was rolled
-// back, and the previous install (if any) is at the prefix again. Exit 1.
+// InstallVerifyError is a new install that failed verify-install before it was put in
+// place: the prefix is as it was. Exit 1.
 type InstallVerifyError struct {
-	Prefix   string
-	Report   *VerifyReport
-	Restored bool // a previous install is back at Prefix
-	Err      error
+	Prefix string
+	Report *VerifyReport
+	Err    error
 }
 
 func (e *InstallVerifyError) Error() string {
-	what := "the prefix is as before (empty)"
-	if e.Restored {
-		what = "the previous install is back in place"
-	}
 	if e.Err != nil {
-		return fmt.Sprintf("install into %s: verify in place: %v; rolled back, %s", e.Prefix, e.Err, what)
+		return fmt.Sprintf("install into %s: verify the new install: %v; nothing was put in place, %s is as it was", e.Prefix, e.Err, e.Prefix)
 	}
 	var failed []string
 	for _, c := range e.Report.Checks {
@@ -112,31 +108,67 @@ func (e *InstallVerifyError) Error() string {
 			failed = append(failed, fmt.Sprintf("%s: %s", c.ID, c.Found))
 		}
 	}
-	return fmt.Sprintf("install into %s: the new install failed verify in place; rolled back, %s:\n  - %s", e.Prefix, what, strings.Join(failed, "\n  - "))
+	return fmt.Sprintf("install into %s: the new install failed verify; nothing was put in place, %s is as it was:\n  - %s", e.Prefix, e.Prefix, strings.Join(failed, "\n  - "))
 }
 func (e *InstallVerifyError) Unwrap() error { return e.Err }
 
 // ExitCode: the job failed.
 func (e *InstallVerifyError) ExitCode() int { return 1 }
 
+// PrefixRefusedError is a prefix install will not replace: what is there is not an
+// epbuild install it may move away (user data, a hand-made copy, an edited install).
+// Nothing was moved. Bad input, exit 2.
+type PrefixRefusedError struct {
+	Prefix string
+	Found  string // what is there
+	Fix    string
+}
+
+func (e *PrefixRefusedError) Error() string {
+	return fmt.Sprintf("install into %s: refused, nothing was moved: %s; %s", e.Prefix, e.Found, e.Fix)
+}
+
+// ExitCode: bad input.
+func (e *PrefixRefusedError) ExitCode() int { return 2 }
+
 // Names of install's siblings of the prefix. The lock file stays (flock's rule: never
 // delete a lock file); staging directories of a killed install are removed by the next.
 const (
 	stageInfix = ".epbuild-install-"
 	lockSuffix = ".epbuild-lock"
-	prevInfix  = ".prev-"
+	prevSuffix = ".prev"
+)
+
+// Bounds on reading an artifact's manifest before anything is written: the manifest of
+// a real install is a few MiB; the entries before it in the archive are decompressed and
+// discarded, up to this many times the artifact's size (real artifacts compress 2-20
+// times; a bomb compresses thousands of times).
+const (
+	maxManifestSize   = 256 << 20
+	maxManifestRatio  = 1000
+	minManifestBudget = 64 << 20
+	// tarSlack covers tar headers and padding beyond the declared file bytes.
+	tarSlack = 1 << 20
 )
 
 // Install checks an artifact and installs it at opts.Prefix atomically:
 //
-//  1. the artifact's sha256 against ARTIFACT.sha256 when there is one;
-//  2. extraction into a staging directory beside the prefix, then every file's sha256
-//     and mode against the manifest it carries, and the receipt written — the prefix is
+//  1. the artifact's sha256 against ARTIFACT.sha256 when there is one, then its manifest,
+//     read without writing anything;
+//  2. what is at the prefix: nothing, an empty directory, or an epbuild install (a receipt
+//     that pins the manifest beside it) with nothing foreign in it; anything else is
+//     refused, and nothing is moved;
+//  3. the free space beside the prefix against the sizes the manifest declares;
+//  4. extraction into a staging directory beside the prefix, stopped as soon as it
+//     exceeds what the manifest declares; every file's sha256 and mode against the
+//     manifest; the receipt; then verify-install on the staged tree — the prefix is
 //     untouched until all of this passed, and a failure leaves nothing behind;
-//  3. an atomic swap (renameat2 RENAME_EXCHANGE on Linux): the prefix is at every moment
-//     either the old install or the new one, whole; the old one moves to Prefix.prev-<n>;
-//  4. verify-install in place; on failure the old install is swapped back, on success
-//     it is removed unless KeepPrevious.
+//  5. an atomic swap (renameat2 RENAME_EXCHANGE on Linux): the prefix is at every moment
+//     either the old install or the new one, whole. The old one is removed, or with
+//     KeepPrevious kept as Prefix.prev.
+//
+// A killed install leaves its staging directory, which the next install into the same
+// prefix removes.
 func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	art, err := filepath.Abs(opts.Artifact)
 	if err != nil {
@@ -150,7 +182,8 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	if parent == prefix {
 		return nil, &PrefixError{Prefix: prefix, Err: errors.New("the root cannot be an install prefix")}
 	}
-	if st, err := os.Stat(art); err != nil {
+	st, err := os.Stat(art)
+	if err != nil {
 		return nil, &BadArtifactError{Artifact: art, Err: err}
 	} else if !st.Mode().IsRegular() {
 		return nil, &BadArtifactError{Artifact: art, Err: errors.New("not a regular file")}
@@ -159,11 +192,21 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := replaceable(prefix); err != nil {
+	m, raw, err := readArtifactManifest(ctx, art, st.Size())
+	if err != nil {
+		return nil, err
+	}
+	if err := replaceable(prefix, opts.KeepPrevious); err != nil {
+		return nil, err
+	}
+	op := "install " + filepath.Base(art) + " into " + prefix
+	need := installSize(m, raw)
+	// before anything is written (the lock file included), and again under the lock
+	if err := checkSpace(existingDir(parent), need, len(m.Files), op); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return nil, fmt.Errorf("install into %s: %w", prefix, err)
+		return nil, noSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, 0, fixInstallSpace)
 	}
 	unlock, err := lockPrefix(ctx, parent, base, opts.Log)
 	if err != nil {
@@ -172,19 +215,30 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	defer unlock()
 	cleanStale(parent, base, opts.Log)
 	// again under the lock: another install may have run meanwhile
-	if err := replaceable(prefix); err != nil {
+	if err := replaceable(prefix, opts.KeepPrevious); err != nil {
+		return nil, err
+	}
+	if opts.KeepPrevious {
+		if err := replaceable(prefix+prevSuffix, false); err != nil {
+			var re *PrefixRefusedError
+			if errors.As(err, &re) {
+				re.Fix = "--keep-previous replaces " + prefix + prevSuffix + ", which is not a previous install it may remove: move it away first"
+			}
+			return nil, err
+		}
+	}
+	if err := checkSpace(parent, need, len(m.Files), op); err != nil {
 		return nil, err
 	}
 	stage, err := os.MkdirTemp(parent, "."+base+stageInfix)
 	if err != nil {
-		return nil, fmt.Errorf("install into %s: staging directory: %w", prefix, err)
+		return nil, noSpaceOr(fmt.Errorf("install into %s: staging directory: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
 	defer func() { _ = makeWritable(stage); _ = os.RemoveAll(stage) }()
 
 	tree := filepath.Join(stage, "tree")
-	m, raw, err := stageArtifact(ctx, art, tree)
-	if err != nil {
-		return nil, err
+	if err := stageArtifact(ctx, art, tree, m, raw); err != nil {
+		return nil, noSpaceOr(err, op, parent, need, fixInstallSpace)
 	}
 	rc := Receipt{
 		Artifact: filepath.Base(art), SHA256: sum, ManifestSHA256: sha256Hex(raw), Recipe: m.Recipe, PlanKey: m.PlanKey,
@@ -195,35 +249,35 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 		return nil, fmt.Errorf("install into %s: encode receipt: %w", prefix, err)
 	}
 	if err := os.WriteFile(filepath.Join(tree, ReceiptName), append(rb, '\n'), 0o644); err != nil {
-		return nil, fmt.Errorf("install into %s: write receipt: %w", prefix, err)
+		return nil, noSpaceOr(fmt.Errorf("install into %s: write receipt: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
 	logInfo(opts.Log, "artifact checked", "artifact", rc.Artifact, "files", len(m.Files))
 
-	prev, err := swapIn(tree, prefix)
-	if err != nil {
-		return nil, err
-	}
-	res := &InstallResult{Prefix: prefix, Receipt: rc, Previous: prev}
+	// verify the tree where it is staged: it is relocatable (env.sh finds its own
+	// directory), and a tree that fails never reaches the prefix
 	vo := opts.Verify
-	vo.Prefix, vo.Host, vo.Traffic = prefix, false, nil
+	vo.Prefix, vo.Host, vo.Traffic = tree, false, nil
 	rep, verr := Verify(ctx, vo)
-	res.Report = rep
+	if rep != nil {
+		relocateReport(rep, tree, prefix)
+	}
+	res := &InstallResult{Prefix: prefix, Receipt: rc, Report: rep}
 	if verr != nil || rep.Failed() {
-		// the verify may have been cancelled: the rollback must still happen
-		if err := rollback(prefix, prev, stage); err != nil {
-			return res, fmt.Errorf("install into %s: verify failed and the rollback failed too (%v); the previous install is at %s", prefix, err, prev)
-		}
-		return res, &InstallVerifyError{Prefix: prefix, Report: rep, Restored: prev != "", Err: verr}
+		return res, &InstallVerifyError{Prefix: prefix, Report: rep, Err: verr}
 	}
-	if prev != "" && !opts.KeepPrevious {
-		if err := discard(prev, stage); err != nil {
-			return res, fmt.Errorf("install into %s: remove the previous install: %w", prefix, err)
-		}
-		res.Previous = ""
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("install into %s: %w; nothing was put in place", prefix, err)
 	}
+	prev, err := putInPlace(tree, prefix, stage, opts.KeepPrevious)
+	if err != nil {
+		return res, err
+	}
+	res.Previous = prev
 	logInfo(opts.Log, "installed", "dir", prefix, "recipe", m.Recipe, "plan", shortKey(m.PlanKey))
 	return res, nil
 }
+
+const fixInstallSpace = "free that much space there, or install into a prefix on another file system; nothing was installed"
 
 func logInfo(l *log.Logger, msg string, kv ...any) {
 	if l != nil {
@@ -255,31 +309,139 @@ func checkArtifactSum(art string) (string, error) {
 	return sum, nil
 }
 
-// replaceable refuses a prefix that install must not move away: a symlink, a file, or a
-// directory with content that is not an epbuild install (its content would be removed).
-func replaceable(prefix string) error {
+// replaceable refuses a prefix that install must not move away. It may replace nothing,
+// an empty directory, or an epbuild install: a receipt (a regular file) that pins the
+// manifest.json beside it, and nothing the manifest does not list (Python's bytecode
+// caches aside: jobs write them). With keepExtra, foreign entries are allowed: the
+// whole old install, them included, is kept as PREFIX.prev.
+func replaceable(prefix string, keepExtra bool) error {
+	refuse := func(found, fix string) error { return &PrefixRefusedError{Prefix: prefix, Found: found, Fix: fix} }
+	const fixOther = "install into a new or empty directory; if what is there may go, move it away yourself first"
 	st, err := os.Lstat(prefix)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	case err != nil:
-		return &PrefixError{Prefix: prefix, Err: err}
+		return refuse(err.Error(), fixOther)
 	case st.Mode()&fs.ModeSymlink != 0:
-		return &PrefixError{Prefix: prefix, Err: errors.New("is a symlink: install to the directory it points to, or remove the link")}
+		target, _ := os.Readlink(prefix)
+		return refuse(fmt.Sprintf("a symlink (to %s)", target), "install to the directory it points to, or remove the link")
 	case !st.IsDir():
-		return &PrefixError{Prefix: prefix, Err: errors.New("exists and is not a directory")}
-	}
-	if _, err := os.Lstat(filepath.Join(prefix, ManifestName)); err == nil {
-		return nil
+		return refuse("a "+fileKind(st.Mode())+", not a directory", fixOther)
 	}
 	ents, err := os.ReadDir(prefix)
 	if err != nil {
-		return &PrefixError{Prefix: prefix, Err: err}
+		return refuse(err.Error(), fixOther)
 	}
-	if len(ents) > 0 {
-		return &PrefixError{Prefix: prefix, Err: errors.New("exists, is not empty and is not an epbuild install (no manifest.json): remove it or choose another prefix")}
+	if len(ents) == 0 {
+		return nil
+	}
+	rst, err := os.Lstat(filepath.Join(prefix, ReceiptName))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return refuse("a directory that is not an epbuild install (no "+ReceiptName+"), holding "+listNames(ents), fixOther)
+	case err != nil:
+		return refuse(err.Error(), fixOther)
+	case !rst.Mode().IsRegular():
+		return refuse(ReceiptName+" is a "+fileKind(rst.Mode())+", not the receipt install writes", fixOther)
+	}
+	const fixEdited = "epbuild verify-install --prefix PREFIX shows what changed; if the install may go, remove it yourself first"
+	fixE := strings.Replace(fixEdited, "PREFIX", prefix, 1)
+	r, err := ReadReceipt(prefix)
+	if err != nil {
+		return refuse(err.Error(), fixE)
+	}
+	mst, err := os.Lstat(filepath.Join(prefix, ManifestName))
+	if err != nil || !mst.Mode().IsRegular() {
+		found := "no " + ManifestName + " beside the receipt"
+		if err == nil {
+			found = ManifestName + " is a " + fileKind(mst.Mode()) + ", not the file install wrote"
+		}
+		return refuse(found, fixE)
+	}
+	m, raw, err := ReadInstalledManifest(prefix)
+	if raw != nil && sha256Hex(raw) != r.ManifestSHA256 {
+		return refuse(fmt.Sprintf("%s changed since install (sha256 %s, the receipt pins %s)", ManifestName, shortKey(sha256Hex(raw)), shortKey(r.ManifestSHA256)), fixE)
+	}
+	if err != nil {
+		return refuse(err.Error(), fixE)
+	}
+	if keepExtra {
+		return nil
+	}
+	extra, err := foreignEntries(prefix, m.Files)
+	if err != nil {
+		return refuse(err.Error(), fixE)
+	}
+	if len(extra) > 0 {
+		return refuse(fmt.Sprintf("an epbuild install holding %d paths its manifest does not list (%s), which replacing it would delete", len(extra), clipList(extra, 5)),
+			"move them out of "+prefix+", or install with --keep-previous: the old install, them included, is then kept whole as "+prefix+prevSuffix)
 	}
 	return nil
+}
+
+// foreignEntries lists the paths under dir that the manifest does not list (the receipt,
+// the manifest and Python bytecode caches aside), without reading any file.
+func foreignEntries(dir string, files []archive.Entry) ([]string, error) {
+	known := make(map[string]bool, len(files))
+	for _, e := range files {
+		known[e.Path] = true
+	}
+	var extra []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == dir {
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, p)
+		rel = filepath.ToSlash(rel)
+		if known[rel] || rel == ReceiptName || rel == ManifestName || bytecodeCache(rel, d) {
+			return nil
+		}
+		extra = append(extra, rel)
+		if d.IsDir() {
+			return fs.SkipDir
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	return extra, nil
+}
+
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "regular file"
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	}
+	return "special file (" + m.Type().String() + ")"
+}
+
+// listNames names a directory's first entries (directories with a trailing slash).
+func listNames(ents []fs.DirEntry) string {
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		n := e.Name()
+		if e.IsDir() {
+			n += "/"
+		}
+		names = append(names, n)
+	}
+	return clipList(names, 5)
+}
+
+func clipList(s []string, n int) string {
+	if len(s) <= n {
+		return strings.Join(s, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(s[:n], ", "), len(s)-n)
 }
 
 // lockPrefix serialises installs into one prefix (a sibling lock file; flock is released
@@ -298,10 +460,18 @@ func lockPrefix(ctx context.Context, parent, base string, l *log.Logger) (func()
 }
 
 // cleanStale removes the staging directories of installs that were killed (the lock is
-// held, so none is in use).
+// held, so none is in use). A kill between the two renames of the fallback swap (file
+// systems without an atomic exchange) leaves the old install in the staging directory
+// and no prefix: it is put back first.
 func cleanStale(parent, base string, l *log.Logger) {
+	prefix := filepath.Join(parent, base)
 	stale, _ := filepath.Glob(filepath.Join(parent, "."+globEscape(base)+stageInfix+"*"))
 	for _, s := range stale {
+		if _, err := os.Lstat(prefix); errors.Is(err, fs.ErrNotExist) {
+			if old := filepath.Join(s, "old"); renameNoReplace(old, prefix) == nil {
+				logInfo(l, "put back the install a killed install had moved aside", "dir", prefix)
+			}
+		}
 		logInfo(l, "removing what a killed install left", "dir", s)
 		_ = makeWritable(s)
 		_ = os.RemoveAll(s)
@@ -313,28 +483,125 @@ func globEscape(s string) string {
 	return r.Replace(s)
 }
 
-// stageArtifact extracts the artifact into tree (which must not exist) and checks it
-// against its own manifest.
-func stageArtifact(ctx context.Context, art, tree string) (*Manifest, []byte, error) {
-	if _, err := archive.ExtractFile(ctx, art, tree, archive.ExtractOptions{Format: archive.FormatTarZst}); err != nil {
-		var xe *archive.ExtractError
-		if errors.As(err, &xe) && xe.Kind != nil {
-			return nil, nil, &BadArtifactError{Artifact: art, Err: err}
+// readArtifactManifest reads the manifest an artifact carries without writing anything:
+// the entries before it are decompressed and discarded, within a budget proportional
+// to the artifact's size, so that a bomb is refused cheaply.
+func readArtifactManifest(ctx context.Context, art string, size int64) (*Manifest, []byte, error) {
+	budget := max(minManifestBudget, min(archive.DefaultMaxBytes, maxManifestRatio*size))
+	raw, err := archive.ReadMember(ctx, art, ManifestName, maxManifestSize, archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: budget})
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", ManifestName)}
+	case errors.Is(err, archive.ErrLimit):
+		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("%w; an epbuild artifact carries its manifest within %d times its own size", err, maxManifestRatio)}
+	case err != nil && ctx.Err() != nil:
+		return nil, nil, fmt.Errorf("install %s: %w", art, ctx.Err())
+	case err != nil:
+		return nil, nil, &BadArtifactError{Artifact: art, Err: err}
+	}
+	m, err := decodeManifest(raw, ManifestName)
+	if err != nil {
+		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: %w", err)}
+	}
+	return m, raw, nil
+}
+
+// installSize is what an install of m takes on disk: the file bytes the manifest
+// declares, each rounded up to a block, a block per directory and symlink, the manifest.
+func installSize(m *Manifest, raw []byte) int64 {
+	const block = 4096
+	n := roundUp(int64(len(raw)), block) + block // the manifest and the receipt
+	for _, e := range m.Files {
+		if e.Type == archive.TypeFile {
+			n += roundUp(max(e.Size, 0), block)
+		} else {
+			n += block
 		}
-		if ctx.Err() != nil {
-			return nil, nil, fmt.Errorf("install %s: %w", art, ctx.Err())
+	}
+	return n
+}
+
+func roundUp(n, b int64) int64 { return (n + b - 1) / b * b }
+
+// declaredBytes is the data an artifact may hold: its files' declared sizes and the
+// manifest, plus tar's framing.
+func declaredBytes(m *Manifest, raw []byte) int64 {
+	n := int64(len(raw)) + tarSlack
+	for _, e := range m.Files {
+		if e.Type == archive.TypeFile {
+			n += max(e.Size, 0)
+		}
+	}
+	return n
+}
+
+// checkSpace refuses an install the file system under dir cannot hold, in bytes or in
+// inodes, before anything is written (exit 3, with the space needed).
+func checkSpace(dir string, need int64, entries int, op string) error {
+	free, inodes, ok := diskFree(dir)
+	if !ok {
+		return nil
+	}
+	if free < need {
+		return &NoSpaceError{Op: op, Path: dir, Need: need, Free: free, Fix: fixInstallSpace}
+	}
+	if want := int64(entries) + 8; inodes >= 0 && inodes < want {
+		return &NoSpaceError{Op: op, Path: dir, Need: need, Free: free, Fix: fixInstallSpace,
+			Err: fmt.Errorf("%d inodes free, %d needed", inodes, want)}
+	}
+	return nil
+}
+
+// existingDir is dir or its nearest existing parent: where the space is counted before
+// dir is made.
+func existingDir(dir string) string {
+	for {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			return dir
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return dir
+		}
+		dir = up
+	}
+}
+
+// stageArtifact extracts the artifact into tree (which must not exist), stopping once
+// it holds more than m declares, and checks the tree against m: the manifest extracted
+// must be the one read before, every entry must match it. A failure leaves no tree.
+func stageArtifact(ctx context.Context, art, tree string, m *Manifest, raw []byte) (err error) {
+	defer func() {
+		if err != nil {
+			_ = makeWritable(tree)
+			_ = os.RemoveAll(tree)
+		}
+	}()
+	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: declaredBytes(m, raw), MaxEntries: len(m.Files) + 16}
+	if _, err := archive.ExtractFile(ctx, art, tree, opts); err != nil {
+		var xe *archive.ExtractError
+		switch {
+		case errors.Is(err, archive.ErrLimit):
+			return &BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than its manifest declares (%d files, %s), extraction stopped: %w",
+				countFiles(m), byteCount(declaredBytes(m, raw)-tarSlack), err)}
+		case errors.As(err, &xe) && xe.Kind != nil:
+			return &BadArtifactError{Artifact: art, Err: err}
+		case ctx.Err() != nil:
+			return fmt.Errorf("install %s: %w", art, ctx.Err())
+		case isNoSpace(err):
+			return err // the caller says where and how much
 		}
 		// an I/O error here is as likely the archive's (a truncated zstd frame) as ours;
 		// nothing was installed either way
-		return nil, nil, &BadArtifactError{Artifact: art, Err: err}
+		return &BadArtifactError{Artifact: art, Err: err}
 	}
-	m, raw, err := ReadInstalledManifest(tree)
-	if err != nil {
-		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: %w", stripPath(err, tree))}
+	got, err := os.ReadFile(filepath.Join(tree, ManifestName))
+	if err != nil || !bytes.Equal(got, raw) {
+		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than one %s, and they differ", ManifestName)}
 	}
 	problems, _, err := VerifyFiles(ctx, tree, m.Files)
 	if err != nil {
-		return nil, nil, fmt.Errorf("install %s: %w", art, err)
+		return fmt.Errorf("install %s: %w", art, err)
 	}
 	if len(problems) > 0 {
 		const show = 10
@@ -346,98 +613,85 @@ func stageArtifact(ctx context.Context, art, tree string) (*Manifest, []byte, er
 			}
 			lines = append(lines, fmt.Sprintf("%s %s: expected %s, found %s", p.Kind, p.Path, orNone(p.Expected), orNone(p.Found)))
 		}
-		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("%d entries differ from its manifest:\n  - %s", len(problems), strings.Join(lines, "\n  - "))}
+		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("%d entries differ from its manifest:\n  - %s", len(problems), strings.Join(lines, "\n  - "))}
 	}
-	return m, raw, nil
+	return nil
 }
 
-// stripPath drops the staging path from an error's text: the user knows the artifact,
-// not our temporary directory.
-func stripPath(err error, dir string) error {
-	return errors.New(strings.ReplaceAll(err.Error(), dir+string(filepath.Separator), ""))
+func countFiles(m *Manifest) int {
+	n := 0
+	for _, e := range m.Files {
+		if e.Type == archive.TypeFile {
+			n++
+		}
+	}
+	return n
 }
 
-// swapIn puts tree at prefix. With an install already there, the two are exchanged in
-// one step and the old one lands at a free prefix.prev-<n>, so a crash at any moment
-// leaves a whole install at prefix. It returns where the old install went ("" if none).
-func swapIn(tree, prefix string) (string, error) {
+// relocateReport makes a report of the staged tree speak of the prefix it is going to.
+func relocateReport(rep *VerifyReport, from, to string) {
+	fix := func(s string) string { return strings.ReplaceAll(s, from, to) }
+	rep.Prefix = to
+	for i := range rep.Checks {
+		c := &rep.Checks[i]
+		c.Read, c.Expected, c.Found, c.Fix = fix(c.Read), fix(c.Expected), fix(c.Found), fix(c.Fix)
+	}
+}
+
+// putInPlace moves the checked tree to prefix. With an install already there, the two
+// are exchanged in one step, so a kill at any moment leaves a whole install at prefix;
+// the old one is removed, or with keep becomes prefix.prev (replacing an older one). It
+// returns where the old install is kept ("" if nowhere).
+func putInPlace(tree, prefix, stage string, keep bool) (string, error) {
 	if _, err := os.Lstat(prefix); errors.Is(err, fs.ErrNotExist) {
 		if err := renameNoReplace(tree, prefix); err != nil {
 			return "", fmt.Errorf("install into %s: move the checked tree into place: %w", prefix, err)
 		}
 		return "", nil
 	}
-	prev, err := freePrev(prefix)
-	if err != nil {
-		return "", err
+	if !keep {
+		// after the exchange the old install is in the staging directory, removed with
+		// it (or by the next install, after a kill)
+		if err := swap(tree, prefix, filepath.Join(stage, "old")); err != nil {
+			return "", fmt.Errorf("install into %s: swap the new install in: %w", prefix, err)
+		}
+		return "", nil
 	}
-	// The tree goes to its final name for the old install first: after the exchange the
+	prev := prefix + prevSuffix
+	if _, err := os.Lstat(prev); err == nil {
+		if err := os.Rename(prev, filepath.Join(stage, "older")); err != nil {
+			return "", fmt.Errorf("install into %s: remove the older previous install %s: %w", prefix, prev, err)
+		}
+	}
+	// the tree goes to its final name for the old install first: after the exchange the
 	// old install is there at once, never in the staging directory a later install
-	// would clean up.
+	// would clean up
 	if err := renameNoReplace(tree, prev); err != nil {
 		return "", fmt.Errorf("install into %s: %w", prefix, err)
 	}
-	err = exchange(prev, prefix)
-	if errors.Is(err, errNoExchange) {
-		// no atomic exchange on this file system: two renames, undone on failure
-		old := prev + ".old"
-		if err = os.Rename(prefix, old); err == nil {
-			if err = os.Rename(prev, prefix); err != nil {
-				_ = os.Rename(old, prefix)
-			} else {
-				err = os.Rename(old, prev)
-			}
-		}
-	}
-	if err != nil {
+	if err := swap(prev, prefix, filepath.Join(stage, "old")); err != nil {
 		_ = os.Rename(prev, tree)
 		return "", fmt.Errorf("install into %s: swap the new install in: %w", prefix, err)
 	}
 	return prev, nil
 }
 
-// freePrev picks the first prefix.prev-<n> that does not exist.
-func freePrev(prefix string) (string, error) {
-	for n := 1; n < 10000; n++ {
-		p := prefix + prevInfix + strconv.Itoa(n)
-		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("install into %s: 9999 previous installs are kept beside it; remove some", prefix)
-}
-
-// rollback undoes swapIn: the previous install back at prefix (or the prefix gone when
-// there was none), the failed one moved into the staging directory to be removed.
-func rollback(prefix, prev, stage string) error {
-	if prev == "" {
-		return discard(prefix, stage)
-	}
-	err := exchange(prev, prefix)
-	if errors.Is(err, errNoExchange) {
-		failed := filepath.Join(stage, "failed")
-		if err = os.Rename(prefix, failed); err == nil {
-			if err = os.Rename(prev, prefix); err != nil {
-				_ = os.Rename(failed, prefix)
-			}
-			return err
-		}
-	}
-	if err != nil {
+// swap exchanges the directories a and b in one step; where the file system cannot,
+// in three renames through aside, undone on failure (and by cleanStale after a kill).
+func swap(a, b, aside string) error {
+	err := exchange(a, b)
+	if !errors.Is(err, errNoExchange) {
 		return err
 	}
-	return discard(prev, stage)
-}
-
-// discard moves dir into the staging directory (one rename: gone from view at once) to
-// be removed with it; a kill during the removal leaves it to the next install's cleanup.
-func discard(dir, stage string) error {
-	trash := filepath.Join(stage, "discard-"+filepath.Base(dir))
-	if err := os.Rename(dir, trash); err != nil {
+	old := aside
+	if err := os.Rename(b, old); err != nil {
 		return err
 	}
-	_ = makeWritable(trash)
-	return os.RemoveAll(trash)
+	if err := os.Rename(a, b); err != nil {
+		_ = os.Rename(old, b)
+		return err
+	}
+	return os.Rename(old, a)
 }
 
 // renameIfAbsent is the fallback for a no-replace rename: a small race window, where the
@@ -449,4 +703,20 @@ func renameIfAbsent(oldpath, newpath string) error {
 		return err
 	}
 	return os.Rename(oldpath, newpath)
+}
+
+// decodeManifest decodes a manifest read from an artifact (shown names it in errors),
+// with the checks ReadInstalledManifest makes of an installed one.
+func decodeManifest(raw []byte, shown string) (*Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", shown, err)
+	}
+	switch {
+	case m.Format != ManifestFormat:
+		return nil, fmt.Errorf("%s: format %d; this epbuild reads format %d (use the epbuild that built it, or a newer one)", shown, m.Format, ManifestFormat)
+	case m.Plan == nil || m.Recipe == "" || m.PlanKey == "" || len(m.Files) == 0:
+		return nil, fmt.Errorf("%s: no recipe, plan or file list: not written by epbuild", shown)
+	}
+	return &m, nil
 }

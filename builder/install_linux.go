@@ -34,3 +34,22 @@ func renameNoReplace(oldpath, newpath string) error {
 	}
 	return nil
 }
+
+// diskFree is the space and the inodes this process may still use on dir's file system
+// (root may use the blocks reserved for it); inodes is -1 where the file system does not
+// count them.
+func diskFree(dir string) (bytes, inodes int64, ok bool) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, 0, false
+	}
+	blocks := st.Bavail
+	if os.Geteuid() == 0 {
+		blocks = st.Bfree
+	}
+	inodes = -1
+	if st.Files > 0 {
+		inodes = int64(st.Ffree)
+	}
+	return int64(blocks) * st.Bsize, inodes, true
+}

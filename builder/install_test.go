@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -180,7 +182,7 @@ func sumOf(t *testing.T, art string) string {
 	return s
 }
 
-func TestInstallKeepsPreviousUntilVerified(t *testing.T) {
+func TestInstallVerifiesBeforeSwapAndKeepsOnePrevious(t *testing.T) {
 	parent := t.TempDir()
 	prefix := filepath.Join(parent, "opt", "demo")
 	sumA, sumB := sumOf(t, artifacts(t).A), sumOf(t, artifacts(t).B)
@@ -194,42 +196,59 @@ func TestInstallKeepsPreviousUntilVerified(t *testing.T) {
 	if got := filesOK(t, prefix).SHA256; got != sumB {
 		t.Fatalf("after installing B the prefix holds %s", got)
 	}
-	if res.Previous != prefix+".prev-1" || filesOK(t, res.Previous).SHA256 != sumA {
-		t.Fatalf("--keep-previous: previous at %q, want %s.prev-1 holding A", res.Previous, prefix)
+	if res.Previous != prefix+".prev" || filesOK(t, res.Previous).SHA256 != sumA {
+		t.Fatalf("--keep-previous: previous at %q, want %s.prev holding A", res.Previous, prefix)
 	}
-	// default: the previous install goes once the new one verified
-	res = mustInstall(t, artifacts(t).A, prefix, false)
-	if res.Previous != "" || filesOK(t, prefix).SHA256 != sumA {
-		t.Fatalf("reinstall A: previous %q", res.Previous)
+	// again: exactly one previous copy, now B
+	res = mustInstall(t, artifacts(t).A, prefix, true)
+	if filesOK(t, prefix).SHA256 != sumA || filesOK(t, res.Previous).SHA256 != sumB {
+		t.Fatalf("second --keep-previous: the prefix or %s holds the wrong install", res.Previous)
 	}
-	want := []string{".demo.epbuild-lock", "demo", "demo.prev-1"}
+	want := []string{".demo.epbuild-lock", "demo", "demo.prev"}
+	if got := siblings(t, filepath.Dir(prefix)); !slices.Equal(got, want) {
+		t.Fatalf("beside the prefix: %v, want %v", got, want)
+	}
+	// default: the previous install goes once the new one is in place; a kept one stays
+	res = mustInstall(t, artifacts(t).B, prefix, false)
+	if res.Previous != "" || filesOK(t, prefix).SHA256 != sumB || filesOK(t, prefix+".prev").SHA256 != sumB {
+		t.Fatalf("reinstall B: previous %q", res.Previous)
+	}
 	if got := siblings(t, filepath.Dir(prefix)); !slices.Equal(got, want) {
 		t.Fatalf("beside the prefix: %v, want %v", got, want)
 	}
 	before, _ := os.ReadFile(filepath.Join(prefix, ReceiptName))
+	beforeIno := inode(t, prefix)
 
-	// a new install that fails verify in place is rolled back: A is back, untouched
+	// a new install that fails verify never reaches the prefix: B is there, the same
+	// directory, untouched, and the report speaks of the prefix
 	broken := append(CleanEnviron(os.Getenv), "PYTHONHOME="+filepath.Join(parent, "no-such-python-home"))
-	_, err := Install(context.Background(), InstallOptions{Artifact: artifacts(t).B, Prefix: prefix, Version: "test", Verify: VerifyOptions{Environ: broken}})
+	_, err := Install(context.Background(), InstallOptions{Artifact: artifacts(t).A, Prefix: prefix, Version: "test", Verify: VerifyOptions{Environ: broken}})
 	var ve *InstallVerifyError
-	if !errors.As(err, &ve) || ve.ExitCode() != 1 || !ve.Restored {
-		t.Fatalf("install with a broken Python: %v; want an InstallVerifyError with the previous restored", err)
+	if !errors.As(err, &ve) || ve.ExitCode() != 1 {
+		t.Fatalf("install with a broken Python: %v; want an InstallVerifyError", err)
 	}
-	if c, ok := ve.Report.Check("python.import:pydemo"); !ok || c.Status != "fail" {
+	if !strings.Contains(err.Error(), "nothing was put in place") {
+		t.Errorf("error %q does not say the prefix is untouched", err)
+	}
+	c, ok := ve.Report.Check("python.import:pydemo")
+	if !ok || c.Status != "fail" {
 		t.Errorf("the failed verify does not show the import: %+v", c)
 	}
+	if ve.Report.Prefix != prefix || strings.Contains(c.Read+c.Found+c.Fix, stageInfix) {
+		t.Errorf("the report names the staging directory, not the prefix: %s; %+v", ve.Report.Prefix, c)
+	}
 	after, _ := os.ReadFile(filepath.Join(prefix, ReceiptName))
-	if !bytes.Equal(before, after) || filesOK(t, prefix).SHA256 != sumA {
-		t.Errorf("rollback did not restore the previous install exactly")
+	if !bytes.Equal(before, after) || filesOK(t, prefix).SHA256 != sumB || inode(t, prefix) != beforeIno {
+		t.Errorf("a failed install touched the prefix")
 	}
 	if got := siblings(t, filepath.Dir(prefix)); !slices.Equal(got, want) {
-		t.Errorf("after the rollback: %v, want %v", got, want)
+		t.Errorf("after the failed install: %v, want %v", got, want)
 	}
 
 	// a failed first install leaves no prefix at all
 	fresh := filepath.Join(parent, "fresh")
 	_, err = Install(context.Background(), InstallOptions{Artifact: artifacts(t).A, Prefix: fresh, Version: "test", Verify: VerifyOptions{Environ: broken}})
-	if !errors.As(err, &ve) || ve.Restored {
+	if !errors.As(err, &ve) {
 		t.Fatalf("first install with a broken Python: %v", err)
 	}
 	if _, err := os.Lstat(fresh); !errors.Is(err, os.ErrNotExist) {
@@ -237,25 +256,137 @@ func TestInstallKeepsPreviousUntilVerified(t *testing.T) {
 	}
 }
 
-func TestInstallRefusesForeignPrefix(t *testing.T) {
-	prefix := filepath.Join(t.TempDir(), "data")
-	if err := os.MkdirAll(prefix, 0o755); err != nil {
+func inode(t *testing.T, p string) uint64 {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(prefix, "results.csv"), []byte("precious\n"), 0o644); err != nil {
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// What install will not replace: it is refused with what was found (exit 2), and not
+// one byte moves.
+func TestInstallRefusesWhatIsNotItsInstall(t *testing.T) {
+	write := func(t *testing.T, p, s string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	installed := func(t *testing.T, prefix string) { mustInstall(t, artifacts(t).A, prefix, false) }
+	cases := []struct {
+		name    string
+		make    func(t *testing.T, prefix string)
+		keep    bool
+		want    string
+		canKeep bool // allowed with --keep-previous
+	}{
+		{name: "a directory with a manifest.json of its own", make: func(t *testing.T, p string) {
+			write(t, filepath.Join(p, "manifest.json"), `{"name":"app"}`)
+			write(t, filepath.Join(p, "src", "keep.txt"), "x\n")
+		}, want: "not an epbuild install (no .epbuild-receipt.json), holding manifest.json, src/"},
+		{name: "user data", make: func(t *testing.T, p string) { write(t, filepath.Join(p, "results.csv"), "precious\n") },
+			want: "not an epbuild install (no .epbuild-receipt.json), holding results.csv"},
+		{name: "a file", make: func(t *testing.T, p string) { write(t, p, "precious\n") }, want: "a regular file, not a directory"},
+		{name: "a symlink", make: func(t *testing.T, p string) {
+			if err := os.Symlink(t.TempDir(), p); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "a symlink (to "},
+		{name: "an install with a file of the user's in it", make: func(t *testing.T, p string) {
+			installed(t, p)
+			write(t, filepath.Join(p, "pydemo", "notes.txt"), "mine\n")
+		}, want: "an epbuild install holding 1 paths its manifest does not list (pydemo/notes.txt)", canKeep: true},
+		{name: "an install whose manifest was edited", make: func(t *testing.T, p string) {
+			installed(t, p)
+			b, _ := os.ReadFile(filepath.Join(p, ManifestName))
+			write(t, filepath.Join(p, ManifestName), strings.Replace(string(b), `"recipe": "demo"`, `"recipe": "dem0"`, 1))
+		}, want: "manifest.json changed since install"},
+		{name: "an install whose receipt is a symlink", make: func(t *testing.T, p string) {
+			installed(t, p)
+			outside := filepath.Join(t.TempDir(), "receipt")
+			b, _ := os.ReadFile(filepath.Join(p, ReceiptName))
+			write(t, outside, string(b))
+			if err := os.Remove(filepath.Join(p, ReceiptName)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(outside, filepath.Join(p, ReceiptName)); err != nil {
+				t.Fatal(err)
+			}
+		}, want: ".epbuild-receipt.json is a symlink"},
+	}
+	for _, tc := range cases {
+		for _, keep := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/keep=%v", tc.name, keep), func(t *testing.T) {
+				parent := t.TempDir()
+				prefix := filepath.Join(parent, "data")
+				tc.make(t, prefix)
+				before := snapshotTree(t, parent)
+				res, err := Install(context.Background(), InstallOptions{Artifact: artifacts(t).B, Prefix: prefix, KeepPrevious: keep, Version: "test"})
+				if keep && tc.canKeep {
+					if err != nil {
+						t.Fatalf("--keep-previous: %v", err)
+					}
+					if b, err := os.ReadFile(filepath.Join(res.Previous, "pydemo", "notes.txt")); err != nil || string(b) != "mine\n" {
+						t.Fatalf("the user's file is not in the kept install: %v", err)
+					}
+					return
+				}
+				var re *PrefixRefusedError
+				if !errors.As(err, &re) || re.ExitCode() != 2 {
+					t.Fatalf("got %v; want a PrefixRefusedError", err)
+				}
+				if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "nothing was moved") {
+					t.Errorf("error %q does not say %q", err, tc.want)
+				}
+				if after := snapshotTree(t, parent); !maps.Equal(before, after) {
+					t.Errorf("the refused install changed what is there:\nbefore %v\nafter  %v", before, after)
+				}
+			})
+		}
+	}
+	// an empty directory holds nothing to lose: it is replaced
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Install(context.Background(), InstallOptions{Artifact: artifacts(t).A, Prefix: prefix})
-	var pe *PrefixError
-	if !errors.As(err, &pe) || pe.ExitCode() != 2 {
-		t.Fatalf("install over a directory that is not an install: %v", err)
+	mustInstall(t, artifacts(t).A, empty, false)
+	filesOK(t, empty)
+}
+
+// snapshotTree maps every path under dir (symlinks not followed) to its type, mode and
+// content.
+func snapshotTree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		v := info.Mode().String()
+		switch {
+		case info.Mode()&fs.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			v += " -> " + l
+		case info.Mode().IsRegular():
+			b, _ := os.ReadFile(p)
+			v += " " + string(b)
+		}
+		out[p] = v
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(prefix, "results.csv")); string(b) != "precious\n" {
-		t.Errorf("the directory was touched")
-	}
-	if got := siblings(t, filepath.Dir(prefix)); !slices.Equal(got, []string{"data"}) {
-		t.Errorf("left beside it: %v", got)
-	}
+	return out
 }
 
 // Every way an artifact can be unusable is refused before the prefix is touched, and
@@ -352,7 +483,8 @@ func TestInstallRejectsBadArtifacts(t *testing.T) {
 }
 
 // An install killed at any moment leaves a whole install at the prefix (the old one or
-// the new one), every kept previous install whole, and the next install cleans up.
+// the new one) and nothing beside it but its staging directory, which the next install
+// removes.
 func TestInstallKilledAtAnyMoment(t *testing.T) {
 	parent, tmp := t.TempDir(), t.TempDir()
 	prefix := filepath.Join(parent, "demo")
@@ -369,29 +501,53 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		// its temporary files (the import check's) in a directory the test removes: a
 		// killed child cannot clean up after itself
-		cmd.Env = append(os.Environ(), envChildArtifact+"="+art, envChildPrefix+"="+prefix, "TMPDIR="+tmp)
+		cmd.Env = append(os.Environ(), envChildArtifact+"="+art, envChildPrefix+"="+prefix, "TMPDIR="+tmp,
+			"GORACE=atexit_sleep_ms=0") // a race-enabled child exits at once, as a real one does
 		// its own process group, so that the kill takes the Python it may be running too
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		return cmd
 	}
-	// full runs, to know how long an install takes here (the fastest: caches warm)
-	var full time.Duration
-	for i := range 2 {
+	// full runs, to know how long an install takes here and when in it the prefix changes
+	// (watched from here): the slowest of three, a loaded machine runs the trials slower
+	var full, swapAt time.Duration
+	for range 3 {
+		target := other()
+		cmd := child(target)
 		start := time.Now()
-		if out, err := child(other()).CombinedOutput(); err != nil {
-			t.Fatalf("install in a child: %v\n%s", err, out)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-		if d := time.Since(start); i == 0 || d < full {
-			full = d
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var err error
+		seen := time.Duration(0)
+	watch:
+		for {
+			select {
+			case err = <-done:
+				break watch
+			case <-time.After(2 * time.Millisecond):
+				if r, rerr := ReadReceipt(prefix); seen == 0 && rerr == nil && sums[r.SHA256] == target {
+					seen = time.Since(start)
+				}
+			}
 		}
+		if err != nil {
+			t.Fatalf("install in a child: %v", err)
+		}
+		full = max(full, time.Since(start))
+		swapAt = max(swapAt, seen)
+	}
+	if swapAt == 0 {
+		swapAt = full
 	}
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 1))
-	t.Logf("seed %d; one install takes %v", seed, full)
-	// stratified: trial i is killed at a random point of the i-th of trials slices of
-	// the install's run time (and a little after), on a squared scale so that the short
-	// phase before the swap gets its share of kills too
-	const trials = 24
+	t.Logf("seed %d; one install takes %v, the prefix changes after %v", seed, full, swapAt)
+	// stratified: the even trials are killed at a random point of their slice of the
+	// time before the swap; the odd ones around the swap and after it, while the old
+	// install is removed and the process ends
+	const trials = 16
 	completed, swapped, kept := 0, 0, 0
 	for i := range trials {
 		target := other()
@@ -401,8 +557,11 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		u := (float64(i) + rng.Float64()) / trials
-		delay := time.Duration(u * u * 1.1 * float64(full))
+		u := (float64(i/2) + rng.Float64()) / (trials / 2)
+		delay := time.Duration(u * 0.95 * float64(swapAt))
+		if i%2 == 1 {
+			delay = swapAt - full/10 + time.Duration(u*float64(full-swapAt+full/5))
+		}
 		time.Sleep(delay)
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		err := cmd.Wait()
@@ -418,10 +577,11 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 		default:
 			kept++
 		}
-		prevs, _ := filepath.Glob(prefix + ".prev-*")
-		for _, p := range prevs {
-			filesOK(t, p)
-			_ = os.RemoveAll(p)
+		// nothing but the prefix, its lock and (after a kill) a staging directory
+		for _, n := range siblings(t, parent) {
+			if n != "demo" && n != ".demo.epbuild-lock" && !strings.HasPrefix(n, ".demo"+stageInfix) {
+				t.Fatalf("trial %d (killed after %v): %s beside the prefix", i, delay, n)
+			}
 		}
 	}
 	t.Logf("%d of %d installs finished before the kill; the prefix held the new install %d times, the old one %d times", completed, trials, swapped, kept)
@@ -432,5 +592,28 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 	mustInstall(t, other(), prefix, false)
 	if got := siblings(t, parent); !slices.Equal(got, []string{".demo.epbuild-lock", "demo"}) {
 		t.Errorf("after a clean install, beside the prefix: %v", got)
+	}
+}
+
+// Where the file system has no atomic exchange, the swap is three renames; a kill
+// between the first two leaves the old install in the staging directory and no prefix.
+// The next install puts it back before anything else: with --keep-previous it is kept.
+func TestInstallPutsBackWhatAKilledSwapMovedAside(t *testing.T) {
+	parent := t.TempDir()
+	prefix := filepath.Join(parent, "demo")
+	mustInstall(t, artifacts(t).A, prefix, false)
+	stage := filepath.Join(parent, ".demo"+stageInfix+"123")
+	if err := os.Mkdir(stage, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(prefix, filepath.Join(stage, "old")); err != nil {
+		t.Fatal(err)
+	}
+	res := mustInstall(t, artifacts(t).B, prefix, true)
+	if filesOK(t, prefix).SHA256 != sumOf(t, artifacts(t).B) || res.Previous != prefix+".prev" || filesOK(t, res.Previous).SHA256 != sumOf(t, artifacts(t).A) {
+		t.Fatalf("the install moved aside was not put back and kept: previous %q", res.Previous)
+	}
+	if got := siblings(t, parent); !slices.Equal(got, []string{".demo.epbuild-lock", "demo", "demo.prev"}) {
+		t.Errorf("beside the prefix: %v", got)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/epbuild/epbuild/builder/check"
@@ -28,11 +27,7 @@ func (s *Subject) rel(r CheckResult) CheckResult {
 }
 
 // glob lists the files matching a pattern of the prefix, sorted.
-func (s *Subject) glob(pattern string) []string {
-	m, _ := filepath.Glob(filepath.Join(s.Root, filepath.FromSlash(pattern)))
-	sort.Strings(m)
-	return m
-}
+func (s *Subject) glob(pattern string) []string { return globInside(s.Root, pattern) }
 
 func checkFile(_ context.Context, s *Subject, file string) []CheckResult {
 	id := s.Component.Name + ".file." + file

@@ -3,8 +3,10 @@ package builder
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -29,8 +31,8 @@ var stageOrder = []string{"patch", "build", "check", "package"}
 // how epbuild produces them.
 const (
 	patchFormat   = "patch/1"
-	buildFormat   = "build/1"
-	checkFormat   = "check/1"
+	buildFormat   = "build/2" // 2: CMAKE_*FLAGS quoted for the shell Ninja and make use
+	checkFormat   = "check/2" // 2: check files that resolve outside the prefix match nothing
 	packageFormat = "package/1"
 )
 
@@ -472,18 +474,28 @@ func getenvFrom(env []string, k string) string {
 func ArtifactName(p *Plan) string { return p.Recipe + "-" + p.Key[:12] + ".tar.zst" }
 
 // ReadSum returns the sha256 recorded beside an artifact (NAME.sha256), computing and
-// recording it if absent.
+// recording it if absent or unreadable.
 func ReadSum(path string) (string, error) {
 	if b, err := os.ReadFile(path + ".sha256"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 && len(f[0]) == 64 {
-			return f[0], nil
+		if f := strings.Fields(string(b)); len(f) > 0 && len(f[0]) == 64 && hexString(f[0]) {
+			return strings.ToLower(f[0]), nil
 		}
 	}
 	sum, err := fileSHA256(path)
 	if err != nil {
 		return "", err
 	}
+	_ = writeSidecar(path, sum)
 	return sum, nil
+}
+
+func hexString(s string) bool {
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 func fileSHA256(path string) (string, error) {
@@ -495,24 +507,81 @@ func fileSHA256(path string) (string, error) {
 }
 
 // publishArtifact copies the stored artifact to dst atomically, unless dst already
-// holds the same bytes.
+// holds the same bytes, and writes (or repairs) dst.sha256. The copy is hashed as it is
+// written: a store whose artifact and record disagree is not published.
 func publishArtifact(src, dst, sum string) error {
 	if got, err := fileSHA256(dst); err == nil && got == sum {
-		return nil
+		return publishErr(writeSidecar(dst, sum), src, dst)
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return fmt.Errorf("write artifact %s: %w", dst, err)
+		return publishErr(err, src, dst)
 	}
 	tmp := dst + ".tmp-" + strconv.Itoa(os.Getpid())
-	if err := copyFile(src, tmp, 0o644, make([]byte, 1<<20)); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write artifact %s: %w", dst, err)
+	got, err := copyHashed(src, tmp)
+	if err == nil && got != sum {
+		err = fmt.Errorf("the stored artifact %s has sha256 %s, its record says %s: the cache is damaged; rebuild it with --force=package", src, got, sum)
 	}
-	if err := os.Rename(tmp, dst); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write artifact %s: %w", dst, err)
+	if err == nil {
+		err = os.Rename(tmp, dst)
 	}
-	return os.WriteFile(dst+".sha256", []byte(sum+"  "+filepath.Base(dst)+"\n"), 0o644)
+	if err != nil {
+		os.Remove(tmp)
+		return publishErr(err, src, dst)
+	}
+	return publishErr(writeSidecar(dst, sum), src, dst)
+}
+
+// publishErr says what failed, and names a full output directory as such (exit 3).
+func publishErr(err error, src, dst string) error {
+	if err == nil {
+		return nil
+	}
+	var need int64
+	if st, serr := os.Stat(src); serr == nil {
+		need = st.Size()
+	}
+	return noSpaceOr(fmt.Errorf("write artifact %s: %w", dst, err), "write artifact "+dst, filepath.Dir(dst), need,
+		"free space there, or write the artifact elsewhere with -o DIR; the build itself is cached")
+}
+
+// copyHashed copies src to a new file dst (mode 0644) and returns the sha256 of what it
+// wrote.
+func copyHashed(src, dst string) (string, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	_, err = io.CopyBuffer(io.MultiWriter(out, h), in, make([]byte, 1<<20))
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return hex.EncodeToString(h.Sum(nil)), err
+}
+
+// writeSidecar makes path.sha256 say sum, in sha256sum's format, replacing a missing or
+// damaged one atomically (a reader sees the old file or the new one, never a part).
+func writeSidecar(path, sum string) error {
+	line := sum + "  " + filepath.Base(path) + "\n"
+	side := path + ".sha256"
+	if b, err := os.ReadFile(side); err == nil && string(b) == line {
+		return nil
+	}
+	tmp := side + ".tmp-" + strconv.Itoa(os.Getpid())
+	err := os.WriteFile(tmp, []byte(line), 0o644)
+	if err == nil {
+		err = os.Rename(tmp, side)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", side, err)
+	}
+	return nil
 }
 
 // isEmbedded reports whether a URL names an embedded repository.

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -148,7 +149,8 @@ func tailFile(path string, n int) string {
 
 var errorLineRe = regexp.MustCompile(`(?i)(\berror\b|undefined reference|fatal)`)
 
-// cmake configures, builds and installs into destdir+prefix.
+// cmake configures, builds and installs into destdir+prefix. cmake runs without a
+// shell; each option is one -DKEY=VALUE argument (see cmakeValue).
 func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars map[string]string) error {
 	opts, err := expandMap(st.Options, vars)
 	if err != nil {
@@ -159,9 +161,9 @@ func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars 
 		return fmt.Errorf("build %s: cmake env: %w", s.component, err)
 	}
 	env := withEnv(s.env, senv)
-	srcDir := s.src
-	if st.Dir != "" {
-		srcDir = filepath.Join(s.src, filepath.FromSlash(st.Dir))
+	srcDir, err := stepDir(s.src, st.Dir)
+	if err != nil {
+		return fmt.Errorf("build %s: cmake dir: %w", s.component, err)
 	}
 	bdir := filepath.Join(s.work, fmt.Sprintf("cmake-build-%d", i))
 	args := []string{"-S", srcDir, "-B", bdir, "-DCMAKE_INSTALL_PREFIX=" + s.prefix, "-DCMAKE_BUILD_TYPE=Release"}
@@ -169,7 +171,16 @@ func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars 
 		args = append(args, "-G", "Ninja")
 	}
 	for _, k := range slices.Sorted(maps.Keys(opts)) {
-		args = append(args, "-D"+k+"="+opts[k])
+		v, err := cmakeValue(k, opts[k], s.ninja)
+		if err != nil {
+			var pe *PreflightError
+			if errors.As(err, &pe) {
+				pe.Recipe = s.component
+				return pe
+			}
+			return fmt.Errorf("build %s: %w", s.component, err)
+		}
+		args = append(args, "-D"+k+"="+v)
 	}
 	step := fmt.Sprintf("%02d-cmake", i)
 	if err := s.run(ctx, step, s.src, env, "cmake", args...); err != nil {
@@ -183,8 +194,106 @@ func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars 
 	return s.run(ctx, step, s.src, withEnv(env, map[string]string{"DESTDIR": s.destdir}), "cmake", "--install", bdir)
 }
 
+// flagPlain are the characters that mean themselves to sh, make and Ninja alike: a
+// flag made of them alone needs no quoting.
+const flagPlain = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:,+-=@%"
+
+// cmakeValue is the VALUE of -DKEY=VALUE that makes cmake hold exactly the recipe's
+// value. cmake runs without a shell, so any value reaches it as one argument, but two
+// kinds need care:
+//
+//   - CMAKE_*FLAGS values, which CMake pastes into compile and link lines as they are;
+//     Ninja and make run those through /bin/sh. The value is read as a list of flags
+//     (recipes.SplitFlags: shell-like words, no expansion), and each flag is written
+//     back single-quoted where it holds more than plain characters, with $ doubled for
+//     Ninja's and make's own expansion: every flag reaches the compiler as one literal
+//     argument and nothing is run. make and CMake's link scripts read $, \ and ' in
+//     different ways, so such a flag needs the Ninja generator.
+//   - values that begin and end with ' or end in a blank: cmake's -D parser strips
+//     one pair of single quotes and trailing blanks, so they are wrapped in one more pair.
+func cmakeValue(key, val string, ninja bool) (string, error) {
+	if strings.ContainsFunc(val, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+		return "", fmt.Errorf("cmake option %s: a control character (newline) cannot be passed on a command line", key)
+	}
+	if recipes.IsFlagsOption(key) {
+		words, err := recipes.SplitFlags(val)
+		if err != nil {
+			return "", fmt.Errorf("cmake option %s: %w", key, err)
+		}
+		parts := make([]string, len(words))
+		for i, w := range words {
+			if !ninja && strings.ContainsAny(w, `$\'`) {
+				return "", &PreflightError{Missing: []Missing{{What: "ninja",
+					Need:  fmt.Sprintf("the Ninja generator, to pass the %s flag %q literally (make and CMake's link scripts read $, \\ and ' in different ways)", key, w),
+					Found: "none on PATH", Fix: "install ninja (Debian: ninja-build), or drop those characters from the flag"}}}
+			}
+			if w == "" || strings.Trim(w, flagPlain) != "" {
+				w = shellQuote(w)
+			}
+			parts[i] = strings.ReplaceAll(w, "$", "$$")
+		}
+		val = strings.Join(parts, " ")
+	}
+	if len(val) >= 2 && val[0] == '\'' && val[len(val)-1] == '\'' || strings.HasSuffix(val, " ") || strings.HasSuffix(val, "\t") {
+		val = "'" + val + "'"
+	}
+	return val, nil
+}
+
+// globInside is what a check's file pattern matches in prefix, sorted: nothing for a
+// pattern that leaves it, and no match that resolves outside it through a symlink
+// (validate refuses the first kind already; a plan read from an installed manifest is
+// checked again here).
+func globInside(prefix, pattern string) []string {
+	if !filepath.IsLocal(filepath.FromSlash(pattern)) {
+		return nil
+	}
+	m, _ := filepath.Glob(filepath.Join(prefix, filepath.FromSlash(pattern)))
+	root, err := filepath.EvalSymlinks(prefix)
+	if err != nil {
+		return nil
+	}
+	out := m[:0]
+	for _, p := range m {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			continue
+		}
+		if rel, err := filepath.Rel(root, real); err == nil && filepath.IsLocal(rel) {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// stepDir resolves a step's dir inside the tree root: a path that leaves it, lexically
+// or through a symlink, is refused (validate refuses the first kind already).
+func stepDir(root, dir string) (string, error) {
+	if dir == "" {
+		return root, nil
+	}
+	if !filepath.IsLocal(filepath.FromSlash(dir)) {
+		return "", fmt.Errorf("%q is not a directory inside the source tree", dir)
+	}
+	p := filepath.Join(root, filepath.FromSlash(dir))
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", fmt.Errorf("%q: %w", dir, err)
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", err
+	}
+	if rel, err := filepath.Rel(realRoot, real); err != nil || !filepath.IsLocal(rel) && rel != "." {
+		return "", fmt.Errorf("%q leads outside the source tree (to %s) through a symlink", dir, real)
+	}
+	return p, nil
+}
+
 // pythonExtension builds a setup.py package (DeepEP) and installs its build output into
-// prefix/python; with wheel set, it also keeps a wheel under prefix/wheels.
+// prefix/python; with wheel set, it also keeps a wheel under prefix/wheels. Python runs
+// without a shell; the step's env reaches setup.py as it is.
 func (s *stepEnv) pythonExtension(ctx context.Context, i int, st *recipes.PythonExtensionStep, vars map[string]string) error {
 	senv, err := expandMap(st.Env, vars)
 	if err != nil {
@@ -213,7 +322,8 @@ func (s *stepEnv) pythonExtension(ctx context.Context, i int, st *recipes.Python
 	return nil
 }
 
-// command runs a plain command in the tree, with PREFIX (final path), DESTDIR and SRC set.
+// command runs a plain command in the tree, with PREFIX (final path), DESTDIR and SRC set:
+// the program itself, not a shell, so each argument arrives as written.
 func (s *stepEnv) command(ctx context.Context, i int, st *recipes.CommandStep, vars map[string]string) error {
 	senv, err := expandMap(st.Env, vars)
 	if err != nil {
@@ -226,9 +336,9 @@ func (s *stepEnv) command(ctx context.Context, i int, st *recipes.CommandStep, v
 		}
 	}
 	senv["PREFIX"], senv["DESTDIR"], senv["SRC"] = s.prefix, s.destdir, s.src
-	dir := s.src
-	if st.Dir != "" {
-		dir = filepath.Join(s.src, filepath.FromSlash(st.Dir))
+	dir, err := stepDir(s.src, st.Dir)
+	if err != nil {
+		return fmt.Errorf("build %s: command dir: %w", s.component, err)
 	}
 	return s.run(ctx, fmt.Sprintf("%02d-command", i), dir, withEnv(s.env, senv), args[0], args[1:]...)
 }

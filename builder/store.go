@@ -7,8 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -18,19 +24,32 @@ import (
 // whole (built in a temporary sibling, then renamed) or not at all. A rerun with nothing
 // changed finds every key present and does no work; a run killed midway leaves only
 // temporary directories, which the next run ignores and replaces.
+//
+// Runs share a store. Two locks per key keep them apart: the produce lock lets one run
+// do the work while the others wait for its output, and the use lock is held shared by
+// every run while one of its stages works (its inputs are outputs of the stages before)
+// and exclusively, for a moment, by a forced rerun that exchanges a new output for the
+// old one. So an output never changes under a stage that reads it.
 type Store struct {
-	dir string
+	dir    string
+	opened time.Time
+
+	mu   sync.Mutex
+	used map[string]bool // stage/key of the outputs this store handed out
+	redo map[string]bool // stage/key marked by Forget: the next Produce makes it again
 }
 
 // OpenStore opens (creating) the stage store under dir.
 func OpenStore(dir string) (*Store, error) {
 	for _, d := range []string{"stages", "locks", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return nil, fmt.Errorf("open stage store %s: %w", dir, err)
+			return nil, noSpaceOr(fmt.Errorf("open stage store %s: %w", dir, err), "open the stage store", dir, 0, fixCacheSpace)
 		}
 	}
-	return &Store{dir: dir}, nil
+	return &Store{dir: dir, opened: time.Now(), used: map[string]bool{}, redo: map[string]bool{}}, nil
 }
+
+const fixCacheSpace = "free space there or point EPBUILD_CACHE at a larger file system, then rerun (finished stages are kept)"
 
 // Path is where a stage's output for key lives (whether or not it exists yet).
 func (s *Store) Path(stage, key string) string { return filepath.Join(s.dir, "stages", stage, key) }
@@ -41,29 +60,49 @@ func (s *Store) Has(stage, key string) bool {
 	return err == nil
 }
 
+// madeSince reports whether the output for key was completed at or after t.
+func (s *Store) madeSince(stage, key string, t time.Time) bool {
+	st, err := os.Stat(filepath.Join(s.Path(stage, key), ".done"))
+	return err == nil && !st.ModTime().Before(t)
+}
+
 // Produce runs make into a fresh temporary directory and publishes it as the stage's
-// output for key, unless it is already there. Concurrent processes wait for each other
-// on a lock per key, so the work happens once. It reports whether it found the output
-// cached.
+// output for key, unless it is already there (or, after Forget, unless another run made
+// it again since this store was opened). Concurrent processes wait for each other on a
+// lock per key, so the work happens once. It reports whether it found the output
+// cached. While make runs, every output this store handed out before is held in use.
 func (s *Store) Produce(ctx context.Context, stage, key string, make func(dir string) error) (cached bool, err error) {
-	if s.Has(stage, key) {
+	id := stage + "/" + key
+	s.mu.Lock()
+	redo := s.redo[id]
+	delete(s.redo, id)
+	s.mu.Unlock()
+	if !redo && s.Has(stage, key) {
+		s.markUsed(id)
 		return true, nil
 	}
-	unlock, err := s.lock(ctx, stage+"-"+key)
+	unlock, err := s.lock(ctx, stage+"-"+key+".lock", false)
 	if err != nil {
 		return false, err
 	}
 	defer unlock()
-	if s.Has(stage, key) {
+	if !redo && s.Has(stage, key) {
+		s.markUsed(id)
 		return true, nil
 	}
+	if redo && s.madeSince(stage, key, s.opened) {
+		// a run forced at the same time made it again while this one waited
+		s.markUsed(id)
+		return false, nil
+	}
 	final := s.Path(stage, key)
+	what := fmt.Sprintf("%s stage %s", stage, key[:12])
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-		return false, fmt.Errorf("%s stage %s: %w", stage, key[:12], err)
+		return false, noSpaceOr(fmt.Errorf("%s: %w", what, err), what, s.dir, 0, fixCacheSpace)
 	}
 	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "tmp"), stage+"-"+key[:12]+"-")
 	if err != nil {
-		return false, fmt.Errorf("%s stage %s: %w", stage, key[:12], err)
+		return false, noSpaceOr(fmt.Errorf("%s: %w", what, err), what, s.dir, 0, fixCacheSpace)
 	}
 	keep := false
 	defer func() {
@@ -72,39 +111,115 @@ func (s *Store) Produce(ctx context.Context, stage, key string, make func(dir st
 			_ = os.RemoveAll(tmp)
 		}
 	}()
-	if err := make(tmp); err != nil {
+	freeBefore, _, _ := diskFree(s.dir)
+	release, err := s.holdUsed(ctx)
+	if err != nil {
 		return false, err
 	}
+	err = make(tmp)
+	release()
+	if err != nil {
+		return false, s.noSpace(ctx, err, what, freeBefore)
+	}
 	if err := os.WriteFile(filepath.Join(tmp, ".done"), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
-		return false, fmt.Errorf("%s stage %s: %w", stage, key[:12], err)
+		return false, s.noSpace(ctx, fmt.Errorf("%s: %w", what, err), what, freeBefore)
 	}
-	// a stale, incomplete output (no .done) from an older epbuild is moved aside first
-	if _, err := os.Stat(final); err == nil {
-		old := final + ".old-" + filepath.Base(tmp)
-		if err := os.Rename(final, old); err != nil {
-			return false, fmt.Errorf("%s stage %s: replace stale output: %w", stage, key[:12], err)
-		}
-		defer os.RemoveAll(old)
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		return false, fmt.Errorf("%s stage %s: publish: %w", stage, key[:12], err)
+	if err := s.publish(ctx, stage+"-"+key, tmp, final); err != nil {
+		return false, s.noSpace(ctx, fmt.Errorf("%s: publish: %w", what, err), what, freeBefore)
 	}
 	keep = true
+	s.markUsed(id)
 	return false, nil
 }
 
-// Forget removes a stage output (for --force).
+// publish puts tmp at final. Where an output is already there (a forced rerun, or an
+// incomplete one an older epbuild left), the two are exchanged in one step once no run
+// uses it, and the old one is removed.
+func (s *Store) publish(ctx context.Context, name, tmp, final string) error {
+	if err := renameNoReplace(tmp, final); err == nil || !errors.Is(err, fs.ErrExist) && !errors.Is(err, syscall.ENOTEMPTY) {
+		return err
+	}
+	unlock, err := s.lock(ctx, name+".use", false)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := swap(tmp, final, tmp+".old"); err != nil {
+		return err
+	}
+	// tmp now holds the old output
+	_ = makeWritable(tmp)
+	_ = os.RemoveAll(tmp)
+	return nil
+}
+
+// Forget makes the next Produce of key in this store make it again (for --force). The
+// old output stays until the new one replaces it: other runs may be reading it.
 func (s *Store) Forget(stage, key string) error {
-	p := s.Path(stage, key)
-	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-		return nil
+	s.mu.Lock()
+	s.redo[stage+"/"+key] = true
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Store) markUsed(id string) {
+	s.mu.Lock()
+	s.used[id] = true
+	s.mu.Unlock()
+}
+
+// holdUsed takes the use lock, shared, of every output this store handed out: a stage
+// reads some of them, and a forced rerun elsewhere must not exchange them meanwhile.
+func (s *Store) holdUsed(ctx context.Context) (func(), error) {
+	s.mu.Lock()
+	ids := slices.Sorted(maps.Keys(s.used))
+	s.mu.Unlock()
+	var held []func()
+	release := func() {
+		for _, u := range held {
+			u()
+		}
 	}
-	gone := p + ".forgotten-" + fmt.Sprint(time.Now().UnixNano())
-	if err := os.Rename(p, gone); err != nil {
-		return fmt.Errorf("forget %s stage %s: %w", stage, key[:12], err)
+	for _, id := range ids {
+		u, err := s.lock(ctx, strings.Replace(id, "/", "-", 1)+".use", true)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		held = append(held, u)
 	}
-	_ = makeWritable(gone)
-	return os.RemoveAll(gone)
+	return release, nil
+}
+
+// noSpace turns a failed stage into a NoSpaceError when the cache's file system (or the
+// temporary directory's) is full, or the step said so in its log.
+func (s *Store) noSpace(ctx context.Context, err error, what string, freeBefore int64) error {
+	var ns *NoSpaceError
+	if ctx.Err() != nil || errors.As(err, &ns) {
+		return err
+	}
+	said := isNoSpace(err)
+	var be *BuildError
+	if errors.As(err, &be) && !said {
+		if b, rerr := os.ReadFile(be.Log); rerr == nil {
+			said = noSpaceText(string(b))
+		}
+	}
+	dir := s.dir
+	free, full := fullDisk(dir)
+	if !full {
+		if tfree, tfull := fullDisk(os.TempDir()); tfull {
+			dir, free, full, freeBefore = os.TempDir(), tfree, true, 0
+		}
+	}
+	if !said && !full {
+		return err
+	}
+	e := &NoSpaceError{Op: what, Path: dir, Free: free, Fix: fixCacheSpace, Err: err}
+	if freeBefore > 0 {
+		e.Need, e.NeedAtLeast = freeBefore, true
+	}
+	return e
 }
 
 // WriteJSON writes v to dir/name atomically.
@@ -132,12 +247,17 @@ func ReadJSON(dir, name string, v any) error {
 	return nil
 }
 
-func (s *Store) lock(ctx context.Context, name string) (func(), error) {
-	fl := flock.New(filepath.Join(s.dir, "locks", name+".lock"))
+// lock takes the lock file locks/name, exclusive or shared, waiting until ctx ends.
+func (s *Store) lock(ctx context.Context, name string, shared bool) (func(), error) {
+	fl := flock.New(filepath.Join(s.dir, "locks", name))
+	try := fl.TryLock
+	if shared {
+		try = fl.TryRLock
+	}
 	for {
-		ok, err := fl.TryLock()
+		ok, err := try()
 		if err != nil {
-			return nil, fmt.Errorf("lock %s: %w", name, err)
+			return nil, noSpaceOr(fmt.Errorf("lock %s: %w", name, err), "lock "+name, s.dir, 0, fixCacheSpace)
 		}
 		if ok {
 			return func() { _ = fl.Unlock() }, nil
@@ -145,7 +265,7 @@ func (s *Store) lock(ctx context.Context, name string) (func(), error) {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

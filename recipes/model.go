@@ -23,8 +23,9 @@ type Recipe struct {
 	Toolchain Toolchain `json:"toolchain,omitzero"`
 	// Components are built in dependency order.
 	Components []Component `json:"components" jsonschema:"minItems=1"`
-	// Env is the runtime environment written to env.sh. Values may use {{component.prefix}}
-	// and {{prefix}} (the install prefix).
+	// Env is the runtime environment written to env.sh. Values are one line each and may
+	// use {{prefix}} (the install prefix) and {{component.prefix}} of a built component;
+	// LD_PRELOAD may only name files under those.
 	Env map[string]string `json:"env,omitempty"`
 	// Matrix holds default CI matrix axes (component name → versions).
 	Matrix map[string][]string `json:"matrix,omitempty"`
@@ -99,10 +100,13 @@ type Step struct {
 
 // CMakeStep configures, builds and installs a CMake project into the staged prefix.
 type CMakeStep struct {
-	// Options become -D KEY=VALUE.
+	// Options become -D KEY=VALUE, one argument each (cmake runs without a shell). A
+	// CMAKE_*FLAGS value is a list of flags, read like shell words without expansion
+	// ("-O2 '-DMSG=a b'" is two flags); each reaches the compiler as one literal argument.
 	Options map[string]string `json:"options,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
-	// Dir is the CMake source directory inside the tree (default: the root).
+	// Dir is the CMake source directory inside the tree (default: the root); it may not
+	// leave the tree.
 	Dir string `json:"dir,omitempty"`
 }
 
@@ -136,7 +140,7 @@ type Check struct {
 	// NVSHMEMOptions: the installed NVSHMEM records, among its build variables, every
 	// NVSHMEM_* cmake option of this component with the value the recipe (and --set) gave.
 	NVSHMEMOptions bool `json:"nvshmem-options,omitempty"`
-	// File: a file exists in the prefix (a glob).
+	// File: a file exists in the prefix (a relative glob that stays inside it).
 	File string `json:"file,omitempty"`
 	// Needed: the ELF files matching File link Lib (a DT_NEEDED entry).
 	Needed *NeededCheck `json:"needed,omitempty"`

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
+	"path"
+	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -79,11 +82,17 @@ func (d *Doc) Validate(patchSets PatchSetLookup) error {
 	if cyc := findCycle(r); cyc != "" {
 		add("$.components", "dependency cycle between components: %s", cyc)
 	}
+	installed := map[string]bool{}
+	for _, c := range r.Components {
+		if c.Source.Python == nil && len(c.Build) > 0 {
+			installed[c.Name] = true
+		}
+	}
 	for _, k := range slices.Sorted(maps.Keys(r.Env)) {
 		if !envRe.MatchString(k) {
 			add("$.env", "environment variable name %q is not valid (letters, digits, '_', not starting with a digit)", k)
 		}
-		d.validateTemplates("$.env."+k, r.Env[k], names, nil, add)
+		d.validateRuntimeEnv("$.env."+k, k, r.Env[k], installed, add)
 	}
 	for _, comp := range slices.Sorted(maps.Keys(r.Matrix)) {
 		if _, ok := names[comp]; !ok {
@@ -194,7 +203,17 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 				if !envRe.MatchString(k) {
 					add(sp+".cmake.options", "CMake option name %q is not valid", k)
 				}
-				d.validateTemplates(sp+".cmake.options."+k, s.CMake.Options[k], names, deps, add)
+				op := sp + ".cmake.options." + k
+				d.validateTemplates(op, s.CMake.Options[k], names, deps, add)
+				checkValue(op, "CMake option "+k, s.CMake.Options[k], add)
+				if IsFlagsOption(k) {
+					if _, err := SplitFlags(s.CMake.Options[k]); err != nil {
+						add(op, "CMake option %s: %v (its value is a list of flags, read like shell words without expansion: quote a flag with blanks as '-DX=a b')", k, err)
+					}
+				}
+			}
+			if !localPath(s.CMake.Dir, true) {
+				add(sp+".cmake.dir", "dir %q is not a directory inside the source tree (a relative path that stays in it, like cmake or src/lib)", s.CMake.Dir)
 			}
 		case s.PythonExtension != nil:
 			env = s.PythonExtension.Env
@@ -203,12 +222,16 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 			if len(s.Command.Run) == 0 {
 				add(sp+".command", "a command step needs run: [program, args...]")
 			}
+			if !localPath(s.Command.Dir, true) {
+				add(sp+".command.dir", "dir %q is not a directory inside the source tree (a relative path that stays in it, like tools)", s.Command.Dir)
+			}
 		}
 		for _, k := range slices.Sorted(maps.Keys(env)) {
 			if !envRe.MatchString(k) {
 				add(sp, "environment variable name %q is not valid (letters, digits, '_', not starting with a digit)", k)
 			}
 			d.validateTemplates(sp+"."+s.Kind()+".env."+k, env[k], names, deps, add)
+			checkValue(sp+"."+s.Kind()+".env."+k, "environment variable "+k, env[k], add)
 		}
 	}
 	for j, ch := range c.Checks {
@@ -218,6 +241,11 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 			continue
 		}
 		kind, spec, _ := ch.Declared()
+		if pattern, field := checkFile(kind, spec); pattern != "" {
+			if _, err := path.Match(pattern, ""); err != nil || !localPath(pattern, false) {
+				add(cp+"."+kind+field, "%q is not a file pattern inside the component's prefix (a relative glob that stays in it, like lib/libfoo.so*)", pattern)
+			}
+		}
 		if v, ok := spec.(checkedSpec); ok {
 			for _, pr := range v.problems(names) {
 				add(cp+"."+kind+"."+pr.field, "%s", pr.msg)
@@ -252,8 +280,10 @@ func (d *Doc) validateSource(p, comp string, s Source, add func(string, string, 
 		default:
 			add(p+".git.commit", "component %s: %q is not a commit id; a full 40-hex commit is required (put a tag or branch in ref:, beside the commit)", comp, c)
 		}
-		if strings.ContainsAny(s.Git.Ref, " \t~^:?*[\\") {
-			add(p+".git.ref", "component %s: %q is not a valid git ref", comp, s.Git.Ref)
+		if s.Git.Ref != "" {
+			if err := CheckRefName(s.Git.Ref); err != nil {
+				add(p+".git.ref", "component %s: %v", comp, err)
+			}
 		}
 	case s.Archive != nil:
 		checkURL(p+".archive.url", s.Archive.URL, add)
@@ -271,6 +301,82 @@ func (d *Doc) validateSource(p, comp string, s Source, add func(string, string, 
 			if _, err := compat.ParseConstraint(s.Python.Version); err != nil {
 				add(p+".python.version", "component %s: %v", comp, err)
 			}
+		}
+	}
+}
+
+// CheckRefName checks a git ref name by git check-ref-format's rules, so that a ref can
+// neither be misread by git nor name a path outside refs/ (../../etc/passwd).
+func CheckRefName(name string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("ref %q is not a valid git ref name: %s (a tag or branch name, like v1.2.1)", name, why)
+	}
+	switch {
+	case name == "@":
+		return bad("it is @")
+	case strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") || strings.Contains(name, "//"):
+		return bad("it begins or ends with / or holds //")
+	case strings.Contains(name, ".."):
+		return bad("it holds ..")
+	case strings.HasSuffix(name, "."):
+		return bad("it ends with .")
+	case strings.Contains(name, "@{"):
+		return bad("it holds @{")
+	case strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f || strings.ContainsRune(" ~^:?*[\\", r) }):
+		return bad("it holds a blank, a control character or one of ~ ^ : ? * [ \\")
+	}
+	for _, part := range strings.Split(name, "/") {
+		if strings.HasPrefix(part, ".") || strings.HasSuffix(part, ".lock") {
+			return bad("a component begins with . or ends with .lock")
+		}
+	}
+	return nil
+}
+
+// localPath reports whether the slash path p stays inside the directory it is relative
+// to: not absolute, not leaving it through "..". An empty p is the directory itself.
+func localPath(p string, emptyOK bool) bool {
+	if p == "" {
+		return emptyOK
+	}
+	return !strings.ContainsRune(p, 0) && filepath.IsLocal(filepath.FromSlash(p))
+}
+
+// checkValue refuses control characters (a newline, say) in a value that goes into
+// env.sh, CMake's cache or an environment that setup.py may paste into a build file,
+// where they split lines. A command step's arguments go to the program as they are.
+func checkValue(p, what, val string, add func(string, string, ...any)) {
+	if i := strings.IndexFunc(val, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }); i >= 0 {
+		add(p, "%s holds a control character (%q at byte %d): a value is one line; remove it", what, val[i], i)
+	}
+}
+
+// validateRuntimeEnv checks a value of the runtime env, which env.sh exports on the
+// nodes: one line, templates that name the install ({{prefix}}, {{C.prefix}} of a
+// component the artifact carries), and an LD_PRELOAD that loads only files of the
+// install (verify-install refuses any other).
+func (d *Doc) validateRuntimeEnv(p, key, val string, installed map[string]bool, add func(string, string, ...any)) {
+	checkValue(p, "environment variable "+key, val, add)
+	for _, m := range templateRe.FindAllStringSubmatch(val, -1) {
+		ref := m[1]
+		comp, isPrefix := strings.CutSuffix(ref, ".prefix")
+		if ref != "prefix" && (!isPrefix || !installed[comp]) {
+			add(p, "template {{%s}} has no value on the nodes: the runtime env may use {{prefix}} and {{COMPONENT.prefix}} of a component the artifact carries (built here: %s)",
+				ref, strings.Join(slices.Sorted(maps.Keys(installed)), ", "))
+		}
+	}
+	if key != "LD_PRELOAD" {
+		return
+	}
+	for _, e := range strings.FieldsFunc(val, func(r rune) bool { return r == ':' || r == ' ' }) {
+		loc := templateRe.FindStringSubmatchIndex(e)
+		if loc == nil || loc[0] != 0 {
+			add(p, "LD_PRELOAD entry %q is outside the install: verify-install refuses an install that preloads what it does not carry; write {{COMPONENT.prefix}}/lib/...", e)
+			continue
+		}
+		rest := strings.TrimPrefix(e[loc[1]:], "/")
+		if !localPath(rest, false) {
+			add(p, "LD_PRELOAD entry %q leaves the install: name a file under {{COMPONENT.prefix}}, like {{nvshmem.prefix}}/lib/libnvshmem_host.so.3", e)
 		}
 	}
 }
@@ -371,4 +477,20 @@ func (r *Recipe) Order() []string {
 		visit(c.Name)
 	}
 	return out
+}
+
+// checkFile is the file pattern a check's declaration names, and the YAML field that holds
+// it below the kind ("" for the file kind, whose value is the pattern): every kind that
+// reads a file of the prefix names it in a File field.
+func checkFile(kind string, spec any) (pattern, field string) {
+	if s, ok := spec.(string); ok && kind == "file" {
+		return s, ""
+	}
+	v := reflect.ValueOf(spec)
+	if v.Kind() == reflect.Pointer && !v.IsNil() && v.Elem().Kind() == reflect.Struct {
+		if f := v.Elem().FieldByName("File"); f.IsValid() && f.Kind() == reflect.String {
+			return f.String(), ".file"
+		}
+	}
+	return "", ""
 }

@@ -103,6 +103,15 @@ func (e *ExtractError) Error() string {
 
 func (e *ExtractError) Unwrap() error { return e.Err }
 
+// ExitCode: an archive refused for what it holds (unsafe, corrupt, over a limit) is bad
+// input, 2 — it was pinned or handed over as it is; a failure to write is a failed job.
+func (e *ExtractError) ExitCode() int {
+	if e.Kind != nil {
+		return 2
+	}
+	return 1
+}
+
 // Is lets errors.Is(err, ErrUnsafe) and friends match on the error's class.
 func (e *ExtractError) Is(target error) bool { return e.Kind != nil && target == e.Kind }
 

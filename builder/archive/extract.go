@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"archive/zip"
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -70,26 +71,11 @@ const (
 // Modes keep the owner's and the exec bits (setuid, setgid, sticky and group/other write are
 // dropped; the owner always gets write so later stages can patch the tree); mtimes are kept.
 func ExtractFile(ctx context.Context, archivePath, dest string, opts ExtractOptions) (*ExtractReport, error) {
-	name := filepath.Base(archivePath)
-	x := &extractor{ctx: ctx, archive: name, opts: opts}
-	if opts.Format == "" {
-		f, err := DetectFormat(name)
-		if err != nil {
-			return nil, fmt.Errorf("extract %s: %w", name, err)
-		}
-		x.opts.Format = f
-	} else if !opts.Format.valid() {
-		return nil, fmt.Errorf("extract %s: unknown format %q", name, opts.Format)
+	x, err := newExtractor(ctx, archivePath, opts)
+	if err != nil {
+		return nil, err
 	}
-	if opts.StripComponents < 0 {
-		return nil, fmt.Errorf("extract %s: StripComponents is %d; it must be 0 or more", name, opts.StripComponents)
-	}
-	if x.opts.MaxBytes <= 0 {
-		x.opts.MaxBytes = DefaultMaxBytes
-	}
-	if x.opts.MaxEntries <= 0 {
-		x.opts.MaxEntries = DefaultMaxEntries
-	}
+	name := x.archive
 
 	dest = filepath.Clean(dest)
 	if _, err := os.Lstat(dest); err == nil {
@@ -146,6 +132,91 @@ func ExtractFile(ctx context.Context, archivePath, dest string, opts ExtractOpti
 	return &rep, nil
 }
 
+// newExtractor checks the options and fills in the defaults.
+func newExtractor(ctx context.Context, archivePath string, opts ExtractOptions) (*extractor, error) {
+	name := filepath.Base(archivePath)
+	x := &extractor{ctx: ctx, archive: name, opts: opts}
+	if opts.Format == "" {
+		f, err := DetectFormat(name)
+		if err != nil {
+			return nil, fmt.Errorf("extract %s: %w", name, err)
+		}
+		x.opts.Format = f
+	} else if !opts.Format.valid() {
+		return nil, fmt.Errorf("extract %s: unknown format %q", name, opts.Format)
+	}
+	if opts.StripComponents < 0 {
+		return nil, fmt.Errorf("extract %s: StripComponents is %d; it must be 0 or more", name, opts.StripComponents)
+	}
+	if x.opts.MaxBytes <= 0 {
+		x.opts.MaxBytes = DefaultMaxBytes
+	}
+	if x.opts.MaxEntries <= 0 {
+		x.opts.MaxEntries = DefaultMaxEntries
+	}
+	return x, nil
+}
+
+// ReadMember returns the regular file member (a clean slash path; StripComponents does
+// not apply) of a tar archive, writing nothing: install reads an artifact's manifest
+// this way before it decides how much to extract. The entries before the member count
+// against opts.MaxBytes and MaxEntries; maxSize bounds the member itself. A missing
+// member is an fs.ErrNotExist error.
+func ReadMember(ctx context.Context, archivePath, member string, maxSize int64, opts ExtractOptions) ([]byte, error) {
+	x, err := newExtractor(ctx, archivePath, opts)
+	if err != nil {
+		return nil, err
+	}
+	if x.opts.Format == FormatZip {
+		return nil, fmt.Errorf("extract %s: ReadMember reads tar archives only", x.archive)
+	}
+	f, err := os.Open(archivePath)
+	if err != nil {
+		return nil, x.ioErr("", err)
+	}
+	defer f.Close()
+	r, closeFn, err := x.decompressor(f)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	tr := tar.NewReader(r)
+	for {
+		if err := x.ctx.Err(); err != nil {
+			return nil, x.ioErr("", err)
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil, fmt.Errorf("extract %s: no entry %s: %w", x.archive, member, fs.ErrNotExist)
+		}
+		if err != nil && !(errors.Is(err, tar.ErrInsecurePath) && hdr != nil) {
+			return nil, x.errf("", ErrCorrupt, fixCorrupt, "read a tar header while looking for %s: %w", member, err)
+		}
+		if err := x.count(hdr.Name); err != nil {
+			return nil, err
+		}
+		if rel, err := cleanName(hdr.Name); err == nil && rel == member {
+			if hdr.Typeflag != tar.TypeReg {
+				return nil, x.errf(hdr.Name, ErrLayout, "", "is not a regular file")
+			}
+			if hdr.Size < 0 || hdr.Size > maxSize {
+				return nil, x.errf(hdr.Name, ErrLimit, fixLimit, "%d bytes, more than the %d allowed", hdr.Size, maxSize)
+			}
+			// grown as the data arrives: a header may claim more than the stream holds
+			var b bytes.Buffer
+			if _, err := io.CopyN(&b, tr, hdr.Size); err != nil {
+				return nil, x.errf(hdr.Name, ErrCorrupt, fixCorrupt, "read data: %w", err)
+			}
+			return b.Bytes(), nil
+		}
+		// skipped, but decompressed all the same: it counts
+		if hdr.Size > x.opts.MaxBytes-x.rep.Bytes {
+			return nil, x.errf(hdr.Name, ErrLimit, fixLimit, "%d bytes before %s would take the total past MaxBytes (%d)", hdr.Size, member, x.opts.MaxBytes)
+		}
+		x.rep.Bytes += max(hdr.Size, 0)
+	}
+}
+
 type dirMeta struct {
 	mode  fs.FileMode
 	mtime time.Time
@@ -199,32 +270,11 @@ func (x *extractor) tarFile(archivePath string) error {
 		return x.ioErr("", err)
 	}
 	defer f.Close()
-	br := bufio.NewReaderSize(f, 256<<10)
-	var r io.Reader
-	switch x.opts.Format {
-	case FormatTar:
-		r = br
-	case FormatTarGz:
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return x.errf("", ErrCorrupt, fixCorrupt, "read gzip header: %w", err)
-		}
-		defer zr.Close()
-		r = zr
-	case FormatTarXz:
-		zr, err := xz.NewReader(br)
-		if err != nil {
-			return x.errf("", ErrCorrupt, fixCorrupt, "read xz header: %w", err)
-		}
-		r = zr
-	case FormatTarZst:
-		zr, err := zstd.NewReader(br)
-		if err != nil {
-			return x.errf("", ErrCorrupt, fixCorrupt, "start zstd decoder: %w", err)
-		}
-		defer zr.Close()
-		r = zr
+	r, closeFn, err := x.decompressor(f)
+	if err != nil {
+		return err
 	}
+	defer closeFn()
 	if err := x.tarStream(r); err != nil {
 		return err
 	}
@@ -244,6 +294,36 @@ func (x *extractor) tarFile(archivePath string) error {
 		return x.errf("", ErrLimit, fixLimit, "trailing data after the end of the tar archive exceeds MaxBytes (%d)", x.opts.MaxBytes)
 	}
 	return nil
+}
+
+// maxZstdWindow bounds the memory a zstd frame may ask for: zstd --long=27 (128 MiB) is
+// the largest window a real source or artifact uses; the library's default is 512 MiB.
+const maxZstdWindow = 128 << 20
+
+// decompressor wraps f in the archive's decompressor.
+func (x *extractor) decompressor(f io.Reader) (io.Reader, func(), error) {
+	br := bufio.NewReaderSize(f, 256<<10)
+	switch x.opts.Format {
+	case FormatTarGz:
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, nil, x.errf("", ErrCorrupt, fixCorrupt, "read gzip header: %w", err)
+		}
+		return zr, func() { zr.Close() }, nil
+	case FormatTarXz:
+		zr, err := xz.NewReader(br)
+		if err != nil {
+			return nil, nil, x.errf("", ErrCorrupt, fixCorrupt, "read xz header: %w", err)
+		}
+		return zr, func() {}, nil
+	case FormatTarZst:
+		zr, err := zstd.NewReader(br, zstd.WithDecoderMaxWindow(maxZstdWindow))
+		if err != nil {
+			return nil, nil, x.errf("", ErrCorrupt, fixCorrupt, "start zstd decoder: %w", err)
+		}
+		return zr, zr.Close, nil
+	}
+	return br, func() {}, nil
 }
 
 // countReader counts bytes handed to the tar reader, to tell a proper end-of-archive marker

@@ -113,7 +113,8 @@ order and proven by their effects, a checked build, a reproducible artifact, and
 verify-install that checks the installed copy and the host.
 
 Exit codes: 0 done; 1 the job failed (patch conflict, build error, check failed);
-2 bad input (recipe, flag, pin); 3 the environment lacks something (toolchain, driver).`,
+2 bad input (recipe, flag, pin); 3 the environment lacks something (toolchain, driver,
+disk space).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {

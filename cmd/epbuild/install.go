@@ -32,14 +32,21 @@ func newInstallCmd(app *App) *cobra.Command {
 		Long: `Install an artifact <recipe>-<plan>.tar.zst into DIR.
 
 Before DIR is touched: the artifact's sha256 is checked against ARTIFACT.sha256 (when
-present), it is extracted beside DIR, and every file's sha256 and mode is checked against
-the manifest it carries. Then the new tree replaces DIR in one step (the previous install
-moves to DIR.prev-<n>), and verify-install runs in place: on failure the previous install
-is put back; on success it is removed, unless --keep-previous. DIR gets a receipt
-(.epbuild-receipt.json) naming the artifact.
+present) and its manifest is read. DIR must be absent, empty, or an install epbuild made
+(a receipt that pins the manifest beside it) holding nothing its manifest does not list:
+anything else is refused and left as it is. The free space beside DIR is checked against
+the sizes the manifest declares; the artifact is extracted beside DIR (stopped as soon as
+it holds more than it declares), every file's sha256 and mode is checked against the
+manifest, and verify-install runs on the extracted tree. Only then does the new tree
+replace DIR, in one step. The previous install is removed, or with --keep-previous kept
+as DIR.prev (one copy: an older DIR.prev is replaced). DIR gets a receipt
+(.epbuild-receipt.json) naming the artifact. An interrupted install leaves DIR whole; the
+next install into DIR removes what it left beside it.
 
-Exit codes: 0 installed; 1 the new install failed verify (rolled back); 2 the artifact is
-damaged, truncated, not an epbuild artifact, or DIR is not an install to replace.`,
+Exit codes: 0 installed; 1 the new install failed verify (DIR is as it was); 2 the
+artifact is damaged, truncated, bigger than its manifest says or not an epbuild
+artifact, or DIR is not an install to replace; 3 not enough space beside DIR (the space
+needed is named).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if prefix == "" {
@@ -75,8 +82,8 @@ damaged, truncated, not an epbuild artifact, or DIR is not an install to replace
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&prefix, "prefix", "", "install into this directory (created; an install already there is replaced)")
-	cmd.Flags().BoolVar(&keep, "keep-previous", false, "keep the replaced install as DIR.prev-<n> after the new one verifies")
+	cmd.Flags().StringVar(&prefix, "prefix", "", "install into this directory (created; only an epbuild install already there is replaced)")
+	cmd.Flags().BoolVar(&keep, "keep-previous", false, "keep the replaced install as DIR.prev (replacing an older DIR.prev)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result (receipt and verify report) as JSON")
 	cmd.Flags().StringVar(&python, "python", "", "interpreter for the import checks (default: the build's, if here, else python3)")
 	return cmd

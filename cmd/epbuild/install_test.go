@@ -140,13 +140,13 @@ func TestInstallAndVerifyCLI(t *testing.T) {
 	}
 	// reinstalling repairs it; --keep-previous keeps the broken one aside
 	code, out, errs = run(t, env, "install", art, "--prefix", prefix, "--keep-previous")
-	if code != 0 || !strings.Contains(out, "previous  kept at "+prefix+".prev-1") {
+	if code != 0 || !strings.Contains(out, "previous  kept at "+prefix+".prev") {
 		t.Fatalf("reinstall: exit %d\n%s\n%s", code, out, errs)
 	}
 	if code, out, _ := run(t, env, "verify-install", "--prefix", prefix); code != 0 {
 		t.Errorf("verify after the reinstall: exit %d\n%s", code, out)
 	}
-	if code, _, _ := run(t, env, "verify-install", "--prefix", prefix+".prev-1"); code != 1 {
+	if code, _, _ := run(t, env, "verify-install", "--prefix", prefix+".prev"); code != 1 {
 		t.Errorf("the kept previous install (unpatched) verifies: exit %d", code)
 	}
 }

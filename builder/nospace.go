@@ -1,0 +1,96 @@
+package builder
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+)
+
+// NoSpaceError is a write that failed because a file system was full: no space, no
+// inodes, or the user's quota. The environment lacks something: exit 3. What was being
+// written is removed, never left half-written where a later run would take it.
+type NoSpaceError struct {
+	Op   string // what was being done: "install demo-0123.tar.zst into /opt/demo", "build libdemo"
+	Path string // a directory on the full file system
+	Need int64  // bytes needed there; 0 when unknown
+	// NeedAtLeast: Need is a lower bound (a build step needs more than was free when it
+	// started), not the exact need.
+	NeedAtLeast bool
+	Free        int64 // bytes free there when it was seen; -1 when unknown
+	Fix         string
+	Err         error
+}
+
+func (e *NoSpaceError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: no space left on the file system of %s", e.Op, e.Path)
+	var facts []string
+	if e.Free >= 0 {
+		facts = append(facts, byteCount(e.Free)+" free")
+	}
+	switch {
+	case e.Need > 0 && e.NeedAtLeast:
+		facts = append(facts, "it needs more than the "+byteCount(e.Need)+" that were free when it started")
+	case e.Need > 0:
+		facts = append(facts, byteCount(e.Need)+" needed")
+	}
+	if len(facts) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(facts, "; "))
+	}
+	if e.Err != nil {
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	if e.Fix != "" {
+		b.WriteString("; " + e.Fix)
+	}
+	return b.String()
+}
+
+func (e *NoSpaceError) Unwrap() error { return e.Err }
+
+// ExitCode: the environment lacks something.
+func (e *NoSpaceError) ExitCode() int { return 3 }
+
+// isNoSpace reports whether err is a full file system (ENOSPC, or EDQUOT: a quota is
+// the user's share of the disk).
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// noSpaceText is how tools that run as child processes say it (strerror).
+func noSpaceText(s string) bool {
+	return strings.Contains(s, "No space left on device") || strings.Contains(s, "Disk quota exceeded")
+}
+
+// noSpaceOr turns err into a NoSpaceError when it is one, else returns it unchanged.
+func noSpaceOr(err error, op, dir string, need int64, fix string) error {
+	if err == nil || !isNoSpace(err) {
+		return err
+	}
+	var ns *NoSpaceError
+	if errors.As(err, &ns) {
+		return err
+	}
+	free, _, ok := diskFree(dir)
+	if !ok {
+		free = -1
+	}
+	return &NoSpaceError{Op: op, Path: dir, Need: need, Free: free, Fix: fix, Err: err}
+}
+
+// nearlyFull is the free space under which a failed write is taken for a full file
+// system even when the failing tool did not say so: a compiler that could not write an
+// object removes it (freeing what it had written), and cmake reports a file it could
+// not write as a missing target.
+const nearlyFull = 16 << 20
+
+// fullDisk reports whether dir's file system is (nearly) out of space or inodes, with
+// the bytes free.
+func fullDisk(dir string) (int64, bool) {
+	free, files, ok := diskFree(dir)
+	if !ok {
+		return -1, false
+	}
+	return free, free < nearlyFull || (files >= 0 && files < 64)
+}

@@ -1,0 +1,155 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestFullDisk fills real file systems: small tmpfs mounts, in a mount namespace of a
+// child process of its own, so that nothing outlives the test. Where the test cannot
+// make one (not root, no user namespaces), it says so and skips.
+func TestFullDisk(t *testing.T) {
+	if os.Getenv("EPBUILD_TEST_CHILD") == "fulldisk" {
+		fullDiskChild(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFullDisk$", "-test.v")
+	cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD=fulldisk", "GORACE=atexit_sleep_ms=0", "TMPDIR="+t.TempDir())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	var se *os.SyscallError
+	switch {
+	case errors.As(err, &se) || errors.Is(err, syscall.EPERM):
+		t.Skipf("cannot make a mount namespace here to mount a small file system in: %v", err)
+	case err != nil:
+		t.Fatalf("the child: %v\n%s", err, out)
+	case strings.Contains(string(out), "--- SKIP"):
+		t.Skipf("the child skipped:\n%s", out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "nospace_test.go") {
+			t.Log(strings.TrimSpace(l))
+		}
+	}
+}
+
+// smallFS mounts a tmpfs of size (mount's syntax: 64k) at a new directory.
+func smallFS(t *testing.T, size string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fulldisk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+func grow(t *testing.T, dir string) {
+	t.Helper()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_REMOUNT, "size=64m"); err != nil {
+		t.Fatalf("remount %s larger: %v", dir, err)
+	}
+}
+
+func isEmpty(t *testing.T, dir string) {
+	t.Helper()
+	if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+		t.Errorf("%s holds %s after a refused write", dir, ents[0].Name())
+	}
+}
+
+func wantNoSpace(t *testing.T, err error, dir string) *NoSpaceError {
+	t.Helper()
+	var ns *NoSpaceError
+	if !errors.As(err, &ns) || ns.ExitCode() != 3 {
+		t.Fatalf("got %v; want a NoSpaceError (exit 3)", err)
+	}
+	if ns.Path != dir || !strings.Contains(err.Error(), "no space left on the file system of "+dir) {
+		t.Errorf("the error names %s, not %s: %v", ns.Path, dir, err)
+	}
+	return ns
+}
+
+func fullDiskChild(t *testing.T) {
+	// a cache that fills up during the fetch, the tree copy, cmake: exit 3 naming it,
+	// no incomplete stage output kept; with room again the rerun completes, same bytes
+	var ref *Result
+	var cache string
+	failures := 0
+	for _, size := range []string{"64k", "160k", "288k"} {
+		cache = smallFS(t, size)
+		out := t.TempDir()
+		_, err := demoRun(t, cache, out)
+		if err == nil {
+			continue
+		}
+		failures++
+		ns := wantNoSpace(t, err, cache)
+		t.Logf("cache of %s: %s", size, strings.SplitN(ns.Error(), ": step", 2)[0])
+		stages, _ := filepath.Glob(filepath.Join(cache, "stages", "*", "*"))
+		for _, s := range stages {
+			if _, err := os.Stat(filepath.Join(s, ".done")); err != nil {
+				t.Errorf("cache of %s: an incomplete stage output was kept: %s", size, s)
+			}
+		}
+		grow(t, cache)
+		res, err := demoRun(t, cache, out)
+		if err != nil {
+			t.Fatalf("cache of %s, after making room: %v", size, err)
+		}
+		if ref == nil {
+			ref = res
+		} else if res.SHA256 != ref.SHA256 {
+			t.Errorf("cache of %s, after making room: artifact %s, want %s", size, res.SHA256, ref.SHA256)
+		}
+	}
+	if failures < 2 {
+		t.Errorf("only %d of the small caches filled up: the demo got smaller; lower the sizes", failures)
+	}
+	// a full output directory: exit 3 naming it, no partial artifact
+	out := smallFS(t, "4k")
+	_, err := demoRun(t, cache, out)
+	wantNoSpace(t, err, out)
+	isEmpty(t, out)
+
+	// install: the free space is checked before anything is written
+	parent := smallFS(t, "16k")
+	_, err = Install(context.Background(), InstallOptions{Artifact: ref.Artifact, Prefix: filepath.Join(parent, "demo"), Version: "test"})
+	ns := wantNoSpace(t, err, parent)
+	if ns.Need <= ns.Free || !strings.Contains(err.Error(), "needed") {
+		t.Errorf("the error does not say how much is needed: %v", err)
+	}
+	isEmpty(t, parent)
+	// ... and the inodes
+	few := t.TempDir()
+	if err := syscall.Mount("tmpfs", few, "tmpfs", 0, "size=8m,nr_inodes=8"); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Unmount(few, syscall.MNT_DETACH)
+	_, err = Install(context.Background(), InstallOptions{Artifact: ref.Artifact, Prefix: filepath.Join(few, "demo"), Version: "test"})
+	if wantNoSpace(t, err, few); !strings.Contains(err.Error(), "inodes") {
+		t.Errorf("the error does not name the inodes: %v", err)
+	}
+	isEmpty(t, few)
+	// a disk that fills up during the extraction itself (here: past the check, which
+	// stageArtifact does not make) is no space too, and leaves nothing
+	m, raw, err := readArtifactManifest(context.Background(), ref.Artifact, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tight := smallFS(t, "12k")
+	err = stageArtifact(context.Background(), ref.Artifact, filepath.Join(tight, "tree"), m, raw)
+	if !isNoSpace(err) {
+		t.Fatalf("extraction into a full file system: %v", err)
+	}
+	isEmpty(t, tight)
+}
