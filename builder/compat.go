@@ -137,6 +137,7 @@ func PreflightFacts(f compat.Facts, p *Plan, t *Toolchain) compat.Facts {
 // Call it after doc.Apply(sets) and before doc.Validate.
 func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
 	versions := map[string]string{}
+	kinds := map[string]string{}
 	pinned := map[string]bool{}
 	for _, s := range sets {
 		key, val, ok := strings.Cut(s, "=")
@@ -150,8 +151,18 @@ func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
 		switch field {
 		case "version":
 			versions[comp] = val
+		case "source":
+			kinds[comp] = val
 		case "commit", "ref", "url", "sha256", "strip":
 			pinned[comp] = true
+		}
+	}
+	// --set C.source=git|archive without a version: the recipe's version, from the other kind
+	for name := range kinds {
+		if _, ok := versions[name]; !ok {
+			if c, ok := doc.Recipe.Component(name); ok {
+				versions[name] = c.Version
+			}
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(versions)) {
@@ -166,7 +177,16 @@ func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
 				"%s %s is not in the catalogue of known releases (%s); pin it with --set %s.commit=<40-hex> or --set %s.url=… --set %s.sha256=…",
 				name, v, strings.Join(cat.Versions(name), ", "), name, name, name)}
 		}
-		pin, _ := cat.LookupKind(name, v, c.Source.Kind())
+		kind, asked := kinds[name]
+		if !asked {
+			kind = c.Source.Kind()
+		}
+		pin, _ := cat.LookupKind(name, v, kind)
+		if asked && pin.Kind() != kind {
+			return &recipes.Error{File: "--set " + name + ".source=" + kind, Msg: fmt.Sprintf(
+				"the catalogue has no %s pin of %s %s (it has: %s); pin one with --set %s.commit=… or --set %s.url=… --set %s.sha256=…",
+				kind, name, rel.Version, strings.Join(pinKinds(rel), ", "), name, name, name)}
+		}
 		c.Version = rel.Version
 		switch {
 		case pin.Git != nil:
@@ -232,4 +252,13 @@ func tagVersion(tags []string) string {
 		return ""
 	}
 	return strings.TrimPrefix(best.String(), "v")
+}
+
+// pinKinds names the source kinds a release is pinned by, in the catalogue's order.
+func pinKinds(r compat.Release) []string {
+	var out []string
+	for _, p := range r.Pins {
+		out = append(out, p.Kind())
+	}
+	return out
 }

@@ -246,9 +246,29 @@ func TestApplyCatalog(t *testing.T) {
 	if c, _ := d.Recipe.Component("deepep"); c.Source.Git.Commit != "a84a24808fb0ea732f49b874cc456a69dde69076" {
 		t.Errorf("deepep: %+v", c.Source.Git)
 	}
+	// ibrc-dualport's NVSHMEM 3.2.5-1 from the archive repository's release commit instead
+	// of NVIDIA's tarball: the same version (the patch set's applies-to), a git pin
+	d, err = load("ibrc-dualport", "nvshmem.source=git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := nv(d); c.Version != "3.2.5-1" || c.Source.Archive != nil || c.Source.Git == nil ||
+		c.Source.Git.URL != "https://github.com/valgur/NVSHMEM-archive" || c.Source.Git.Commit != "6d8ab15b5d355d8d5fa5e9664962784de412dd9d" {
+		t.Errorf("3.2.5-1 from git: %+v %+v", c, c.Source.Git)
+	}
+	// and back: a git recipe takes the tarball of the same release
+	d, _ = load("gcp-b200", "nvshmem.version=3.3.9", "nvshmem.source=archive")
+	if c := nv(d); c.Source.Archive == nil || !strings.HasPrefix(c.Source.Archive.SHA256, "ba41e9ad") {
+		t.Errorf("3.3.9 as an archive: %+v", c.Source)
+	}
+	// a kind the release has no pin of is bad input naming the kinds it has
+	_, err = load("gcp-b200", "nvshmem.version=3.3.24", "nvshmem.source=git")
+	var re *recipes.Error
+	if err == nil || !errors.As(err, &re) || re.ExitCode() != 2 || !strings.Contains(err.Error(), "no git pin of nvshmem 3.3.24") || !strings.Contains(err.Error(), "it has: archive") {
+		t.Errorf("3.3.24 from git: %v", err)
+	}
 	// an unknown release is bad input, pointing at the flag
 	_, err = load("gcp-b200", "nvshmem.version=3.3.1")
-	var re *recipes.Error
 	if err == nil || !errors.As(err, &re) || re.ExitCode() != 2 || !strings.Contains(err.Error(), "--set nvshmem.version=3.3.1") || !strings.Contains(err.Error(), "3.5.19-1") {
 		t.Errorf("unknown release: %v", err)
 	}

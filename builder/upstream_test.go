@@ -42,8 +42,17 @@ func TestUpstreamRecipes(t *testing.T) {
 		"919760f413fb834e76382d129ba9c3314ce722be":                         "not in the mirror", // NVSHMEM v3.5.19-1
 		"eb2c8fb3b7084c2db86bd9fd905387909f1dfd483e7b45f7b3c3d5fcf5374b5a": "no mirror entry",   // the 3.2.5-1 tarball
 	}
-	for _, name := range []string{"gcp-b200", "efa-aws", "ibrc-dualport", "single-node", "deepep-v2", "gcp-a3-tcpx"} {
-		plan, err := res.Resolve(name, nil)
+	for _, run := range []struct {
+		name string
+		sets []string
+	}{
+		{name: "gcp-b200"}, {name: "efa-aws"}, {name: "ibrc-dualport"}, {name: "single-node"}, {name: "deepep-v2"}, {name: "gcp-a3-tcpx"},
+		// the same NVSHMEM release from the archive repository's git tree: the patch set
+		// must apply there too
+		{name: "ibrc-dualport", sets: []string{"nvshmem.source=git"}},
+	} {
+		name := run.name
+		plan, err := res.Resolve(name, run.sets)
 		if err != nil {
 			t.Fatal(err)
 		}

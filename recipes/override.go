@@ -7,7 +7,8 @@ import (
 )
 
 // SetHelp lists the keys --set accepts, for the command line's help text.
-const SetHelp = `COMPONENT.version=V, COMPONENT.commit=SHA, COMPONENT.ref=REF, COMPONENT.url=URL,
+const SetHelp = `COMPONENT.version=V, COMPONENT.source=git|archive (the catalogue's pin of that kind),
+COMPONENT.commit=SHA, COMPONENT.ref=REF, COMPONENT.url=URL,
 COMPONENT.sha256=HEX, COMPONENT.strip=N, COMPONENT.package=NAME, COMPONENT.patches=a,b (empty: none),
 COMPONENT.options.KEY=V (every cmake step), COMPONENT.env.KEY=V (every build step),
 env.KEY=V (runtime env; empty value removes it), toolchain.cuda|torch|python|gcc|cmake=V,
@@ -134,6 +135,15 @@ func (d *Doc) apply1(s string) error {
 			return fmt.Errorf("strip must be a number: %v", err)
 		}
 		c.Source.Archive.Strip, path = n, base+".source.archive.strip"
+	case "source":
+		// the switch itself needs the catalogue of releases: builder.ApplyCatalog
+		if val != "git" && val != "archive" {
+			return fmt.Errorf("source must be git or archive (the catalogue's pin of that kind for %s's version), not %q", c.Name, val)
+		}
+		if c.Source.Python != nil {
+			return fmt.Errorf("component %s comes from the Python environment; set %s.package instead", c.Name, c.Name)
+		}
+		path = base + ".source"
 	case "package":
 		if c.Source.Python == nil {
 			return fmt.Errorf("component %s has a %s source, not python", c.Name, c.Source.Kind())

@@ -240,3 +240,19 @@ func FuzzLoad(f *testing.F) {
 		_ = doc.Recipe.Order()
 	})
 }
+
+func TestSetSourceKind(t *testing.T) {
+	doc, err := NewLibrary().Load("ibrc-dualport")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Apply([]string{"nvshmem.source=svn"}); err == nil || !strings.Contains(err.Error(), "source must be git or archive") || !strings.Contains(err.Error(), "--set nvshmem.source=svn") {
+		t.Errorf("nvshmem.source=svn: %v", err)
+	}
+	if err := doc.Apply([]string{"nccl.source=git"}); err == nil || !strings.Contains(err.Error(), "comes from the Python environment") {
+		t.Errorf("nccl.source=git on a python component: %v", err)
+	}
+	if err := doc.Apply([]string{"nvshmem.source=git"}); err != nil {
+		t.Errorf("nvshmem.source=git: %v", err)
+	}
+}

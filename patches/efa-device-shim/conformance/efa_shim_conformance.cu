@@ -16,6 +16,7 @@
 // peer pointer must be 0 (what DeepEP then sees on NVLink peers too).
 
 #define EFA_DEVICE_SHIM_STANDALONE 1
+#define EFA_DEVICE_SHIM_DEFINE_STATE 1  // this test is the only translation unit
 #include "efa_device_shim.cuh"
 
 #include <cuda_runtime.h>
@@ -431,19 +432,56 @@ void write_one(T* dev, T v) {
     CUDA_CHECK(cudaMemcpy(dev, &v, sizeof(T), cudaMemcpyHostToDevice));
 }
 
-void test_state(Ctx& c) {
+// Reads the shim state as DeepEP's kernels see it: num_rc_per_pe,
+// num_devices_initialized and their product (DeepEP's qps_per_rank).
+void read_state(Ctx& c, long long v[3]) {
     k_state<<<1, 32>>>(reinterpret_cast<long long*>(c.out));
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(v, c.out, 3 * sizeof(long long), cudaMemcpyDeviceToHost));
+}
+
+// Sets NVSHMEM_IBGDA_NUM_RC_PER_PE (nullptr: unset), copies it into the device
+// state as DeepEP's runtime.cu does after NVSHMEM init, and reads the state back.
+void state_with(Ctx& c, const char* value, long long v[3]) {
+    if (value)
+        setenv("NVSHMEM_IBGDA_NUM_RC_PER_PE", value, 1);
+    else
+        unsetenv("NVSHMEM_IBGDA_NUM_RC_PER_PE");
+    CUDA_CHECK(deep_ep::efa_device_shim_sync_state());
+    read_state(c, v);
+}
+
+void test_state(Ctx& c) {
+    const char* given = getenv("NVSHMEM_IBGDA_NUM_RC_PER_PE");
+    const std::string saved = given ? given : "";
     long long v[3];
-    CUDA_CHECK(cudaMemcpy(v, c.out, sizeof(v), cudaMemcpyDeviceToHost));
-    const bool ok = v[0] == EFA_DEVICE_SHIM_NUM_RC_PER_PE && v[1] == 1 && v[2] == v[0] * v[1];
-    report(c, "state.fields", ok, fmt("num_rc_per_pe=%lld num_devices_initialized=%lld qps_per_rank=%lld", v[0], v[1], v[2]));
-    // DeepEP asserts num_rc_per_pe >= num_sms (normal mode): num_sms is at most the SM count.
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    report(c, "state.covers_sm_count", v[0] >= sms, fmt("num_rc_per_pe=%lld sms=%d", v[0], sms));
+    // Before the sync (as before NVSHMEM init): the compile-time default.
+    read_state(c, v);
+    report(c, "state.default", v[0] == EFA_DEVICE_SHIM_NUM_RC_PER_PE && v[1] == 1 && v[2] == v[0] * v[1],
+           fmt("num_rc_per_pe=%lld num_devices_initialized=%lld qps_per_rank=%lld", v[0], v[1], v[2]));
+    // DeepEP's low-latency Buffer with 288 local experts (one GPU, 288 experts)
+    // sets NVSHMEM_IBGDA_NUM_RC_PER_PE=288 and asserts num_rc_per_pe >= 288.
+    state_with(c, "288", v);
+    report(c, "state.follows_num_rc_per_pe", v[0] == 288 && v[1] == 1 && v[2] == 288,
+           fmt("NVSHMEM_IBGDA_NUM_RC_PER_PE=288: num_rc_per_pe=%lld qps_per_rank=%lld", v[0], v[2]));
+    // Normal mode: DeepEP asks for num_channels (here 12) and asserts equality.
+    state_with(c, "12", v);
+    report(c, "state.follows_small", v[0] == 12, fmt("NVSHMEM_IBGDA_NUM_RC_PER_PE=12: num_rc_per_pe=%lld", v[0]));
+    // Not a positive number, or unset: the default, never 0 (DeepEP divides by it).
+    bool ok = true;
+    std::string seen;
+    for (const char* bad : {"0", "-4", "abc", "12x", ""}) {
+        state_with(c, bad, v);
+        ok = ok && v[0] == EFA_DEVICE_SHIM_NUM_RC_PER_PE;
+        seen += fmt(" '%s'->%lld", bad, v[0]);
+    }
+    state_with(c, nullptr, v);
+    ok = ok && v[0] == EFA_DEVICE_SHIM_NUM_RC_PER_PE;
+    seen += fmt(" unset->%lld", v[0]);
+    report(c, "state.bad_value_default", ok, seen.c_str());
+    // Back to what this process was started with, for the tests after this one.
+    state_with(c, given ? saved.c_str() : nullptr, v);
 }
 
 void test_p2p(Ctx& c) {
@@ -758,8 +796,9 @@ int main(int argc, char** argv) {
     c.npes = nvshmem_n_pes();
     c.peer = (c.pe + 1) % c.npes;
     c.expect_p2p = expect == "yes" || (expect == "auto" && !env_true("NVSHMEM_DISABLE_P2P"));
-    printf("INFO pe=%d npes=%d device=%d expect_p2p=%s no_p2p_shortcut=%s num_rc_per_pe=%d\n", c.pe, c.npes, device,
-           c.expect_p2p ? "yes" : "no", kNoShortcut ? "yes" : "no", EFA_DEVICE_SHIM_NUM_RC_PER_PE);
+    CUDA_CHECK(deep_ep::efa_device_shim_sync_state());  // as DeepEP's runtime.cu does after init
+    printf("INFO pe=%d npes=%d device=%d expect_p2p=%s no_p2p_shortcut=%s num_rc_per_pe=%u (default %d)\n", c.pe, c.npes, device,
+           c.expect_p2p ? "yes" : "no", kNoShortcut ? "yes" : "no", deep_ep::efa_device_shim_num_rc_per_pe(), EFA_DEVICE_SHIM_NUM_RC_PER_PE);
 
     c.src = static_cast<uint8_t*>(nvshmem_malloc(kRegionBytes));
     c.dst = static_cast<uint8_t*>(nvshmem_malloc(kRegionBytes));
