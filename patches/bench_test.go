@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/epbuild/epbuild/builder/benchcmp"
 	"github.com/epbuild/epbuild/patches/internal/patchgen"
@@ -165,11 +164,11 @@ func (c patchCase) compare(t *testing.T) {
 	}
 	sameTrees(t, "engine vs head", c.head, snapshot(t, check))
 
-	ours := func(tb testing.TB) time.Duration {
+	ours := func(tb testing.TB) benchcmp.Sample {
 		dir := copyTree(tb, c.base)
 		return benchcmp.Time(tb, func() error { return loadAndApply(ctx, sets, dir) })
 	}
-	anchor := func(tb testing.TB) time.Duration {
+	anchor := func(tb testing.TB) benchcmp.Sample {
 		dir := copyTree(tb, c.base)
 		git(tb, dir, "init", "-q")
 		return benchcmp.Shell(tb, dir, `for f in "$@"; do git apply --whitespace=nowarn "$f"; done`, c.files...)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/epbuild/epbuild/builder/benchcmp"
 )
@@ -21,11 +20,11 @@ func TestCompareHash(t *testing.T) {
 	total := benchcmp.InstallTree(t, tree, 256, 8000)
 	ctx := context.Background()
 	workers := benchcmp.Workers()
-	ours := func(tb testing.TB) time.Duration {
+	ours := func(tb testing.TB) benchcmp.Sample {
 		return benchcmp.Time(tb, func() error { _, err := HashTree(ctx, tree); return err })
 	}
 	// 4 batches of files per process: few process starts, and the batches even out.
-	anchor := func(tb testing.TB) time.Duration {
+	anchor := func(tb testing.TB) benchcmp.Sample {
 		return benchcmp.Shell(tb, tree, `find . -type f -print0 | xargs -0 -P "$1" -n "$2" openssl dgst -sha256 -r > /dev/null`,
 			fmt.Sprint(workers), fmt.Sprint(8004/(4*workers)+1))
 	}

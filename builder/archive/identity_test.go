@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -114,5 +116,137 @@ func TestArtifactBytesUnchanged(t *testing.T) {
 	old := twoPassArtifact(t, tree, env, mtime)
 	if got := sum(old); got != goldenArtifact {
 		t.Errorf("two-pass artifact sha256 %s, want %s", got, goldenArtifact)
+	}
+}
+
+// onePassArtifact is how the package stage makes an artifact now: one Pack, the manifest
+// made from the entries Pack hashed.
+func onePassArtifact(t testing.TB, tree string, env []byte, mtime time.Time) ([]byte, *PackReport) {
+	t.Helper()
+	var buf bytes.Buffer
+	rep, err := Pack(context.Background(), tree, &buf, PackOptions{ModTime: mtime, Level: zstd.SpeedDefault,
+		Extra: []File{{Name: "env.sh", Mode: 0o755, Data: env}},
+		Late:  &LateFile{Name: "manifest.json", Mode: 0o644, Data: manifestOf},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes(), rep
+}
+
+// TestOnePassSameBytes: packing in one pass gives the two-pass artifact, byte for byte,
+// with files on both sides of the manifest in the archive; the report's sha256 is that
+// of the bytes written.
+func TestOnePassSameBytes(t *testing.T) {
+	tree := filepath.Join(t.TempDir(), "tree")
+	artifactTree(t, tree)
+	env := []byte("export X=1\n")
+	mtime := time.Unix(1700000000, 0)
+	got, rep := onePassArtifact(t, tree, env, mtime)
+	if s := sum(got); s != goldenArtifact {
+		t.Errorf("one-pass artifact sha256 %s, want %s", s, goldenArtifact)
+	}
+	if rep.SHA256 != sum(got) || rep.Compressed != int64(len(got)) {
+		t.Errorf("report: sha256 %s, %d bytes; wrote %s, %d bytes", rep.SHA256, rep.Compressed, sum(got), len(got))
+	}
+	// The manifest is where the sorted order puts it, between the components.
+	names := make([]string, len(rep.Entries))
+	for i, e := range rep.Entries {
+		names[i] = e.Path
+	}
+	if m, n := slices.Index(names, "manifest.json"), slices.Index(names, "nvshmem"); m < 0 || n < m || slices.Index(names, "alpha") > m {
+		t.Fatalf("manifest.json is not between the components: %v", names)
+	}
+}
+
+// TestLateFileSeesChange: a file after the manifest that changes between its hashing and
+// its packing fails the pack instead of leaving a manifest that does not match the
+// archive; an error making the late file fails it too.
+func TestLateFileSeesChange(t *testing.T) {
+	tree := filepath.Join(t.TempDir(), "tree")
+	artifactTree(t, tree)
+	victim := filepath.Join(tree, "nvshmem", "include", "h05.h")
+	old, err := os.ReadFile(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, change := range []struct {
+		name  string
+		apply func() error
+	}{
+		{"same size, new bytes", func() error {
+			b := bytes.ToUpper(old)
+			return os.WriteFile(victim, b, 0o644)
+		}},
+		{"same bytes written again, mtime put back", func() error {
+			fi, err := os.Stat(victim)
+			if err != nil {
+				return err
+			}
+			now, err := os.ReadFile(victim)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(victim, now, 0o644); err != nil {
+				return err
+			}
+			return os.Chtimes(victim, fi.ModTime(), fi.ModTime())
+		}},
+	} {
+		t.Run(change.name, func(t *testing.T) {
+			_, err := Pack(context.Background(), tree, io.Discard, PackOptions{Late: &LateFile{Name: "manifest.json", Data: func(e []Entry) ([]byte, error) {
+				if err := change.apply(); err != nil {
+					t.Fatal(err)
+				}
+				return manifestOf(e)
+			}}})
+			if err == nil || !strings.Contains(err.Error(), `"nvshmem/include/h05.h": file changed while being packed`) {
+				t.Errorf("got %v, want a change of nvshmem/include/h05.h", err)
+			}
+		})
+	}
+	boom := errors.New("no manifest today")
+	_, err = Pack(context.Background(), tree, io.Discard, PackOptions{Late: &LateFile{Name: "manifest.json", Data: func([]Entry) ([]byte, error) { return nil, boom }}})
+	if !errors.Is(err, boom) {
+		t.Errorf("got %v, want the late file's error", err)
+	}
+}
+
+// TestMountsAsIfLaidOut: packing each component's directory as a mount gives the bytes of
+// packing a tree laid out with them.
+func TestMountsAsIfLaidOut(t *testing.T) {
+	tree := filepath.Join(t.TempDir(), "tree")
+	artifactTree(t, tree)
+	last, err := os.ReadFile(filepath.Join(tree, "zz-last.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	rep, err := Pack(context.Background(), "", &buf, PackOptions{ModTime: time.Unix(1700000000, 0), Level: zstd.SpeedDefault,
+		Mounts: []Mount{{Name: "nvshmem", Dir: filepath.Join(tree, "nvshmem")}, {Name: "alpha", Dir: filepath.Join(tree, "alpha")}},
+		Extra:  []File{{Name: "env.sh", Mode: 0o755, Data: []byte("export X=1\n")}, {Name: "zz-last.txt", Mode: 0o644, Data: last}},
+		Late:   &LateFile{Name: "manifest.json", Mode: 0o644, Data: manifestOf},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sum(buf.Bytes()); got != goldenArtifact || rep.SHA256 != got {
+		t.Errorf("artifact from mounts: sha256 %s (report %s), want %s", got, rep.SHA256, goldenArtifact)
+	}
+
+	for _, bad := range []struct {
+		src    string
+		mounts []Mount
+		want   string
+	}{
+		{tree, []Mount{{Name: "alpha", Dir: filepath.Join(tree, "nvshmem")}}, `mount "alpha"`},
+		{"", []Mount{{Name: "a/b", Dir: tree}}, "one path component"},
+		{"", []Mount{{Name: "..", Dir: tree}}, "one path component"},
+		{"", []Mount{{Name: "x", Dir: filepath.Join(tree, "none")}}, "no such file"},
+	} {
+		_, err := Pack(context.Background(), bad.src, io.Discard, PackOptions{Mounts: bad.mounts})
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("mounts %v: got %v, want %q", bad.mounts, err, bad.want)
+		}
 	}
 }

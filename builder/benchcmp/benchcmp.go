@@ -47,13 +47,20 @@ func Rounds(def int) int {
 	return def
 }
 
-// A Side runs its work once and returns how long the part that counts took (set-up, such
-// as copying a fresh tree, stays outside).
-type Side func(tb testing.TB) time.Duration
+// A Sample is one timed run: its wall time and the CPU time (user and system) it used,
+// in this process for epbuild's side, in the child processes for an anchor's. On a shared,
+// busy machine the wall times of both sides stretch; the CPU times say what work each did.
+type Sample struct {
+	Wall, CPU time.Duration
+}
 
-// Result holds every timing of a comparison.
+// A Side runs its work once and returns the sample of the part that counts (set-up, such
+// as copying a fresh tree, stays outside): see Time and Shell.
+type Side func(tb testing.TB) Sample
+
+// Result holds every sample of a comparison.
 type Result struct {
-	Ours, Anchor []time.Duration
+	Ours, Anchor []Sample
 }
 
 // Compare runs ours and anchor rounds times each, alternating which goes first, after one
@@ -65,23 +72,23 @@ func Compare(tb testing.TB, rounds int, ours, anchor Side) Result {
 
 // CompareMany is Compare with several anchors: each round runs every side once, the order
 // rotated by one from the round before. It returns one Result per anchor, each holding
-// every timing of ours.
+// every sample of ours.
 func CompareMany(tb testing.TB, rounds int, ours Side, anchors ...Side) []Result {
 	tb.Helper()
 	sides := append([]Side{ours}, anchors...)
 	for _, s := range sides {
 		s(tb)
 	}
-	times := make([][]time.Duration, len(sides))
+	samples := make([][]Sample, len(sides))
 	for i := range rounds {
 		for k := range sides {
 			j := (i + k) % len(sides)
-			times[j] = append(times[j], sides[j](tb))
+			samples[j] = append(samples[j], sides[j](tb))
 		}
 	}
 	out := make([]Result, len(anchors))
 	for i := range anchors {
-		out[i] = Result{Ours: times[0], Anchor: times[i+1]}
+		out[i] = Result{Ours: samples[0], Anchor: samples[i+1]}
 	}
 	return out
 }
@@ -96,22 +103,44 @@ func Median(ds []time.Duration) time.Duration {
 // Min of ds.
 func Min(ds []time.Duration) time.Duration { return slices.Min(ds) }
 
-// Ratio is median(ours) over median(anchor).
-func (r Result) Ratio() float64 {
-	return Median(r.Ours).Seconds() / Median(r.Anchor).Seconds()
+func walls(ss []Sample) []time.Duration {
+	out := make([]time.Duration, len(ss))
+	for i, s := range ss {
+		out[i] = s.Wall
+	}
+	return out
 }
 
-// Line is the BENCH line for the result: the ratio of the medians first, then the ratio of
-// the minimums, each side's median and minimum, and extra "key=value" fields.
+func cpus(ss []Sample) []time.Duration {
+	out := make([]time.Duration, len(ss))
+	for i, s := range ss {
+		out[i] = s.CPU
+	}
+	return out
+}
+
+// Ratio is the median wall time of ours over the anchor's.
+func (r Result) Ratio() float64 {
+	return Median(walls(r.Ours)).Seconds() / Median(walls(r.Anchor)).Seconds()
+}
+
+// Line is the BENCH line for the result: the ratio of the median wall times first, then
+// the ratio of the minimums, each side's median and minimum, the ratio of the median CPU
+// times with each side's, and extra "key=value" fields.
 func (r Result) Line(name string, extra ...string) string {
+	ow, aw := walls(r.Ours), walls(r.Anchor)
+	oc, ac := Median(cpus(r.Ours)), Median(cpus(r.Anchor))
 	f := []string{
 		"BENCH " + name,
 		fmt.Sprintf("ratio=%.3f", r.Ratio()),
-		fmt.Sprintf("min_ratio=%.3f", Min(r.Ours).Seconds()/Min(r.Anchor).Seconds()),
-		fmt.Sprintf("epbuild_med_s=%.4f", Median(r.Ours).Seconds()),
-		fmt.Sprintf("epbuild_min_s=%.4f", Min(r.Ours).Seconds()),
-		fmt.Sprintf("anchor_med_s=%.4f", Median(r.Anchor).Seconds()),
-		fmt.Sprintf("anchor_min_s=%.4f", Min(r.Anchor).Seconds()),
+		fmt.Sprintf("min_ratio=%.3f", Min(ow).Seconds()/Min(aw).Seconds()),
+		fmt.Sprintf("epbuild_med_s=%.4f", Median(ow).Seconds()),
+		fmt.Sprintf("epbuild_min_s=%.4f", Min(ow).Seconds()),
+		fmt.Sprintf("anchor_med_s=%.4f", Median(aw).Seconds()),
+		fmt.Sprintf("anchor_min_s=%.4f", Min(aw).Seconds()),
+		fmt.Sprintf("cpu_ratio=%.3f", oc.Seconds()/max(ac.Seconds(), 1e-6)),
+		fmt.Sprintf("epbuild_cpu_s=%.4f", oc.Seconds()),
+		fmt.Sprintf("anchor_cpu_s=%.4f", ac.Seconds()),
 		fmt.Sprintf("rounds=%d", len(r.Ours)),
 	}
 	return strings.Join(append(f, extra...), " ")
@@ -122,29 +151,47 @@ func (r Result) Print(name string, extra ...string) {
 	fmt.Println(r.Line(name, extra...))
 }
 
-// Time runs f and returns how long it took, failing tb on an error.
-func Time(tb testing.TB, f func() error) time.Duration {
+// Time runs f in this process and returns its sample, failing tb on an error.
+func Time(tb testing.TB, f func() error) Sample {
 	tb.Helper()
+	cpu0 := cpuTime(syscall.RUSAGE_SELF)
 	start := time.Now()
-	if err := f(); err != nil {
+	err := f()
+	s := Sample{Wall: time.Since(start), CPU: cpuTime(syscall.RUSAGE_SELF) - cpu0}
+	if err != nil {
 		tb.Fatal(err)
 	}
-	return time.Since(start)
+	return s
 }
 
-// Shell runs a bash script (with pipefail) with args as $1...; it fails tb on an error,
-// with the script's output.
-func Shell(tb testing.TB, dir, script string, args ...string) time.Duration {
+// Shell runs a bash script (with pipefail) with args as $1... and returns its sample (the
+// CPU time of the processes it ran); it fails tb on an error, with the script's output.
+func Shell(tb testing.TB, dir, script string, args ...string) Sample {
 	tb.Helper()
 	cmd := exec.Command("bash", append([]string{"-c", "set -eo pipefail; " + script, "bash"}, args...)...)
 	cmd.Dir = dir
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
-	d := time.Since(start)
+	s := Sample{Wall: time.Since(start)}
 	if err != nil {
 		tb.Fatalf("anchor %q: %v\n%s", script, err, out)
 	}
-	return d
+	// bash's own rusage holds its children's, once it has waited for them.
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		s.CPU = time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
+	}
+	return s
+}
+
+// Add sums samples: a side made of several timed steps.
+func (s Sample) Add(o Sample) Sample { return Sample{Wall: s.Wall + o.Wall, CPU: s.CPU + o.CPU} }
+
+func cpuTime(who int) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(who, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
 }
 
 // Need skips tb when a tool an anchor uses is missing.

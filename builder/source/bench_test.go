@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/epbuild/epbuild/builder/benchcmp"
 )
@@ -94,22 +93,22 @@ func TestCompareFetch(t *testing.T) {
 	for _, r := range benchRepos(t) {
 		nfiles := len(strings.Split(runGit(t, r.bare(), "ls-tree", "-r", "--name-only", r.commit), "\n"))
 		g := Git{URL: r.url, Commit: r.commit}
-		ours := func(tb testing.TB) time.Duration {
+		ours := func(tb testing.TB) benchcmp.Sample {
 			f := newTestFetcher(tb, "", r.mirror)
 			dest := filepath.Join(tb.TempDir(), "ws")
 			return benchcmp.Time(tb, func() error { return f.CheckoutGit(ctx, g, dest) })
 		}
-		anchor := func(tb testing.TB) time.Duration {
+		anchor := func(tb testing.TB) benchcmp.Sample {
 			return benchcmp.Shell(tb, tb.TempDir(), `git clone -q --no-checkout "$1" d && git -C d checkout -q "$2"`, r.bare(), r.commit)
 		}
 		benchcmp.Compare(t, benchcmp.Rounds(9), ours, anchor).Print("fetch", "data="+r.name, fmt.Sprintf("files=%d", nfiles))
 
 		// Warm: the commit is in the cache already.
 		f := newTestFetcher(t, "", r.mirror)
-		warm := func(tb testing.TB) time.Duration {
+		warm := func(tb testing.TB) benchcmp.Sample {
 			return benchcmp.Time(tb, func() error { return f.FetchGit(ctx, g) })
 		}
-		cold := func(tb testing.TB) time.Duration {
+		cold := func(tb testing.TB) benchcmp.Sample {
 			f := newTestFetcher(tb, "", r.mirror)
 			return benchcmp.Time(tb, func() error { return f.FetchGit(ctx, g) })
 		}
@@ -143,7 +142,7 @@ func TestCompareFetchPR(t *testing.T) {
 	ctx := context.Background()
 	base, head, ref := "29d31c095796f3c8ece47ee9cdcc167051bbeed9", "8a07e7e7ed57cfc63005f670d64d410cb30b061b", "refs/pull/466/head"
 	bare := benchRepo{mirror: m, url: deepEP}.bare()
-	ours := func(tb testing.TB) time.Duration {
+	ours := func(tb testing.TB) benchcmp.Sample {
 		f := newTestFetcher(tb, "", m)
 		dest := filepath.Join(tb.TempDir(), "ws")
 		return benchcmp.Time(tb, func() error {
@@ -154,7 +153,7 @@ func TestCompareFetchPR(t *testing.T) {
 			return err
 		})
 	}
-	anchor := func(tb testing.TB) time.Duration {
+	anchor := func(tb testing.TB) benchcmp.Sample {
 		return benchcmp.Shell(tb, tb.TempDir(), `git clone -q --no-checkout "$1" d && git -C d checkout -q "$2" && git -C d diff --full-index --binary "$2" "$3" > diff`,
 			bare, base, head)
 	}
