@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -116,10 +117,15 @@ func Apply(ctx context.Context, root string, set *Set, up Upstream, opts Options
 	}
 	defer r.Close()
 
-	// Fetch and parse everything before the first apply: a bad pin or a
-	// refused path stops the set before any work.
-	preps := make([]prepared, 0, len(set.Patches))
-	for _, p := range set.Patches {
+	// Each patch is fetched, checked against its pin and parsed as it is applied, one at a
+	// time: a patch set is never whole in memory. Nothing is written before every patch
+	// has applied, and a bad pin, a malformed patch or a refused path anywhere in the set
+	// is reported as such, before any conflict, as if all had been read first.
+	dirs := newDirs(r)
+	defer dirs.close()
+	st := &state{disk: newDisk(dirs), changes: map[string]*node{}}
+	res := &SetResult{Set: set.Name}
+	for i, p := range set.Patches {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("apply set %s: %w", set.Name, err)
 		}
@@ -127,16 +133,17 @@ func Apply(ctx context.Context, root string, set *Set, up Upstream, opts Options
 		if err != nil {
 			return nil, err
 		}
-		preps = append(preps, pp)
-	}
-
-	dirs := newDirs(r)
-	defer dirs.close()
-	st := &state{disk: newDisk(dirs), changes: map[string]*node{}}
-	res := &SetResult{Set: set.Name}
-	for _, pp := range preps {
 		pr := PatchResult{Name: pp.patch.Name, Kind: pp.patch.Kind(), Digest: pp.digest}
-		next, files, err := pp.apply(st, maxOffset)
+		next, files, err := pp.apply(st, maxOffset, true)
+		var ie *inputError
+		if errors.As(err, &ie) {
+			return nil, ie.err
+		}
+		if err != nil {
+			if err := checkRest(ctx, set, up, i+1); err != nil {
+				return nil, err
+			}
+		}
 		if err == nil {
 			st = next
 			pr.Files = files
@@ -183,51 +190,86 @@ func Apply(ctx context.Context, root string, set *Set, up Upstream, opts Options
 	return res, nil
 }
 
-// prepared is a patch with its content fetched, checked and parsed.
+// prepared is a patch with its content fetched (a file of the set: opened as it is
+// applied).
 type prepared struct {
-	patch  Patch
-	data   []byte
-	digest string
-	msgs   [][]*gitdiff.File // nil for KindReplace
+	patch Patch
+	body
 }
 
 func prepare(ctx context.Context, set *Set, p Patch, up Upstream) (prepared, error) {
-	data, digest, err := set.content(ctx, p, up)
+	b, err := set.content(ctx, p, up)
 	if err != nil {
 		return prepared{}, err
 	}
-	pp := prepared{patch: p, data: data, digest: digest}
 	if p.Kind() == KindReplace {
 		if reason := unsafeReason(p.Replace.Target); reason != "" {
 			return prepared{}, &UnsafePathError{Patch: p.Name, Path: p.Replace.Target, Reason: reason}
 		}
-		return pp, nil
 	}
-	pp.msgs, err = parsePatch(p.Name, data)
-	if err != nil {
-		return prepared{}, err
-	}
-	return pp, nil
+	return prepared{patch: p, body: b}, nil
 }
 
-func (pp prepared) apply(st *state, maxOffset int) (*state, []FileResult, error) {
-	if pp.msgs == nil {
+// apply applies the patch to st, reading it as it goes. A bad pin, then an input error
+// (see applyStream), comes back as an *inputError.
+func (pp prepared) apply(st *state, maxOffset int, apply bool) (*state, []FileResult, error) {
+	if pp.patch.Kind() == KindReplace {
 		return pp.replace(st)
 	}
-	return applyMessages(st, pp.patch.Name, pp.msgs, maxOffset)
+	r, done, err := pp.reader()
+	if err != nil {
+		return nil, nil, &inputError{err}
+	}
+	next, files, err := applyStream(st, pp.patch.Name, r, maxOffset, apply)
+	if derr := done(); derr != nil {
+		return nil, nil, &inputError{derr}
+	}
+	return next, files, err
+}
+
+// checkRest reads, checks and parses the patches of set from the from-th on, for the
+// first bad pin, malformed patch or refused path: a failure to apply an earlier patch is
+// reported only when there is none.
+func checkRest(ctx context.Context, set *Set, up Upstream, from int) error {
+	for _, p := range set.Patches[from:] {
+		pp, err := prepare(ctx, set, p, up)
+		if err != nil {
+			return err
+		}
+		if p.Kind() == KindReplace {
+			continue // prepare checked it
+		}
+		var ie *inputError
+		if _, _, err := pp.apply(nil, 0, false); errors.As(err, &ie) {
+			return ie.err
+		}
+	}
+	return nil
 }
 
 // applied says whether the patch is already in the tree: its reverse applies cleanly.
 func (pp prepared) applied(st *state, maxOffset int) bool {
-	if pp.msgs == nil {
+	if pp.patch.Kind() == KindReplace {
 		n, err := lookup(st, pp.patch.Name, pp.patch.Replace.Target)
-		return err == nil && n.kind == regular && n.data == string(pp.data)
+		return err == nil && n.kind == regular && n.data == pp.data
 	}
-	rev := reversePatch(pp.msgs)
+	r, done, err := pp.reader()
+	if err != nil {
+		return false
+	}
+	data, err := io.ReadAll(r)
+	if derr := done(); err != nil || derr != nil {
+		return false
+	}
+	msgs, err := parsePatch(pp.patch.Name, data)
+	if err != nil {
+		return false
+	}
+	rev := reversePatch(msgs)
 	if rev == nil {
 		return false
 	}
-	_, _, err := applyMessages(st, pp.patch.Name, rev, maxOffset)
+	_, _, err = applyMessages(st, pp.patch.Name, rev, maxOffset)
 	return err == nil
 }
 
@@ -240,12 +282,12 @@ func (pp prepared) replace(st *state) (*state, []FileResult, error) {
 	if c := fileConflict(name, target, n); c != nil {
 		return nil, nil, c
 	}
-	if n.data == string(pp.data) {
+	if n.data == pp.data {
 		// Nothing would change: the replacement is already there.
 		return nil, nil, &ConflictError{Patch: name, File: target, Reason: "file already holds the replacement"}
 	}
 	next := st.fork()
-	next.changes[target] = &node{kind: regular, data: string(pp.data), perm: n.perm}
+	next.changes[target] = &node{kind: regular, data: pp.data, perm: n.perm}
 	return next, []FileResult{{Path: target, Op: OpReplace}}, nil
 }
 
@@ -289,9 +331,9 @@ type fileChange struct {
 	node   *node
 }
 
-// applyMessages applies a patch's messages in order. Within one message, as in
-// git, every file diff reads the tree as it was before that message, so a
-// rename onto a path that the same message frees works.
+// applyMessages applies parsed messages in order (a reversed patch, to see whether it is
+// applied already). Within one message, as in git, every file diff reads the tree as it
+// was before that message, so a rename onto a path that the same message frees works.
 func applyMessages(st *state, patch string, msgs [][]*gitdiff.File, maxOffset int) (*state, []FileResult, error) {
 	var results []FileResult
 	cur := st
@@ -300,38 +342,12 @@ func applyMessages(st *state, patch string, msgs [][]*gitdiff.File, maxOffset in
 		if err != nil {
 			return nil, nil, err
 		}
-		freed := map[string]bool{}
-		for _, c := range changes {
-			if c.remove != "" {
-				freed[c.remove] = true
-			}
-		}
-		next := cur.fork()
-		for _, c := range changes {
-			if c.remove != "" {
-				next.changes[c.remove] = absentNode()
-			}
-		}
-		written := map[string]bool{}
-		for _, c := range changes {
-			if c.target == "" {
-				continue
-			}
-			if written[c.target] {
-				return nil, nil, &ConflictError{Patch: patch, File: c.target, Reason: "the patch writes this file twice"}
-			}
-			written[c.target] = true
-			if c.fresh {
-				if err := checkFresh(cur, next, patch, c.target, freed[c.target]); err != nil {
-					return nil, nil, err
-				}
-			}
-			next.changes[c.target] = c.node
+		if cur, err = mergeMessage(cur, patch, changes); err != nil {
+			return nil, nil, err
 		}
 		for _, c := range changes {
 			results = append(results, c.result)
 		}
-		cur = next
 	}
 	return cur, results, nil
 }
