@@ -2,6 +2,7 @@ package archive
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -170,7 +171,9 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 		items[late].late = true
 	}
 
-	cw := &countWriter{w: w, h: sha256.New()}
+	// zstd writes each block (about 30 KB) as it is done: gather them into fewer writes.
+	bw := bufio.NewWriterSize(w, 1<<20)
+	cw := &countWriter{w: bw, h: sha256.New()}
 	zw, err := zstd.NewWriter(cw, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(zstdPipeline))
 	if err != nil {
 		return nil, fmt.Errorf("pack %s: start zstd encoder: %w", srcDir, err)
@@ -219,6 +222,9 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 	// Close stops the encoder's goroutines whatever happened.
 	if zerr := zw.Close(); err == nil {
 		err = zerr
+	}
+	if err == nil {
+		err = bw.Flush()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pack %s: %w", srcDir, err)
