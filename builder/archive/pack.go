@@ -116,7 +116,6 @@ type item struct {
 // pipelining does not change the bytes, which depend on the level and the input alone, not
 // on the machine.
 func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*PackReport, error) {
-	var items []item
 	prefix, err := cleanName(opts.Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("pack %s: prefix %q: %w", srcDir, opts.Prefix, err)
@@ -133,42 +132,9 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 		level = zstd.SpeedDefault
 	}
 
-	if srcDir == "" {
-		// Named in errors by its mounts.
-		names := make([]string, len(opts.Mounts))
-		for i, m := range opts.Mounts {
-			names[i] = m.Dir
-		}
-		srcDir = "(" + strings.Join(names, ", ") + ")"
-		items, err = scanMounts(ctx, nil, opts.Mounts)
-	} else {
-		items, err = scanTree(ctx, srcDir, false)
-		if err == nil {
-			items, err = scanMounts(ctx, items, opts.Mounts)
-		}
-	}
-	if err == nil {
-		err = checkLinks(items)
-	}
+	items, late, err := packItems(ctx, &srcDir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("pack %s: %w", srcDir, err)
-	}
-	extra := opts.Extra
-	if opts.Late != nil {
-		if opts.Late.Data == nil {
-			return nil, fmt.Errorf("pack %s: late file %q has no Data function", srcDir, opts.Late.Name)
-		}
-		extra = append(slices.Clip(extra), File{Name: opts.Late.Name, Mode: opts.Late.Mode})
-	}
-	items, err = mergeExtra(items, extra)
-	if err != nil {
-		return nil, fmt.Errorf("pack %s: %w", srcDir, err)
-	}
-	late := -1
-	if opts.Late != nil {
-		name, _ := cleanName(opts.Late.Name) // mergeExtra checked it
-		late = slices.IndexFunc(items, func(it item) bool { return it.Path == name && it.src == "" && it.Type == TypeFile })
-		items[late].late = true
 	}
 
 	// zstd writes each block (about 30 KB) as it is done: gather them into fewer writes.
@@ -235,6 +201,50 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 		rep.Bytes += items[i].Size
 	}
 	return rep, nil
+}
+
+// packItems lists what Pack packs, sorted: the tree at *srcDir, the mounts, the extra
+// files and the late file, whose index it returns (-1: none). With no srcDir, it names the
+// mounts in *srcDir, for errors.
+func packItems(ctx context.Context, srcDir *string, opts PackOptions) ([]item, int, error) {
+	var items []item
+	var err error
+	if *srcDir == "" {
+		names := make([]string, len(opts.Mounts))
+		for i, m := range opts.Mounts {
+			names[i] = m.Dir
+		}
+		*srcDir = "(" + strings.Join(names, ", ") + ")"
+		items, err = scanMounts(ctx, nil, opts.Mounts)
+	} else {
+		items, err = scanTree(ctx, *srcDir)
+		if err == nil {
+			items, err = scanMounts(ctx, items, opts.Mounts)
+		}
+	}
+	if err == nil {
+		err = checkLinks(items)
+	}
+	if err != nil {
+		return nil, -1, err
+	}
+	extra := opts.Extra
+	if opts.Late != nil {
+		if opts.Late.Data == nil {
+			return nil, -1, fmt.Errorf("late file %q has no Data function", opts.Late.Name)
+		}
+		extra = append(slices.Clip(extra), File{Name: opts.Late.Name, Mode: opts.Late.Mode})
+	}
+	if items, err = mergeExtra(items, extra); err != nil {
+		return nil, -1, err
+	}
+	late := -1
+	if opts.Late != nil {
+		name, _ := cleanName(opts.Late.Name) // mergeExtra checked it
+		late = slices.IndexFunc(items, func(it item) bool { return it.Path == name && it.src == "" && it.Type == TypeFile })
+		items[late].late = true
+	}
+	return items, late, nil
 }
 
 // zstdPipeline is the zstd encoder's concurrency: with 2 it matches one block while it
@@ -572,18 +582,14 @@ func readFile(ctx context.Context, it *item, h hash.Hash, free chan []byte, emit
 	return nil
 }
 
-// scanTree lists dir without following symlinks, sorted by path in byte order.
-func scanTree(ctx context.Context, dir string, strict bool) ([]item, error) {
+// scanTree lists dir without following symlinks, sorted by path in byte order. Symlink
+// targets are not judged here (see checkLinks).
+func scanTree(ctx context.Context, dir string) ([]item, error) {
 	items, err := listTree(ctx, dir, "")
 	if err != nil {
 		return nil, err
 	}
 	sortItems(items)
-	if strict {
-		if err := checkLinks(items); err != nil {
-			return nil, err
-		}
-	}
 	return items, nil
 }
 
@@ -764,7 +770,7 @@ func mergeExtra(items []item, extra []File) ([]item, error) {
 // symlink targets, sorted the same way), hashing files on runtime.NumCPU() workers. Symlink
 // targets are reported, not judged: this is for verifying what is there.
 func HashTree(ctx context.Context, dir string) ([]Entry, error) {
-	items, err := scanTree(ctx, dir, false)
+	items, err := scanTree(ctx, dir)
 	if err != nil {
 		return nil, fmt.Errorf("hash tree %s: %w", dir, err)
 	}
