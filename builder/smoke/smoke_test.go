@@ -61,6 +61,10 @@ else
   done
   step uid ok 1.0 "received from rank 0"
 fi
+if [ "$mode" = orphan ]; then
+  sleep 300 >/dev/null 2>&1 &   # detached from the rank's pipes: the rank ends, it stays
+  echo $! > "$SMOKE_PID_DIR/rank$rank.pid"
+fi
 if [ "$mode" = hang ]; then
   sleep 300 &
   echo $! > "$SMOKE_PID_DIR/rank$rank.pid"
@@ -378,6 +382,24 @@ func TestDeadlineKillsEveryDescendant(t *testing.T) {
 		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 		if alive(pid) {
 			t.Errorf("rank %d's child %d outlived the deadline (the run took %s)", rank, pid, took)
+		}
+	}
+}
+
+// A rank that finishes but leaves a process behind (detached from its pipes) does not
+// leave it running: the rank's process group goes with it.
+func TestFinishedRankLeavesNothingBehind(t *testing.T) {
+	pids := t.TempDir()
+	_, rs := run(t, Options{Binary: writeStandIn(t), PEs: 2, Env: env(t, "SMOKE_MODE=orphan", "SMOKE_PID_DIR="+pids)})
+	wantRows(t, rs, allOK)
+	for rank := range 2 {
+		b, err := os.ReadFile(filepath.Join(pids, fmt.Sprintf("rank%d.pid", rank)))
+		if err != nil {
+			t.Fatalf("rank %d started no child: the test proves nothing (%v)", rank, err)
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if alive(pid) {
+			t.Errorf("rank %d's child %d outlived the run", rank, pid)
 		}
 	}
 }

@@ -5,20 +5,31 @@
 # which is skipped with its reason). Prints what each step reported, compactly.
 #
 #   EPBUILD=path/to/epbuild [MIRROR=dir] [WORK=dir] bash gpu-check.sh
+#
+# RECIPE=NAME builds another DeepEP recipe the same way, with ARGS (extra arguments of
+# epbuild recipe, split on blanks, e.g. ARGS="--set nvshmem.version=3.4.5") instead of
+# single-node's --set nvshmem.package=nvidia-nvshmem-cu13.
 set -uo pipefail
 EPBUILD=${EPBUILD:-epbuild}
+RECIPE=${RECIPE:-single-node}
 WORK=${WORK:-$PWD/nvshmem-smoke-check}
+if [ "$RECIPE" = single-node ]; then ARGS=${ARGS:---set nvshmem.package=nvidia-nvshmem-cu13}; else ARGS=${ARGS:-}; fi
 mkdir -p "$WORK"
 say() { printf '\n== %s\n' "$*"; }
 rc() { printf -- '-- exit %s\n' "$1"; }
 
-say "build single-node (nvidia-nvshmem-cu13)"
+say "build $RECIPE $ARGS"
 start=$(date +%s)
-"$EPBUILD" recipe single-node ${MIRROR:+--mirror "$MIRROR"} \
-  --set nvshmem.package=nvidia-nvshmem-cu13 -o "$WORK/out" || { rc $?; exit 1; }
-echo "build: $(( $(date +%s) - start )) s"
-art=$(ls -t "$WORK"/out/single-node-*.tar.zst | head -1)
-cat "$art.sha256"
+# shellcheck disable=SC2086
+"$EPBUILD" recipe "$RECIPE" ${MIRROR:+--mirror "$MIRROR"} $ARGS -o "$WORK/out" --json >"$WORK/build.json" || { rc $?; exit 1; }
+echo "build: $(( $(date +%s) - start )) s wall"
+# each stage's time (and whether it was cached), the artifact and its sha256
+python3 -c 'import json,sys
+r = json.load(open(sys.argv[1]))
+for s in r.get("stages", []):
+    print("  %-8s %-14s %8.1f s%s" % (s["stage"], s.get("component", ""), s["seconds"], "  (cached)" if s.get("cached") else ""))
+print("artifact", r.get("artifact"), "sha256", r.get("sha256"))' "$WORK/build.json" || cat "$WORK/build.json"
+art=$(ls -t "$WORK"/out/"$RECIPE"-*.tar.zst | head -1)
 
 say "install"
 rm -rf "$WORK/prefix"
