@@ -210,16 +210,25 @@ func viewOf(r Rank) view {
 }
 
 // at is the rank's outcome in step name: what it printed, the step it ended in, not
-// reached (it ended first; bootstrap and finalize print only when they fail), or
-// missing (a rank that finished without printing it).
+// reached (it ended first), or missing (a rank that finished without printing it).
+// bootstrap and finalize print only when they fail: a rank that went past them passed.
 func (v view) at(name string) outcome {
 	if o, ok := v.by[name]; ok {
 		return o
 	}
-	if v.endedIn != "" || name == "bootstrap" || name == "finalize" {
+	silent := name == "bootstrap" || name == "finalize"
+	switch {
+	case silent && (v.endedIn == "" || place(v.endedIn) > place(name)):
+		return outcome{state: "ok", detail: "passed"}
+	case v.endedIn != "" || silent:
 		return outcome{state: "unreached"}
 	}
 	return outcome{state: "missing"}
+}
+
+// place is a step's place in the order the program prints its steps.
+func place(name string) int {
+	return slices.IndexFunc(steps, func(s step) bool { return s.name == name })
 }
 
 func stepRow(st step, rep *Report, views []view) (check.Result, bool) {
@@ -228,27 +237,25 @@ func stepRow(st step, rep *Report, views []view) (check.Result, bool) {
 	var fails, skips, stopped, oks []string
 	seen := false
 	for _, v := range views {
+		if _, ok := v.by[st.name]; ok {
+			seen = true
+		}
 		o := v.at(st.name)
 		switch o.state {
 		case "ok":
 			oks = append(oks, o.detail)
-			seen = true
 		case "skip":
 			skips = append(skips, fmt.Sprintf("rank %d: %s", v.r.Rank, o.detail))
-			seen = true
 		case "fail":
 			fails = append(fails, withStderr(fmt.Sprintf("rank %d: %s", v.r.Rank, o.detail), v.r))
-			seen = true
 		case "died":
 			how := v.r.Exit
 			if v.r.Stopped == StopDeadline {
 				how = fmt.Sprintf("still in it at the deadline (%s): killed", rep.Timeout)
 			}
 			fails = append(fails, withStderr(fmt.Sprintf("rank %d ended without finishing %s (%s)", v.r.Rank, st.name, how), v.r))
-			seen = true
 		case "stopped":
-			stopped = append(stopped, fmt.Sprintf("rank %d was stopped in %s after another rank failed", v.r.Rank, st.name))
-			seen = true
+			stopped = append(stopped, fmt.Sprintf("rank %d was stopped in %s: %s", v.r.Rank, st.name, stopWhy(v.r.Stopped)))
 		case "missing":
 			fails = append(fails, fmt.Sprintf("rank %d finished without a %s line: not the program this epbuild reads", v.r.Rank, st.name))
 		case "unreached":
@@ -346,6 +353,8 @@ func stopWhy(s string) string {
 		return "the deadline"
 	case StopPeer:
 		return "another rank had failed"
+	case StopCancel:
+		return "verify-install was interrupted"
 	}
 	return s
 }

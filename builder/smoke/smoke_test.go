@@ -70,6 +70,7 @@ if [ "$mode" = hang ]; then
   echo $! > "$SMOKE_PID_DIR/rank$rank.pid"
   wait
 fi
+[ "$mode" = bootstrap-fail ] && [ "$rank" = 1 ] && fail bootstrap 0.1 "nvshmemx_set_attr_uniqueid_args failed"
 if [ "$mode" = init-fail ]; then
   if [ "$rank" = 1 ]; then
     echo "/src/host/transport/transport.cpp:nvshmemi_transport_init: init failed for remote transport: ibrc" >&2
@@ -97,6 +98,10 @@ if [ "$mode" = mpg-skip ]; then
 else
   step split ok 0.3 "team of $(( npes/local )) (start $(( rank%local )), stride $local)"
 fi
+if [ "$mode" = finalize-die ] && [ "$rank" = 1 ]; then
+  echo "nvshmem_finalize: proxy thread did not exit" >&2
+  exit 1
+fi
 printf 'DONE %d 0\n' "$rank"
 `
 
@@ -121,7 +126,9 @@ func run(t *testing.T, o Options) (*Report, []check.Result) {
 		o.Timeout = 30 * time.Second
 	}
 	if o.Grace == 0 {
-		o.Grace = 200 * time.Millisecond
+		// long enough that a rank which goes on after its peer failed finishes on a
+		// loaded machine; the tests whose ranks wait for a failed peer set a short one
+		o.Grace = 20 * time.Second
 	}
 	rep, err := Run(context.Background(), o)
 	return rep, Results(rep, err, Expect{Version: "3.4.5", From: "nvidia-nvshmem-cu13 (manifest.json)", LibDir: "/site-packages/nvidia/nvshmem"})
@@ -303,7 +310,11 @@ func TestEachFailingStepHasItsFix(t *testing.T) {
 			maps(allOK, "smoke.barrier", "fail", "smoke.put", "skip", "smoke.split", "skip")},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
-			_, rs := run(t, Options{Binary: writeStandIn(t), PEs: 2, Env: env(t, "SMOKE_MODE="+c.mode)})
+			o := Options{Binary: writeStandIn(t), PEs: 2, Env: env(t, "SMOKE_MODE="+c.mode)}
+			if c.mode == "uid-fail" || c.mode == "init-fail" {
+				o.Grace = 200 * time.Millisecond // the other rank waits for the failed one
+			}
+			_, rs := run(t, o)
 			wantRows(t, rs, c.want)
 			r := find(t, rs, c.row)
 			if !strings.Contains(r.Found, c.found) {
@@ -316,15 +327,32 @@ func TestEachFailingStepHasItsFix(t *testing.T) {
 	}
 }
 
+// bootstrap and finalize print nothing unless they fail: their rows appear only then,
+// and a rank that went past them passed them.
+func TestSilentSteps(t *testing.T) {
+	_, rs := run(t, Options{Binary: writeStandIn(t), PEs: 2, Env: env(t, "SMOKE_MODE=finalize-die")})
+	wantRows(t, rs, maps(allOK, "smoke.finalize", "fail"))
+	if r := find(t, rs, "smoke.finalize"); r.Found != "rank 1 ended without finishing finalize (exit status 1); stderr: nvshmem_finalize: proxy thread did not exit" {
+		t.Errorf("finalize found %q", r.Found)
+	}
+	_, rs = run(t, Options{Binary: writeStandIn(t), PEs: 2, Env: env(t, "SMOKE_MODE=bootstrap-fail")})
+	wantRows(t, rs, maps(allOK, "smoke.bootstrap", "fail", "smoke.init", "skip", "smoke.init-time", "pass", "smoke.version", "skip",
+		"smoke.malloc", "skip", "smoke.barrier", "skip", "smoke.put", "skip", "smoke.split", "skip"))
+	if r := find(t, rs, "smoke.bootstrap"); r.Found != "rank 1: nvshmemx_set_attr_uniqueid_args failed" || r.Rule != "R28" {
+		t.Errorf("bootstrap found %q, rule %q", r.Found, r.Rule)
+	}
+}
+
 // When one rank fails, the rank that waits for it is stopped after the grace period,
 // not left until the deadline, and its row says it was stopped, not that it failed.
 func TestPeerOfAFailedRankIsStopped(t *testing.T) {
-	rep, rs := run(t, Options{Binary: writeStandIn(t), PEs: 2, Timeout: 10 * time.Minute, Env: env(t, "SMOKE_MODE=init-fail")})
+	rep, rs := run(t, Options{Binary: writeStandIn(t), PEs: 2, Timeout: 10 * time.Minute, Grace: 200 * time.Millisecond,
+		Env: env(t, "SMOKE_MODE=init-fail")})
 	if rep.Ranks[0].Stopped != StopPeer || rep.Ranks[1].Stopped != "" {
 		t.Fatalf("stopped: rank 0 %q, rank 1 %q; want rank 0 stopped after rank 1 failed", rep.Ranks[0].Stopped, rep.Ranks[1].Stopped)
 	}
 	r := find(t, rs, "smoke.init")
-	if r.Status != check.Fail || !strings.Contains(r.Found, "rank 1: nvshmemx_init_attr") || !strings.Contains(r.Found, "rank 0 was stopped in init after another rank failed") {
+	if r.Status != check.Fail || !strings.Contains(r.Found, "rank 1: nvshmemx_init_attr") || !strings.Contains(r.Found, "rank 0 was stopped in init: another rank had failed") {
 		t.Errorf("init: %s %q", r.Status, r.Found)
 	}
 }
@@ -358,7 +386,7 @@ func TestVersionMismatch(t *testing.T) {
 func TestDeadlineKillsEveryDescendant(t *testing.T) {
 	pids := t.TempDir()
 	start := time.Now()
-	rep, rs := run(t, Options{Binary: writeStandIn(t), PEs: 2, Timeout: 1500 * time.Millisecond, Grace: time.Hour,
+	rep, rs := run(t, Options{Binary: writeStandIn(t), PEs: 2, Timeout: 3 * time.Second, Grace: time.Hour,
 		Env: env(t, "SMOKE_MODE=hang", "SMOKE_PID_DIR="+pids)})
 	took := time.Since(start)
 	for _, r := range rep.Ranks {
@@ -367,7 +395,7 @@ func TestDeadlineKillsEveryDescendant(t *testing.T) {
 		}
 	}
 	r := find(t, rs, "smoke.init")
-	if r.Status != check.Fail || !strings.Contains(r.Found, "rank 0 ended without finishing init (still in it at the deadline (1.5s): killed)") ||
+	if r.Status != check.Fail || !strings.Contains(r.Found, "rank 0 ended without finishing init (still in it at the deadline (3s): killed)") ||
 		!strings.Contains(r.Fix, "raise --smoke-timeout") {
 		t.Errorf("init: %s %q fix %q", r.Status, r.Found, r.Fix)
 	}
