@@ -59,6 +59,7 @@ func Checks() *check.Registry[*Subject] {
 	}
 	kinds = append(kinds, installKinds()...)
 	kinds = append(kinds, processKinds()...)
+	kinds = append(kinds, smokeKinds()...)
 	kinds = append(kinds, hostKinds()...)
 	reg, err := check.NewRegistry(kinds...)
 	if err != nil {

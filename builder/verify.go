@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/builder/smoke"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches/effect"
 )
@@ -39,6 +41,8 @@ type VerifyReport struct {
 	Traffic     *host.TrafficReport `json:"traffic,omitempty"`
 	// Facts are what the compatibility rules were evaluated against on the host.
 	Facts map[string]string `json:"facts,omitempty"`
+	// Smoke is what each rank of the NVSHMEM smoke test printed (--smoke).
+	Smoke *smoke.Report `json:"smoke,omitempty"`
 }
 
 // Failed reports whether any check failed.
@@ -83,6 +87,12 @@ type VerifyOptions struct {
 	// Traffic, when set, is run while the NIC counters under Sysroot are sampled
 	// (host.SampleTraffic), with or without Host.
 	Traffic func(context.Context) error
+	// Smoke runs the install's NVSHMEM smoke test with the process checks: SmokePEs
+	// processes (0: one per GPU the program sees) within SmokeTimeout (0:
+	// smoke.DefaultTimeout).
+	Smoke        bool
+	SmokePEs     int
+	SmokeTimeout time.Duration
 }
 
 // PrefixError is a prefix that cannot be verified at all (absent, not a directory): bad

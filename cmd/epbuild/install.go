@@ -11,12 +11,14 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/smoke"
 )
 
 func newInstallCmd(app *App) *cobra.Command {
@@ -97,14 +99,22 @@ func newVerifyInstallCmd(app *App) *cobra.Command {
 		hostOn  bool
 		sysroot string
 		traffic bool
+		smokeOn bool
+		pes     int
+		timeout time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "verify-install [--prefix DIR] [--json] [--host [--sysroot DIR]] [--traffic -- CMD ARGS...]",
+		Use:   "verify-install [--prefix DIR] [--json] [--host [--sysroot DIR]] [--smoke [--smoke-pes N] [--smoke-timeout D]] [--traffic -- CMD ARGS...]",
 		Short: "Check an installed prefix against its manifest, its recipe's checks and (--host) this host",
 		Long: `Check an installed prefix (default $EPBUILD_PREFIX, which env.sh sets). The manifest
 (install.manifest) is read first; then, by the check engine, target by target:
 
 ` + kindsHelp(check.Files, check.Env, check.Installed, check.Process) + `
+With --smoke (the smoke kind above), the ranks get the install's runtime env plus the
+caller's NVSHMEM_*, FI_* and CUDA_VISIBLE_DEVICES; --smoke-timeout bounds the whole run
+and no process outlives it. Several PEs on one GPU skip the split (NVSHMEM refuses it
+there).
+
 With --host (--sysroot reads a capture instead of /), the node and the compatibility
 rules of the host stage (rule.<id>[/case] results, with the rule's fix), and the
 DEEP_EP_DEVICE_TO_HCA_MAPPING line the PCIe tree implies:
@@ -123,6 +133,12 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 				return usageError{errors.New("--traffic needs the command after --: verify-install --traffic -- CMD ARGS...")}
 			case !traffic && len(args) > 0:
 				return usageError{fmt.Errorf("unexpected arguments %q (a command to sample needs --traffic -- CMD ARGS...)", args)}
+			case !smokeOn && (cmd.Flags().Changed("smoke-pes") || cmd.Flags().Changed("smoke-timeout")):
+				return usageError{errors.New("--smoke-pes and --smoke-timeout need --smoke")}
+			case pes < 0 || pes > maxSmokePEs:
+				return usageError{fmt.Errorf("--smoke-pes %d: give 1 to %d processes (0: one per GPU)", pes, maxSmokePEs)}
+			case timeout <= 0:
+				return usageError{fmt.Errorf("--smoke-timeout %s: give a duration above zero, such as 2m", timeout)}
 			}
 			return nil
 		},
@@ -134,7 +150,8 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 				return usageError{errors.New("verify-install: give --prefix DIR, or source the install's env.sh (it sets EPBUILD_PREFIX)")}
 			}
 			opts := builder.VerifyOptions{Prefix: prefix, Python: python, Environ: builder.CleanEnviron(app.Getenv),
-				Host: hostOn, Sysroot: host.NewSysroot(sysroot), JobEnv: os.Environ()}
+				Host: hostOn, Sysroot: host.NewSysroot(sysroot), JobEnv: os.Environ(),
+				Smoke: smokeOn, SmokePEs: pes, SmokeTimeout: timeout}
 			if traffic {
 				opts.Traffic = app.trafficCommand(prefix, args)
 			}
@@ -162,8 +179,14 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 	f.BoolVar(&hostOn, "host", false, "also check this host: peer memory, RDMA devices, GPU↔NIC pairing, ...")
 	f.StringVar(&sysroot, "sysroot", "", "read /sys, /proc and /dev under this directory (an extracted capture of epbuild host capture)")
 	f.BoolVar(&traffic, "traffic", false, "run the command after -- and report how its NIC traffic spread")
+	f.BoolVar(&smokeOn, "smoke", false, "also run the install's NVSHMEM smoke test on this node (unique-ID init, malloc, put, barrier, team split)")
+	f.IntVar(&pes, "smoke-pes", 0, "smoke test processes (default: one per GPU)")
+	f.DurationVar(&timeout, "smoke-timeout", smoke.DefaultTimeout, "the smoke test's deadline: every process is killed by then")
 	return cmd
 }
+
+// maxSmokePEs bounds --smoke-pes: one node's processes, not a typo's thousands.
+const maxSmokePEs = 256
 
 // trafficCommand runs args with the install's runtime env on top of ours, its output
 // on stderr so that stdout stays the report.

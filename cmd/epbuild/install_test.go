@@ -149,6 +149,11 @@ func TestInstallAndVerifyCLI(t *testing.T) {
 	if code, _, _ := run(t, env, "verify-install", "--prefix", prefix+".prev"); code != 1 {
 		t.Errorf("the kept previous install (unpatched) verifies: exit %d", code)
 	}
+	// the demo carries no NVSHMEM smoke test: --smoke says so, and fails
+	code, out, _ = run(t, env, "verify-install", "--prefix", prefix, "--smoke")
+	if code != 1 || !strings.Contains(out, "FAIL smoke.run") || !strings.Contains(out, "nvshmem-smoke component") {
+		t.Errorf("verify-install --smoke of an install without the smoke test: exit %d\n%s", code, out)
+	}
 }
 
 func TestInstallCLIBadInput(t *testing.T) {
@@ -190,6 +195,10 @@ func TestInstallCLIBadInput(t *testing.T) {
 		{"verify-install", "--prefix", prefix, "extra"},
 		{"verify-install", "--prefix", prefix, "--traffic"},
 		{"verify-install", "--prefix", prefix, "--bogus"},
+		{"verify-install", "--prefix", prefix, "--smoke-pes", "2"},
+		{"verify-install", "--prefix", prefix, "--smoke", "--smoke-pes", "-1"},
+		{"verify-install", "--prefix", prefix, "--smoke", "--smoke-pes", "100000"},
+		{"verify-install", "--prefix", prefix, "--smoke", "--smoke-timeout", "0s"},
 		{"install", art},
 		{"install", filepath.Join(parent, "absent.tar.zst"), "--prefix", prefix},
 		{"host", "check", "--sysroot", filepath.Join(parent, "absent")},
