@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -227,7 +230,7 @@ ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidi
 		t.Errorf("two NCCLs mapped: %+v", r)
 	}
 	recorded := &Toolchain{NCCL: &NCCLRuntime{Version: "2.28.9", Source: "torch.cuda.nccl.version()"}}
-	if r := verify(torchs, recorded, nil); r.Status != check.Pass || !strings.Contains(r.Found, "ncclGetVersion 2.28.9, as recorded") {
+	if r := verify(torchs, recorded, nil); r.Status != check.Pass || !strings.Contains(r.Found, "NCCL 2.28.9, as recorded") {
 		t.Errorf("torch's NCCL, as recorded: %+v", r)
 	}
 	older := &Toolchain{NCCL: &NCCLRuntime{Version: "2.27.3"}}
@@ -340,5 +343,70 @@ env:
 	var cf *ChecksFailed
 	if !errors.As(err, &cf) || !strings.Contains(err.Error(), "nccl.nccl-version") || !strings.Contains(err.Error(), "ncclGetVersion 22203 (2.22.3)") {
 		t.Errorf("2.22.3 built as 2.21.5-1: %v", err)
+	}
+}
+
+// TestUpstreamNCCLReleases reads the catalogued NVIDIA/nccl releases from the mirror: each
+// has the src/Makefile target lib the recipes build and a version.mk of its release (what
+// nccl-version will compare), and R40 fires, with CUDA 13, exactly on the releases whose
+// cudawrap.h still declares the driver entry points with CUDA's unversioned PFN types.
+func TestUpstreamNCCLReleases(t *testing.T) {
+	mirror := os.Getenv("EPBUILD_TEST_MIRROR")
+	if mirror == "" {
+		t.Skip("EPBUILD_TEST_MIRROR is unset: point it at a mirror holding github.com/NVIDIA/nccl.git")
+	}
+	repo := filepath.Join(mirror, "github.com", "NVIDIA", "nccl.git")
+	if _, err := os.Stat(repo); err != nil {
+		t.Skipf("the mirror has no NVIDIA/nccl: %v", err)
+	}
+	show := func(commit, path string) string {
+		t.Helper()
+		out, err := exec.Command("git", "--git-dir", repo, "show", commit+":"+path).Output()
+		if err != nil {
+			t.Fatalf("git show %s:%s: %v", commit, path, err)
+		}
+		return string(out)
+	}
+	res, err := NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := compat.LoadRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unversioned := regexp.MustCompile(`(?m)^#define DECLARE_CUDA_PFN_EXTERN\(symbol\) extern PFN_##symbol pfn_##symbol`)
+	versioned := regexp.MustCompile(`(?m)^#define DECLARE_CUDA_PFN_EXTERN\(symbol,\s*version\) extern PFN_##symbol##_v##version pfn_##symbol`)
+	for _, v := range res.Catalog.Versions("nccl") {
+		p, err := res.Resolve("single-node", []string{"nccl.version=" + v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := p.Component("nccl")
+		commit := c.Source.Git.Commit
+		if !regexp.MustCompile(`(?m)^lib\s*:`).MatchString(show(commit, "src/Makefile")) {
+			t.Errorf("%s: src/Makefile has no target lib", v)
+		}
+		mk := show(commit, "makefiles/version.mk")
+		f := strings.Split(strings.SplitN(v, "-", 2)[0], ".")
+		for i, k := range []string{"NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH"} {
+			if !regexp.MustCompile(`(?m)^` + k + `\s*:=\s*` + f[i] + `\s*$`).MatchString(mk) {
+				t.Errorf("%s: makefiles/version.mk does not say %s %s:\n%s", v, k, f[i], mk)
+			}
+		}
+		wrap := show(commit, "src/include/cudawrap.h")
+		old, cur := unversioned.MatchString(wrap), versioned.MatchString(wrap)
+		if old == cur {
+			t.Fatalf("%s: cudawrap.h declares its PFN types neither way (or both)", v)
+		}
+		facts := PreflightFacts(FactsFromPlan(p), p, &Toolchain{CUDA: "13.0"})
+		fs, err := compat.Evaluate(context.Background(), rules, facts, compat.StagePreflight, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fired := slices.ContainsFunc(fs, func(f compat.Finding) bool { return f.ID == "R40" && !f.Unknown })
+		if fired != old {
+			t.Errorf("%s: cudawrap.h unversioned %v, R40 fired %v", v, old, fired)
+		}
 	}
 }

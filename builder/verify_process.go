@@ -42,7 +42,7 @@ type oneLib struct {
 	carried func(prefix string) bool
 	// recorded judges the one copy mapped when the component comes from the Python
 	// environment: ok, and what was read (nil: any single copy passes)
-	recorded func(ctx context.Context, path string) (ok bool, found string)
+	recorded func(ctx context.Context, v *verifier, path string) (ok bool, found string)
 	// secondOK: a second copy that is not a broken process (a warning, with why)
 	secondOK func(v *verifier, pc *PlanComponent, paths []string) (bool, string)
 }
@@ -68,18 +68,24 @@ func processLibs(tc *Toolchain) []oneLib {
 				m, _ := filepath.Glob(filepath.Join(prefix, "lib", "libnccl.so*"))
 				return len(m) > 0
 			},
-			recorded: func(ctx context.Context, path string) (bool, string) {
+			recorded: func(ctx context.Context, v *verifier, path string) (bool, string) {
 				want := recordedNCCL(tc)
-				lib, err := inspect.NCCLLibraryVersion(ctx, "python3", path)
+				lib, err := inspect.NCCLLibraryVersion(ctx, v.python(), path)
+				if err != nil {
+					// what torch reports of the copy it bound, in the job's env
+					if n := ProbeNCCL(ctx, v.python(), v.env, nil); n.Version != "" {
+						lib, err = inspect.NCCLLib{Path: path, Version: n.Version}, nil
+					}
+				}
 				switch {
 				case err != nil:
 					return false, "its version cannot be read: " + err.Error()
 				case want == "":
-					return true, "ncclGetVersion " + lib.Version + "; the build recorded no NCCL version to compare with"
+					return true, "NCCL " + lib.Version + "; the build recorded no NCCL version to compare with"
 				case !sameCore(lib.Version, want):
-					return false, fmt.Sprintf("ncclGetVersion %s, the build recorded %s", lib.Version, want)
+					return false, fmt.Sprintf("NCCL %s, the build recorded %s", lib.Version, want)
 				}
-				return true, "ncclGetVersion " + lib.Version + ", as recorded at build"
+				return true, "NCCL " + lib.Version + ", as recorded at build"
 			}},
 	}
 }
@@ -194,7 +200,7 @@ func (v *verifier) judgeCopies(ctx context.Context, c VerifyCheck, l oneLib, pc 
 		c.Status = check.Fail
 		c.Found = paths[0] + ", not the install's " + l.component + " under " + own
 	case r.Status == check.Pass && pc.Source.Python != nil && l.recorded != nil:
-		ok, found := l.recorded(ctx, paths[0])
+		ok, found := l.recorded(ctx, v, paths[0])
 		c.Found = paths[0] + ": " + found
 		if !ok {
 			c.Status = check.Fail
