@@ -168,9 +168,10 @@ func TestPreflightFacts(t *testing.T) {
 // lacks MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT (the GPU machine's image), and still needs
 // rdma-core headers.
 func TestPreflightUbuntu2404RDMACore(t *testing.T) {
-	p := planOf(t, "gcp-b200", "nvshmem.version=3.4.5")
+	p := planOf(t, "gcp-b200", "nvshmem.version=3.4.5", "nccl.package=nvidia-nccl-cu13")
 	gpuImage := &Toolchain{CUDA: "13.0", Torch: "2.11.0+cu130", PythonVersion: "3.12.3", Setuptools: "68.1.2", GCC: "13.3.0",
-		CMake: "4.4.0", RDMACore: "/usr/include/infiniband/mlx5dv.h", RDMADataDirect: false}
+		CMake: "4.4.0", RDMACore: "/usr/include/infiniband/mlx5dv.h", RDMADataDirect: false,
+		PythonPackages: map[string]PythonPackage{"nvidia-nccl-cu13": {Version: "2.28.9"}}}
 	if err := Preflight(p, gpuImage); err != nil {
 		t.Errorf("gcp-b200 on Ubuntu 24.04's rdma-core: %v", err)
 	}
@@ -238,13 +239,36 @@ func TestApplyCatalog(t *testing.T) {
 	if c := nv(d); c.Source.Archive == nil || c.Source.Archive.SHA256 != strings.Repeat("0", 64) || !strings.Contains(c.Source.Archive.URL, "3.2.5") {
 		t.Errorf("explicit sha256: %+v", c.Source.Archive)
 	}
-	// components the catalogue does not list, and Python packages, keep their source
-	d, _ = load("ibrc-dualport", "deepep.version=9.9.9", "nccl.version=2.22.3-1")
-	if c, _ := d.Recipe.Component("nccl"); c.Source.Python == nil || c.Version != "2.22.3-1" {
-		t.Errorf("nccl from the Python environment: %+v", c)
-	}
+	// components the catalogue does not list, and Python packages with nothing to build,
+	// keep their source
+	d, _ = load("ibrc-dualport", "deepep.version=9.9.9")
 	if c, _ := d.Recipe.Component("deepep"); c.Source.Git.Commit != "a84a24808fb0ea732f49b874cc456a69dde69076" {
 		t.Errorf("deepep: %+v", c.Source.Git)
+	}
+	d, _ = load("single-node", "nvshmem.version=3.4.5")
+	if c := nv(d); c.Source.Python == nil || c.Version != "3.4.5" {
+		t.Errorf("the NVSHMEM wheel: %+v", c)
+	}
+	// torch's NCCL by default; a catalogued release builds NVIDIA/nccl at its tag with the
+	// recipe's steps; source=python (matrix value bundled) keeps torch's whatever the version
+	nccl := func(d *recipes.Doc) *recipes.Component { c, _ := d.Recipe.Component("nccl"); return c }
+	for _, name := range []string{"single-node", "gcp-b200", "efa-aws", "ibrc-dualport", "deepep-v2"} {
+		d, _ = load(name)
+		if c := nccl(d); c == nil || c.Source.Python == nil || !strings.HasPrefix(c.Source.Python.Package, "nvidia-nccl-cu") {
+			t.Errorf("%s: nccl is not torch's by default: %+v", name, c)
+		}
+		d, _ = load(name, "nccl.version=2.22.3")
+		if c := nccl(d); c.Version != "2.22.3-1" || c.Source.Git == nil || c.Source.Git.URL != "https://github.com/NVIDIA/nccl" ||
+			c.Source.Git.Commit != "178b6b759074597777ce13438efb0e0ba625e429" || c.Source.Git.Ref != "v2.22.3-1" {
+			t.Errorf("%s: nccl 2.22.3 from source: %+v %+v", name, c, c.Source.Git)
+		}
+		d, _ = load(name, "nccl.version=2.22.3-1", "nccl.source=python")
+		if c := nccl(d); c.Source.Python == nil {
+			t.Errorf("%s: nccl.source=python keeps torch's: %+v", name, c.Source)
+		}
+	}
+	if _, err := load("single-node", "nccl.version=2.28.9"); err == nil || !strings.Contains(err.Error(), "not in the catalogue") {
+		t.Errorf("an NCCL release the catalogue lacks: %v", err)
 	}
 	// ibrc-dualport's NVSHMEM 3.2.5-1 from the archive repository's release commit instead
 	// of NVIDIA's tarball: the same version (the patch set's applies-to), a git pin

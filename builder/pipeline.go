@@ -342,7 +342,7 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 		getenv = os.Getenv
 	}
 	prober := &Prober{Getenv: getenv, Packages: pkgs, Torch: j.Plan.Toolchain.Torch != "",
-		CMakePackages: NeedsCMakePackages(j.Plan), Prefixes: CMakePrefixPath(j.Plan)}
+		CMakePackages: NeedsCMakePackages(j.Plan), Prefixes: CMakePrefixPath(j.Plan), NCCL: torchNCCL(j.Plan)}
 	tc := prober.ProbeCached(ctx, filepath.Join(c.Dir(), "toolchain"))
 	store, err := OpenStore(c.Dir())
 	if err != nil {
@@ -369,6 +369,13 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 	}
 	r.Findings = append(r.Findings, pre...)
 	return r.Run(ctx, j.Plan)
+}
+
+// torchNCCL reports whether the plan takes NCCL from the Python environment: the NCCL
+// torch loads, whose version the probe then records.
+func torchNCCL(p *Plan) bool {
+	c, ok := p.Component("nccl")
+	return ok && c.Source.Python != nil
 }
 
 // UsageError is a bad option value: exit 2.

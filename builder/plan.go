@@ -74,6 +74,7 @@ func (r *Resolver) Load(name string, sets []string) (*recipes.Doc, error) {
 		return nil, err
 	}
 	DeriveVersions(doc, sets, pinned, r.Catalog, r.Tags)
+	doc.ApplyPreloads()
 	var names []string
 	for _, c := range doc.Recipe.Components {
 		names = append(names, c.Patches...)

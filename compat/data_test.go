@@ -320,7 +320,15 @@ func TestParseAxis(t *testing.T) {
 	if a, err := ParseAxis("toolchain.cuda=12.9,13.0"); err != nil || a.Key != "toolchain.cuda" {
 		t.Errorf("%+v %v", a, err)
 	}
-	for _, bad := range []string{"nvshmem", "=1", "nvshmem=", "nvshmem=3.4.x", "nvshmem=3.4.5,3.4.5", "NV=1"} {
+	// bundled keeps the component in the Python environment (torch's NCCL) instead of a release
+	b, err := ParseAxis("nccl=bundled,2.28.3-1")
+	if err != nil || b.Set("bundled") != "nccl.source=python" || b.Set("2.28.3-1") != "nccl.version=2.28.3-1" {
+		t.Errorf("%+v %v", b, err)
+	}
+	if c, err := ParseAxis("nccl.env.X=bundled"); err != nil || c.Set("bundled") != "nccl.env.X=bundled" {
+		t.Errorf("bundled on a key axis is a plain value: %+v %v", c, err)
+	}
+	for _, bad := range []string{"nvshmem", "=1", "nvshmem=", "nvshmem=3.4.x", "nvshmem=3.4.5,3.4.5", "NV=1", "nccl=bundled,bundled"} {
 		if _, err := ParseAxis(bad); err == nil {
 			t.Errorf("%q should not parse", bad)
 		}

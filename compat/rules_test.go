@@ -99,6 +99,14 @@ func ncclGit(f *Facts) {
 	c.Source, c.Package, c.Repo, c.Commit = "git", "", "https://github.com/NVIDIA/nccl", "1933fdd6360a8bfccaa0166bd71bce363d32e5b6"
 }
 
+// ncclMake gives NCCL a command step that builds its library (make -C src lib).
+func ncclMake(argv ...string) mut {
+	return func(f *Facts) { c := comp(f, "nccl"); c.Commands = append(c.Commands, argv) }
+}
+
+// ncclLib is NCCL built from git with CUDA 13 by the recipes' step: R40's ground.
+var ncclLib = all(ncclGit, ncclMake("make", "-C", "src", "-j16", "lib", "NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90"), cuda("13.0"))
+
 // withComponent adds a component from a source kind (fmt for EPv2, say).
 func withComponent(name, kind string) mut {
 	return func(f *Facts) { f.Components = append(f.Components, Component{Name: name, Source: kind}) }
@@ -324,6 +332,8 @@ func ruleTable() []ruleCase {
 		{"R18", "EPv2 on NCCL 2.27", P, all(deepepAt(cB306af0), nccl("2.27.3-1"), env("NCCL_RUNTIME_CONNECT", "0")), "epv2-nccl/error"},
 		{"R18", "NCCL 2.22 with NCCL_RUNTIME_CONNECT=0", P, all(nccl("2.22.3-1"), env("NCCL_RUNTIME_CONNECT", "0")), ""},
 		{"R18", "NCCL 2.21.5", P, nil, ""},
+		{"R18", "torch's NCCL 2.28.9 wheel at preflight", F, nccl("2.28.9"), "runtime-connect/warn"},
+		{"R18", "torch's NCCL 2.21.5 wheel at preflight", F, nil, ""},
 		{"R18", "EPv2 on the NCCL 2.28.9 wheel at preflight", F, all(deepepAt(cDd758ca), nccl("2.28.9"), env("NCCL_RUNTIME_CONNECT", "0")), "epv2-nccl/error"},
 		{"R18", "EPv2 without an nccl component", P, all(deepepAt(cDd758ca), env("NCCL_RUNTIME_CONNECT", "0"), func(f *Facts) {
 			f.Components = slices.DeleteFunc(f.Components, func(c Component) bool { return c.Name == "nccl" })
@@ -520,6 +530,18 @@ func ruleTable() []ruleCase {
 		{"R31", "auto-select for RoCE v1", H, all(env("NVSHMEM_IB_GID_INDEX", ""), env("NVSHMEM_IB_ROCE_VERSION_NUM", "1"), host("ib.roce-v2-ipv4-gid", "no")), ""},
 		{"R31", "InfiniBand", H, all(host("ib.link-layer", "InfiniBand"), host("ib.gid-type", "IB/RoCE v1"), host("ib.roce-v2-ipv4-gid", "no")), ""},
 		{"R31", "GID index 3 is RoCE v2, no IPv4 GID for auto-select", H, host("ib.roce-v2-ipv4-gid", "no"), ""},
+
+		{"R40", "NCCL 2.21.5-1 from git, CUDA 13.0", F, all(ncclLib, nccl("2.21.5-1")), "/error"},
+		{"R40", "NCCL 2.22.3-1 from git, CUDA 13.0", F, all(ncclLib, nccl("2.22.3-1")), "/error"},
+		{"R40", "NCCL 2.26.2-1 from git, CUDA 13.0: cudawrap.h still unversioned", F, all(ncclLib, nccl("2.26.2-1")), "/error"},
+		{"R40", "NCCL 2.27.3-1 from git, CUDA 13.0: versioned PFN types", F, all(ncclLib, nccl("2.27.3-1")), ""},
+		{"R40", "NCCL 2.28.3-1 from git, CUDA 13.0", F, all(ncclLib, nccl("2.28.3-1")), ""},
+		{"R40", "NCCL 2.21.5-1 from an archive, CUDA 13.0", F, all(ncclLib, nccl("2.21.5-1"), ncclFrom("archive")), "/error"},
+		{"R40", "NCCL 2.21.5-1 from git, CUDA 12.9", F, all(ncclLib, nccl("2.21.5-1"), cuda("12.9")), ""},
+		{"R40", "torch's NCCL 2.21.5 wheel, CUDA 13.0", F, all(ncclLib, nccl("2.21.5"), ncclFrom("python")), ""},
+		{"R40", "NCCL 2.21.5-1 from git, only nccl.h generated (gcp-a3-tcpx)", F, all(ncclGit, cuda("13.0"), nccl("2.21.5-1"),
+			ncclMake("sh", "-c", `make -C src BUILDDIR="$DESTDIR$PREFIX" "$DESTDIR$PREFIX/include/nccl.h"`)), ""},
+		{"R40", "NCCL 2.21.5-1 from git, CUDA 13.0, at plan stage", P, all(ncclLib, nccl("2.21.5-1")), ""},
 	}
 }
 
@@ -590,7 +612,7 @@ func TestRulesTable(t *testing.T) {
 		}
 	}
 	ids := rules.IDs()
-	for i := 1; i <= 31; i++ {
+	for _, i := range append(seq(1, 31), 40) {
 		if id := fmt.Sprintf("R%d", i); !slices.Contains(ids, id) {
 			t.Errorf("rules.yaml lacks %s", id)
 		}
@@ -608,6 +630,15 @@ func TestRulesTable(t *testing.T) {
 			}
 		}
 	}
+}
+
+// seq is lo, lo+1, ..., hi.
+func seq(lo, hi int) []int {
+	var out []int
+	for i := lo; i <= hi; i++ {
+		out = append(out, i)
+	}
+	return out
 }
 
 type memoAnswer struct {

@@ -57,8 +57,16 @@ type Component struct {
 	Patches []string `json:"patches,omitempty"`
 	// Depends names components whose staged prefix this one builds against.
 	Depends []string `json:"depends,omitempty"`
-	Build   []Step   `json:"build,omitempty"`
-	Checks  []Check  `json:"checks,omitempty"`
+	// Build steps build the component from its pinned source. On a component taken from
+	// the Python environment (the NCCL torch ships) they build it instead when
+	// `--set C.version=V` names a release of the catalogue, which then pins the source.
+	Build  []Step  `json:"build,omitempty"`
+	Checks []Check `json:"checks,omitempty"`
+	// Preload lists files of the component's prefix that env.sh puts in LD_PRELOAD when the
+	// component is built here (lib/libnccl.so.2): torch finds its own NCCL through
+	// DT_RPATH, which LD_LIBRARY_PATH cannot override. Nothing when it comes from the Python
+	// environment.
+	Preload []string `json:"preload,omitempty"`
 }
 
 // Source is where a component comes from; exactly one field is set.
@@ -150,6 +158,10 @@ type Check struct {
 	// Libs: every library the ELF files need (DT_NEEDED, transitively) resolves inside the
 	// prefix through RUNPATH entries that stay inside it, or is a named system library.
 	Libs *LibsCheck `json:"libs,omitempty"`
+	// NCCLVersion: the NCCL libraries matching this glob (lib/libnccl.so.2) say the
+	// component's version through ncclGetVersion (called in a python3 process: no GPU
+	// needed), and so does the prefix's include/nccl.h where there is one.
+	NCCLVersion string `json:"nccl-version,omitempty"`
 }
 
 // LibsCheck says which libraries File may take from the host; everything else it needs

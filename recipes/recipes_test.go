@@ -256,3 +256,62 @@ func TestSetSourceKind(t *testing.T) {
 		t.Errorf("nvshmem.source=git: %v", err)
 	}
 }
+
+// A component from the Python environment may carry build steps only where the catalogue
+// knows releases to build (NCCL); preload names files of the prefix; source=python keeps
+// a Python-environment component there and is refused on any other.
+func TestPythonComponentWithSteps(t *testing.T) {
+	const body = `name: t
+cluster: test
+description: a test recipe
+components:
+  - name: NAME
+    source:
+      python: {package: nvidia-nccl-cu12}
+    build:
+      - command: {run: [make, -C, src, lib]}
+    preload: [PRELOAD]
+`
+	recipe := func(name, preload string) string {
+		return strings.NewReplacer("NAME", name, "PRELOAD", preload).Replace(body)
+	}
+	if err := loadAndValidate(t, recipe("nccl", "lib/libnccl.so.2")); err != nil {
+		t.Errorf("nccl from torch with steps to build a release: %v", err)
+	}
+	if err := loadAndValidate(t, recipe("fabric", "lib/libfabric.so.1")); err == nil || !strings.Contains(err.Error(), "has nothing to build") || !strings.Contains(err.Error(), "r.yaml:9:") {
+		t.Errorf("steps on a Python component the catalogue does not know: %v", err)
+	}
+	for _, bad := range []string{"/usr/lib/libnccl.so.2", "../x/libnccl.so.2", "lib/libnccl.so*", "lib/a b.so", "lib/a.so:lib/b.so"} {
+		if err := loadAndValidate(t, recipe("nccl", `"`+bad+`"`)); err == nil || !strings.Contains(err.Error(), "not a file of the component's prefix") {
+			t.Errorf("preload %q: %v", bad, err)
+		}
+	}
+	if err := loadAndValidate(t, recipe("nccl", "lib/libnccl.so.2"), "nccl.source=python"); err != nil {
+		t.Errorf("nccl.source=python: %v", err)
+	}
+	if err := loadAndValidate(t, goodRecipe, "nvshmem.source=python"); err == nil || !strings.Contains(err.Error(), "has a git source") {
+		t.Errorf("nvshmem.source=python on a git component: %v", err)
+	}
+}
+
+// ApplyPreloads preloads the files of a component built here, after the recipe's own
+// LD_PRELOAD; one taken from the Python environment preloads nothing.
+func TestApplyPreloads(t *testing.T) {
+	doc, err := NewLibrary().Load("gcp-b200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc.ApplyPreloads()
+	if got := doc.Recipe.Env["LD_PRELOAD"]; got != "{{nvshmem.prefix}}/lib/libnvshmem_host.so.3" {
+		t.Errorf("torch's NCCL: LD_PRELOAD %q", got)
+	}
+	c, _ := doc.Recipe.Component("nccl")
+	c.Source = Source{Git: &GitSource{URL: "https://github.com/NVIDIA/nccl", Commit: "f1308997d0420148b1be1c24d63f19d902ae589b"}}
+	doc.ApplyPreloads()
+	if got := doc.Recipe.Env["LD_PRELOAD"]; got != "{{nvshmem.prefix}}/lib/libnvshmem_host.so.3:{{nccl.prefix}}/lib/libnccl.so.2" {
+		t.Errorf("NCCL built here: LD_PRELOAD %q", got)
+	}
+	if err := doc.Validate(nil); err != nil {
+		t.Errorf("the preloaded env validates: %v", err)
+	}
+}

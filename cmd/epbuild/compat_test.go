@@ -52,9 +52,14 @@ func TestCompatCheckNCCLWarns(t *testing.T) {
 		t.Errorf("R18 and its env fix not printed:\n%s", out)
 	}
 	// the same recipe on NCCL 2.21.5 has no R18
-	code, out, _ = run(t, nil, "compat", "check", "ibrc-dualport")
+	code, out, _ = run(t, nil, "compat", "check", "ibrc-dualport", "--set", "nccl.version=2.21.5-1")
 	if code != 0 || strings.Contains(out, "R18") || !strings.Contains(out, "0 errors") {
-		t.Errorf("ibrc-dualport as pinned: exit %d\n%s", code, out)
+		t.Errorf("ibrc-dualport on NCCL 2.21.5-1: exit %d\n%s", code, out)
+	}
+	// on torch's NCCL the version is known at preflight only: R18 is undecided at plan
+	code, out, _ = run(t, nil, "compat", "check", "ibrc-dualport")
+	if code != 0 || !strings.Contains(out, "R18/runtime-connect") || !strings.Contains(out, "could not decide (nccl: no version known)") {
+		t.Errorf("ibrc-dualport on torch's NCCL: exit %d\n%s", code, out)
 	}
 }
 

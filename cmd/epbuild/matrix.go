@@ -33,8 +33,14 @@ A combination for which an error-level rule cannot be decided (a commit no histo
 hand knows) is excluded too, as "R3 undecided", unless --allow-undecided; --mirror adds
 the mirror's repositories to the history that decides.
 
+On a component axis the value bundled keeps the component the recipe takes from the
+Python environment (torch's own NCCL) where the other values build a release of the
+catalogue from source: --axis nccl=bundled,2.21.5-1,2.28.3-1.
+
 Formats: text (default), json (cells and exclusions), github (a strategy.matrix value:
-{"include": [...]}), gitlab (a parallel: matrix: block).`,
+{"include": [...]}), gitlab (a parallel: matrix: block).
+
+epbuild matrix run RECIPE --axis ... builds, installs, verifies and tests each cell here.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch format {
@@ -123,7 +129,8 @@ Formats: text (default), json (cells and exclusions), github (a strategy.matrix 
 			return nil
 		},
 	}
-	cmd.Flags().StringArrayVar(&axes, "axis", nil, "an axis, COMPONENT=V1,V2,... (repeatable); default: the recipe's matrix: field")
+	cmd.AddCommand(newMatrixRunCmd(app))
+	cmd.Flags().StringArrayVar(&axes, "axis", nil, "an axis, COMPONENT=V1,V2,... (bundled: the Python environment's; repeatable); default: the recipe's matrix: field")
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "override applied to every cell (repeatable)")
 	cmd.Flags().StringVar(&format, "format", "text", "output: text, json, github or gitlab")
 	cmd.Flags().StringVar(&mirror, "mirror", "", "decide the rules' commit conditions also from the repositories of this mirror (default $EPBUILD_MIRROR)")
