@@ -54,6 +54,20 @@ const fixCacheSpace = "free space there or point EPBUILD_CACHE at a larger file 
 // Path is where a stage's output for key lives (whether or not it exists yet).
 func (s *Store) Path(stage, key string) string { return filepath.Join(s.dir, "stages", stage, key) }
 
+// stepLogs makes an empty directory for the logs of the stage output key while it is
+// made (the produce lock is held): <cache>/logs/<stage>-<key>. A failed attempt's logs
+// stay there until the next attempt or `cache gc`.
+func (s *Store) stepLogs(stage, key string) (string, error) {
+	d := filepath.Join(s.dir, "logs", stage+"-"+key)
+	if err := os.RemoveAll(d); err != nil {
+		return "", fmt.Errorf("remove the logs of an earlier attempt: %w", err)
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return "", noSpaceOr(fmt.Errorf("make the log directory: %w", err), "make the log directory", s.dir, 0, fixCacheSpace)
+	}
+	return d, nil
+}
+
 // Has reports whether the stage output for key is complete.
 func (s *Store) Has(stage, key string) bool {
 	_, err := os.Stat(filepath.Join(s.Path(stage, key), ".done"))
