@@ -350,6 +350,7 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer store.Close()
 	src, err := j.Sources()
 	if err != nil {
 		return nil, err
