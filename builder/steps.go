@@ -50,10 +50,11 @@ func (e *BuildError) ExitCode() int {
 }
 func (e *BuildError) Unwrap() error { return e.Err }
 
-// Watcher shows a build step while it runs (builder/progress.Display on the command
-// line): done is called when the step ends.
+// Watcher shows a build step while one of its commands runs (builder/progress.Display
+// on the command line): since is when the step's first command started; done is called
+// when the command ends.
 type Watcher interface {
-	Step(name, logPath string) (done func())
+	Step(name, logPath string, since time.Time) (done func())
 }
 
 // stepEnv is what a build step runs with.
@@ -68,7 +69,8 @@ type stepEnv struct {
 	jobs      int
 	ninja     bool
 	python    string
-	watch     Watcher // nil: nothing shows the steps
+	watch     Watcher              // nil: nothing shows the steps
+	started   map[string]time.Time // when each step's first command started
 }
 
 var templRe = regexp.MustCompile(`\{\{\s*([^{}]*?)\s*\}\}`)
@@ -136,7 +138,13 @@ func (s *stepEnv) run(ctx context.Context, step, dir string, env []string, name 
 		return &BuildError{Component: s.component, Step: step, Log: logPath, Err: context.Cause(ctx), Stopped: true}
 	}
 	if s.watch != nil {
-		done := s.watch.Step("build "+s.component+" "+step, logPath)
+		if s.started == nil {
+			s.started = map[string]time.Time{}
+		}
+		if _, ok := s.started[step]; !ok {
+			s.started[step] = time.Now()
+		}
+		done := s.watch.Step("build "+s.component+" "+step, logPath, s.started[step])
 		defer done()
 	}
 	cmd := exec.Command(name, args...)

@@ -116,25 +116,35 @@ func TestStepFailureKeepsTheWholeLog(t *testing.T) {
 	}
 }
 
-// The watcher sees each step while it runs.
+// The watcher sees each command of a step while it runs, each with the time the step's
+// first command started (a cmake step runs three).
 func TestStepWatched(t *testing.T) {
 	s := newTestStep(t, false)
 	w := &recordingWatcher{}
 	s.watch = w
-	if err := s.run(context.Background(), "00-command", s.src, s.env, "true"); err != nil {
-		t.Fatal(err)
+	for _, step := range []string{"00-cmake", "00-cmake", "01-command"} {
+		if err := s.run(context.Background(), step, s.src, s.env, "true"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if len(w.steps) != 1 || w.steps[0] != "build fixture 00-command "+filepath.Join(s.logs, "00-command.log") || w.ended != 1 {
+	want := []string{"build fixture 00-cmake " + filepath.Join(s.logs, "00-cmake.log"), "build fixture 00-cmake " + filepath.Join(s.logs, "00-cmake.log"),
+		"build fixture 01-command " + filepath.Join(s.logs, "01-command.log")}
+	if fmt.Sprint(w.steps) != fmt.Sprint(want) || w.ended != 3 {
 		t.Errorf("watched %v, ended %d", w.steps, w.ended)
+	}
+	if !w.since[0].Equal(w.since[1]) || !w.since[2].After(w.since[1]) {
+		t.Errorf("since %v", w.since)
 	}
 }
 
 type recordingWatcher struct {
 	steps []string
+	since []time.Time
 	ended int
 }
 
-func (w *recordingWatcher) Step(name, log string) func() {
+func (w *recordingWatcher) Step(name, log string, since time.Time) func() {
 	w.steps = append(w.steps, name+" "+log)
+	w.since = append(w.since, since)
 	return func() { w.ended++ }
 }

@@ -117,10 +117,13 @@ func New(opts Options) *Display {
 	return d
 }
 
-// Step shows a step named name whose output goes to the file logPath, until the
-// returned function is called.
-func (d *Display) Step(name, logPath string) (done func()) {
-	s := &step{name: name, log: logPath, start: d.opts.Now(), done: make(chan struct{})}
+// Step shows a step named name, running since since (zero: now), whose output goes to
+// the file logPath, until the returned function is called.
+func (d *Display) Step(name, logPath string, since time.Time) (done func()) {
+	if since.IsZero() {
+		since = d.opts.Now()
+	}
+	s := &step{name: name, log: logPath, start: since, done: make(chan struct{})}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()

@@ -105,7 +105,7 @@ func TestHeartbeatLines(t *testing.T) {
 	defer d.Close()
 	lp := filepath.Join(t.TempDir(), "00-cmake.log")
 	writeLog(t, lp, "$ cmake --build\n[1/3] Building C object a.o\n")
-	done := d.Step("build libdemo 00-cmake", lp)
+	done := d.Step("build libdemo 00-cmake", lp, time.Time{})
 	waitFor(t, "a heartbeat", func() bool { return strings.Contains(logs.String(), "[1/3]") })
 	writeLog(t, lp, "[2/3] Building C object b.o\n")
 	waitFor(t, "a heartbeat with the new last line", func() bool { return strings.Contains(logs.String(), "[2/3]") })
@@ -141,11 +141,11 @@ func TestLiveLines(t *testing.T) {
 	a, b := filepath.Join(dir, "a.log"), filepath.Join(dir, "b.log")
 	writeLog(t, a, "compiling a\n")
 	writeLog(t, b, "linking b\n")
-	doneA := d.Step("build a 00-cmake", a)
-	doneB := d.Step("build b 00-command", b)
+	doneA := d.Step("build a 00-cmake", a, time.Time{})
+	doneB := d.Step("build b 00-command", b, time.Now().Add(-65*time.Second))
 	waitFor(t, "both live lines", func() bool {
 		s := out.String()
-		return strings.Contains(s, "\r\x1b[2K  build a 00-cmake  0s  compiling a\n\r\x1b[2K  build b 00-command  0s  linking b\n\x1b[J")
+		return strings.Contains(s, "\r\x1b[2K  build a 00-cmake  0s  compiling a\n\r\x1b[2K  build b 00-command  1m05s  linking b\n\x1b[J")
 	})
 	before := len(out.String())
 	if _, err := d.Writer().Write([]byte("INFO done stage=patch\n")); err != nil {
