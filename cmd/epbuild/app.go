@@ -71,7 +71,7 @@ func (e *exitError) ExitCode() int { return e.code }
 
 // Main runs epbuild with args and returns the exit code. SIGINT and SIGTERM cancel the
 // command's context: build steps are stopped with their process groups, temporary
-// directories are removed, and the exit code is 130.
+// directories are removed, and the exit code is 130; a second signal ends it at once.
 func Main(args []string, s Streams, getenv func(string) string) int {
 	out := &countingWriter{w: s.Out}
 	app := &App{Streams: Streams{In: s.In, Out: out, Err: s.Err}, Getenv: getenv}
@@ -86,6 +86,8 @@ func Main(args []string, s Streams, getenv func(string) string) int {
 		select {
 		case sig := <-sigs:
 			cancel(&interrupted{sig})
+			// a second one ends epbuild at once (what it started dies with it)
+			signal.Stop(sigs)
 		case <-ctx.Done():
 		}
 	}()
