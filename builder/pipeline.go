@@ -308,6 +308,8 @@ type BuildOptions struct {
 	Getenv func(string) string
 	// PlanOnly computes the stage keys and what is cached, and does no work.
 	PlanOnly bool
+	// Watch shows the build steps while they run (nil: nothing does).
+	Watch Watcher
 }
 
 // Build runs the main job in its order: the rules on the plan (a plan they stop is bad
@@ -348,6 +350,7 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer store.Close()
 	src, err := j.Sources()
 	if err != nil {
 		return nil, err
@@ -355,7 +358,7 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 	r := &Runner{
 		Store: store, Sources: src, Log: j.opts.Log, Toolchain: tc, Environ: opts.Environ,
 		OutDir: opts.OutDir, Force: opts.Force, AllowApplied: opts.AllowApplied, Version: opts.Version,
-		SourceDateEpoch: opts.SourceDateEpoch, Findings: findings,
+		SourceDateEpoch: opts.SourceDateEpoch, Findings: findings, Watch: opts.Watch,
 	}
 	if opts.PlanOnly {
 		return &Result{Plan: j.Plan, Stages: r.Keys(j.Plan)}, nil

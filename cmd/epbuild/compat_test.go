@@ -129,9 +129,9 @@ func TestCompatListAndExplain(t *testing.T) {
 		}
 	}
 	code, out, _ = run(t, nil, "compat", "list", "--json")
-	var rows []struct{ ID string }
-	if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil || len(rows) < 31 {
-		t.Errorf("list --json: exit %d, %d rules, %v", code, len(rows), err)
+	var list struct{ Rules []struct{ ID string } }
+	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil || len(list.Rules) < 31 {
+		t.Errorf("list --json: exit %d, %d rules, %v", code, len(list.Rules), err)
 	}
 	code, out, _ = run(t, nil, "compat", "explain", "R3")
 	for _, want := range []string{"R3  NVSHMEM >= 3.5.19", "case qp-layout", "before: 29d31c095796f3c8ece47ee9cdcc167051bbeed9", "satisfies: \">=3.5.19\"", "why: NVSHMEM 3.5.19 changed", "sources:\n  - DeepEP #553"} {
@@ -159,14 +159,16 @@ func TestCompatListAndExplain(t *testing.T) {
 func TestCompatExplainEveryRule(t *testing.T) {
 	wired(t, "compat")
 	code, out, _ := run(t, nil, "compat", "list", "--json")
-	var rows []struct {
-		ID    string   `json:"id"`
-		Cases []string `json:"cases"`
+	var list struct {
+		Rules []struct {
+			ID    string   `json:"id"`
+			Cases []string `json:"cases"`
+		} `json:"rules"`
 	}
-	if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil {
+	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil {
 		t.Fatalf("list --json: exit %d %v", code, err)
 	}
-	for _, r := range rows {
+	for _, r := range list.Rules {
 		code, out, errs := run(t, nil, "compat", "explain", r.ID)
 		if code != 0 {
 			t.Fatalf("explain %s: exit %d %s", r.ID, code, errs)

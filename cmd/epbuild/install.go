@@ -61,7 +61,7 @@ needed is named).`,
 			var ve *builder.InstallVerifyError
 			if errors.As(err, &ve) && ve.Report != nil {
 				if asJSON {
-					_ = writeJSON(app.Out, jsonReport(ve.Report))
+					_ = app.printJSON(jsonReport(ve.Report))
 				} else {
 					writeReport(app.Out, ve.Report)
 				}
@@ -71,7 +71,7 @@ needed is named).`,
 				return err
 			}
 			if asJSON {
-				return writeJSON(app.Out, res)
+				return app.printJSON(res)
 			}
 			r := res.Receipt
 			fmt.Fprintf(app.Out, "installed %s (recipe %s, plan %s)\n", r.Artifact, r.Recipe, r.PlanKey[:min(12, len(r.PlanKey))])
@@ -160,7 +160,7 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 				return err
 			}
 			if asJSON {
-				if err := writeJSON(app.Out, jsonReport(rep)); err != nil {
+				if err := app.printJSON(jsonReport(rep)); err != nil {
 					return err
 				}
 			} else {
@@ -197,7 +197,9 @@ func (app *App) trafficCommand(prefix string, args []string) func(context.Contex
 			return err
 		}
 		c := exec.CommandContext(ctx, args[0], args[1:]...)
-		c.Env, c.Stdin, c.Stdout, c.Stderr = env, app.In, app.Err, app.Err
+		w := app.childOutput(args[0])
+		defer w.Close()
+		c.Env, c.Stdin, c.Stdout, c.Stderr = env, app.In, w, w
 		if err := c.Run(); err != nil {
 			return fmt.Errorf("%s: %w", strings.Join(args, " "), err)
 		}
@@ -282,7 +284,10 @@ func newHostCmd(app *App) *cobra.Command {
 		Use:   "host",
 		Short: "Check this host for a recipe (peer memory, RDMA, GPU↔NIC pairing), or capture what the checks read",
 	}
-	var hf hostFlags
+	var (
+		hf      hostFlags
+		capJSON bool
+	)
 	capture := &cobra.Command{
 		Use:   "capture OUT.tar.zst",
 		Short: "Record exactly the /sys, /proc and /dev files the host checks read, for --sysroot elsewhere",
@@ -303,11 +308,20 @@ results, without the node.`,
 			if err := writeFileAtomic(args[0], buf.Bytes()); err != nil {
 				return err
 			}
+			if capJSON {
+				return app.printJSON(struct {
+					File      string `json:"file"`
+					Bytes     int    `json:"bytes"`
+					Recipe    string `json:"recipe,omitempty"`
+					Transport string `json:"transport"`
+				}{args[0], buf.Len(), cfg.Recipe, string(cfg.Transport)})
+			}
 			fmt.Fprintf(app.Out, "captured the host state for %s (transport %s) into %s (%s)\n", orDash(cfg.Recipe), cfg.Transport, args[0], humanBytes(int64(buf.Len())))
 			return nil
 		},
 	}
 	hf.add(capture)
+	capture.Flags().BoolVar(&capJSON, "json", false, "print JSON")
 	var asJSON bool
 	var hcf hostFlags
 	check := &cobra.Command{
@@ -330,7 +344,7 @@ python3 (torch, else the nvidia-nccl-* wheel, else NCCL_HOME). Exit 1 when a che
 				return err
 			}
 			if asJSON {
-				err = writeJSON(app.Out, struct {
+				err = app.printJSON(struct {
 					OK bool `json:"ok"`
 					*builder.HostReport
 				}{!rep.Failed(), rep})

@@ -55,6 +55,11 @@ func demoArtifact(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	// the test binary is epbuild itself when a test runs it as a process (signals, a
+	// terminal): see epbuildProcess
+	if os.Getenv("EPBUILD_TEST_MAIN") == "1" {
+		os.Exit(Main(os.Args[1:], Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, os.Getenv))
+	}
 	code := m.Run()
 	if shared.dir != "" {
 		_ = os.RemoveAll(shared.dir)

@@ -22,8 +22,9 @@ func newMatrixCmd(app *App) *cobra.Command {
 		allowUndecided bool
 	)
 	cmd := &cobra.Command{
-		Use:   "matrix RECIPE",
-		Short: "Print the CI matrix of a recipe: the combinations the rules allow, with their env",
+		Use:               "matrix RECIPE",
+		ValidArgsFunction: app.completeRecipes(1),
+		Short:             "Print the CI matrix of a recipe: the combinations the rules allow, with their env",
 		Long: `Print the cross product of the axes minus the combinations a rule forbids (each
 exclusion with its rule ids), each allowed cell with the env that warn and advice rules
 add and a ready build command. Axes come from --axis COMPONENT=V1,V2 (or a --set key
@@ -76,7 +77,7 @@ epbuild matrix run RECIPE --axis ... builds, installs, verifies and tests each c
 			}
 			switch format {
 			case "json":
-				return writeJSON(app.Out, m)
+				return app.printJSON(m)
 			case "github":
 				b, err := m.GitHub()
 				if err != nil {
@@ -131,8 +132,9 @@ epbuild matrix run RECIPE --axis ... builds, installs, verifies and tests each c
 	}
 	cmd.AddCommand(newMatrixRunCmd(app))
 	cmd.Flags().StringArrayVar(&axes, "axis", nil, "an axis, COMPONENT=V1,V2,... (bundled: the Python environment's; repeatable); default: the recipe's matrix: field")
-	cmd.Flags().StringArrayVar(&sets, "set", nil, "override applied to every cell (repeatable)")
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "an override applied to every cell: `KEY=VALUE` (repeatable; the keys: epbuild show --help)")
 	cmd.Flags().StringVar(&format, "format", "text", "output: text, json, github or gitlab")
+	_ = cmd.RegisterFlagCompletionFunc("format", oneOf("text", "json", "github", "gitlab"))
 	cmd.Flags().StringVar(&mirror, "mirror", "", "decide the rules' commit conditions also from the repositories of this mirror (default $EPBUILD_MIRROR)")
 	cmd.Flags().BoolVar(&allowUndecided, "allow-undecided", false, "keep cells for which an error-level rule cannot be decided (excluded by default)")
 	return cmd

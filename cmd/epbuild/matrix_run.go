@@ -82,7 +82,7 @@ it may name {{prefix}} (the cell's install), {{COMPONENT.prefix}} and {{COMPONEN
 				return err
 			}
 			if asJSON {
-				if jerr := writeJSON(app.Out, run); jerr != nil {
+				if jerr := app.printJSON(run); jerr != nil {
 					return jerr
 				}
 			} else {
