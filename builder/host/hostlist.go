@@ -13,9 +13,12 @@ import (
 	"github.com/epbuild/epbuild/builder/check"
 )
 
-// maxHosts bounds an expanded host list: a typo like node[0-99999999] must not allocate
-// gigabytes.
-const maxHosts = 1 << 16
+// maxHosts and maxHostname bound an expanded host list: a typo like node[0-99999999]
+// must not allocate gigabytes. A DNS name has at most 253 characters.
+const (
+	maxHosts    = 1 << 16
+	maxHostname = 255
+)
 
 // ExpandHostlist expands Slurm's compressed host list, as SLURM_JOB_NODELIST holds it and
 // `scontrol show hostnames` prints it one name a line: comma-separated items, each a name
@@ -88,6 +91,9 @@ func expandItem(item string) ([]string, error) {
 		}
 		if len(names)*len(vals) > maxHosts {
 			return nil, fmt.Errorf("%q: more than %d hosts", item, maxHosts)
+		}
+		if len(names[0])+open+len(vals[len(vals)-1]) > maxHostname {
+			return nil, fmt.Errorf("%q: a host name longer than %d characters", item, maxHostname)
 		}
 		var next []string
 		for _, n := range names {

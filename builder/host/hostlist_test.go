@@ -129,3 +129,25 @@ func TestHostnamesCheck(t *testing.T) {
 		t.Error("sameHost")
 	}
 }
+
+// No host list makes the expansion panic or grow past its bound, and what it accepts it
+// gives back in full: every name it expands is non-empty.
+func FuzzExpandHostlist(f *testing.F) {
+	for _, s := range []string{"node[01-04,07]", "rack[1-2]-gpu[1,3]", "a,b", "x[", "x]", "n[0-99999999]", "[1-2][3-4][5-6]", "a[1-2],,b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		hosts, err := ExpandHostlist(s)
+		if err != nil {
+			return
+		}
+		if len(hosts) == 0 || len(hosts) > maxHosts {
+			t.Fatalf("%q: %d hosts", s, len(hosts))
+		}
+		for _, h := range hosts {
+			if strings.TrimSpace(h) == "" {
+				t.Fatalf("%q: an empty name in %q", s, hosts)
+			}
+		}
+	})
+}
