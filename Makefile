@@ -57,6 +57,7 @@ fuzz:
 	$(FUZZ) FuzzVersionOrder ./compat/
 	$(FUZZ) FuzzExtract ./builder/archive/
 	$(FUZZ) FuzzInstallExtract ./builder/
+	$(FUZZ) FuzzExpandHostlist ./builder/host/
 
 clean:
 	rm -rf bin

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/epbuild/epbuild/compat"
@@ -28,6 +29,9 @@ func FactsFromPlan(p *Plan) compat.Facts {
 			Arch:    slices.Clone(p.Toolchain.Arch),
 			Require: slices.Clone(p.Toolchain.Require),
 		},
+	}
+	if b := p.Runtime.BufferBytes; b != nil {
+		f.Runtime = map[string]string{"buffer-bytes": strconv.FormatUint(*b, 10)}
 	}
 	for _, c := range p.Components {
 		fc := compat.Component{

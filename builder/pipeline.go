@@ -216,6 +216,41 @@ func (e *RulesError) Error() string {
 	return strings.Join(parts, "; ")
 }
 
+// buildHostVerdict joins the two judgements of the build host before any work: what the
+// toolchain lacks (missing) and what the rules at preflight say (rules). A rule that holds
+// on what was probed says why the host cannot build (CUDA 13 cannot compile this NVSHMEM,
+// R33) even when something is missing too; one left undecided by a missing tool is left
+// out, since the missing tool says it.
+func buildHostVerdict(missing, rules error) error {
+	var re *RulesError
+	switch {
+	case missing != nil && errors.As(rules, &re):
+		if decided := re.decided(); decided != nil {
+			return errors.Join(decided, missing)
+		}
+		return missing
+	case missing != nil && rules != nil:
+		return errors.Join(missing, rules)
+	case missing != nil:
+		return missing
+	}
+	return rules
+}
+
+// decided is e with only the findings that were decided, nil when none was.
+func (e *RulesError) decided() *RulesError {
+	var fs []compat.Finding
+	for _, f := range e.Findings {
+		if !f.Unknown {
+			fs = append(fs, f)
+		}
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	return &RulesError{Recipe: e.Recipe, Stage: e.Stage, Findings: fs}
+}
+
 // ExitCode: a plan the rules stop is bad input; a build host they stop lacks something.
 func (e *RulesError) ExitCode() int {
 	if e.Stage == compat.StagePreflight {
@@ -363,11 +398,8 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 	if opts.PlanOnly {
 		return &Result{Plan: j.Plan, Stages: r.Keys(j.Plan)}, nil
 	}
-	if err := Preflight(j.Plan, tc); err != nil {
-		return nil, err
-	}
 	pre, err := j.Findings(ctx, tc)
-	if err != nil {
+	if err := buildHostVerdict(Preflight(j.Plan, tc), err); err != nil {
 		return nil, err
 	}
 	r.Findings = append(r.Findings, pre...)

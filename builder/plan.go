@@ -104,6 +104,7 @@ func (r *Resolver) Resolve(name string, sets []string) (*Plan, error) {
 		Overrides: sets,
 		Toolchain: rc.Toolchain,
 		Env:       rc.Env,
+		Runtime:   rc.Runtime,
 		Notes:     rc.Notes,
 	}
 	for _, name := range rc.Order() {

@@ -82,6 +82,9 @@ type VerifyOptions struct {
 	// overrides the recipe's runtime env where the host rules read variables, and gives
 	// NCCL_HOME. Nil: the recipe's runtime env alone.
 	JobEnv []string
+	// HostsFile lists the job's nodes for the hostname check (--hosts); "": the Slurm
+	// allocation in JobEnv, if any.
+	HostsFile string
 	// Ancestry decides the rules' commit conditions on the host; nil: the embedded history.
 	Ancestry compat.Ancestry
 	// Traffic, when set, is run while the NIC counters under Sysroot are sampled
@@ -190,8 +193,10 @@ type verifier struct {
 	prefixes map[string]string
 	env      []string
 	envErr   error
-	// mapped is the libnvshmem_host copies the process check found mapped (-1: not run).
+	// mapped is the libnvshmem_host copies the process check found mapped (-1: not run);
+	// loaded their files.
 	mapped int
+	loaded []string
 }
 
 // python picks the interpreter for the Python checks.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -187,7 +188,7 @@ func matching(paths []string, pattern string) []string {
 // judgeCopies decides one library's check from the copies mapped.
 func (v *verifier) judgeCopies(ctx context.Context, c VerifyCheck, l oneLib, pc *PlanComponent, paths []string, mapErr error) VerifyCheck {
 	if l.component == "nvshmem" && mapErr == nil {
-		v.mapped = len(paths)
+		v.mapped, v.loaded = len(paths), paths
 	}
 	r := inspect.CheckSingleMapped(paths, mapErr, l.pattern)
 	c.Status, c.Found = r.Status, r.Found
@@ -216,6 +217,42 @@ func (v *verifier) judgeCopies(ctx context.Context, c VerifyCheck, l oneLib, pc 
 		c.Fix = "source " + filepath.Join(v.prefix, EnvName) + " (" + l.fix + ")"
 	}
 	return c
+}
+
+// soVersion is the release a versioned file name carries: libnvshmem_host.so.3.4.5.
+var soVersion = regexp.MustCompile(`\.so\.(\d+\.\d+\.\d+)$`)
+
+// nvshmemLibVersion is the X.Y.Z of a libnvshmem_host file a process maps: from its name
+// where NVSHMEM's install gave it one (libnvshmem_host.so.3 links to .so.3.4.5, and
+// /proc/self/maps names the file itself), else from the wheel that installed it (the
+// nvidia_nvshmem_cu*-X.Y.Z.dist-info beside its package whose RECORD lists the file).
+// "" when neither says.
+func nvshmemLibVersion(lib string) string {
+	if m := soVersion.FindStringSubmatch(filepath.Base(lib)); m != nil {
+		return m[1]
+	}
+	// nvidia/nvshmem/lib/libnvshmem_host.so.3 lies three levels below site-packages
+	dir := filepath.Dir(lib)
+	for range 4 {
+		dir = filepath.Dir(dir)
+		infos, _ := filepath.Glob(filepath.Join(dir, "nvidia_nvshmem*.dist-info"))
+		for _, info := range infos {
+			rec, err := os.ReadFile(filepath.Join(info, "RECORD"))
+			rel, rerr := filepath.Rel(dir, lib)
+			if err != nil || rerr != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(rec), "\n") {
+				if name, _, _ := strings.Cut(line, ","); name == filepath.ToSlash(rel) {
+					_, ver, _ := strings.Cut(strings.TrimSuffix(filepath.Base(info), ".dist-info"), "-")
+					if v, err := compat.ParseVersion(ver); err == nil {
+						return v.Core()
+					}
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // preloadsFrom reports whether env's LD_PRELOAD loads a library from dir.

@@ -322,11 +322,15 @@ func TestHostConfigFromPlans(t *testing.T) {
 		check  func(host.Config) bool
 	}{
 		{"gcp-b200", func(c host.Config) bool {
+			// gcp-b200 turns CUDA VMM off: its heap is fixed, 1 GiB until its env sizes it (R32)
 			return c.Transport == host.TransportIBGDA && c.GIDIndex == 3 && c.HCAPrefix == "mlx5" && strings.HasPrefix(c.Mapping, "0:mlx5_0:1,") &&
-				c.NeedPeerMem && c.NeedPeerMappingOverride && !c.NeedGDRCopy && c.NVSHMEMVersion == "3.5.19-1"
+				!c.NeedGDRCopy && c.NVSHMEMVersion == "3.5.19-1" && c.BufferBytes == 2146961792 &&
+				(c.FixedHeapBytes == 1<<30 || c.Env["NVSHMEM_SYMMETRIC_SIZE"] != "")
 		}},
-		{"efa-aws", func(c host.Config) bool { return c.Transport == host.TransportEFA && c.NeedGDRCopy && !c.NeedPeerMem }},
-		{"single-node", func(c host.Config) bool { return c.Transport == host.TransportNone && !c.NeedGDRCopy }},
+		{"efa-aws", func(c host.Config) bool { return c.Transport == host.TransportEFA && c.NeedGDRCopy && c.GIDIndex == -1 }},
+		{"single-node", func(c host.Config) bool {
+			return c.Transport == host.TransportNone && !c.NeedGDRCopy && c.FixedHeapBytes == 0 && c.BufferBytes == 0
+		}},
 		{"demo", func(c host.Config) bool { return c.Transport == host.TransportNone && c.NVSHMEMVersion == "" }},
 	}
 	for _, tc := range cases {

@@ -26,6 +26,11 @@ func TestParseRulesErrors(t *testing.T) {
 		{"bad fix", head + "    when: {requires: a}\n    fix: {set: [version]}\n", "not a --set override"},
 		{"duplicate id", head + "    when: {requires: a}\n" + strings.TrimPrefix(head, "rules:\n") + "    when: {requires: a}\n", "used twice"},
 		{"duplicate key", head + "    when: {requires: a}\n    title: again\n", "rules.yaml:9:"},
+		{"size below without a default", head + "    when: {size: {env: NVSHMEM_SYMMETRIC_SIZE, below: buffer-bytes}}\n", "below: needs default:"},
+		{"size below an unknown key", head + "    when: {size: {env: NVSHMEM_SYMMETRIC_SIZE, default: 1G, below: heap}}\n", "rules.yaml:8:"},
+		{"size default not a size", head + "    when: {size: {env: NVSHMEM_SYMMETRIC_SIZE, default: 1Q, below: buffer-bytes}}\n", "unknown suffix"},
+		{"size both below and invalid", head + "    when: {size: {env: X, default: 1G, below: buffer-bytes, invalid: true}}\n", "exactly one of below: and invalid"},
+		{"unknown runtime key", head + "    when: {runtime: {key: heap-bytes, set: true}}\n", "runtime key \"heap-bytes\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseRules("rules.yaml", []byte(tc.body))

@@ -27,10 +27,22 @@ type Recipe struct {
 	// use {{prefix}} (the install prefix) and {{component.prefix}} of a built component;
 	// LD_PRELOAD may only name files under those.
 	Env map[string]string `json:"env,omitempty"`
+	// Runtime says what a job of this recipe asks of each GPU, for the rules and the node
+	// checks that compare it with the runtime env and the node.
+	Runtime Runtime `json:"runtime,omitzero"`
 	// Matrix holds default CI matrix axes (component name → versions).
 	Matrix map[string][]string `json:"matrix,omitempty"`
 	// Notes are shown by `epbuild show`: caveats a user must know.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// Runtime is what a job asks of each GPU at run time.
+type Runtime struct {
+	// BufferBytes is the memory, in bytes, DeepEP's Buffer takes from NVSHMEM's symmetric
+	// heap on each GPU: num_rdma_bytes, which Buffer.get_low_latency_rdma_size_hint gives
+	// in low-latency mode. With CUDA VMM off the heap must hold it (R32), and each GPU
+	// must have it free (verify-install --host).
+	BufferBytes *uint64 `json:"buffer-bytes,omitempty" jsonschema:"minimum=1"`
 }
 
 // Toolchain lists requirements on the build host. Versions are vendor versions or

@@ -12,7 +12,7 @@ COMPONENT.commit=SHA, COMPONENT.ref=REF, COMPONENT.url=URL,
 COMPONENT.sha256=HEX, COMPONENT.strip=N, COMPONENT.package=NAME, COMPONENT.patches=a,b (empty: none),
 COMPONENT.options.KEY=V (every cmake step), COMPONENT.env.KEY=V (every build step),
 env.KEY=V (runtime env; empty value removes it), toolchain.cuda|torch|python|gcc|cmake=V,
-toolchain.arch=sm_90a,sm_100`
+toolchain.arch=sm_90a,sm_100, runtime.buffer-bytes=N (bytes; empty: undeclared)`
 
 // Apply applies --set overrides in order. Each is `key=value`; see SetHelp. The
 // overridden paths are remembered so that validation errors point at the flag.
@@ -46,6 +46,21 @@ func (d *Doc) apply1(s string) error {
 			r.Env[rest] = val
 		}
 		d.set["$.env."+rest] = s
+		return nil
+	case "runtime":
+		if rest != "buffer-bytes" {
+			return fmt.Errorf("unknown runtime key %q (buffer-bytes)", rest)
+		}
+		d.set["$.runtime."+rest] = s
+		if val == "" {
+			r.Runtime.BufferBytes = nil
+			return nil
+		}
+		n, err := strconv.ParseUint(val, 10, 64)
+		if err != nil {
+			return fmt.Errorf("runtime.buffer-bytes is a number of bytes (e.g. 2146961792), not %q", val)
+		}
+		r.Runtime.BufferBytes = &n
 		return nil
 	case "toolchain":
 		t := &r.Toolchain

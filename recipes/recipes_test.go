@@ -134,6 +134,14 @@ func TestRecipeErrors(t *testing.T) {
 		{"set unknown component", goodRecipe, []string{"nccl.commit=919760f413fb834e76382d129ba9c3314ce722be"}, []string{"no component \"nccl\""}, 0, 0},
 		{"set no equals", goodRecipe, []string{"nvshmem.commit"}, []string{"KEY=VALUE"}, 0, 0},
 		{"set archive key on git", goodRecipe, []string{"nvshmem.sha256=00"}, []string{"not an archive"}, 0, 0},
+		{"buffer bytes", goodRecipe + "runtime:\n  buffer-bytes: 2146961792\n", nil, nil, 0, 0},
+		{"buffer bytes zero", goodRecipe + "runtime:\n  buffer-bytes: 0\n", nil, []string{"r.yaml:22:17", "at least 1"}, 22, 17},
+		{"buffer bytes with a suffix", goodRecipe + "runtime:\n  buffer-bytes: 2G\n", nil, []string{"r.yaml:22"}, 22, 0},
+		{"buffer bytes negative", goodRecipe + "runtime:\n  buffer-bytes: -1\n", nil, []string{"r.yaml:22"}, 22, 0},
+		{"unknown runtime key", goodRecipe + "runtime:\n  heap-bytes: 1\n", nil, []string{"unknown field \"heap-bytes\"", "r.yaml:22"}, 22, 0},
+		{"set buffer bytes with a suffix", goodRecipe, []string{"runtime.buffer-bytes=2G"}, []string{"--set runtime.buffer-bytes=2G", "number of bytes"}, 0, 0},
+		{"set buffer bytes zero", goodRecipe, []string{"runtime.buffer-bytes=0"}, []string{"--set runtime.buffer-bytes=0", "at least 1"}, 0, 0},
+		{"set another runtime key", goodRecipe, []string{"runtime.heap=1"}, []string{"unknown runtime key \"heap\""}, 0, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -184,6 +192,7 @@ func TestSetOverrides(t *testing.T) {
 		"env.NVSHMEM_IB_GID_INDEX=3",
 		"toolchain.arch=sm_90a,sm_100",
 		"deepep.patches=a,b",
+		"runtime.buffer-bytes=2146961792",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -200,8 +209,14 @@ func TestSetOverrides(t *testing.T) {
 	if strings.Join(r.Toolchain.Arch, " ") != "sm_90a sm_100" || strings.Join(dp.Patches, " ") != "a b" {
 		t.Errorf("lists not overridden: %v %v", r.Toolchain.Arch, dp.Patches)
 	}
+	if b := r.Runtime.BufferBytes; b == nil || *b != 2146961792 {
+		t.Errorf("runtime not overridden: %v", b)
+	}
 	if err := doc.Validate(nil); err != nil {
 		t.Fatal(err)
+	}
+	if err := doc.Apply([]string{"runtime.buffer-bytes="}); err != nil || doc.Recipe.Runtime.BufferBytes != nil {
+		t.Errorf("an empty value leaves the buffer undeclared: %v %v", err, doc.Recipe.Runtime.BufferBytes)
 	}
 }
 

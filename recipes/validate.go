@@ -94,6 +94,9 @@ func (d *Doc) Validate(patchSets PatchSetLookup) error {
 		}
 		d.validateRuntimeEnv("$.env."+k, k, r.Env[k], installed, add)
 	}
+	if b := r.Runtime.BufferBytes; b != nil && *b == 0 {
+		add("$.runtime.buffer-bytes", "buffer-bytes is the bytes DeepEP's buffer takes on each GPU, at least 1 (leave it out when unknown)")
+	}
 	for _, comp := range slices.Sorted(maps.Keys(r.Matrix)) {
 		if _, ok := names[comp]; !ok {
 			add("$.matrix", "matrix axis %q names no component of this recipe", comp)

@@ -98,13 +98,14 @@ func newVerifyInstallCmd(app *App) *cobra.Command {
 		python  string
 		hostOn  bool
 		sysroot string
+		hosts   string
 		traffic bool
 		smokeOn bool
 		pes     int
 		timeout time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "verify-install [--prefix DIR] [--json] [--host [--sysroot DIR]] [--smoke [--smoke-pes N] [--smoke-timeout D]] [--traffic -- CMD ARGS...]",
+		Use:   "verify-install [--prefix DIR] [--json] [--host [--sysroot DIR] [--hosts FILE]] [--smoke [--smoke-pes N] [--smoke-timeout D]] [--traffic -- CMD ARGS...]",
 		Short: "Check an installed prefix against its manifest, its recipe's checks and (--host) this host",
 		Long: `Check an installed prefix (default $EPBUILD_PREFIX, which env.sh sets). The manifest
 (install.manifest) is read first; then, by the check engine, target by target:
@@ -117,7 +118,9 @@ there).
 
 With --host (--sysroot reads a capture instead of /), the node and the compatibility
 rules of the host stage (rule.<id>[/case] results, with the rule's fix), and the
-DEEP_EP_DEVICE_TO_HCA_MAPPING line the PCIe tree implies:
+DEEP_EP_DEVICE_TO_HCA_MAPPING line the PCIe tree implies. The job's nodes, for the
+hostname check, come from --hosts FILE (one host a line) or the Slurm allocation
+(SLURM_JOB_NODELIST):
 
 ` + kindsHelp(check.Host) + `
 With --traffic -- CMD ARGS..., CMD runs with the install's env while the NIC counters are
@@ -149,8 +152,11 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 			if prefix == "" {
 				return usageError{errors.New("verify-install: give --prefix DIR, or source the install's env.sh (it sets EPBUILD_PREFIX)")}
 			}
+			if hosts != "" && !hostOn {
+				return usageError{errors.New("--hosts names the job's nodes for the host checks: give --host too")}
+			}
 			opts := builder.VerifyOptions{Prefix: prefix, Python: python, Environ: builder.CleanEnviron(app.Getenv),
-				Host: hostOn, Sysroot: host.NewSysroot(sysroot), JobEnv: os.Environ(),
+				Host: hostOn, Sysroot: host.NewSysroot(sysroot), JobEnv: os.Environ(), HostsFile: hosts,
 				Smoke: smokeOn, SmokePEs: pes, SmokeTimeout: timeout}
 			if traffic {
 				opts.Traffic = app.trafficCommand(prefix, args)
@@ -178,6 +184,7 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 	f.StringVar(&python, "python", "", "interpreter for the import checks (default: the build's, if here, else python3)")
 	f.BoolVar(&hostOn, "host", false, "also check this host: peer memory, RDMA devices, GPU↔NIC pairing, ...")
 	f.StringVar(&sysroot, "sysroot", "", "read /sys, /proc and /dev under this directory (an extracted capture of epbuild host capture)")
+	f.StringVar(&hosts, "hosts", "", "the job's nodes, one host a line (default: the Slurm allocation), for the hostname check")
 	f.BoolVar(&traffic, "traffic", false, "run the command after -- and report how its NIC traffic spread")
 	f.BoolVar(&smokeOn, "smoke", false, "also run the install's NVSHMEM smoke test on this node (unique-ID init, malloc, put, barrier, team split)")
 	f.IntVar(&pes, "smoke-pes", 0, "smoke test processes (default: one per GPU)")
@@ -297,7 +304,7 @@ the directory as --sysroot to host check or verify-install --host: the same chec
 results, without the node.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sys, cfg, err := hf.config(app)
+			sys, cfg, err := hf.config(cmd.Context(), app)
 			if err != nil {
 				return err
 			}
@@ -329,8 +336,12 @@ results, without the node.`,
 		Short: "Run the host checks alone, for a recipe or an install's plan",
 		Long: `Run the host checks alone. What they ask of the host comes from --recipe NAME, else from
 the install at --prefix (default $EPBUILD_PREFIX), else nothing recipe-specific (transport
-ibrc when the host has RDMA devices, none otherwise). The NCCL a job loads is read from
-python3 (torch, else the nvidia-nccl-* wheel, else NCCL_HOME). Exit 1 when a check fails.
+ibrc when the host has RDMA devices, none otherwise), under the runtime env a job gets
+here (the recipe's, overridden by this environment's). The NCCL a job loads is read from
+python3 (torch, else the nvidia-nccl-* wheel, else NCCL_HOME). The job's nodes come from
+--hosts FILE (one host a line, or Slurm's node[01-04] syntax), else SLURM_JOB_NODELIST
+(expanded by scontrol show hostnames where it runs). Exit 1 when a check fails; 2 for a
+recipe or host list that cannot be read.
 
 ` + kindsHelp(check.Host),
 		Args: cobra.NoArgs,
@@ -371,19 +382,21 @@ python3 (torch, else the nvidia-nccl-* wheel, else NCCL_HOME). Exit 1 when a che
 
 // hostFlags pick the sysroot and what the host checks ask for.
 type hostFlags struct {
-	sysroot, recipe, prefix string
+	sysroot, recipe, prefix, hosts string
 }
 
 func (f *hostFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.sysroot, "sysroot", "", "read /sys, /proc and /dev under this directory instead of /")
 	cmd.Flags().StringVar(&f.recipe, "recipe", "", "check for this recipe's runtime settings (transport, GID index, mapping, ...)")
 	cmd.Flags().StringVar(&f.prefix, "prefix", "", "check for the plan of the install here (default $EPBUILD_PREFIX, when set)")
+	cmd.Flags().StringVar(&f.hosts, "hosts", "", "the job's nodes, one host a line (default: the Slurm allocation), for the hostname check")
 }
 
 // options says what the host checks ask of this host: the recipe's runtime settings
 // (--recipe), else the plan of the install at --prefix, else nothing recipe-specific.
 func (f *hostFlags) options(app *App) (builder.HostOptions, error) {
-	opts := builder.HostOptions{Sysroot: host.NewSysroot(f.sysroot), Env: builder.CleanEnviron(app.Getenv), JobEnv: os.Environ(), Mapped: -1}
+	opts := builder.HostOptions{Sysroot: host.NewSysroot(f.sysroot), Env: builder.CleanEnviron(app.Getenv), JobEnv: os.Environ(), Mapped: -1,
+		HostsFile: f.hosts}
 	if f.sysroot != "" {
 		if st, err := os.Stat(f.sysroot); err != nil || !st.IsDir() {
 			return opts, usageError{fmt.Errorf("--sysroot %s: not a directory", f.sysroot)}
@@ -415,12 +428,12 @@ func (f *hostFlags) options(app *App) (builder.HostOptions, error) {
 	return opts, nil
 }
 
-func (f *hostFlags) config(app *App) (host.Sysroot, host.Config, error) {
+func (f *hostFlags) config(ctx context.Context, app *App) (host.Sysroot, host.Config, error) {
 	opts, err := f.options(app)
 	if err != nil {
 		return opts.Sysroot, host.Config{}, err
 	}
-	cfg, err := builder.HostConfig(opts.Plan, opts.Toolchain, opts.Sysroot)
+	cfg, err := builder.HostConfigFor(ctx, opts)
 	if err != nil {
 		return opts.Sysroot, cfg, usageError{err}
 	}
