@@ -6,13 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -177,76 +174,6 @@ func linkTree(src, dst string) error {
 		}
 		return nil
 	})
-}
-
-// EnvScript writes env.sh: it finds its own directory (the install prefix) and exports
-// the recipe's runtime env with {{C.prefix}} pointing into it, PYTHONPATH and
-// LD_LIBRARY_PATH for the components (laid out under root) that have python/ and lib/. Values are single-quoted; only the prefix is expanded.
-func EnvScript(p *Plan, root string, installed []string) (string, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# env.sh for %s (plan %s), written by epbuild. Source it: . %s\n", p.Recipe, p.Key[:12], EnvName)
-	b.WriteString(`EPBUILD_PREFIX="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"` + "\nexport EPBUILD_PREFIX\n")
-	has := map[string]bool{}
-	for _, c := range installed {
-		has[c] = true
-	}
-	var py, ld []string
-	for _, c := range installed {
-		if dirExists(filepath.Join(root, c, "python")) {
-			py = append(py, `"$EPBUILD_PREFIX"/`+shellQuote(c+"/python"))
-		}
-		if dirExists(filepath.Join(root, c, "lib")) {
-			ld = append(ld, `"$EPBUILD_PREFIX"/`+shellQuote(c+"/lib"))
-		}
-	}
-	if len(py) > 0 {
-		fmt.Fprintf(&b, "export PYTHONPATH=%s\"${PYTHONPATH:+:$PYTHONPATH}\"\n", strings.Join(py, ":"))
-	}
-	if len(ld) > 0 {
-		fmt.Fprintf(&b, "export LD_LIBRARY_PATH=%s\"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\n", strings.Join(ld, ":"))
-	}
-	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
-		v, err := shellTemplate(p.Env[k], has)
-		if err != nil {
-			return "", fmt.Errorf("env.sh for %s: %s: %w", p.Recipe, k, err)
-		}
-		fmt.Fprintf(&b, "export %s=%s\n", k, v)
-	}
-	return b.String(), nil
-}
-
-// shellTemplate turns "{{nvshmem.prefix}}/lib/x" into "$EPBUILD_PREFIX"/'nvshmem/lib/x'.
-func shellTemplate(v string, installed map[string]bool) (string, error) {
-	var out strings.Builder
-	rest := v
-	for {
-		loc := templRe.FindStringSubmatchIndex(rest)
-		if loc == nil {
-			break
-		}
-		lit, ref := rest[:loc[0]], rest[loc[2]:loc[3]]
-		if lit != "" {
-			out.WriteString(shellQuote(lit))
-		}
-		switch {
-		case ref == "prefix":
-			out.WriteString(`"$EPBUILD_PREFIX"`)
-		case strings.HasSuffix(ref, ".prefix") && installed[strings.TrimSuffix(ref, ".prefix")]:
-			out.WriteString(`"$EPBUILD_PREFIX"/` + shellQuote(strings.TrimSuffix(ref, ".prefix")))
-		default:
-			return "", fmt.Errorf("{{%s}} does not name an installed component", ref)
-		}
-		rest = rest[loc[1]:]
-	}
-	if rest != "" || out.Len() == 0 {
-		out.WriteString(shellQuote(rest))
-	}
-	return out.String(), nil
-}
-
-// shellQuote single-quotes s for sh.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func sha256Hex(b []byte) string {
