@@ -39,6 +39,8 @@ type Manifest struct {
 	Env             map[string]string `json:"env,omitempty"`
 	Findings        []compat.Finding  `json:"findings,omitempty"`
 	Files           []archive.Entry   `json:"files"`
+	// Wheels are written beside the artifact (WheelDir), not in it.
+	Wheels []WheelFile `json:"wheels,omitempty"`
 }
 
 // ManifestName and EnvName are the generated files at the top of an artifact.
@@ -99,11 +101,16 @@ func (r *Runner) packageStage(ctx context.Context, p *Plan, res *Result, dir str
 	}
 	entries = append(entries, archive.Entry{Path: EnvName, Type: archive.TypeFile, Mode: 0o755, Size: int64(len(envsh)), SHA256: sha256Hex([]byte(envsh))})
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
+	wheels, err := packWheels(p, res, dir, sde)
+	if err != nil {
+		return err
+	}
 	plan := *p
 	plan.File = ""
 	m := Manifest{
 		Format: ManifestFormat, Epbuild: r.Version, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
 		SourceDateEpoch: sde, Toolchain: r.Toolchain, Components: comps, Env: p.Env, Findings: r.Findings, Files: entries,
+		Wheels: wheels,
 	}
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
