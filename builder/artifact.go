@@ -139,7 +139,14 @@ func (r *Runner) packageStage(ctx context.Context, p *Plan, res *Result, dir str
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(out+".sha256", []byte(sum+"  "+filepath.Base(out)+"\n"), 0o644)
+	if err := os.WriteFile(out+".sha256", []byte(sum+"  "+filepath.Base(out)+"\n"), 0o644); err != nil {
+		return err
+	}
+	bom, err := sbomBytes(&m, filepath.Base(out), sum, r.Version)
+	if err != nil {
+		return fmt.Errorf("package %s: %w", p.Recipe, err)
+	}
+	return os.WriteFile(out+SBOMSuffix, bom, 0o644)
 }
 
 // installedComponents lists the components whose files the artifact carries.

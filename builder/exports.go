@@ -1,16 +1,22 @@
 package builder
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/sbom"
 	"github.com/epbuild/epbuild/builder/wheel"
+	"github.com/epbuild/epbuild/patches"
 )
 
 // What the package stage writes beside the artifact, each an exporter of what the build
@@ -102,4 +108,113 @@ func publishWheels(p *Plan, dir, outDir string) ([]string, error) {
 		}
 	}
 	return paths, nil
+}
+
+// SBOMSuffix names the SBOM beside an artifact (ARTIFACT.cdx.json); epbuild push stores it.
+const SBOMSuffix = ".cdx.json"
+
+// sbomInput is the SBOM's view of a manifest: the artifact's name and sha256 come from
+// the caller (the package stage, or an install's receipt).
+func sbomInput(m *Manifest, artifact, sum, tool string) sbom.Input {
+	in := sbom.Input{Plan: m.Plan, Patches: map[string][]*patches.SetResult{}, Python: map[string]string{}, Files: m.Files,
+		Artifact: artifact, ArtifactSHA256: sum, BuiltBy: m.Epbuild, Tool: tool, SourceDateEpoch: m.SourceDateEpoch}
+	for _, c := range m.Components {
+		in.Patches[c.Name] = c.Patches
+	}
+	for _, w := range m.Wheels {
+		in.Wheels = append(in.Wheels, sbom.Wheel{Component: w.Component, File: w.File, Dir: WheelDir(m.Plan), SHA256: w.SHA256, Size: w.Size})
+	}
+	if t := m.Toolchain; t != nil {
+		for name, pk := range t.PythonPackages {
+			in.Python[name] = pk.Version
+		}
+		for _, x := range []sbom.Tool{
+			{Name: "python", Version: t.PythonVersion, Path: t.Python}, {Name: "setuptools", Version: t.Setuptools, Package: true},
+			{Name: "wheel", Version: t.Wheel, Package: true}, {Name: "torch", Version: t.Torch, Package: true},
+			{Name: "cuda", Version: t.CUDA, Path: t.NVCC}, {Name: "gcc", Version: t.GCC}, {Name: "g++", Version: t.GXX},
+			{Name: "cmake", Version: t.CMake}, {Name: "ninja", Version: t.Ninja}, {Name: "git", Version: t.Git},
+			{Name: "protobuf", Version: t.Protobuf, Path: t.ProtobufHeader},
+		} {
+			in.Toolchain = append(in.Toolchain, x)
+		}
+		for _, name := range slices.Sorted(maps.Keys(t.PythonPackages)) {
+			in.Toolchain = append(in.Toolchain, sbom.Tool{Name: name, Version: t.PythonPackages[name].Version, Path: t.PythonPackages[name].Dir, Package: true})
+		}
+		for _, kv := range [][2]string{{"os", t.OS}, {"arch", t.Arch}, {"cuda-home", t.CUDAHome}, {"torch-cuda", t.TorchCUDA},
+			{"rdma-core", t.RDMACore}, {"libfabric-home", t.LibfabricHome}, {"gdrcopy-home", t.GDRCopyHome}, {"mpi-home", t.MPIHome},
+			{"abseil", t.Abseil}, {"gtest", t.GTest}} {
+			if kv[1] != "" {
+				in.Properties = append(in.Properties, sbom.Property{Name: "epbuild:toolchain:" + kv[0], Value: kv[1]})
+			}
+		}
+	}
+	return in
+}
+
+// sbomBytes is the CycloneDX JSON of m.
+func sbomBytes(m *Manifest, artifact, sum, tool string) ([]byte, error) {
+	bom, err := sbom.Build(sbomInput(m, artifact, sum, tool))
+	if err != nil {
+		return nil, err
+	}
+	return bom.Marshal()
+}
+
+// SBOM is the CycloneDX 1.6 SBOM of an artifact (ARTIFACT.tar.zst: its manifest, and its
+// sha256, checked against ARTIFACT.sha256 when there is one) or of an install (PREFIX:
+// its manifest, and the artifact its receipt names). tool is this epbuild's version.
+func SBOM(ctx context.Context, path, tool string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
+	}
+	if st.IsDir() {
+		m, raw, err := ReadInstalledManifest(path)
+		if err != nil {
+			return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
+		}
+		art, sum := "", ""
+		r, err := ReadReceipt(path)
+		switch {
+		case err == nil && r.ManifestSHA256 != sha256Hex(raw):
+			return nil, &UsageError{Err: fmt.Errorf("sbom: %s changed since install (the receipt pins sha256 %s): run epbuild verify-install --prefix %s", filepath.Join(path, ManifestName), shortKey(r.ManifestSHA256), path)}
+		case err == nil:
+			art, sum = r.Artifact, r.SHA256
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
+		}
+		return sbomBytes(m, art, sum, tool)
+	}
+	sum, err := checkArtifactSum(path)
+	if err != nil {
+		return nil, err
+	}
+	m, _, err := readArtifactManifest(ctx, path, st.Size())
+	if err != nil {
+		return nil, err
+	}
+	return sbomBytes(m, filepath.Base(path), sum, tool)
+}
+
+// publishSBOM copies the stored SBOM beside the published artifact (dst + SBOMSuffix)
+// through a temporary file, unless it already holds the same bytes.
+func publishSBOM(src, dst string) error {
+	b, err := os.ReadFile(src + SBOMSuffix)
+	if err != nil {
+		return fmt.Errorf("write the SBOM beside %s: %w", dst, err)
+	}
+	to := dst + SBOMSuffix
+	if have, err := os.ReadFile(to); err == nil && bytes.Equal(have, b) {
+		return nil
+	}
+	tmp := to + ".tmp-" + strconv.Itoa(os.Getpid())
+	err = os.WriteFile(tmp, b, 0o644)
+	if err == nil {
+		err = os.Rename(tmp, to)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return publishErr(err, src+SBOMSuffix, to)
+	}
+	return nil
 }

@@ -92,7 +92,8 @@ type Result struct {
 	Components []ComponentResult `json:"components"`
 	Artifact   string            `json:"artifact,omitempty"`
 	SHA256     string            `json:"sha256,omitempty"`
-	// Wheels are the wheels published beside the artifact (WheelDir).
+	// SBOM is the CycloneDX SBOM beside the artifact; Wheels the wheels (WheelDir).
+	SBOM   string   `json:"sbom,omitempty"`
 	Wheels []string `json:"wheels,omitempty"`
 }
 
@@ -253,6 +254,10 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 	if err := publishArtifact(art, res.Artifact, sum); err != nil {
 		return res, err
 	}
+	if err := publishSBOM(art, res.Artifact); err != nil {
+		return res, err
+	}
+	res.SBOM = res.Artifact + SBOMSuffix
 	if res.Wheels, err = publishWheels(p, r.Store.Path("package", pk), r.OutDir); err != nil {
 		return res, err
 	}

@@ -153,6 +153,7 @@ disk space).`,
 		newPullCmd(app),
 		newFleetCmd(app),
 		newBenchCmd(app),
+		newSBOMCmd(app),
 	)
 	return root
 }
