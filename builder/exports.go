@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/modulefile"
 	"github.com/epbuild/epbuild/builder/sbom"
 	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/patches"
@@ -217,4 +218,87 @@ func publishSBOM(src, dst string) error {
 		return publishErr(err, src+SBOMSuffix, to)
 	}
 	return nil
+}
+
+// ModuleOptions say which install to write a modulefile for, under what name.
+type ModuleOptions struct {
+	Prefix string
+	// Name and Version load it (module load NAME/VERSION); "": the recipe and the short
+	// plan key.
+	Name, Version string
+}
+
+// Module is the environment module of the install at opts.Prefix, from its manifest
+// (and receipt): what env.sh exports, as prepends for PYTHONPATH and LD_LIBRARY_PATH and
+// as variables for the recipe's runtime env and EPBUILD_PREFIX.
+func Module(opts ModuleOptions) (modulefile.Module, error) {
+	prefix, err := filepath.Abs(opts.Prefix)
+	if err != nil {
+		return modulefile.Module{}, &UsageError{Err: err}
+	}
+	m, _, err := ReadInstalledManifest(prefix)
+	if err != nil {
+		return modulefile.Module{}, &UsageError{Err: fmt.Errorf("module: %w", err)}
+	}
+	env, py, ld, err := runtimeParts(m.Plan, installedPrefixes(m, prefix))
+	if err != nil {
+		return modulefile.Module{}, err
+	}
+	mod := modulefile.Module{Name: opts.Name, Version: opts.Version}
+	if mod.Name == "" {
+		mod.Name = m.Recipe
+	}
+	if mod.Version == "" {
+		mod.Version = shortKey(m.PlanKey)
+	}
+	var comps []string
+	for _, c := range m.Plan.Components {
+		d := c.Name
+		if c.Version != "" {
+			d += " " + c.Version
+		}
+		if pin := c.Source.Pin(); pin != "" {
+			d += " (" + shortPin(pin) + ")"
+		}
+		for _, s := range c.PatchSets {
+			d += " +" + s.Name
+		}
+		comps = append(comps, d)
+	}
+	mod.Whatis = []string{
+		"Name: " + m.Recipe,
+		"Version: " + mod.Version,
+		"Description: DeepEP + NVSHMEM built by epbuild for " + m.Plan.Cluster,
+		"Plan: " + m.PlanKey,
+		"Components: " + strings.Join(comps, ", "),
+		"Prefix: " + prefix,
+	}
+	if r, err := ReadReceipt(prefix); err == nil {
+		mod.Whatis = append(mod.Whatis, "Artifact: "+r.Artifact+" (sha256 "+r.SHA256+")")
+	}
+	mod.Help = fmt.Sprintf("%s (plan %s) installed at %s by epbuild.\nCheck it on a node with: epbuild verify-install --host (EPBUILD_PREFIX is set).", m.Recipe, m.PlanKey, prefix)
+	if len(py) > 0 {
+		mod.Prepend = append(mod.Prepend, modulefile.PathVar{Name: "PYTHONPATH", Dirs: py})
+		delete(env, "PYTHONPATH")
+	}
+	if len(ld) > 0 {
+		mod.Prepend = append(mod.Prepend, modulefile.PathVar{Name: "LD_LIBRARY_PATH", Dirs: ld})
+		delete(env, "LD_LIBRARY_PATH")
+	}
+	mod.Set = append(mod.Set, modulefile.Var{Name: "EPBUILD_PREFIX", Value: prefix})
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		mod.Set = append(mod.Set, modulefile.Var{Name: k, Value: env[k]})
+	}
+	return mod, mod.Check()
+}
+
+// shortPin abbreviates a pin for a one-line description.
+func shortPin(pin string) string {
+	if s, ok := strings.CutPrefix(pin, "sha256:"); ok && len(s) > 12 {
+		return "sha256:" + s[:12]
+	}
+	if len(pin) == 40 {
+		return pin[:12]
+	}
+	return pin
 }

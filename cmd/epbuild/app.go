@@ -154,6 +154,7 @@ disk space).`,
 		newFleetCmd(app),
 		newBenchCmd(app),
 		newSBOMCmd(app),
+		newModuleCmd(app),
 	)
 	return root
 }
