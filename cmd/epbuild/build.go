@@ -67,7 +67,10 @@ resolve the pins, check the compatibility rules (exit 2 on an error-level findin
 an error-level rule that cannot be decided unless --allow-undecided), check the toolchain
 (exit 3 naming what is missing), fetch, apply the patch sets in order and prove their
 effects, build, run the checks on the staged prefix, and pack the prefix with
-manifest.json and env.sh.
+manifest.json and env.sh. Beside the artifact: its .sha256, its CycloneDX SBOM
+(ARTIFACT.cdx.json, see epbuild sbom) and, for a python-extension step with wheel: true,
+a reproducible wheel in <recipe>-<plan>.wheels/ (pip install it; see
+docs/python-lmod-sbom.md).
 
 Every stage's output is stored by key: a rerun with nothing changed does no work, a
 failed run resumes at the stage that failed, and --force[=STAGE] reruns a stage and those
