@@ -6,12 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -41,6 +38,8 @@ type Manifest struct {
 	Env             map[string]string `json:"env,omitempty"`
 	Findings        []compat.Finding  `json:"findings,omitempty"`
 	Files           []archive.Entry   `json:"files"`
+	// Wheels are written beside the artifact (WheelDir), not in it.
+	Wheels []WheelFile `json:"wheels,omitempty"`
 }
 
 // ManifestName and EnvName are the generated files at the top of an artifact.
@@ -88,11 +87,16 @@ func (r *Runner) packageStage(ctx context.Context, p *Plan, res *Result, dir str
 	if err != nil {
 		return err
 	}
+	wheels, err := packWheels(p, res, dir, sde)
+	if err != nil {
+		return err
+	}
 	plan := *p
 	plan.File = ""
 	m := Manifest{
 		Format: ManifestFormat, Epbuild: r.Version, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
 		SourceDateEpoch: sde, Toolchain: r.Toolchain, Components: comps, Env: p.Env, Findings: r.Findings,
+		Wheels: wheels,
 	}
 	out := filepath.Join(dir, ArtifactName(p))
 	f, err := os.Create(out)
@@ -121,7 +125,14 @@ func (r *Runner) packageStage(ctx context.Context, p *Plan, res *Result, dir str
 	if err != nil {
 		return fmt.Errorf("package %s: %w", p.Recipe, err)
 	}
-	return os.WriteFile(out+".sha256", []byte(rep.SHA256+"  "+filepath.Base(out)+"\n"), 0o644)
+	if err := os.WriteFile(out+".sha256", []byte(rep.SHA256+"  "+filepath.Base(out)+"\n"), 0o644); err != nil {
+		return err
+	}
+	bom, err := sbomBytes(&m, filepath.Base(out), rep.SHA256, r.Version)
+	if err != nil {
+		return fmt.Errorf("package %s: %w", p.Recipe, err)
+	}
+	return os.WriteFile(out+SBOMSuffix, bom, 0o644)
 }
 
 // installedComponents lists the components whose files the artifact carries.
@@ -134,81 +145,6 @@ func installedComponents(p *Plan, res *Result) []string {
 		}
 	}
 	return out
-}
-
-// EnvScript writes env.sh: it finds its own directory (the install prefix) and exports
-// the recipe's runtime env with {{C.prefix}} pointing into it, PYTHONPATH and
-// LD_LIBRARY_PATH for the components (laid out under root) that have python/ and lib/. Values are single-quoted; only the prefix is expanded.
-func EnvScript(p *Plan, root string, installed []string) (string, error) {
-	return envScript(p, func(c string) string { return filepath.Join(root, c) }, installed)
-}
-
-// envScript is EnvScript with each installed component's tree at dirOf(component).
-func envScript(p *Plan, dirOf func(string) string, installed []string) (string, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# env.sh for %s (plan %s), written by epbuild. Source it: . %s\n", p.Recipe, p.Key[:12], EnvName)
-	b.WriteString(`EPBUILD_PREFIX="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"` + "\nexport EPBUILD_PREFIX\n")
-	has := map[string]bool{}
-	for _, c := range installed {
-		has[c] = true
-	}
-	var py, ld []string
-	for _, c := range installed {
-		if dirExists(filepath.Join(dirOf(c), "python")) {
-			py = append(py, `"$EPBUILD_PREFIX"/`+shellQuote(c+"/python"))
-		}
-		if dirExists(filepath.Join(dirOf(c), "lib")) {
-			ld = append(ld, `"$EPBUILD_PREFIX"/`+shellQuote(c+"/lib"))
-		}
-	}
-	if len(py) > 0 {
-		fmt.Fprintf(&b, "export PYTHONPATH=%s\"${PYTHONPATH:+:$PYTHONPATH}\"\n", strings.Join(py, ":"))
-	}
-	if len(ld) > 0 {
-		fmt.Fprintf(&b, "export LD_LIBRARY_PATH=%s\"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\n", strings.Join(ld, ":"))
-	}
-	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
-		v, err := shellTemplate(p.Env[k], has)
-		if err != nil {
-			return "", fmt.Errorf("env.sh for %s: %s: %w", p.Recipe, k, err)
-		}
-		fmt.Fprintf(&b, "export %s=%s\n", k, v)
-	}
-	return b.String(), nil
-}
-
-// shellTemplate turns "{{nvshmem.prefix}}/lib/x" into "$EPBUILD_PREFIX"/'nvshmem/lib/x'.
-func shellTemplate(v string, installed map[string]bool) (string, error) {
-	var out strings.Builder
-	rest := v
-	for {
-		loc := templRe.FindStringSubmatchIndex(rest)
-		if loc == nil {
-			break
-		}
-		lit, ref := rest[:loc[0]], rest[loc[2]:loc[3]]
-		if lit != "" {
-			out.WriteString(shellQuote(lit))
-		}
-		switch {
-		case ref == "prefix":
-			out.WriteString(`"$EPBUILD_PREFIX"`)
-		case strings.HasSuffix(ref, ".prefix") && installed[strings.TrimSuffix(ref, ".prefix")]:
-			out.WriteString(`"$EPBUILD_PREFIX"/` + shellQuote(strings.TrimSuffix(ref, ".prefix")))
-		default:
-			return "", fmt.Errorf("{{%s}} does not name an installed component", ref)
-		}
-		rest = rest[loc[1]:]
-	}
-	if rest != "" || out.Len() == 0 {
-		out.WriteString(shellQuote(rest))
-	}
-	return out.String(), nil
-}
-
-// shellQuote single-quotes s for sh.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func sha256Hex(b []byte) string {

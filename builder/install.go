@@ -240,6 +240,10 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	if err := stageArtifact(ctx, art, tree, m, raw); err != nil {
 		return nil, noSpaceOr(err, op, parent, need, fixInstallSpace)
 	}
+	// env.sh learns where it is installed: sh cannot find out by itself
+	if err := BakeEnvScript(tree, prefix); err != nil {
+		return nil, noSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, need, fixInstallSpace)
+	}
 	rc := Receipt{
 		Artifact: filepath.Base(art), SHA256: sum, ManifestSHA256: sha256Hex(raw), Recipe: m.Recipe, PlanKey: m.PlanKey,
 		InstalledAt: time.Now().UTC().Truncate(time.Second), Epbuild: opts.Version, BuiltBy: m.Epbuild, Prefix: prefix,
@@ -253,10 +257,10 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	}
 	logInfo(opts.Log, "artifact checked", "artifact", rc.Artifact, "files", len(m.Files))
 
-	// verify the tree where it is staged: it is relocatable (env.sh finds its own
-	// directory), and a tree that fails never reaches the prefix
+	// verify the tree where it is staged, as the install it will be at prefix: a tree
+	// that fails never reaches the prefix
 	vo := opts.Verify
-	vo.Prefix, vo.Host, vo.Traffic = tree, false, nil
+	vo.Prefix, vo.Final, vo.Host, vo.Traffic = tree, prefix, false, nil
 	rep, verr := Verify(ctx, vo)
 	if rep != nil {
 		relocateReport(rep, tree, prefix)

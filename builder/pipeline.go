@@ -542,59 +542,6 @@ func (j *Job) Fetch(ctx context.Context, out string) ([]FetchReport, error) {
 	return reps, nil
 }
 
-// MirrorReport counts what a mirror holds.
-type MirrorReport struct {
-	Dir      string `json:"dir"`
-	Git      int    `json:"git"`
-	Archives int    `json:"archives"`
-}
-
-// Mirror writes into dir exactly what the jobs need: every pinned source and every
-// upstream commit their patch sets read, laid out by URL.
-func Mirror(ctx context.Context, dir string, jobs ...*Job) (MirrorReport, error) {
-	rep := MirrorReport{Dir: dir}
-	var gits []source.Git
-	var archives []source.Archive
-	var main *source.Fetcher
-	for _, j := range jobs {
-		src, err := j.Sources()
-		if err != nil {
-			return rep, err
-		}
-		main = src.Main
-		for _, c := range j.Plan.Components {
-			switch {
-			case c.Source.Git != nil && !isEmbedded(c.Source.Git.URL):
-				gits = append(gits, source.Git{URL: c.Source.Git.URL, Commit: c.Source.Git.Commit, Ref: c.Source.Git.Ref})
-			case c.Source.Archive != nil:
-				a := c.Source.Archive
-				archives = append(archives, source.Archive{URL: a.URL, SHA256: a.SHA256, Strip: a.Strip})
-			}
-			for _, s := range c.PatchSets {
-				for _, pt := range s.Patches {
-					switch {
-					case pt.UpstreamDiff != nil:
-						d := pt.UpstreamDiff
-						gits = append(gits, source.Git{URL: d.Repo, Commit: d.Head, Ref: d.Ref}, source.Git{URL: d.Repo, Commit: d.Base})
-					case pt.UpstreamFile != nil:
-						gits = append(gits, source.Git{URL: pt.UpstreamFile.Repo, Commit: pt.UpstreamFile.Commit})
-					case pt.Replace != nil:
-						gits = append(gits, source.Git{URL: pt.Replace.Repo, Commit: pt.Replace.Commit})
-					}
-				}
-			}
-		}
-	}
-	if main == nil {
-		return rep, errors.New("mirror: no recipe given")
-	}
-	if err := main.WriteMirror(ctx, dir, gits, archives); err != nil {
-		return rep, err
-	}
-	rep.Git, rep.Archives = len(gits), len(archives)
-	return rep, nil
-}
-
 // MatrixOptions configure BuildMatrix: the recipe (its Options) and the axes; none: the
 // recipe's own matrix: field.
 type MatrixOptions struct {

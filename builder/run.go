@@ -36,9 +36,9 @@ func Stages() []string { return slices.Clone(stageOrder) }
 // how epbuild produces them.
 const (
 	patchFormat   = "patch/1"
-	buildFormat   = "build/2" // 2: CMAKE_*FLAGS quoted for the shell Ninja and make use
-	checkFormat   = "check/2" // 2: check files that resolve outside the prefix match nothing
-	packageFormat = "package/1"
+	buildFormat   = "build/3"   // 2: CMAKE_*FLAGS quoted for the shell Ninja and make use; 3: python/ holds a .dist-info
+	checkFormat   = "check/2"   // 2: check files that resolve outside the prefix match nothing
+	packageFormat = "package/2" // 2: wheels and the SBOM beside the artifact
 )
 
 // Sources picks the fetcher for a URL (the embedded repositories have their own).
@@ -99,6 +99,9 @@ type Result struct {
 	Components []ComponentResult `json:"components"`
 	Artifact   string            `json:"artifact,omitempty"`
 	SHA256     string            `json:"sha256,omitempty"`
+	// SBOM is the CycloneDX SBOM beside the artifact; Wheels the wheels (WheelDir).
+	SBOM   string   `json:"sbom,omitempty"`
+	Wheels []string `json:"wheels,omitempty"`
 }
 
 // Keys computes every stage key of the plan without doing any work (for --plan).
@@ -256,6 +259,13 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 	res.SHA256 = sum
 	res.Artifact = filepath.Join(r.OutDir, ArtifactName(p))
 	if err := publishArtifact(art, res.Artifact, sum); err != nil {
+		return res, err
+	}
+	if err := publishSBOM(art, res.Artifact); err != nil {
+		return res, err
+	}
+	res.SBOM = res.Artifact + SBOMSuffix
+	if res.Wheels, err = publishWheels(p, r.Store.Path("package", pk), r.OutDir); err != nil {
 		return res, err
 	}
 	return res, nil

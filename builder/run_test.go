@@ -1,12 +1,14 @@
 package builder
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"math/rand"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -109,6 +111,25 @@ func TestDemoEndToEnd(t *testing.T) {
 	if res4.SHA256 != res.SHA256 {
 		t.Errorf("the artifact depends on the cache location: %s vs %s", res4.SHA256, res.SHA256)
 	}
+	// the wheel beside it too: a forced rebuild and another cache give the same bytes
+	if len(res.Wheels) != 1 || filepath.Base(filepath.Dir(res.Wheels[0])) != WheelDir(res.Plan) {
+		t.Fatalf("wheels beside the artifact: %v", res.Wheels)
+	}
+	want := mustReadFile(t, res.Wheels[0])
+	for i, r := range []*Result{res3, res4} {
+		if len(r.Wheels) != 1 || !bytes.Equal(mustReadFile(t, r.Wheels[0]), want) {
+			t.Errorf("build %d gave another wheel: %v", i+3, r.Wheels)
+		}
+	}
+}
+
+func mustReadFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // TestDemoKilled kills the demo run at random moments; each next run completes and

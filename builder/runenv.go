@@ -10,26 +10,9 @@ import (
 // installed: the recipe's env expanded, plus PYTHONPATH and LD_LIBRARY_PATH for the
 // components that have python/ and lib/.
 func RuntimeEnv(p *Plan, prefixes map[string]string, base []string) ([]string, error) {
-	vars := map[string]string{}
-	for name, pre := range prefixes {
-		vars[name+".prefix"] = pre
-	}
-	env, err := expandMap(p.Env, vars)
+	env, py, ld, err := runtimeParts(p, prefixes)
 	if err != nil {
-		return nil, fmt.Errorf("runtime env of %s: %w", p.Recipe, err)
-	}
-	var py, ld []string
-	for _, c := range p.Components {
-		pre, ok := prefixes[c.Name]
-		if !ok || c.Source.Python != nil {
-			continue
-		}
-		if dirExists(filepath.Join(pre, "python")) {
-			py = append(py, filepath.Join(pre, "python"))
-		}
-		if dirExists(filepath.Join(pre, "lib")) {
-			ld = append(ld, filepath.Join(pre, "lib"))
-		}
+		return nil, err
 	}
 	get := func(k string) string {
 		for _, kv := range base {
@@ -52,6 +35,31 @@ func RuntimeEnv(p *Plan, prefixes map[string]string, base []string) ([]string, e
 		env["LD_LIBRARY_PATH"] = join(ld, get("LD_LIBRARY_PATH"))
 	}
 	return withEnv(base, env), nil
+}
+
+// runtimeParts are the pieces of the runtime env: the recipe's env expanded, and the
+// python/ and lib/ directories of the components, in plan order (searched first first).
+func runtimeParts(p *Plan, prefixes map[string]string) (env map[string]string, py, ld []string, err error) {
+	vars := map[string]string{}
+	for name, pre := range prefixes {
+		vars[name+".prefix"] = pre
+	}
+	if env, err = expandMap(p.Env, vars); err != nil {
+		return nil, nil, nil, fmt.Errorf("runtime env of %s: %w", p.Recipe, err)
+	}
+	for _, c := range p.Components {
+		pre, ok := prefixes[c.Name]
+		if !ok || c.Source.Python != nil {
+			continue
+		}
+		if dirExists(filepath.Join(pre, "python")) {
+			py = append(py, filepath.Join(pre, "python"))
+		}
+		if dirExists(filepath.Join(pre, "lib")) {
+			ld = append(ld, filepath.Join(pre, "lib"))
+		}
+	}
+	return env, py, ld, nil
 }
 
 // InstallEnv is the environment env.sh gives a job in the install at prefix: base with

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -396,8 +398,10 @@ func stepDir(root, dir string) (string, error) {
 }
 
 // pythonExtension builds a setup.py package (DeepEP) and installs its build output into
-// prefix/python; with wheel set, it also keeps a wheel under prefix/wheels. Python runs
-// without a shell; the step's env reaches setup.py as it is.
+// prefix/python with a NAME-VERSION.dist-info made from `setup.py egg_info` (so pip and
+// importlib.metadata see the package); the package stage packs that tree into a wheel
+// when the step asks for one. setup.py runs once, without a shell; the step's env
+// reaches it as it is. Nothing here needs the wheel or build modules.
 func (s *stepEnv) pythonExtension(ctx context.Context, i int, st *recipes.PythonExtensionStep, vars map[string]string) error {
 	senv, err := expandMap(st.Env, vars)
 	if err != nil {
@@ -410,20 +414,53 @@ func (s *stepEnv) pythonExtension(ctx context.Context, i int, st *recipes.Python
 	step := fmt.Sprintf("%02d-python-extension", i)
 	blib := filepath.Join(s.work, "pybuild-lib")
 	btmp := filepath.Join(s.work, "pybuild-tmp")
-	if err := s.run(ctx, step, s.src, env, s.python, "setup.py", "build", "--build-lib", blib, "--build-temp", btmp); err != nil {
+	egg := filepath.Join(s.work, "pybuild-egg")
+	if err := os.MkdirAll(egg, 0o755); err != nil {
+		return fmt.Errorf("build %s: %w", s.component, err)
+	}
+	if err := s.run(ctx, step, s.src, env, s.python, "setup.py", "egg_info", "--egg-base", egg, "build", "--build-lib", blib, "--build-temp", btmp); err != nil {
 		return err
 	}
 	dst := filepath.Join(s.destdir+s.prefix, "python")
 	if err := copyTree(blib, dst); err != nil {
 		return fmt.Errorf("build %s: install python package: %w", s.component, err)
 	}
-	if st.Wheel {
-		wd := filepath.Join(s.destdir+s.prefix, "wheels")
-		if err := s.run(ctx, step, s.src, env, s.python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", wd, "."); err != nil {
-			return err
-		}
+	tags, err := s.pythonTags(ctx, env)
+	if err != nil {
+		return fmt.Errorf("build %s: %w", s.component, err)
 	}
+	w, err := wheel.WriteDistInfo(dst, egg, s.src, tags)
+	if err != nil {
+		return fmt.Errorf("build %s: package metadata: %w", s.component, err)
+	}
+	s.logf(step, "wrote python/%s (%s %s, tag %s)", w.Dir, w.Name, w.Version, w.Tag)
 	return nil
+}
+
+// pythonTags asks the build's interpreter for its wheel tags.
+func (s *stepEnv) pythonTags(ctx context.Context, env []string) (wheel.Tags, error) {
+	cmd := exec.CommandContext(ctx, s.python, "-c", wheel.TagScript)
+	cmd.Env = env
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	var t wheel.Tags
+	if err := cmd.Run(); err != nil {
+		return t, fmt.Errorf("ask %s for its wheel tags: %w: %s", s.python, err, strings.TrimSpace(errb.String()))
+	}
+	if err := json.Unmarshal([]byte(out.String()), &t); err != nil {
+		return t, fmt.Errorf("ask %s for its wheel tags: %w (it printed %q)", s.python, err, out.String())
+	}
+	return t, nil
+}
+
+// logf adds a line of epbuild's own to a step's log.
+func (s *stepEnv) logf(step, format string, args ...any) {
+	f, err := os.OpenFile(filepath.Join(s.logs, step+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "epbuild: "+format+"\n", args...)
 }
 
 // command runs a plain command in the tree, with PREFIX (final path), DESTDIR and SRC set:

@@ -65,6 +65,9 @@ func (r *VerifyReport) add(cs ...VerifyCheck) { r.Checks = append(r.Checks, cs..
 // VerifyOptions says what to verify and with what.
 type VerifyOptions struct {
 	Prefix string
+	// Final is where the tree at Prefix will be installed (install verifies its staging
+	// tree before it moves it there): env.sh must name it. "": Prefix.
+	Final string
 	// Python runs the import checks; "" means the interpreter the build used when this
 	// host has it at the same path, else python3 from PATH.
 	Python string

@@ -29,17 +29,20 @@ func (v *verifier) envScript(context.Context) []CheckResult {
 	paths := VerifyCheck{ID: "env.paths", Read: script, Why: "a path env.sh names that does not exist makes the loader or Python fall back to another copy, silently"}
 	preload := VerifyCheck{ID: "env.ld-preload", Read: script,
 		Why: "LD_PRELOAD forces the NVSHMEM the install was built with; one from elsewhere (torch bundles its own) means two NVSHMEMs in one process (R9, R10)"}
+	where := VerifyCheck{ID: "env.prefix", Read: script,
+		Why: "a POSIX shell (sh, dash: #!/bin/sh batch scripts) cannot tell where the file it sources is: env.sh takes the prefix epbuild install wrote into it"}
 	skipRest := func(why string) []CheckResult {
+		where.Status, where.Found = check.Skip, why
 		paths.Status, paths.Found = check.Skip, why
 		preload.Status, preload.Found = check.Skip, why
-		return []CheckResult{parse, paths, preload}
+		return []CheckResult{parse, where, paths, preload}
 	}
 	b, err := os.ReadFile(script)
 	if err != nil {
 		parse.Status, parse.Found, parse.Fix = check.Fail, err.Error(), v.fix()
 		return skipRest("env.sh cannot be read")
 	}
-	vars, order, err := parseEnvScript(string(b), v.prefix)
+	vars, order, baked, err := parseEnvScript(string(b), v.prefix)
 	if err != nil {
 		parse.Status, parse.Found, parse.Fix = check.Fail, err.Error(), v.fix()
 		return skipRest("env.sh cannot be parsed")
@@ -72,7 +75,29 @@ func (v *verifier) envScript(context.Context) []CheckResult {
 	default:
 		paths.Status, paths.Found = check.Pass, fmt.Sprintf("%d paths exist: %s", len(named), strings.Join(named, ", "))
 	}
-	return []CheckResult{parse, paths, v.checkPreload(preload, vars["LD_PRELOAD"])}
+	return []CheckResult{parse, v.checkBaked(where, baked), paths, v.checkPreload(preload, vars["LD_PRELOAD"])}
+}
+
+// checkBaked compares the prefix install wrote into env.sh with where the install is
+// (or, for install's staging tree, will be).
+func (v *verifier) checkBaked(c VerifyCheck, b envBaked) VerifyCheck {
+	here := v.prefix
+	if v.opts.Final != "" {
+		here = v.opts.Final
+	}
+	c.Expected = "env.sh names " + here
+	switch {
+	case b.At == "":
+		c.Status, c.Found = check.Warn, "env.sh names no prefix (not written by epbuild install): bash, zsh and ksh93 find it, sh refuses it"
+		c.Fix = "install the artifact with epbuild install ARTIFACT --prefix " + here
+	case filepath.Clean(b.At) != here:
+		c.Status = check.Fail
+		c.Found = fmt.Sprintf("env.sh names %s (install id %s): under sh it refuses, or loads the install there if that is still this one; bash, zsh and ksh93 use %s", b.At, b.ID, here)
+		c.Fix = fmt.Sprintf("%s (an install moved or copied by hand, or kept as a previous install, is not where its env.sh says)", v.fix())
+	default:
+		c.Status, c.Found = check.Pass, fmt.Sprintf("env.sh names %s (install id %s): sh, bash, zsh and ksh93 load this install", b.At, b.ID)
+	}
+	return c
 }
 
 // envDiffs compares env.sh's exports with the runtime env the plan gives this prefix.
@@ -183,35 +208,52 @@ func within(p, dir string) bool {
 	return err == nil && filepath.IsAbs(p) && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
-// parseEnvScript reads back what EnvScript writes, with EPBUILD_PREFIX = prefix and an
-// empty inherited environment: it returns each export's value and the export order.
-// Anything EnvScript does not write is an error, so a hand-edited env.sh shows.
-func parseEnvScript(text, prefix string) (map[string]string, []string, error) {
+// parseEnvScript reads back what EnvScript writes (and install bakes), with
+// EPBUILD_PREFIX = prefix and an empty inherited environment: it returns each export's
+// value, the export order and what install wrote into it. Anything EnvScript does not
+// write is an error, so a hand-edited env.sh shows.
+func parseEnvScript(text, prefix string) (map[string]string, []string, envBaked, error) {
+	tmpl, baked, err := unbakeEnv(text)
+	if err != nil {
+		return nil, nil, baked, err
+	}
+	lines := strings.SplitAfter(tmpl, "\n")
+	for i := range 2 {
+		if !strings.HasPrefix(lines[i], "#") {
+			return nil, nil, baked, fmt.Errorf("env.sh line %d: %q is not the comment epbuild writes", i+1, strings.TrimSpace(lines[i]))
+		}
+	}
+	body, ok := strings.CutPrefix(strings.Join(lines[4:], ""), envLocate)
+	if !ok {
+		return nil, nil, baked, errors.New("env.sh: the lines that find the prefix (from line 5) are not the ones epbuild writes")
+	}
+	first := 5 + strings.Count(envLocate, "\n")
 	vars := map[string]string{"EPBUILD_PREFIX": prefix}
 	var order []string
-	for i, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		switch {
-		case line == "" || strings.HasPrefix(line, "#"), line == "export EPBUILD_PREFIX":
-			continue
-		case strings.HasPrefix(line, `EPBUILD_PREFIX="$(cd "$(dirname `):
+	tails := 0
+	for i, line := range strings.Split(strings.TrimSuffix(body, "\n"), "\n") {
+		if line+"\n" == envTail {
+			tails++
 			continue
 		}
 		rest, ok := strings.CutPrefix(line, "export ")
 		name, val, ok2 := strings.Cut(rest, "=")
-		if !ok || !ok2 || !validEnvName(name) {
-			return nil, nil, fmt.Errorf("env.sh line %d: %q is not an export EPBUILD writes", i+1, line)
+		if !ok || !ok2 || !validEnvName(name) || name == "EPBUILD_PREFIX" {
+			return nil, nil, baked, fmt.Errorf("env.sh line %d: %q is not an export epbuild writes", first+i, line)
 		}
 		v, err := shellValue(val, name, prefix)
 		if err != nil {
-			return nil, nil, fmt.Errorf("env.sh line %d: %s: %w", i+1, name, err)
+			return nil, nil, baked, fmt.Errorf("env.sh line %d: %s: %w", first+i, name, err)
 		}
 		if _, dup := vars[name]; !dup {
 			order = append(order, name)
 		}
 		vars[name] = v
 	}
-	return vars, order, nil
+	if tails != 1 {
+		return nil, nil, baked, fmt.Errorf("env.sh: %d times the line epbuild writes once (%s)", tails, strings.TrimSpace(envTail))
+	}
+	return vars, order, baked, nil
 }
 
 func validEnvName(s string) bool {
@@ -261,4 +303,25 @@ func shellValue(s, name, prefix string) (string, error) {
 		}
 	}
 	return out.String(), nil
+}
+
+// installedEntries are the manifest's entries as epbuild install leaves them in prefix:
+// an env.sh whose only change from the artifact's is the prefix and id install wrote into
+// it counts as the artifact's.
+func installedEntries(prefix string, files []archive.Entry) []archive.Entry {
+	b, err := os.ReadFile(filepath.Join(prefix, EnvName))
+	if err != nil {
+		return files
+	}
+	tmpl, baked, err := unbakeEnv(string(b))
+	if err != nil || baked == (envBaked{}) {
+		return files
+	}
+	out := slices.Clone(files)
+	for i, e := range out {
+		if e.Path == EnvName && e.Type == archive.TypeFile && e.Size == int64(len(tmpl)) && e.SHA256 == sha256Hex([]byte(tmpl)) {
+			out[i].Size, out[i].SHA256 = int64(len(b)), sha256Hex(b)
+		}
+	}
+	return out
 }

@@ -35,7 +35,7 @@ func installKinds() []check.Kind[*Subject] {
 		{Name: "files", Targets: files, Run: onInstall((*verifier).files),
 			Explain: "every file's sha256, type and mode against the manifest; each changed, missing, extra or re-moded path as its own check"},
 		{Name: "env.script", Targets: env, Run: onInstall((*verifier).envScript),
-			Explain: "env.sh exports what the plan says and nothing else, the paths it names in the prefix exist, and LD_PRELOAD (if any) " +
+			Explain: "env.sh exports what the plan says and nothing else, names the prefix it is installed at (env.prefix: sh cannot find it), the paths it names in the prefix exist, and LD_PRELOAD (if any) " +
 				"loads a file the artifact carries: the NVSHMEM the install was built with (R9, R10)"},
 	}
 }
@@ -144,7 +144,7 @@ func (v *verifier) receipt(context.Context) []CheckResult {
 // files checks every entry against the manifest: one summary check, then one check per
 // problem so that each changed, missing, extra or re-moded path is listed with its own ID.
 func (v *verifier) files(ctx context.Context) []CheckResult {
-	problems, st, err := VerifyFiles(ctx, v.prefix, v.m.Files)
+	problems, st, err := VerifyFiles(ctx, v.prefix, installedEntries(v.prefix, v.m.Files))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // the caller reports the cancelled context

@@ -291,8 +291,8 @@ func TestParseEnvScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vars, order, err := parseEnvScript(script, "/opt/x")
-	if err != nil {
+	vars, order, baked, err := parseEnvScript(script, "/opt/x")
+	if err != nil || baked != (envBaked{}) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"EPBUILD_PREFIX": "/opt/x", "LD_LIBRARY_PATH": "/opt/x/c/lib", "A": "it's /opt/x/c/lib", "B": "/opt/x/c"}
@@ -305,7 +305,7 @@ func TestParseEnvScript(t *testing.T) {
 		t.Errorf("order %v", order)
 	}
 	for _, bad := range []string{"export A=$(rm -rf /)\n", "export A='open\n", "A=1\n", "source /etc/profile\n"} {
-		if _, _, err := parseEnvScript(bad, "/opt/x"); err == nil {
+		if _, _, _, err := parseEnvScript(bad, "/opt/x"); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
 	}
@@ -362,6 +362,7 @@ func TestVerifyFilesRandomized(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.Files = installedEntries(prefix, m.Files) // env.sh with the prefix install wrote in
 	ctx := context.Background()
 	at := func(rel string) string { return filepath.Join(prefix, filepath.FromSlash(rel)) }
 	content := map[string][]byte{}

@@ -131,7 +131,9 @@ type CMakeStep struct {
 }
 
 // PythonExtensionStep builds a Python package with a compiled extension (DeepEP's
-// setup.py) and installs it into the staged prefix; Wheel also keeps a wheel.
+// setup.py) and installs it into the staged prefix's python/ with its .dist-info (pip
+// and importlib.metadata see it); Wheel also packs that tree into a reproducible wheel
+// beside the artifact (<recipe>-<plan>.wheels/).
 type PythonExtensionStep struct {
 	Env   map[string]string `json:"env,omitempty"`
 	Wheel bool              `json:"wheel,omitempty"`

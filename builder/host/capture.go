@@ -22,8 +22,9 @@ const maxCaptureFile = 1 << 20
 // they read, and writes exactly those files, directories and symlinks to w as a tar.zst
 // (names relative to the root: "sys/class/infiniband/mlx5_0"). Symlinks stay symlinks:
 // the GPU↔NIC pairing reads the PCIe tree through them. Device nodes (/dev/gdrdrv) become
-// empty regular files, since recreating them needs privilege. Extract the archive into a
-// directory (tar --zstd -xf, or ExtractCapture) and pass it as the sysroot.
+// empty regular files, since recreating them needs privilege. OpenSysroot reads the
+// archive as a sysroot (so does a directory it was extracted into with tar --zstd -xf or
+// ExtractCapture).
 func Capture(ctx context.Context, sys Sysroot, cfg Config, w io.Writer) error {
 	rec := NewSysroot(sys.Dir()).WithRunner(sys.run) // a fresh record, the same programs
 	Run(ctx, rec, cfg)

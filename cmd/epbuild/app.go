@@ -200,6 +200,8 @@ disk space).`,
 		newPullCmd(app),
 		newFleetCmd(app),
 		newBenchCmd(app),
+		newSBOMCmd(app),
+		newModuleCmd(app),
 	)
 	app.addCompletions(root)
 	return root

@@ -99,7 +99,10 @@ resolve the pins, check the compatibility rules (exit 2 on an error-level findin
 an error-level rule that cannot be decided unless --allow-undecided), check the toolchain
 (exit 3 naming what is missing), fetch, apply the patch sets in order and prove their
 effects, build, run the checks on the staged prefix, and pack the prefix with
-manifest.json and env.sh.
+manifest.json and env.sh. Beside the artifact: its .sha256, its CycloneDX SBOM
+(ARTIFACT.cdx.json, see epbuild sbom) and, for a python-extension step with wheel: true,
+a reproducible wheel in <recipe>-<plan>.wheels/ (pip install it; see
+docs/python-lmod-sbom.md).
 
 Every stage's output is stored by key: a rerun with nothing changed does no work, a
 failed run resumes at the stage that failed, and --force[=STAGE] reruns a stage and those
@@ -253,7 +256,19 @@ func newMirrorCmd(app *App) *cobra.Command {
 		// recipes, then the directory: a word that is a path completes file names
 		ValidArgsFunction: app.completeRecipes(-1),
 		Short:             "Write a mirror holding exactly what these recipes need, for an air-gapped site",
-		Args:              cobra.MinimumNArgs(2),
+		Long: `Write into DIR exactly what these recipes need: every pinned git commit and archive,
+and every upstream commit their patch sets read, laid out by URL (DIR/github.com/OWNER/
+REPO.git, DIR/HOST/PATH), for epbuild recipe --mirror DIR where there is no network.
+
+The Python packages a recipe takes from the build host's environment (python: sources,
+such as the nvidia-nvshmem-cu12 wheel) are named, not downloaded (epbuild reads no package
+index): DIR/python/requirements.txt lists them, and the output gives the pip download
+command for a host with an index and the pip install command for the build host.
+
+A mirror is whole or not there: a new DIR is written beside its place and renamed into
+it when complete; a run into an existing DIR that fails takes back every entry it
+created. DIR/epbuild-mirror.json lists the recipes DIR holds completely.`,
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var jobs []*builder.Job
 			for _, name := range args[:len(args)-1] {
@@ -271,6 +286,17 @@ func newMirrorCmd(app *App) *cobra.Command {
 				return app.printJSON(rep)
 			}
 			fmt.Fprintf(app.Out, "mirror %s: %d git pins, %d archives\n", rep.Dir, rep.Git, rep.Archives)
+			if len(rep.Python) > 0 {
+				fmt.Fprintf(app.Out, "\nPython packages these recipes take from the build host's environment (not downloaded: epbuild reads no package index), listed in %s:\n", rep.Requirements)
+				for _, p := range rep.Python {
+					line := fmt.Sprintf("  %s\t(%s/%s)", p.Requirement, p.Recipe, p.Component)
+					if p.Note != "" {
+						line += "; " + p.Note
+					}
+					fmt.Fprintln(app.Out, line)
+				}
+				fmt.Fprintf(app.Out, "where there is an index (with the build host's Python version and platform):\n  %s\non the build host:\n  %s\n", rep.PipDownload, rep.PipInstall)
+			}
 			return nil
 		},
 	}

@@ -91,9 +91,9 @@ func TestHostileRecipes(t *testing.T) {
 		{"ref leaves refs/", "        ref: v1.0.0\n    patches: [demo-lib-lanes]", "        ref: ../../../etc/passwd\n    patches: [demo-lib-lanes]",
 			`ref "../../../etc/passwd" is not a valid git ref name`, ":18:14"},
 		{"env value with a newline", `  DEMO_LANE_MAPPING: "0:2,1:1"`, `  DEMO_LANE_MAPPING: "0:2\nexport LD_PRELOAD=/tmp/evil.so"`,
-			"holds a control character", ":46:22"},
+			"holds a control character", ":47:22"},
 		{"LD_PRELOAD outside the install", `  DEMO_LANE_MAPPING: "0:2,1:1"`, `  LD_PRELOAD: "` + cn.path + `"`,
-			"is outside the install", ":46:15"},
+			"is outside the install", ":47:15"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -105,7 +105,7 @@ func newVerifyInstallCmd(app *App) *cobra.Command {
 		timeout time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "verify-install [--prefix DIR] [--json] [--host [--sysroot DIR] [--hosts FILE]] [--smoke [--smoke-pes N] [--smoke-timeout D]] [--traffic -- CMD ARGS...]",
+		Use:   "verify-install [--prefix DIR] [--json] [--host [--sysroot CAPTURE.tar.zst|DIR] [--hosts FILE]] [--smoke [--smoke-pes N] [--smoke-timeout D]] [--traffic -- CMD ARGS...]",
 		Short: "Check an installed prefix against its manifest, its recipe's checks and (--host) this host",
 		Long: `Check an installed prefix (default $EPBUILD_PREFIX, which env.sh sets). The manifest
 (install.manifest) is read first; then, by the check engine, target by target:
@@ -155,8 +155,13 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 			if hosts != "" && !hostOn {
 				return usageError{errors.New("--hosts names the job's nodes for the host checks: give --host too")}
 			}
+			sys, done, err := host.OpenSysroot(sysroot)
+			if err != nil {
+				return err
+			}
+			defer done()
 			opts := builder.VerifyOptions{Prefix: prefix, Python: python, Environ: builder.CleanEnviron(app.Getenv),
-				Host: hostOn, Sysroot: host.NewSysroot(sysroot), JobEnv: os.Environ(), HostsFile: hosts,
+				Host: hostOn, Sysroot: sys, JobEnv: os.Environ(), HostsFile: hosts,
 				Smoke: smokeOn, SmokePEs: pes, SmokeTimeout: timeout}
 			if traffic {
 				opts.Traffic = app.trafficCommand(prefix, args)
@@ -183,7 +188,7 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON: one object per check, with stable IDs")
 	f.StringVar(&python, "python", "", "interpreter for the import checks (default: the build's, if here, else python3)")
 	f.BoolVar(&hostOn, "host", false, "also check this host: peer memory, RDMA devices, GPU↔NIC pairing, ...")
-	f.StringVar(&sysroot, "sysroot", "", "read /sys, /proc and /dev under this directory (an extracted capture of epbuild host capture)")
+	f.StringVar(&sysroot, "sysroot", "", "read /sys, /proc and /dev from a capture of epbuild host capture (OUT.tar.zst, or the directory it was unpacked into)")
 	f.StringVar(&hosts, "hosts", "", "the job's nodes, one host a line (default: the Slurm allocation), for the hostname check")
 	f.BoolVar(&traffic, "traffic", false, "run the command after -- and report how its NIC traffic spread")
 	f.BoolVar(&smokeOn, "smoke", false, "also run the install's NVSHMEM smoke test on this node (unique-ID init, malloc, put, barrier, team split)")
@@ -299,15 +304,16 @@ func newHostCmd(app *App) *cobra.Command {
 		Use:   "capture OUT.tar.zst",
 		Short: "Record exactly the /sys, /proc and /dev files the host checks read, for --sysroot elsewhere",
 		Long: `Record exactly the files, directories and symlinks the host checks (and the NIC traffic
-counters) read on this host into OUT.tar.zst. Unpack it anywhere (tar --zstd -xf) and pass
-the directory as --sysroot to host check or verify-install --host: the same checks, the same
-results, without the node.`,
+counters) read on this host into OUT.tar.zst. Pass it as --sysroot OUT.tar.zst (or the
+directory it unpacks into with tar --zstd -xf) to host check or verify-install --host: the
+same checks, the same results, without the node.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sys, cfg, err := hf.config(cmd.Context(), app)
+			sys, cfg, done, err := hf.config(cmd.Context(), app)
 			if err != nil {
 				return err
 			}
+			defer done()
 			var buf bytes.Buffer
 			if err := host.Capture(cmd.Context(), sys, cfg, &buf); err != nil {
 				return err
@@ -332,7 +338,7 @@ results, without the node.`,
 	var asJSON bool
 	var hcf hostFlags
 	check := &cobra.Command{
-		Use:   "check [--sysroot DIR] [--recipe NAME] [--json]",
+		Use:   "check [--sysroot CAPTURE.tar.zst|DIR] [--recipe NAME] [--json]",
 		Short: "Run the host checks alone, for a recipe or an install's plan",
 		Long: `Run the host checks alone. What they ask of the host comes from --recipe NAME, else from
 the install at --prefix (default $EPBUILD_PREFIX), else nothing recipe-specific (transport
@@ -346,10 +352,11 @@ recipe or host list that cannot be read.
 ` + kindsHelp(check.Host),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := hcf.options(app)
+			opts, done, err := hcf.options(app)
 			if err != nil {
 				return err
 			}
+			defer done()
 			rep, err := builder.CheckHost(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -386,7 +393,7 @@ type hostFlags struct {
 }
 
 func (f *hostFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.sysroot, "sysroot", "", "read /sys, /proc and /dev under this directory instead of /")
+	cmd.Flags().StringVar(&f.sysroot, "sysroot", "", "read /sys, /proc and /dev from a capture (OUT.tar.zst of host capture, or a directory) instead of /")
 	cmd.Flags().StringVar(&f.recipe, "recipe", "", "check for this recipe's runtime settings (transport, GID index, mapping, ...)")
 	cmd.Flags().StringVar(&f.prefix, "prefix", "", "check for the plan of the install here (default $EPBUILD_PREFIX, when set)")
 	cmd.Flags().StringVar(&f.hosts, "hosts", "", "the job's nodes, one host a line (default: the Slurm allocation), for the hostname check")
@@ -394,50 +401,55 @@ func (f *hostFlags) add(cmd *cobra.Command) {
 
 // options says what the host checks ask of this host: the recipe's runtime settings
 // (--recipe), else the plan of the install at --prefix, else nothing recipe-specific.
-func (f *hostFlags) options(app *App) (builder.HostOptions, error) {
-	opts := builder.HostOptions{Sysroot: host.NewSysroot(f.sysroot), Env: builder.CleanEnviron(app.Getenv), JobEnv: os.Environ(), Mapped: -1,
-		HostsFile: f.hosts}
-	if f.sysroot != "" {
-		if st, err := os.Stat(f.sysroot); err != nil || !st.IsDir() {
-			return opts, usageError{fmt.Errorf("--sysroot %s: not a directory", f.sysroot)}
-		}
+func (f *hostFlags) options(app *App) (opts builder.HostOptions, done func(), err error) {
+	sys, done, err := host.OpenSysroot(f.sysroot)
+	if err != nil {
+		return opts, done, err
 	}
+	defer func() {
+		if err != nil {
+			done()
+		}
+	}()
+	opts = builder.HostOptions{Sysroot: sys, Env: builder.CleanEnviron(app.Getenv), JobEnv: os.Environ(), Mapped: -1, HostsFile: f.hosts}
 	prefix := f.prefix
 	if prefix == "" {
 		prefix = app.Getenv("EPBUILD_PREFIX")
 	}
 	switch {
 	case f.recipe != "":
-		res, err := builder.NewResolver(app.library())
-		if err != nil {
-			return opts, err
+		res, rerr := builder.NewResolver(app.library())
+		if rerr != nil {
+			return opts, done, rerr
 		}
 		if opts.Plan, err = res.Resolve(f.recipe, nil); err != nil {
-			return opts, err
+			return opts, done, err
 		}
 	case prefix != "":
-		m, _, err := builder.ReadInstalledManifest(prefix)
-		if err != nil {
-			return opts, usageError{err}
+		m, _, merr := builder.ReadInstalledManifest(prefix)
+		if merr != nil {
+			return opts, done, usageError{merr}
 		}
 		opts.Plan, opts.Toolchain = m.Plan, m.Toolchain
 		if env, err := builder.InstallEnv(prefix, opts.Env); err == nil {
 			opts.Env = env
 		}
 	}
-	return opts, nil
+	return opts, done, nil
 }
 
-func (f *hostFlags) config(ctx context.Context, app *App) (host.Sysroot, host.Config, error) {
-	opts, err := f.options(app)
+// config is what the host checks ask for; done removes an unpacked capture.
+func (f *hostFlags) config(ctx context.Context, app *App) (host.Sysroot, host.Config, func(), error) {
+	opts, done, err := f.options(app)
 	if err != nil {
-		return opts.Sysroot, host.Config{}, err
+		return opts.Sysroot, host.Config{}, done, err
 	}
 	cfg, err := builder.HostConfigFor(ctx, opts)
 	if err != nil {
-		return opts.Sysroot, cfg, usageError{err}
+		done()
+		return opts.Sysroot, cfg, func() {}, usageError{err}
 	}
-	return opts.Sysroot, cfg, nil
+	return opts.Sysroot, cfg, done, nil
 }
 
 // writeFileAtomic writes b to path through a temporary sibling, so that path is either

@@ -1,0 +1,273 @@
+package builder
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// env.sh, the script jobs source to use an install, works in any POSIX shell (dash, bash,
+// zsh, ksh93), sourced from anywhere. A POSIX shell cannot tell which file it is sourcing
+// (bash, zsh and ksh93 can: BASH_SOURCE, %x, .sh.file), so the prefix is written into the
+// script by `epbuild install`, with an id of that install; and the script never guesses:
+//
+//   - the install named in the script still holds this script (same id), and the shell,
+//     where it can tell, is sourcing that very file (or a symlink to it): that prefix;
+//   - else the shell can tell where the file is: its own directory (a copy of an install,
+//     or an artifact unpacked by hand), unless it is sourced through a symlink it cannot
+//     resolve portably;
+//   - else it refuses, on stderr, with the fix, and returns 1: nothing is exported.
+//
+// The artifact carries the script with both lines empty; the manifest hashes that form,
+// and verify-install accepts an installed env.sh whose only change is those two lines.
+
+// Lines that epbuild install fills in (empty in the artifact).
+const (
+	envAtVar = "_epbuild_at="
+	envIDVar = "_epbuild_id="
+)
+
+// envLocate finds the prefix or refuses; it is the same in every env.sh (the parser
+// checks it byte for byte).
+const envLocate = `_epbuild_self=
+if [ -n "${BASH_VERSION-}" ]; then
+  eval '_epbuild_self=${BASH_SOURCE[0]-}'
+elif [ -n "${ZSH_VERSION-}" ]; then
+  eval '_epbuild_self=${(%):-%x}'
+else
+  case "${KSH_VERSION-}" in *93*) eval '_epbuild_self=${.sh.file}' ;; esac
+fi
+_epbuild_here=
+if [ -n "$_epbuild_at" ] && [ -r "$_epbuild_at/env.sh" ]; then
+  while IFS= read -r _epbuild_line || [ -n "$_epbuild_line" ]; do
+    if [ "$_epbuild_line" = "_epbuild_id='$_epbuild_id'" ]; then
+      _epbuild_here=1
+      break
+    fi
+  done < "$_epbuild_at/env.sh"
+fi
+if [ -n "$_epbuild_self" ] && [ -n "$_epbuild_here" ] && ! [ "$_epbuild_self" -ef "$_epbuild_at/env.sh" ]; then
+  _epbuild_here=
+fi
+_epbuild_err=
+if [ -n "$_epbuild_here" ]; then
+  EPBUILD_PREFIX=$_epbuild_at
+elif [ -n "$_epbuild_self" ] && [ -h "$_epbuild_self" ]; then
+  _epbuild_err="$_epbuild_self is a symlink to an env.sh that is not where epbuild install put it: source the file itself, or install the artifact with epbuild install"
+elif [ -n "$_epbuild_self" ]; then
+  case "$_epbuild_self" in
+    */*) _epbuild_dir=${_epbuild_self%/*} ;;
+    *) _epbuild_dir=. ;;
+  esac
+  if EPBUILD_PREFIX=$(CDPATH= cd -P -- "${_epbuild_dir:-/}" && pwd -P); then :; else
+    _epbuild_err="cannot enter the directory of $_epbuild_self"
+  fi
+elif [ -n "$_epbuild_at" ]; then
+  _epbuild_err="this shell cannot tell where env.sh is, and $_epbuild_at, where epbuild install put it, no longer holds it (moved, copied or kept as a previous install): source it from bash, zsh or ksh93, or install the artifact where it is now with epbuild install"
+else
+  _epbuild_err="this shell cannot tell where env.sh is, and epbuild install did not write it: install the artifact with epbuild install ARTIFACT --prefix DIR, or source it from bash, zsh or ksh93"
+fi
+if [ -n "$_epbuild_err" ]; then
+  printf 'env.sh: %s; nothing was set\n' "$_epbuild_err" >&2
+  unset _epbuild_at _epbuild_id _epbuild_self _epbuild_here _epbuild_line _epbuild_dir _epbuild_err
+  return 1
+fi
+export EPBUILD_PREFIX
+`
+
+// envTail ends every env.sh.
+const envTail = "unset _epbuild_at _epbuild_id _epbuild_self _epbuild_here _epbuild_line _epbuild_dir _epbuild_err\n"
+
+// EnvScript writes env.sh as the artifact carries it (no prefix written in): the locator,
+// then exports of the recipe's runtime env with {{C.prefix}} pointing into the prefix, and
+// PYTHONPATH and LD_LIBRARY_PATH for the components (laid out under root) that have python/
+// and lib/. Values are single-quoted; only the prefix is expanded.
+func EnvScript(p *Plan, root string, installed []string) (string, error) {
+	return envScript(p, func(c string) string { return filepath.Join(root, c) }, installed)
+}
+
+// envScript is EnvScript with each installed component's tree at dirOf(component) (the
+// package stage packs the staged prefixes where they are).
+func envScript(p *Plan, dirOf func(string) string, installed []string) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# env.sh for %s (plan %s), written by epbuild: . PREFIX/%s from any POSIX shell (sh, bash, zsh, ksh93)\n", p.Recipe, p.Key[:12], EnvName)
+	b.WriteString("# epbuild install writes the install's directory and id on the next two lines\n")
+	b.WriteString(envAtVar + "''\n" + envIDVar + "''\n")
+	b.WriteString(envLocate)
+	has := map[string]bool{}
+	for _, c := range installed {
+		has[c] = true
+	}
+	var py, ld []string
+	for _, c := range installed {
+		if dirExists(filepath.Join(dirOf(c), "python")) {
+			py = append(py, `"$EPBUILD_PREFIX"/`+shellQuote(c+"/python"))
+		}
+		if dirExists(filepath.Join(dirOf(c), "lib")) {
+			ld = append(ld, `"$EPBUILD_PREFIX"/`+shellQuote(c+"/lib"))
+		}
+	}
+	if len(py) > 0 {
+		fmt.Fprintf(&b, "export PYTHONPATH=%s\"${PYTHONPATH:+:$PYTHONPATH}\"\n", strings.Join(py, ":"))
+	}
+	if len(ld) > 0 {
+		fmt.Fprintf(&b, "export LD_LIBRARY_PATH=%s\"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\n", strings.Join(ld, ":"))
+	}
+	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
+		v, err := shellTemplate(p.Env[k], has)
+		if err != nil {
+			return "", fmt.Errorf("env.sh for %s: %s: %w", p.Recipe, k, err)
+		}
+		fmt.Fprintf(&b, "export %s=%s\n", k, v)
+	}
+	b.WriteString(envTail)
+	return b.String(), nil
+}
+
+// envBaked is what epbuild install wrote into an env.sh: the install's directory and id
+// ("" in the artifact's form).
+type envBaked struct {
+	At, ID string
+}
+
+// bakeEnv writes the install's directory and id into the artifact's env.sh.
+func bakeEnv(text string, b envBaked) (string, error) {
+	tmpl, cur, err := unbakeEnv(text)
+	if err != nil {
+		return "", err
+	}
+	if cur != (envBaked{}) {
+		return "", errors.New("env.sh already names an install")
+	}
+	if strings.ContainsAny(b.At, "\n\x00") {
+		return "", fmt.Errorf("a prefix with a newline (%q) cannot be written into env.sh", b.At)
+	}
+	tmpl = strings.Replace(tmpl, "\n"+envAtVar+"''\n", "\n"+envAtVar+shellQuote(b.At)+"\n", 1)
+	return strings.Replace(tmpl, "\n"+envIDVar+"''\n", "\n"+envIDVar+shellQuote(b.ID)+"\n", 1), nil
+}
+
+// unbakeEnv returns env.sh in the artifact's form and what install wrote into it. The two
+// lines must be the third and fourth, each once.
+func unbakeEnv(text string) (string, envBaked, error) {
+	lines := strings.SplitAfter(text, "\n")
+	if len(lines) < 5 || !strings.HasPrefix(lines[2], envAtVar) || !strings.HasPrefix(lines[3], envIDVar) {
+		return "", envBaked{}, fmt.Errorf("env.sh does not begin with the two lines epbuild writes (%s..., %s...)", envAtVar, envIDVar)
+	}
+	var b envBaked
+	for i, dst := range []*string{&b.At, &b.ID} {
+		name := []string{envAtVar, envIDVar}[i]
+		v, ok := singleQuoted(strings.TrimSuffix(strings.TrimPrefix(lines[2+i], name), "\n"))
+		if !ok {
+			return "", envBaked{}, fmt.Errorf("env.sh line %d: %q is not a single-quoted value", 3+i, strings.TrimSuffix(lines[2+i], "\n"))
+		}
+		*dst = v
+		lines[2+i] = name + "''\n"
+	}
+	return strings.Join(lines, ""), b, nil
+}
+
+// singleQuoted reads a value shellQuote wrote.
+func singleQuoted(s string) (string, bool) {
+	var out strings.Builder
+	for s != "" {
+		switch {
+		case strings.HasPrefix(s, `\'`):
+			out.WriteByte('\'')
+			s = s[2:]
+		case s[0] == '\'':
+			end := strings.IndexByte(s[1:], '\'')
+			if end < 0 {
+				return "", false
+			}
+			out.WriteString(s[1 : 1+end])
+			s = s[end+2:]
+		default:
+			return "", false
+		}
+	}
+	return out.String(), true
+}
+
+// newEnvID is a fresh install id: env.sh checks that the prefix written in it still holds
+// this install, not a later one (an install kept as PREFIX.prev, a moved one).
+func newEnvID() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("make an install id: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// BakeEnvScript writes the prefix the install at tree will have (final) and a fresh id
+// into tree's env.sh, keeping its mode.
+func BakeEnvScript(tree, final string) error {
+	path := filepath.Join(tree, EnvName)
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("write the prefix into %s: %w", EnvName, err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("write the prefix into %s: %w", EnvName, err)
+	}
+	id, err := newEnvID()
+	if err != nil {
+		return err
+	}
+	out, err := bakeEnv(string(b), envBaked{At: final, ID: id})
+	if err != nil {
+		return fmt.Errorf("write the prefix into %s: %w", EnvName, err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(out), st.Mode().Perm()); err != nil {
+		return fmt.Errorf("write the prefix into %s: %w", EnvName, err)
+	}
+	// WriteFile's mode passes through the umask: set it as the manifest records it
+	if err := os.Chmod(tmp, st.Mode().Perm()); err != nil {
+		return fmt.Errorf("write the prefix into %s: %w", EnvName, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write the prefix into %s: %w", EnvName, err)
+	}
+	return nil
+}
+
+// shellTemplate turns "{{nvshmem.prefix}}/lib/x" into "$EPBUILD_PREFIX"/'nvshmem/lib/x'.
+func shellTemplate(v string, installed map[string]bool) (string, error) {
+	var out strings.Builder
+	rest := v
+	for {
+		loc := templRe.FindStringSubmatchIndex(rest)
+		if loc == nil {
+			break
+		}
+		lit, ref := rest[:loc[0]], rest[loc[2]:loc[3]]
+		if lit != "" {
+			out.WriteString(shellQuote(lit))
+		}
+		switch {
+		case ref == "prefix":
+			out.WriteString(`"$EPBUILD_PREFIX"`)
+		case strings.HasSuffix(ref, ".prefix") && installed[strings.TrimSuffix(ref, ".prefix")]:
+			out.WriteString(`"$EPBUILD_PREFIX"/` + shellQuote(strings.TrimSuffix(ref, ".prefix")))
+		default:
+			return "", fmt.Errorf("{{%s}} does not name an installed component", ref)
+		}
+		rest = rest[loc[1]:]
+	}
+	if rest != "" || out.Len() == 0 {
+		out.WriteString(shellQuote(rest))
+	}
+	return out.String(), nil
+}
+
+// shellQuote single-quotes s for sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

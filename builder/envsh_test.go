@@ -1,0 +1,225 @@
+package builder
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// shellsUnderTest are the shells env.sh must work in: dash is /bin/sh on Debian and
+// Ubuntu (#!/bin/sh batch scripts); bash, zsh and ksh93 are what people log in with.
+var shellsUnderTest = []string{"dash", "bash", "zsh", "ksh"}
+
+// sourceIn sources script in shell from dir, with a caller's own PYTHONPATH set and set
+// -u (and set -e where strict: a refusing env.sh then ends the caller, as in a batch
+// script), and prints what env.sh exported, or the status it returned and what was left.
+func sourceIn(t *testing.T, shell, dir, script string, strict bool) (out string, ok bool) {
+	t.Helper()
+	path, err := exec.LookPath(shell)
+	if err != nil {
+		t.Fatalf("%s is not installed (.ci/run installs dash, zsh and ksh): %v", shell, err)
+	}
+	prog := `set -u
+if [ "$2" = strict ]; then set -e; fi
+PYTHONPATH=/user/py; export PYTHONPATH
+. "$1"
+st=$?
+if [ "$st" -ne 0 ]; then
+  printf 'refused %s\nleft=%s %s %s\n' "$st" "${EPBUILD_PREFIX-unset}" "${_epbuild_at-unset}" "$PYTHONPATH"
+  exit 0
+fi
+printf 'prefix=%s\npy=%s\nld=%s\nlib=%s\nlane=%s\nleft=%s\n' "$EPBUILD_PREFIX" "$PYTHONPATH" "$LD_LIBRARY_PATH" "$DEMO_LIB" "$DEMO_LANE_MAPPING" "${_epbuild_at-unset}"
+`
+	mode := "lax"
+	if strict {
+		mode = "strict"
+	}
+	cmd := exec.Command(path, "-c", prog, "sh", script, mode)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", shell, err, b)
+	}
+	out = string(b)
+	if strings.Contains(out, "refused ") {
+		// env.sh said why on stderr, and left nothing set
+		if !strings.Contains(out, "env.sh: ") || !strings.Contains(out, "left=unset unset /user/py\n") {
+			t.Errorf("%s: a refusal without its reason, or with something set:\n%s", shell, out)
+		}
+		return out, false
+	}
+	return out, true
+}
+
+// wantExports checks what env.sh exported for an install at prefix.
+func wantExports(t *testing.T, shell, out, prefix string) {
+	t.Helper()
+	want := "prefix=" + prefix + "\n" +
+		"py=" + prefix + "/pydemo/python:/user/py\n" +
+		"ld=" + prefix + "/libdemo/lib\n" +
+		"lib=" + prefix + "/libdemo/lib/libdemo.so.1\n" +
+		"lane=0:2,1:1\n" +
+		"left=unset\n"
+	if out != want {
+		t.Errorf("%s exported\n%s\nwant\n%s", shell, out, want)
+	}
+}
+
+// TestEnvScriptShells sources an installed env.sh from dash, bash, zsh and ksh93, from
+// another directory and through a symlink: each exports the install's paths, keeps the
+// caller's PYTHONPATH, and works under set -eu. A moved install, and one kept as the
+// previous install, are never silently taken for where their env.sh says: sh refuses
+// (exit 1, nothing set) and the shells that can tell where the file is use that.
+func TestEnvScriptShells(t *testing.T) {
+	arts := artifacts(t)
+	// a prefix that needs quoting: a space and a single quote
+	prefix := filepath.Join(t.TempDir(), "it's an install")
+	mustInstall(t, arts.A, prefix, false)
+	elsewhere := t.TempDir()
+	link := filepath.Join(elsewhere, "deepep-env.sh")
+	if err := os.Symlink(filepath.Join(prefix, EnvName), link); err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range shellsUnderTest {
+		out, ok := sourceIn(t, sh, "/", filepath.Join(prefix, EnvName), true)
+		if !ok {
+			t.Fatalf("%s refused the installed env.sh: %s", sh, out)
+		}
+		wantExports(t, sh, out, prefix)
+		out, _ = sourceIn(t, sh, elsewhere, "./deepep-env.sh", false)
+		wantExports(t, sh, out, prefix)
+	}
+
+	// the env.sh it exports works: python imports the installed package, from sh
+	cmd := exec.Command("dash", "-c", `. "$1" && cd / && python3 -c 'import pydemo, importlib.metadata as m; print(pydemo.__file__)'`, "sh", filepath.Join(prefix, EnvName))
+	if b, err := cmd.CombinedOutput(); err != nil || !strings.HasPrefix(string(b), filepath.Join(prefix, "pydemo", "python")) {
+		t.Fatalf("python under the env dash sourced: %v\n%s", err, b)
+	}
+
+	// moved by hand: sh cannot know where it is now; bash, zsh and ksh93 can
+	moved := prefix + "-moved"
+	if err := os.Rename(prefix, moved); err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range shellsUnderTest {
+		out, ok := sourceIn(t, sh, elsewhere, filepath.Join(moved, EnvName), false)
+		if sh == "dash" {
+			if ok || !strings.Contains(out, "no longer holds it") {
+				t.Errorf("dash sourced a moved install: %s", out)
+			}
+			continue
+		}
+		wantExports(t, sh, out, moved)
+	}
+	rep := mustVerify(t, moved)
+	wantStatus(t, rep, map[string]string{"env.prefix": "fail", "env.script": "pass", "files": "pass"})
+
+	// reinstalled with the old one kept as .prev: the old env.sh names the prefix, which now
+	// holds another install (another id)
+	if err := os.Rename(moved, prefix); err != nil {
+		t.Fatal(err)
+	}
+	mustInstall(t, arts.B, prefix, true)
+	prev := prefix + ".prev"
+	for _, sh := range shellsUnderTest {
+		out, ok := sourceIn(t, sh, "/", filepath.Join(prev, EnvName), false)
+		if sh == "dash" {
+			if ok || !strings.Contains(out, "no longer holds it") {
+				t.Errorf("dash took the previous install's env.sh for the new one: %s", out)
+			}
+			continue
+		}
+		wantExports(t, sh, out, prev)
+		out, _ = sourceIn(t, sh, elsewhere, "./deepep-env.sh", false)
+		wantExports(t, sh, out, prefix)
+	}
+	wantStatus(t, mustVerify(t, prefix), map[string]string{"env.prefix": "pass", "env.script": "pass", "files": "pass"})
+}
+
+// TestEnvScriptUnpackedByHand: an artifact unpacked with tar has env.sh as the artifact
+// carries it (no prefix written in): the shells that can tell where it is use that, sh
+// refuses and says how to install it.
+func TestEnvScriptUnpackedByHand(t *testing.T) {
+	dir := t.TempDir()
+	if b, err := exec.Command("tar", "--zstd", "-xf", artifacts(t).A, "-C", dir).CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v %s", err, b)
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range shellsUnderTest {
+		out, ok := sourceIn(t, sh, dir, "./"+EnvName, false)
+		if sh == "dash" {
+			if ok || !strings.Contains(out, "epbuild install did not write it") {
+				t.Errorf("dash sourced an env.sh with no prefix: %s", out)
+			}
+			continue
+		}
+		wantExports(t, sh, out, real)
+	}
+	// a #!/bin/sh -e batch script stops at a refusing env.sh: nothing runs without the install
+	cmd := exec.Command("dash", "-c", `set -e; . ./env.sh; echo ran on`)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err == nil || strings.Contains(string(b), "ran on") {
+		t.Errorf("a set -e script ran on past a refusing env.sh: %v\n%s", err, b)
+	}
+	// through a symlink, a shell that can tell cannot resolve it portably: it refuses
+	link := filepath.Join(t.TempDir(), "env.sh")
+	if err := os.Symlink(filepath.Join(dir, EnvName), link); err != nil {
+		t.Fatal(err)
+	}
+	if out, ok := sourceIn(t, "bash", "/", link, false); ok || !strings.Contains(out, "is a symlink") {
+		t.Errorf("bash sourced an unplaced env.sh through a symlink: %s", out)
+	}
+	rep := mustVerify(t, dir)
+	wantStatus(t, rep, map[string]string{"env.prefix": "warn", "env.script": "pass", "files": "pass"})
+}
+
+func TestBakeEnvScript(t *testing.T) {
+	p := &Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"A": "{{c.prefix}}/lib"}}
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "c", "lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script, err := EnvScript(p, root, []string{"c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	baked, err := bakeEnv(script, envBaked{At: "/opt/it's", ID: "0123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(baked, "\n_epbuild_at='/opt/it'\\''s'\n_epbuild_id='0123'\n") {
+		t.Errorf("baked lines:\n%s", baked)
+	}
+	tmpl, b, err := unbakeEnv(baked)
+	if err != nil || tmpl != script || b != (envBaked{At: "/opt/it's", ID: "0123"}) {
+		t.Errorf("unbake: %v %+v", err, b)
+	}
+	if _, err := bakeEnv(baked, envBaked{At: "/x", ID: "1"}); err == nil {
+		t.Error("a baked env.sh was baked again")
+	}
+	if _, err := bakeEnv(script, envBaked{At: "/a\nb", ID: "1"}); err == nil {
+		t.Error("a prefix with a newline was written into env.sh")
+	}
+	vars, _, got, err := parseEnvScript(baked, "/opt/it's")
+	if err != nil || got.At != "/opt/it's" || vars["A"] != "/opt/it's/c/lib" {
+		t.Errorf("parse the baked script: %v %+v %v", err, got, vars)
+	}
+	// the value install writes is the only thing it may change
+	for name, bad := range map[string]string{
+		"a substitution in the prefix line": strings.Replace(baked, "_epbuild_at='/opt/it'\\''s'", "_epbuild_at=$(id)", 1),
+		"an edited locator":                 strings.Replace(baked, "return 1", "true", 1),
+		"an export after the tail":          baked + "export B=$(id)\n",
+		"no tail":                           strings.Replace(baked, envTail, "", 1),
+		"a command":                         strings.Replace(baked, envTail, "rm -rf /\n"+envTail, 1),
+	} {
+		if _, _, _, err := parseEnvScript(bad, "/opt/x"); err == nil {
+			t.Errorf("%s: parsed", name)
+		}
+	}
+}

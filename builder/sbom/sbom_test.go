@@ -1,0 +1,347 @@
+package sbom_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/charmbracelet/log"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/sbom"
+	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/patches"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+const bomSchemaID = "http://cyclonedx.org/schema/bom-1.6.schema.json"
+
+var (
+	schemaOnce sync.Once
+	schema     *jsonschema.Schema
+	schemaErr  error
+)
+
+// cyclonedx is the official CycloneDX 1.6 JSON schema (testdata/cyclonedx, with the SPDX
+// and JSF schemas it refers to), formats asserted.
+func cyclonedx(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	schemaOnce.Do(func() {
+		c := jsonschema.NewCompiler()
+		c.AssertFormat()
+		for _, f := range []string{"bom-1.6.schema.json", "spdx.schema.json", "jsf-0.82.schema.json"} {
+			b, err := os.ReadFile(filepath.Join("testdata", "cyclonedx", f))
+			if err != nil {
+				schemaErr = err
+				return
+			}
+			doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+			if err != nil {
+				schemaErr = fmt.Errorf("%s: %w", f, err)
+				return
+			}
+			if err := c.AddResource("http://cyclonedx.org/schema/"+f, doc); err != nil {
+				schemaErr = err
+				return
+			}
+		}
+		schema, schemaErr = c.Compile(bomSchemaID)
+	})
+	if schemaErr != nil {
+		t.Fatalf("compile the CycloneDX schema: %v", schemaErr)
+	}
+	return schema
+}
+
+func validate(t *testing.T, b []byte) error {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	if err := cyclonedx(t).Validate(doc); err != nil {
+		return fmt.Errorf("%#v", err) // the whole tree of what failed where
+	}
+	return nil
+}
+
+// inputFor is what a manifest of plan p would hold: every patch applied with a digest.
+func inputFor(p *builder.Plan) sbom.Input {
+	in := sbom.Input{Plan: p, Patches: map[string][]*patches.SetResult{}, Python: map[string]string{},
+		Artifact: p.Recipe + ".tar.zst", ArtifactSHA256: strings.Repeat("ab", 32), BuiltBy: "1.0.0", Tool: "1.0.1", SourceDateEpoch: 1700000000,
+		Toolchain:  []sbom.Tool{{Name: "gcc", Version: "13.3.0"}, {Name: "cuda", Version: "13.0", Path: "/usr/local/cuda/bin/nvcc"}, {Name: "torch", Version: "2.11.0+cu130", Package: true}},
+		Properties: []sbom.Property{{Name: "epbuild:toolchain:os", Value: "linux"}}}
+	for i, c := range p.Components {
+		for _, s := range c.PatchSets {
+			r := &patches.SetResult{Set: s.Name, Written: true}
+			for j, pt := range s.Patches {
+				r.Patches = append(r.Patches, patches.PatchResult{Name: pt.Name, Kind: pt.Kind(), Digest: fmt.Sprintf("%064x", i*100+j), Status: "applied"})
+			}
+			in.Patches[c.Name] = append(in.Patches[c.Name], r)
+		}
+		if c.Source.Python != nil {
+			in.Python[c.Source.Python.Package] = "3.4.5"
+			continue
+		}
+		in.Files = append(in.Files,
+			archive.Entry{Path: c.Name, Type: archive.TypeDir, Mode: 0o755},
+			archive.Entry{Path: c.Name + "/lib/lib" + c.Name + ".so", Type: archive.TypeFile, Mode: 0o755, Size: 3, SHA256: fmt.Sprintf("%064x", i+1)})
+	}
+	in.Files = append(in.Files, archive.Entry{Path: "env.sh", Type: archive.TypeFile, Mode: 0o755, Size: 1, SHA256: strings.Repeat("0", 64)})
+	return in
+}
+
+// TestRecipesSBOMValid: the SBOM of every shipped recipe's plan is valid CycloneDX 1.6,
+// with each pin, patch digest and pedigree where the recipe has them.
+func TestRecipesSBOMValid(t *testing.T) {
+	lib := recipes.NewLibrary()
+	res, err := builder.NewResolver(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := lib.Names()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, name := range names {
+		p, err := res.Resolve(name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bom, err := sbom.Build(inputFor(p))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		b, err := bom.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := validate(t, b); err != nil {
+			t.Errorf("%s: the SBOM is not valid CycloneDX 1.6: %v", name, err)
+			continue
+		}
+		for _, c := range bom.Components {
+			if c.Type == "file" {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(c.PURL, "pkg:github/"):
+				seen["github"] = true
+			case strings.Contains(c.PURL, "download_url="):
+				seen["archive"] = true
+			case strings.HasPrefix(c.PURL, "pkg:pypi/"):
+				seen["pypi"] = true
+			case strings.Contains(c.PURL, "vcs_url="):
+				seen["vcs"] = true
+			default:
+				t.Errorf("%s: component %s has no pin: %q", name, c.Name, c.PURL)
+			}
+			if c.Pedigree != nil {
+				for _, pt := range c.Pedigree.Patches {
+					seen["patch "+pt.Type] = true
+					for _, r := range pt.Resolves {
+						if r.Source != nil && strings.Contains(r.Source.URL, "/pull/") {
+							seen["pull request"] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, k := range []string{"github", "archive", "pypi", "vcs", "patch cherry-pick", "patch unofficial", "pull request"} {
+		if !seen[k] {
+			t.Errorf("no recipe gave a %s: the test covers less than it says", k)
+		}
+	}
+}
+
+// TestGCPB200Pedigree: the PR #466 patch of gcp-b200 is a cherry-pick of DeepEP's own
+// pull request, with the diff's URL, the pull request and its digest.
+func TestGCPB200Pedigree(t *testing.T) {
+	res, err := builder.NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := res.Resolve("gcp-b200", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := inputFor(p)
+	bom, err := sbom.Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dep *sbom.Component
+	for _, c := range bom.Components {
+		if c.Name == "deepep" {
+			dep = c
+		}
+	}
+	if dep == nil || dep.PURL != "pkg:github/deepseek-ai/deepep@29d31c095796f3c8ece47ee9cdcc167051bbeed9" {
+		t.Fatalf("deepep: %+v", dep)
+	}
+	ped := dep.Pedigree
+	if ped == nil || len(ped.Patches) != 1 || len(ped.Ancestors) != 1 || len(ped.Commits) != 1 {
+		t.Fatalf("pedigree: %+v", ped)
+	}
+	pt := ped.Patches[0]
+	want := "https://github.com/deepseek-ai/DeepEP/compare/29d31c095796f3c8ece47ee9cdcc167051bbeed9...8a07e7e7ed57cfc63005f670d64d410cb30b061b.diff"
+	if pt.Type != "cherry-pick" || pt.Diff == nil || pt.Diff.URL != want || len(pt.Resolves) != 1 ||
+		pt.Resolves[0].Source == nil || pt.Resolves[0].Source.URL != "https://github.com/deepseek-ai/DeepEP/pull/466" || pt.Resolves[0].ID != "466" {
+		t.Errorf("patch entry: %+v %+v", pt, pt.Diff)
+	}
+	digest := in.Patches["deepep"][0].Patches[0].Digest
+	if !slices.Contains(dep.Properties, sbom.Property{Name: "epbuild:patch:deepep-pr466/pr466:sha256", Value: digest}) {
+		t.Errorf("no digest property: %+v", dep.Properties)
+	}
+	// the same input, the same bytes
+	a, _ := bom.Marshal()
+	bom2, _ := sbom.Build(in)
+	b, _ := bom2.Marshal()
+	if !bytes.Equal(a, b) {
+		t.Error("two SBOMs of one input differ")
+	}
+}
+
+// TestSchemaCatchesMistakes: the validator fails what CycloneDX 1.6 forbids, so a pass
+// above means something.
+func TestSchemaCatchesMistakes(t *testing.T) {
+	res, err := builder.NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := res.Resolve("efa-aws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bom, err := sbom.Build(inputFor(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deepep := func(b *sbom.BOM) *sbom.Component {
+		for _, c := range b.Components {
+			if c.Name == "deepep" {
+				return c
+			}
+		}
+		t.Fatal("no deepep component")
+		return nil
+	}
+	for name, mutate := range map[string]func(b *sbom.BOM){
+		"a short hash":            func(b *sbom.BOM) { deepep(b).Components[0].Hashes[0].Content = "abc" },
+		"an unknown type":         func(b *sbom.BOM) { deepep(b).Type = "tarball" },
+		"an unknown patch type":   func(b *sbom.BOM) { deepep(b).Pedigree.Patches[0].Type = "hotfix" },
+		"an unknown issue type":   func(b *sbom.BOM) { deepep(b).Pedigree.Patches[0].Resolves[0].Type = "bug" },
+		"a bad serial":            func(b *sbom.BOM) { b.SerialNumber = "urn:uuid:1" },
+		"a timestamp not RFC3339": func(b *sbom.BOM) { b.Metadata.Timestamp = "yesterday" },
+	} {
+		cp, _ := bom.Marshal()
+		var c sbom.BOM
+		if err := json.Unmarshal(cp, &c); err != nil {
+			t.Fatal(err)
+		}
+		mutate(&c)
+		b, _ := c.Marshal()
+		if err := validate(t, b); err == nil {
+			t.Errorf("%s passed the schema", name)
+		}
+	}
+}
+
+// TestDemoSBOM builds the demo: the SBOM beside its artifact is valid CycloneDX 1.6,
+// lists every file the manifest lists with its sha256, the wheel, each patch's digest
+// and the epbuild that wrote it; epbuild sbom of the artifact and of its install give
+// the same bytes.
+func TestDemoSBOM(t *testing.T) {
+	ctx := context.Background()
+	out := t.TempDir()
+	j, err := builder.Open(builder.Options{Library: recipes.NewLibrary(), Recipe: "demo", CacheDir: t.TempDir(), Log: log.New(io.Discard), Progress: source.ProgressOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := j.Build(ctx, builder.BuildOptions{OutDir: out, Version: "9.9.9-test", Environ: os.Environ(), Getenv: os.Getenv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.SBOM != res.Artifact+".cdx.json" {
+		t.Fatalf("SBOM at %q", res.SBOM)
+	}
+	b, err := os.ReadFile(res.SBOM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate(t, b); err != nil {
+		t.Fatalf("the demo's SBOM is not valid CycloneDX 1.6: %v", err)
+	}
+	var bom sbom.BOM
+	if err := json.Unmarshal(b, &bom); err != nil {
+		t.Fatal(err)
+	}
+	if bom.Metadata.Tools.Components[0].Version != "9.9.9-test" || !slices.Contains(bom.Metadata.Component.Hashes, sbom.Hash{Alg: "SHA-256", Content: res.SHA256}) {
+		t.Errorf("metadata: %+v", bom.Metadata)
+	}
+	hashes := map[string]string{}
+	var walk func([]*sbom.Component)
+	walk = func(cs []*sbom.Component) {
+		for _, c := range cs {
+			if c.Type == "file" {
+				hashes[c.Name] = c.Hashes[0].Content
+			}
+			walk(c.Components)
+		}
+	}
+	walk(bom.Components)
+	prefix := filepath.Join(t.TempDir(), "demo")
+	if _, err := builder.Install(ctx, builder.InstallOptions{Artifact: res.Artifact, Prefix: prefix, Version: "9.9.9-test"}); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := builder.ReadInstalledManifest(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := 0
+	for _, e := range m.Files {
+		if e.Type == archive.TypeFile {
+			files++
+			if hashes[e.Path] != e.SHA256 {
+				t.Errorf("%s: the SBOM says %q, the manifest %s", e.Path, hashes[e.Path], e.SHA256)
+			}
+		}
+	}
+	if w := m.Wheels[0]; hashes[builder.WheelDir(m.Plan)+"/"+w.File] != w.SHA256 {
+		t.Errorf("the wheel %s is not in the SBOM with its sha256", w.File)
+	}
+	if len(hashes) != files+len(m.Wheels) {
+		t.Errorf("the SBOM lists %d files, the manifest %d and %d wheels", len(hashes), files, len(m.Wheels))
+	}
+	for _, c := range m.Components {
+		for _, s := range c.Patches {
+			for _, pt := range s.Patches {
+				if !bytes.Contains(b, []byte(fmt.Sprintf(`"name": "epbuild:patch:%s/%s:sha256",
+          "value": "%s"`, s.Set, pt.Name, pt.Digest))) {
+					t.Errorf("%s: patch %s/%s: no digest %s in the SBOM", c.Name, s.Set, pt.Name, pt.Digest)
+				}
+			}
+		}
+	}
+	for _, from := range []string{res.Artifact, prefix} {
+		got, err := builder.SBOM(ctx, from, "9.9.9-test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, b) {
+			t.Errorf("epbuild sbom %s differs from the SBOM beside the artifact", from)
+		}
+	}
+}

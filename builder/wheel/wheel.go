@@ -1,0 +1,701 @@
+// Package wheel writes Python wheels (the binary distribution format of the Python
+// Packaging Authority's specifications) without the wheel or build modules: a .dist-info
+// made from what `setup.py egg_info` wrote next to `setup.py build`'s output, and a
+// reproducible wheel of an installed tree (sorted entries, fixed times and modes, a
+// sorted RECORD).
+//
+// The build writes the installed form (the package files and NAME-VERSION.dist-info with
+// METADATA, WHEEL and INSTALLER, no RECORD: pip may show the package, but not uninstall
+// what epbuild installed); the package stage packs that tree into a wheel.
+package wheel
+
+import (
+	"archive/zip"
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Installer is written into INSTALLER of the installed form.
+const Installer = "epbuild"
+
+// Tags are the interpreter's wheel tags, as bdist_wheel computes them.
+type Tags struct {
+	// Python is the major version's tag of a pure package: py3.
+	Python string `json:"python"`
+	// Interpreter, ABI and Platform tag a package with extension modules: cp312, cp312,
+	// linux_x86_64.
+	Interpreter string `json:"interpreter"`
+	ABI         string `json:"abi"`
+	Platform    string `json:"platform"`
+	// ExtensionSuffixes are the file endings of extension modules (.cpython-312-x86_64-linux-gnu.so, .abi3.so, .so).
+	ExtensionSuffixes []string `json:"extension_suffixes"`
+}
+
+// TagScript prints the interpreter's Tags as JSON (python3 -c TagScript).
+const TagScript = `
+import json, sys, sysconfig, importlib.machinery as m
+impl = {"cpython": "cp", "pypy": "pp"}.get(sys.implementation.name, sys.implementation.name)
+soabi = sysconfig.get_config_var("SOABI") or ""
+parts = soabi.split("-")
+if soabi.startswith("cpython-") and len(parts) > 1:
+    abi = "cp" + parts[1]
+elif len(parts) > 1:
+    abi = "_".join(parts[:2]).replace(".", "_")
+else:
+    abi = "none"
+print(json.dumps({
+    "python": "py%d" % sys.version_info[0],
+    "interpreter": impl + "%d%d" % sys.version_info[:2],
+    "abi": abi,
+    "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
+    "extension_suffixes": list(m.EXTENSION_SUFFIXES),
+}))
+`
+
+// Tag is the wheel's compatibility tag for a tree: py3-none-any without extension
+// modules, else interpreter-abi-platform.
+func (t Tags) Tag(root string) (tag string, pure bool, err error) {
+	var ext string
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || ext != "" {
+			return err
+		}
+		for _, s := range t.ExtensionSuffixes {
+			if strings.HasSuffix(d.Name(), s) {
+				ext = p
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return "", false, fmt.Errorf("look for extension modules in %s: %w", root, err)
+	}
+	if ext == "" {
+		return t.Python + "-none-any", true, nil
+	}
+	if t.Interpreter == "" || t.ABI == "" || t.Platform == "" {
+		return "", false, fmt.Errorf("%s is an extension module, and the interpreter gave no platform tag", ext)
+	}
+	return t.Interpreter + "-" + t.ABI + "-" + t.Platform, false, nil
+}
+
+var (
+	nameNormRe = regexp.MustCompile(`[-_.]+`)
+	extraRe    = regexp.MustCompile(`[^A-Za-z0-9.-]+`)
+	reqRe      = regexp.MustCompile(`^([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[([^\]]*)\])?\s*(.*)$`)
+)
+
+// EscapeName is a distribution name as wheel file and .dist-info names spell it:
+// normalized (runs of -_. become one), lowercase, with _ for -.
+func EscapeName(name string) string {
+	return strings.ReplaceAll(strings.ToLower(nameNormRe.ReplaceAllString(name, "-")), "-", "_")
+}
+
+// EscapeVersion is a version as wheel file names spell it.
+func EscapeVersion(v string) string { return strings.ReplaceAll(v, "-", "_") }
+
+// DistInfoName is NAME-VERSION.dist-info.
+func DistInfoName(name, version string) string {
+	return EscapeName(name) + "-" + EscapeVersion(version) + ".dist-info"
+}
+
+// FileName is NAME-VERSION-TAG.whl.
+func FileName(name, version, tag string) string {
+	return EscapeName(name) + "-" + EscapeVersion(version) + "-" + tag + ".whl"
+}
+
+// header is one field of a PKG-INFO or METADATA file; Value keeps folded lines.
+type header struct{ Key, Value string }
+
+// metadata is a parsed PKG-INFO / METADATA: headers in order, and the body.
+type metadata struct {
+	Headers []header
+	Body    string
+}
+
+func (m *metadata) get(key string) string {
+	for _, h := range m.Headers {
+		if strings.EqualFold(h.Key, key) {
+			return h.Value
+		}
+	}
+	return ""
+}
+
+func (m *metadata) all(key string) []string {
+	var out []string
+	for _, h := range m.Headers {
+		if strings.EqualFold(h.Key, key) {
+			out = append(out, h.Value)
+		}
+	}
+	return out
+}
+
+func (m *metadata) drop(key string) {
+	m.Headers = slices.DeleteFunc(m.Headers, func(h header) bool { return strings.EqualFold(h.Key, key) })
+}
+
+// parseMetadata reads the email-header format of PKG-INFO and METADATA.
+func parseMetadata(b []byte, file string) (*metadata, error) {
+	m := &metadata{}
+	text := strings.ReplaceAll(string(b), "\r\n", "\n")
+	lines := strings.SplitAfter(text, "\n")
+	for i, l := range lines {
+		if strings.TrimRight(l, "\n") == "" {
+			m.Body = strings.Join(lines[i+1:], "")
+			break
+		}
+		if l[0] == ' ' || l[0] == '\t' {
+			if len(m.Headers) == 0 {
+				return nil, fmt.Errorf("%s line %d: a continuation line before any field", file, i+1)
+			}
+			m.Headers[len(m.Headers)-1].Value += "\n" + strings.TrimRight(l, "\n")
+			continue
+		}
+		k, v, ok := strings.Cut(strings.TrimRight(l, "\n"), ":")
+		if !ok || k == "" || strings.ContainsAny(k, " \t") {
+			return nil, fmt.Errorf("%s line %d: %q is not a field", file, i+1, strings.TrimRight(l, "\n"))
+		}
+		m.Headers = append(m.Headers, header{k, strings.TrimSpace(v)})
+	}
+	if m.get("Name") == "" || m.get("Version") == "" {
+		return nil, fmt.Errorf("%s: no Name or Version", file)
+	}
+	return m, nil
+}
+
+func (m *metadata) bytes() []byte {
+	var b bytes.Buffer
+	for _, h := range m.Headers {
+		fmt.Fprintf(&b, "%s: %s\n", h.Key, h.Value)
+	}
+	if m.Body != "" {
+		b.WriteString("\n")
+		b.WriteString(m.Body)
+	}
+	return b.Bytes()
+}
+
+// metadataFromEgg turns an egg-info's PKG-INFO and requires.txt into METADATA, as
+// bdist_wheel does: at least Metadata-Version 2.1, Requires-Dist and Provides-Extra
+// from requires.txt, an old Description field moved into the body.
+func metadataFromEgg(pkgInfo, requires []byte) (*metadata, error) {
+	m, err := parseMetadata(pkgInfo, "PKG-INFO")
+	if err != nil {
+		return nil, err
+	}
+	if v := m.get("Metadata-Version"); v == "" || versionLess(v, "2.1") {
+		m.drop("Metadata-Version")
+		m.Headers = append([]header{{"Metadata-Version", "2.1"}}, m.Headers...)
+	}
+	m.drop("Requires-Dist")
+	m.drop("Provides-Extra")
+	if requires != nil {
+		gen, err := requiresDist(string(requires))
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range gen {
+			if !slices.Contains(m.Headers, h) {
+				m.Headers = append(m.Headers, h)
+			}
+		}
+	}
+	if d := m.get("Description"); d != "" {
+		lines := strings.Split(d, "\n")
+		m.Body = strings.TrimLeft(lines[0], " \t") + "\n" + dedent(lines[1:]) + "\n"
+		m.drop("Description")
+	}
+	return m, nil
+}
+
+func versionLess(a, b string) bool {
+	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := range max(len(pa), len(pb)) {
+		var x, y int
+		if i < len(pa) {
+			x, _ = strconv.Atoi(pa[i])
+		}
+		if i < len(pb) {
+			y, _ = strconv.Atoi(pb[i])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
+}
+
+func dedent(lines []string) string {
+	indent := -1
+	for _, l := range lines {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		n := len(l) - len(strings.TrimLeft(l, " \t"))
+		if indent < 0 || n < indent {
+			indent = n
+		}
+	}
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		if len(l) >= indent && indent > 0 {
+			out[i] = l[indent:]
+		} else {
+			out[i] = strings.TrimLeft(l, " \t")
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// requiresDist converts setuptools' requires.txt (sections [extra], [:marker],
+// [extra:marker]) into Provides-Extra and Requires-Dist fields, sections in name order.
+func requiresDist(text string) ([]header, error) {
+	type section struct {
+		name string
+		reqs []string
+	}
+	var secs []*section
+	cur := &section{}
+	secs = append(secs, cur)
+	for i, l := range strings.Split(text, "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case l == "" || strings.HasPrefix(l, "#"):
+		case strings.HasPrefix(l, "["):
+			if !strings.HasSuffix(l, "]") {
+				return nil, fmt.Errorf("requires.txt line %d: %q is not a section", i+1, l)
+			}
+			cur = &section{name: strings.TrimSpace(l[1 : len(l)-1])}
+			secs = append(secs, cur)
+		default:
+			cur.reqs = append(cur.reqs, l)
+		}
+	}
+	sort.SliceStable(secs, func(i, j int) bool { return secs[i].name < secs[j].name })
+	var out []header
+	for _, s := range secs {
+		extra, cond, _ := strings.Cut(s.name, ":")
+		extra = strings.ToLower(extraRe.ReplaceAllString(extra, "_"))
+		if extra != "" {
+			out = append(out, header{"Provides-Extra", extra})
+			if cond != "" {
+				cond = "(" + cond + ") and "
+			}
+			cond += "extra == '" + extra + "'"
+		}
+		if cond != "" {
+			cond = " ; " + cond
+		}
+		for _, r := range s.reqs {
+			d, err := requirement(r)
+			if err != nil {
+				return nil, fmt.Errorf("requires.txt: %w", err)
+			}
+			out = append(out, header{"Requires-Dist", d + cond})
+		}
+	}
+	return out, nil
+}
+
+// requirement renders one requires.txt line as bdist_wheel does: name[extras] (specs),
+// specs sorted, or name @ url.
+func requirement(r string) (string, error) {
+	m := reqRe.FindStringSubmatch(r)
+	if m == nil || strings.Contains(m[3], ";") {
+		return "", fmt.Errorf("%q is not a requirement this converter reads (name[extras] specs, no marker)", r)
+	}
+	out := m[1]
+	if m[2] != "" {
+		var ex []string
+		for _, e := range strings.Split(m[2], ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				ex = append(ex, e)
+			}
+		}
+		sort.Strings(ex)
+		out += "[" + strings.Join(ex, ",") + "]"
+	}
+	rest := strings.TrimSpace(m[3])
+	if url, ok := strings.CutPrefix(rest, "@"); ok {
+		return out + " @ " + strings.TrimSpace(url), nil
+	}
+	rest = strings.TrimSuffix(strings.TrimPrefix(rest, "("), ")")
+	var specs []string
+	for _, s := range strings.Split(rest, ",") {
+		if s = strings.Join(strings.Fields(s), ""); s != "" {
+			specs = append(specs, s)
+		}
+	}
+	if len(specs) == 0 {
+		return out, nil
+	}
+	sort.Strings(specs)
+	return out + " (" + strings.Join(specs, ",") + ")", nil
+}
+
+// Written is what WriteDistInfo made.
+type Written struct {
+	Name, Version, Tag string
+	Pure               bool
+	// Dir is the .dist-info directory's name.
+	Dir string
+}
+
+// WriteDistInfo writes the installed form's NAME-VERSION.dist-info into root (a copy of
+// `setup.py build`'s build_lib) from the one *.egg-info in eggBase; license files named
+// by License-File are read from src (the directory of setup.py).
+func WriteDistInfo(root, eggBase, src string, tags Tags) (Written, error) {
+	eggs, err := filepath.Glob(filepath.Join(eggBase, "*.egg-info"))
+	if err != nil || len(eggs) != 1 {
+		return Written{}, fmt.Errorf("setup.py egg_info wrote %d .egg-info directories in %s, want one", len(eggs), eggBase)
+	}
+	egg := eggs[0]
+	pkgInfo, err := os.ReadFile(filepath.Join(egg, "PKG-INFO"))
+	if err != nil {
+		return Written{}, fmt.Errorf("read the package metadata: %w", err)
+	}
+	requires, err := os.ReadFile(filepath.Join(egg, "requires.txt"))
+	if errors.Is(err, fs.ErrNotExist) {
+		requires, err = nil, nil
+	}
+	if err != nil {
+		return Written{}, fmt.Errorf("read the package requirements: %w", err)
+	}
+	m, err := metadataFromEgg(pkgInfo, requires)
+	if err != nil {
+		return Written{}, fmt.Errorf("%s: %w", egg, err)
+	}
+	w := Written{Name: m.get("Name"), Version: m.get("Version")}
+	if w.Tag, w.Pure, err = tags.Tag(root); err != nil {
+		return w, err
+	}
+	w.Dir = DistInfoName(w.Name, w.Version)
+	di := filepath.Join(root, w.Dir)
+	if _, err := os.Lstat(di); err == nil {
+		return w, fmt.Errorf("%s already exists in the build output", w.Dir)
+	}
+	if err := os.MkdirAll(di, 0o755); err != nil {
+		return w, err
+	}
+	files := map[string][]byte{
+		"METADATA":  m.bytes(),
+		"WHEEL":     []byte(fmt.Sprintf("Wheel-Version: 1.0\nGenerator: epbuild\nRoot-Is-Purelib: %t\nTag: %s\n", w.Pure, w.Tag)),
+		"INSTALLER": []byte(Installer + "\n"),
+	}
+	for _, extra := range []string{"top_level.txt", "entry_points.txt"} {
+		if b, err := os.ReadFile(filepath.Join(egg, extra)); err == nil {
+			files[extra] = b
+		}
+	}
+	// PEP 639 (Metadata 2.4) puts license files under licenses/; older metadata beside METADATA
+	under := ""
+	if !versionLess(m.get("Metadata-Version"), "2.4") {
+		under = "licenses/"
+	}
+	for _, lf := range m.all("License-File") {
+		if !filepath.IsLocal(filepath.FromSlash(lf)) {
+			return w, fmt.Errorf("License-File %q is not a path inside the source tree", lf)
+		}
+		b, err := os.ReadFile(filepath.Join(src, filepath.FromSlash(lf)))
+		if err != nil {
+			return w, fmt.Errorf("License-File %s: %w", lf, err)
+		}
+		files[under+lf] = b
+	}
+	for name, b := range files {
+		p := filepath.Join(di, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return w, err
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return w, fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	return w, nil
+}
+
+// Info describes a packed wheel.
+type Info struct {
+	File    string `json:"file"`
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Tag     string `json:"tag"`
+	SHA256  string `json:"sha256"`
+	Size    int64  `json:"size"`
+}
+
+// zipEpoch is the earliest time a zip entry can hold.
+var zipEpoch = time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Pack writes the wheel of an installed tree (root holds the package files and one
+// .dist-info) into dir, reproducibly: entries sorted with the .dist-info last and RECORD
+// the very last, every time mtime (clamped to 1980, zip's first year), modes 0644 or
+// 0755 (executables), deflate at a fixed level; RECORD lists every file with its
+// sha256 in that order. INSTALLER and an installed RECORD are left out: they belong to
+// an installation, not to a wheel.
+func Pack(root, dir string, mtime time.Time) (Info, error) {
+	dis, err := filepath.Glob(filepath.Join(root, "*.dist-info"))
+	if err != nil || len(dis) != 1 {
+		return Info{}, fmt.Errorf("%s holds %d .dist-info directories, want one (one wheel per component)", root, len(dis))
+	}
+	distInfo := filepath.Base(dis[0])
+	mb, err := os.ReadFile(filepath.Join(dis[0], "METADATA"))
+	if err != nil {
+		return Info{}, fmt.Errorf("pack a wheel of %s: %w", root, err)
+	}
+	m, err := parseMetadata(mb, distInfo+"/METADATA")
+	if err != nil {
+		return Info{}, err
+	}
+	wb, err := os.ReadFile(filepath.Join(dis[0], "WHEEL"))
+	if err != nil {
+		return Info{}, fmt.Errorf("pack a wheel of %s: %w", root, err)
+	}
+	wm, err := parseWheelFile(wb)
+	if err != nil {
+		return Info{}, fmt.Errorf("%s/WHEEL: %w", distInfo, err)
+	}
+	info := Info{Name: m.get("Name"), Version: m.get("Version"), Tag: wm}
+	if want := DistInfoName(info.Name, info.Version); want != distInfo {
+		return info, fmt.Errorf("%s does not match its METADATA (%s %s): want %s", distInfo, info.Name, info.Version, want)
+	}
+	info.File = FileName(info.Name, info.Version, info.Tag)
+
+	type file struct {
+		name string
+		path string
+		mode fs.FileMode
+	}
+	var files []file
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		switch {
+		case d.IsDir() && (d.Name() == "__pycache__"):
+			return fs.SkipDir
+		case d.IsDir():
+			return nil
+		case rel == distInfo+"/INSTALLER" || rel == distInfo+"/RECORD" || strings.HasSuffix(rel, ".pyc"):
+			return nil
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s: a %s; a wheel holds regular files only", rel, d.Type())
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := fs.FileMode(0o644)
+		if fi.Mode()&0o111 != 0 {
+			mode = 0o755
+		}
+		files = append(files, file{rel, p, mode})
+		return nil
+	})
+	if err != nil {
+		return info, fmt.Errorf("pack a wheel of %s: %w", root, err)
+	}
+	inDist := func(n string) bool { return strings.HasPrefix(n, distInfo+"/") }
+	sort.Slice(files, func(i, j int) bool {
+		a, b := files[i], files[j]
+		if inDist(a.name) != inDist(b.name) {
+			return !inDist(a.name)
+		}
+		return a.name < b.name
+	})
+
+	out := filepath.Join(dir, info.File)
+	tmp, err := os.CreateTemp(dir, ".tmp-"+info.File+"-")
+	if err != nil {
+		return info, fmt.Errorf("pack %s: %w", info.File, err)
+	}
+	defer os.Remove(tmp.Name())
+	if mtime.Before(zipEpoch) {
+		mtime = zipEpoch
+	}
+	mtime = mtime.UTC().Truncate(2 * time.Second) // DOS times count in 2-second steps
+	bw := bufio.NewWriterSize(tmp, 1<<20)
+	zw := zip.NewWriter(bw)
+	var record bytes.Buffer
+	add := func(name string, mode fs.FileMode, r io.Reader) error {
+		h := &zip.FileHeader{Name: name, Method: zip.Deflate, Modified: mtime}
+		h.SetMode(mode)
+		w, err := zw.CreateHeader(h)
+		if err != nil {
+			return err
+		}
+		sum := sha256.New()
+		n, err := io.Copy(io.MultiWriter(w, sum), r)
+		if err != nil {
+			return err
+		}
+		if name != distInfo+"/RECORD" {
+			fmt.Fprintf(&record, "%s,sha256=%s,%d\n", recordPath(name), base64.RawURLEncoding.EncodeToString(sum.Sum(nil)), n)
+		}
+		return nil
+	}
+	for _, f := range files {
+		r, err := os.Open(f.path)
+		if err != nil {
+			return info, fmt.Errorf("pack %s: %w", info.File, err)
+		}
+		err = add(f.name, f.mode, r)
+		r.Close()
+		if err != nil {
+			return info, fmt.Errorf("pack %s: %s: %w", info.File, f.name, err)
+		}
+	}
+	fmt.Fprintf(&record, "%s,,\n", recordPath(distInfo+"/RECORD"))
+	if err := add(distInfo+"/RECORD", 0o644, &record); err != nil {
+		return info, fmt.Errorf("pack %s: RECORD: %w", info.File, err)
+	}
+	if err := zw.Close(); err != nil {
+		return info, fmt.Errorf("pack %s: %w", info.File, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return info, fmt.Errorf("pack %s: %w", info.File, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return info, fmt.Errorf("pack %s: %w", info.File, err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return info, err
+	}
+	if info.SHA256, info.Size, err = hashFile(tmp.Name()); err != nil {
+		return info, err
+	}
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return info, fmt.Errorf("pack %s: %w", info.File, err)
+	}
+	return info, nil
+}
+
+// recordPath quotes a RECORD path the way the csv module does (a comma or quote in it).
+func recordPath(p string) string {
+	if strings.ContainsAny(p, ",\"\n") {
+		return `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
+	}
+	return p
+}
+
+// parseWheelFile reads WHEEL: version 1.x and exactly one Tag.
+func parseWheelFile(b []byte) (string, error) {
+	var tags []string
+	version := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "Wheel-Version":
+			version = strings.TrimSpace(v)
+		case "Tag":
+			tags = append(tags, strings.TrimSpace(v))
+		}
+	}
+	if !strings.HasPrefix(version, "1.") {
+		return "", fmt.Errorf("Wheel-Version %q: this writer makes 1.x wheels", version)
+	}
+	if len(tags) != 1 {
+		return "", fmt.Errorf("%d Tag fields, want one", len(tags))
+	}
+	return tags[0], nil
+}
+
+func hashFile(p string) (string, int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, fmt.Errorf("hash %s: %w", p, err)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil)), n, nil
+}
+
+// Check is a light reading of a wheel file: the names a .whl must hold, every RECORD
+// hash matching its entry. Tests and the package stage use it on what Pack wrote.
+func Check(file string) error {
+	zr, err := zip.OpenReader(file)
+	if err != nil {
+		return fmt.Errorf("open wheel %s: %w", file, err)
+	}
+	defer zr.Close()
+	var record *zip.File
+	entries := map[string]*zip.File{}
+	for _, f := range zr.File {
+		entries[f.Name] = f
+		if path.Base(f.Name) == "RECORD" && strings.HasSuffix(path.Dir(f.Name), ".dist-info") {
+			record = f
+		}
+	}
+	if record == nil {
+		return fmt.Errorf("wheel %s: no .dist-info/RECORD", file)
+	}
+	rc, err := record.Open()
+	if err != nil {
+		return err
+	}
+	rb, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		return err
+	}
+	listed := 0
+	for _, l := range strings.Split(strings.TrimSpace(string(rb)), "\n") {
+		i := strings.LastIndexByte(l, ',')
+		j := strings.LastIndexByte(l[:max(i, 0)], ',')
+		if i < 0 || j < 0 {
+			return fmt.Errorf("wheel %s: RECORD line %q", file, l)
+		}
+		name, digest := strings.Trim(l[:j], `"`), l[j+1:i]
+		f, ok := entries[name]
+		if !ok {
+			return fmt.Errorf("wheel %s: RECORD lists %s, which it does not hold", file, name)
+		}
+		listed++
+		if f == record {
+			continue
+		}
+		r, err := f.Open()
+		if err != nil {
+			return err
+		}
+		h := sha256.New()
+		_, err = io.Copy(h, r)
+		r.Close()
+		if err != nil {
+			return err
+		}
+		if want := "sha256=" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)); digest != want {
+			return fmt.Errorf("wheel %s: %s: RECORD says %s, the entry hashes to %s", file, name, digest, want)
+		}
+	}
+	if listed != len(zr.File) {
+		return fmt.Errorf("wheel %s: RECORD lists %d of its %d entries", file, listed, len(zr.File))
+	}
+	return nil
+}

@@ -1,0 +1,106 @@
+package builder
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/epbuild/epbuild/builder/wheel"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// TestWheelWithPip: pip (in a venv python3 -m venv made) sees the package an install
+// carries, through the install's env, and cannot uninstall it; it installs the wheel
+// beside the artifact with --no-index, and the installed copy runs with the install's
+// library.
+func TestWheelWithPip(t *testing.T) {
+	arts := artifacts(t)
+	whl := filepath.Join(filepath.Dir(arts.A), WheelDir(arts.Plan), "pydemo-1.0.0-py3-none-any.whl")
+	if err := wheel.Check(whl); err != nil {
+		t.Fatal(err)
+	}
+	// the venv borrows the base interpreter's pip (system site packages) rather than
+	// installing its own: pip installs into the venv all the same, in a second, not ten
+	venv := filepath.Join(t.TempDir(), "venv")
+	if b, err := exec.Command("python3", "-m", "venv", "--without-pip", "--system-site-packages", venv).CombinedOutput(); err != nil {
+		t.Fatalf("python3 -m venv: %v\n%s", err, b)
+	}
+	py := filepath.Join(venv, "bin", "python")
+	run := func(env []string, args ...string) (string, error) {
+		cmd := exec.Command(py, args...)
+		cmd.Dir = t.TempDir()
+		cmd.Env = append(env, "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PIP_NO_INDEX=1")
+		b, err := cmd.CombinedOutput()
+		return string(b), err
+	}
+
+	// the install's environment: pip show and importlib.metadata find the package there
+	prefix := freshInstall(t)
+	env, err := InstallEnv(prefix, CleanEnviron(os.Getenv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(env, "-m", "pip", "show", "pydemo")
+	loc := filepath.Join(prefix, "pydemo", "python")
+	if err != nil || !strings.Contains(out, "Name: pydemo\n") || !strings.Contains(out, "Version: 1.0.0\n") || !strings.Contains(out, "Location: "+loc+"\n") {
+		t.Fatalf("pip show in the install's env: %v\n%s", err, out)
+	}
+	out, err = run(env, "-c", "import importlib.metadata as m, pydemo; d = m.distribution('pydemo'); print(m.version('pydemo'), d.read_text('INSTALLER').strip(), pydemo.Channel(1).describe())")
+	if err != nil || strings.TrimSpace(out) != "1.0.0 epbuild channel 1 of 4, 1 lanes" {
+		t.Fatalf("importlib.metadata in the install's env: %v\n%s", err, out)
+	}
+	// epbuild's install is not pip's to remove: no RECORD, so pip refuses (in a venv it
+	// leaves what is outside the venv alone anyway), and the install stays whole
+	cmd := exec.Command("python3", "-m", "pip", "uninstall", "-y", "pydemo")
+	cmd.Env = append(env, "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1")
+	b, err := cmd.CombinedOutput()
+	if refused := err != nil && strings.Contains(string(b), "RECORD"); !refused && !strings.Contains(string(b), "outside environment") {
+		t.Errorf("pip uninstall of the install's package: %v\n%s", err, b)
+	}
+	wantStatus(t, mustVerify(t, prefix), map[string]string{"files": "pass"})
+
+	// the wheel beside the artifact, as vLLM and SGLang users install DeepEP
+	base := CleanEnviron(os.Getenv)
+	if out, err := run(base, "-m", "pip", "install", "--no-deps", whl); err != nil {
+		t.Fatalf("pip install %s: %v\n%s", filepath.Base(whl), err, out)
+	}
+	out, err = run(base, "-m", "pip", "show", "-f", "pydemo")
+	if err != nil || !strings.Contains(out, "Version: 1.0.0\n") || !strings.Contains(out, "pydemo/channel.py") || strings.Contains(out, loc) {
+		t.Fatalf("pip show after pip install: %v\n%s", err, out)
+	}
+	lib := filepath.Join(prefix, "libdemo", "lib", "libdemo.so.1")
+	out, err = run(append(base, "DEMO_LIB="+lib, "DEMO_LANE_MAPPING=0:2,1:1"), "-c", fmt.Sprintf("import pydemo; print(pydemo.__file__.startswith(%q), pydemo.Channel(1).describe())", venv))
+	if err != nil || strings.TrimSpace(out) != "True channel 1 of 4, 1 lanes" {
+		t.Fatalf("the pip-installed package: %v\n%s", err, out)
+	}
+}
+
+// TestWheelPreflight: a recipe asking for a wheel needs setuptools, as any setup.py
+// build does, and nothing more (the wheel and build modules are not used); without
+// setuptools the preflight names it before any work (exit 3).
+func TestWheelPreflight(t *testing.T) {
+	res, err := NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := res.Resolve("demo", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc, _ := p.Component("pydemo"); !wantsWheel(pc) {
+		t.Fatal("the demo recipe asks for no wheel")
+	}
+	tc := &Toolchain{Python: "/usr/bin/python3", PythonVersion: "3.11.2", Setuptools: "65.5.0", GCC: "12.2.0", CMake: "3.25.1"}
+	if err := Preflight(p, tc); err != nil {
+		t.Errorf("setuptools without the wheel module: %v", err)
+	}
+	tc.Setuptools = ""
+	var pe *PreflightError
+	if err := Preflight(p, tc); !errors.As(err, &pe) || pe.ExitCode() != 3 || !strings.Contains(err.Error(), "python setuptools") {
+		t.Errorf("no setuptools: %v", err)
+	}
+}

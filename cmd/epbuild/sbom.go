@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/epbuild/epbuild/builder"
+)
+
+func newSBOMCmd(app *App) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "sbom ARTIFACT|PREFIX [-o FILE]",
+		Short: "Print the CycloneDX 1.6 SBOM of an artifact or an install, with every pin and patch",
+		Long: `Print the CycloneDX 1.6 software bill of materials (JSON) of an artifact
+(<recipe>-<plan>.tar.zst: its manifest, its sha256 checked against ARTIFACT.sha256 when
+there is one) or of an install (PREFIX: its manifest, and the artifact its receipt names).
+It is read from what the build recorded, nothing is derived again: epbuild recipe writes
+the same bytes beside the artifact as ARTIFACT.cdx.json, which epbuild push stores.
+
+The BOM holds each component with its pin (a purl: pkg:github/OWNER/REPO@COMMIT, a
+generic purl with the VCS URL and commit or the download URL and sha256, pkg:pypi for a
+package of the Python environment), each patched component's pedigree (the upstream
+ancestor, the pinned commit, one patch entry per patch: cherry-pick for a diff of its own
+repository, else unofficial, with the diff's URL and the pull request it resolves where
+known) and each patch's sha256 (property epbuild:patch:SET/NAME:sha256), the artifact's
+files and wheels with their sha256, the dependencies between components, and the
+toolchain as the formulation; metadata names the epbuild that built it and the one that
+wrote the BOM. See docs/python-lmod-sbom.md.
+
+Exit codes: 0 done; 2 not an artifact or install (or a damaged one).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := builder.SBOM(cmd.Context(), args[0], version)
+			if err != nil {
+				return err
+			}
+			if out == "" || out == "-" {
+				_, err = app.Out.Write(b)
+				return err
+			}
+			if err := writeFileAtomic(out, b); err != nil {
+				return err
+			}
+			fmt.Fprintf(app.Err, "wrote %s\n", out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write the SBOM to FILE (atomically) instead of stdout")
+	return cmd
+}

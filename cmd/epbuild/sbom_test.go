@@ -1,0 +1,55 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestSBOMCLI: epbuild sbom of the artifact and of its install print the SBOM epbuild
+// recipe wrote beside the artifact; a damaged artifact and a directory with no install
+// are bad input.
+func TestSBOMCLI(t *testing.T) {
+	art := demoArtifact(t)
+	want, err := os.ReadFile(art + ".cdx.json")
+	if err != nil {
+		t.Fatalf("epbuild recipe wrote no SBOM beside the artifact: %v", err)
+	}
+	if !strings.Contains(string(want), `"specVersion": "1.6"`) {
+		t.Fatalf("not a CycloneDX 1.6 document:\n%.400s", want)
+	}
+	env := nodeEnv()
+	prefix := filepath.Join(t.TempDir(), "demo")
+	if code, out, errs := run(t, env, "install", art, "--prefix", prefix); code != 0 {
+		t.Fatalf("install: exit %d\n%s%s", code, out, errs)
+	}
+	for _, from := range []string{art, prefix} {
+		code, out, errs := run(t, env, "sbom", from)
+		if code != 0 || out != string(want) {
+			t.Errorf("sbom %s: exit %d, %d bytes (want %d)\n%s", from, code, len(out), len(want), errs)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "x.cdx.json")
+	if code, _, errs := run(t, env, "sbom", prefix, "-o", file); code != 0 {
+		t.Fatalf("sbom -o: exit %d %s", code, errs)
+	}
+	if got, _ := os.ReadFile(file); string(got) != string(want) {
+		t.Error("sbom -o wrote another document")
+	}
+	// a copy whose .sha256 does not match, a directory with no install, nothing at all
+	bad := filepath.Join(t.TempDir(), filepath.Base(art))
+	b, _ := os.ReadFile(art)
+	if err := os.WriteFile(bad, b[:len(b)-1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := os.ReadFile(art + ".sha256")
+	if err := os.WriteFile(bad+".sha256", sum, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, arg := range []string{bad, t.TempDir(), filepath.Join(t.TempDir(), "none")} {
+		if code, _, errs := run(t, env, "sbom", arg); code != exitBadInput || errs == "" {
+			t.Errorf("sbom %s: exit %d, want %d: %s", arg, code, exitBadInput, errs)
+		}
+	}
+}
