@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -50,23 +51,78 @@ func onInstall(f func(*verifier, context.Context) []CheckResult) func(context.Co
 	}
 }
 
-// ReadInstalledManifest reads and decodes dir/manifest.json, returning its bytes too.
+// ReadInstalledManifest reads and decodes dir/manifest.json, returning its bytes too. It
+// reads a regular file only, never through a symlink (readTopFile).
 func ReadInstalledManifest(dir string) (*Manifest, []byte, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	raw, err := readTopFile(dir, ManifestName, maxManifestSize)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the manifest of %s: %w", dir, err)
 	}
+	m, err := decodeManifest(raw, filepath.Join(dir, ManifestName))
+	if err != nil {
+		return nil, raw, err
+	}
+	return m, raw, nil
+}
+
+// decodeManifest decodes a manifest, installed or read from an artifact (shown names it
+// in errors), and refuses one epbuild did not write or cannot read.
+func decodeManifest(raw []byte, shown string) (*Manifest, error) {
 	var m Manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, raw, fmt.Errorf("decode %s: %w", filepath.Join(dir, ManifestName), err)
+		return nil, fmt.Errorf("decode %s: %w", shown, err)
 	}
 	switch {
 	case m.Format != ManifestFormat:
-		return nil, raw, fmt.Errorf("%s: format %d; this epbuild reads format %d (use the epbuild that built it, or a newer one)", filepath.Join(dir, ManifestName), m.Format, ManifestFormat)
+		return nil, fmt.Errorf("%s: format %d; this epbuild reads format %d (use the epbuild that built it, or a newer one)", shown, m.Format, ManifestFormat)
 	case m.Plan == nil || m.Recipe == "" || m.PlanKey == "" || len(m.Files) == 0:
-		return nil, raw, fmt.Errorf("%s: no recipe, plan or file list: not written by epbuild", filepath.Join(dir, ManifestName))
+		return nil, fmt.Errorf("%s: no recipe, plan or file list: not written by epbuild", shown)
 	}
-	return &m, raw, nil
+	return &m, nil
+}
+
+// topFileMode is the mode of manifest.json and the receipt: the artifact carries the
+// manifest as 0644 and install writes the receipt so, whatever the umask.
+const topFileMode fs.FileMode = 0o644
+
+// readTopFile reads the manifest or the receipt at the top of an install, at most limit
+// bytes. It must be a regular file: read through a symlink, an identical copy outside
+// the prefix would pass every check of its bytes, and whoever can write that copy
+// could rewrite the install's record. A missing file is an fs.ErrNotExist error.
+func readTopFile(dir, name string, limit int64) ([]byte, error) {
+	p := filepath.Join(dir, name)
+	st, err := os.Lstat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is %s, not the regular file install writes", p, describeTopFile(p, st))
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// the file opened must be the one looked at: not swapped for a link in between
+	if fst, err := f.Stat(); err != nil || !os.SameFile(st, fst) {
+		return nil, fmt.Errorf("%s changed while it was read", p)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is larger than %s: not written by epbuild", p, byteCount(limit))
+	}
+	return b, nil
+}
+
+func describeTopFile(p string, st fs.FileInfo) string {
+	if st.Mode()&fs.ModeSymlink != 0 {
+		target, _ := os.Readlink(p)
+		return "a symlink (to " + target + ")"
+	}
+	return "a " + fileKind(st.Mode())
 }
 
 func (v *verifier) manifest() bool {
@@ -76,6 +132,10 @@ func (v *verifier) manifest() bool {
 	if err != nil {
 		c.Status, c.Found = check.Fail, err.Error()
 		c.Fix = "install with epbuild install ARTIFACT --prefix PREFIX; a prefix copied by hand has no manifest"
+		if st, lerr := os.Lstat(c.Read); lerr == nil && !st.Mode().IsRegular() {
+			c.Expected = "a regular file " + ManifestName + ", mode 0644, as the artifact carries it"
+			c.Fix = "reinstall: epbuild install ARTIFACT --prefix " + v.prefix + " (install writes " + ManifestName + " itself; a link to a copy elsewhere lets whoever owns the copy rewrite the record)"
+		}
 		v.rep.add(c)
 		return false
 	}
@@ -122,18 +182,38 @@ func (v *verifier) receipt(context.Context) []CheckResult {
 	if err == nil {
 		v.rep.Artifact = r.Artifact
 	}
+	// what the receipt says must be what the manifest beside it says
+	var differs []string
+	if err == nil {
+		for _, f := range []struct{ name, receipt, manifest string }{
+			{"manifest_sha256", r.ManifestSHA256, sum},
+			{"plan_key", r.PlanKey, v.m.PlanKey},
+			{"recipe", r.Recipe, v.m.Recipe},
+			{"built_by", r.BuiltBy, v.m.Epbuild},
+		} {
+			if f.receipt != f.manifest {
+				differs = append(differs, fmt.Sprintf("%s %q, the manifest's is %q", f.name, f.receipt, f.manifest))
+			}
+		}
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		c.Status, c.Found = check.Warn, "no receipt: not installed by epbuild install"
-		c.Fix = "install with epbuild install ARTIFACT --prefix PREFIX, which checks the artifact before it touches the prefix"
+		c.Status, c.Expected, c.Found = check.Fail, ReceiptName+", written by epbuild install", "no "+ReceiptName+" in "+v.prefix
+		c.Why = "without the receipt nothing pins manifest.json, so an edited manifest would hide any other change: " +
+			"the receipt was deleted, or the prefix was not made by epbuild install"
+		c.Fix = fmt.Sprintf("reinstall the artifact of recipe %s, plan %s: epbuild install ARTIFACT --prefix %s (install checks the artifact before it touches the prefix, and writes the receipt)",
+			v.m.Recipe, shortKey(v.m.PlanKey), v.prefix)
 	case err != nil:
 		c.Status, c.Found, c.Fix = check.Fail, err.Error(), v.fix()
+		c.Expected = "a regular file " + ReceiptName + ", mode 0644, as epbuild install writes it"
 	case r.ManifestSHA256 != sum:
 		c.Status, c.Expected, c.Found = check.Fail, "manifest.json sha256 "+r.ManifestSHA256, "sha256 "+sum
 		c.Why = "manifest.json changed since install: " + c.Why
 		c.Fix = v.fix()
-	case r.PlanKey != v.m.PlanKey:
-		c.Status, c.Expected, c.Found, c.Fix = check.Fail, "plan "+shortKey(r.PlanKey), "plan "+shortKey(v.m.PlanKey), v.fix()
+	case len(differs) > 0:
+		c.Status, c.Expected, c.Found = check.Fail, "the recipe, plan and epbuild of "+ManifestName, strings.Join(differs, "; ")
+		c.Why = ReceiptName + " was edited after install, or belongs to another install: " + c.Why
+		c.Fix = v.fix()
 	default:
 		c.Status = check.Pass
 		c.Found = fmt.Sprintf("%s (sha256 %s), installed %s by epbuild %s", r.Artifact, shortKey(r.SHA256), r.InstalledAt.Format("2006-01-02 15:04:05Z07:00"), r.Epbuild)
@@ -248,7 +328,7 @@ type hashJob struct {
 // VerifyFiles compares the tree at dir with the manifest's entries: content (size, then
 // sha256), type, exact mode and symlink targets, and reports every entry that is missing
 // or not in the manifest. manifest.json and the install receipt at the top are not
-// entries. Files are hashed on runtime.NumCPU() workers while the walk goes on; a file
+// entries: they are checked for type and mode only. Files are hashed on runtime.NumCPU() workers while the walk goes on; a file
 // whose size differs is reported without reading it. The error is for a dir that
 // cannot be walked or a cancelled context; an unreadable entry is a problem.
 func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileProblem, FileStats, error) {
@@ -311,6 +391,22 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 			return nil
 		}
 		if rel == ManifestName || rel == ReceiptName {
+			// not entries (the receipt pins the manifest's bytes, the receipt is checked
+			// against the manifest), but regular files of the mode install writes
+			info, err := d.Info()
+			if err != nil {
+				report(FileProblem{Path: rel, Kind: ProblemUnreadable, Found: err.Error()})
+				return nil
+			}
+			switch typ, found := describeEntry(p, info); {
+			case typ != archive.TypeFile:
+				report(FileProblem{Path: rel, Kind: ProblemType, Expected: string(archive.TypeFile), Found: found})
+			case unixMode(info.Mode()) != uint32(topFileMode):
+				report(FileProblem{Path: rel, Kind: ProblemMode, Expected: fmt.Sprintf("mode %04o", uint32(topFileMode)), Found: fmt.Sprintf("mode %04o", unixMode(info.Mode()))})
+			}
+			if d.IsDir() {
+				return fs.SkipDir
+			}
 			return nil
 		}
 		w := byPath[rel]

@@ -268,6 +268,89 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 			t.Errorf("env.paths found %q", c.Found)
 		}
 	})
+	// manifest.json and the receipt are what every other check trusts: each kind of
+	// change to them fails, naming the file
+	elsewhere := func(t *testing.T, prefix, name string) {
+		copyOut := filepath.Join(t.TempDir(), name)
+		b, err := os.ReadFile(filepath.Join(prefix, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(copyOut, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(prefix, name)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(copyOut, filepath.Join(prefix, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	editReceipt := func(field, value string) func(*testing.T, string) {
+		return func(t *testing.T, prefix string) {
+			p := filepath.Join(prefix, ReceiptName)
+			var r map[string]any
+			b, _ := os.ReadFile(p)
+			if err := json.Unmarshal(b, &r); err != nil {
+				t.Fatal(err)
+			}
+			if value == "" {
+				delete(r, field)
+			} else {
+				r[field] = value
+			}
+			b, _ = json.Marshal(r)
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		mutate func(*testing.T, string)
+		want   map[string]string
+		says   string // in the failing check's found or expected
+	}{
+		{"the receipt deleted", func(t *testing.T, p string) {
+			if err := os.Remove(filepath.Join(p, ReceiptName)); err != nil {
+				t.Fatal(err)
+			}
+		}, map[string]string{"install.receipt": "fail", "files": "pass"}, "no " + ReceiptName},
+		{"the receipt names another recipe", editReceipt("recipe", "other"), map[string]string{"install.receipt": "fail"}, `recipe "other"`},
+		{"the receipt names another epbuild", editReceipt("built_by", "v0.0.1"), map[string]string{"install.receipt": "fail"}, `built_by "v0.0.1"`},
+		{"the receipt lost its artifact", editReceipt("artifact", ""), map[string]string{"install.receipt": "fail"}, "not the receipt install writes"},
+		{"the receipt's sha256 is not one", editReceipt("sha256", "0123"), map[string]string{"install.receipt": "fail"}, `sha256 "0123" is not 64 hex digits`},
+		{"the receipt a link to a copy outside", func(t *testing.T, p string) { elsewhere(t, p, ReceiptName) },
+			map[string]string{"install.receipt": "fail", "files.type:" + ReceiptName: "fail"}, ReceiptName + " is a symlink"},
+		{"the manifest a link to a copy outside", func(t *testing.T, p string) { elsewhere(t, p, ManifestName) },
+			map[string]string{"install.manifest": "fail"}, ManifestName + " is a symlink"},
+		{"the receipt made executable", func(t *testing.T, p string) {
+			if err := os.Chmod(filepath.Join(p, ReceiptName), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, map[string]string{"install.receipt": "pass", "files.mode:" + ReceiptName: "fail"}, "mode 0755"},
+		{"the manifest made group-writable", func(t *testing.T, p string) {
+			if err := os.Chmod(filepath.Join(p, ManifestName), 0o664); err != nil {
+				t.Fatal(err)
+			}
+		}, map[string]string{"install.manifest": "pass", "files.mode:" + ManifestName: "fail"}, "mode 0664"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			prefix := freshInstall(t)
+			c.mutate(t, prefix)
+			rep := mustVerify(t, prefix)
+			wantStatus(t, rep, c.want)
+			said := false
+			for _, ch := range rep.Checks {
+				if ch.Status == "fail" && strings.Contains(ch.Found+" "+ch.Expected, c.says) && (strings.HasSuffix(ch.Read, ReceiptName) || strings.HasSuffix(ch.Read, ManifestName)) {
+					said = true
+				}
+			}
+			if !said {
+				t.Errorf("no failing check reads the file and says %q:\n%s", c.says, failedChecks(rep))
+			}
+		})
+	}
 	t.Run("no manifest", func(t *testing.T) {
 		prefix := t.TempDir()
 		rep := mustVerify(t, prefix)
