@@ -78,8 +78,8 @@ print("` + reportMarker + `" + json.dumps({
 // outside any source or build tree: Python puts the working directory first
 // on sys.path, and a build tree there would shadow the install. The
 // environment is clean: only env, plus PYTHONNOUSERSITE=1 (so ~/.local
-// cannot shadow the install) and PYTHONDONTWRITEBYTECODE=1 (so checking an
-// install does not write into it), unless env sets them itself.
+// cannot shadow the install) unless env sets it. Bytecode is neither read
+// from nor written into the install (pyRun).
 func PythonImport(ctx context.Context, python, module string, env []string, dir string) (ImportResult, error) {
 	res := ImportResult{Module: module}
 	out, stderr, err := runPython(ctx, python, env, dir, importProgram, module)
@@ -143,16 +143,36 @@ func MappedLibs(ctx context.Context, python string, modules []string, env []stri
 }
 
 func runPython(ctx context.Context, python string, env []string, dir, program string, args ...string) (stdout []byte, stderr string, err error) {
+	return pyRun{python: python, env: env, dir: dir}.run(ctx, program, args...)
+}
+
+// pyRun is one run of a Python program. Every run reads and writes bytecode only in a
+// fresh empty directory (-B, -X pycache_prefix): a .pyc in a __pycache__ of the
+// install runs instead of its source when its header says it may, so reading them
+// would run code nobody checked (verify-install checks them, CheckBytecode).
+type pyRun struct {
+	python string
+	env    []string
+	// dir is the working directory ("": a fresh empty one).
+	dir string
+	// isolated runs with -I: no PYTHONPATH, user site or script directory, the standard
+	// library only.
+	isolated bool
+	stdin    []byte
+}
+
+func (r pyRun) run(ctx context.Context, program string, args ...string) (stdout []byte, stderr string, err error) {
 	// Resolved here, against our PATH and working directory, since the
 	// child runs elsewhere with an environment that may lack PATH.
-	exe := python
-	if !strings.ContainsRune(python, filepath.Separator) {
-		if exe, err = exec.LookPath(python); err != nil {
+	exe := r.python
+	if !strings.ContainsRune(exe, filepath.Separator) {
+		if exe, err = exec.LookPath(exe); err != nil {
 			return nil, "", err
 		}
-	} else if exe, err = filepath.Abs(python); err != nil {
+	} else if exe, err = filepath.Abs(exe); err != nil {
 		return nil, "", err
 	}
+	dir := r.dir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "epbuild-pyimport-")
 		if err != nil {
@@ -161,9 +181,22 @@ func runPython(ctx context.Context, python string, env []string, dir, program st
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	cmd := exec.CommandContext(ctx, exe, append([]string{"-c", program}, args...)...)
+	pycache, err := os.MkdirTemp("", "epbuild-pycache-")
+	if err != nil {
+		return nil, "", err
+	}
+	defer os.RemoveAll(pycache)
+	// the command line wins over PYTHONDONTWRITEBYTECODE and PYTHONPYCACHEPREFIX in env
+	argv := []string{"-B", "-X", "pycache_prefix=" + pycache}
+	if r.isolated {
+		argv = append(argv, "-I")
+	}
+	cmd := exec.CommandContext(ctx, exe, append(append(argv, "-c", program), args...)...)
 	cmd.Dir = dir
-	cmd.Env = cleanEnv(env)
+	cmd.Env = cleanEnv(r.env)
+	if r.stdin != nil {
+		cmd.Stdin = bytes.NewReader(r.stdin)
+	}
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	err = cmd.Run()
