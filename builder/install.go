@@ -630,9 +630,13 @@ func stageArtifact(ctx context.Context, art, tree string, m *Manifest, raw []byt
 	if err != nil || !bytes.Equal(got, raw) {
 		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than one %s, and they differ", ManifestName)}
 	}
-	problems, _, err := VerifyFiles(ctx, tree, m.Files)
+	problems, st, err := VerifyFiles(ctx, tree, m.Files)
 	if err != nil {
 		return fmt.Errorf("install %s: %w", art, err)
+	}
+	// nothing has run Python here: bytecode came from the archive, beside its manifest
+	for _, rel := range st.Bytecode {
+		problems = append(problems, FileProblem{Path: rel, Kind: ProblemExtra, Found: "Python bytecode its manifest does not list"})
 	}
 	if len(problems) > 0 {
 		const show = 10

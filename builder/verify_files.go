@@ -15,11 +15,13 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/inspect"
 )
 
 // The manifest and the files of an install: the manifest read first (nothing else can be
@@ -231,11 +233,18 @@ func (v *verifier) files(ctx context.Context) []CheckResult {
 		}
 		return []CheckResult{{ID: "files", Status: check.Fail, Read: v.prefix, Found: err.Error(), Why: whyFiles, Fix: v.fix()}}
 	}
+	if len(st.Bytecode) > 0 {
+		problems = append(problems, v.bytecode(ctx, st.Bytecode)...)
+		if ctx.Err() != nil {
+			return nil
+		}
+		sortProblems(problems)
+	}
 	c := VerifyCheck{ID: "files", Read: fmt.Sprintf("%s: %d files (%s), %d directories, %d symlinks against %s",
 		v.prefix, st.Files, byteCount(st.Bytes), st.Dirs, st.Symlinks, ManifestName), Why: whyFiles,
 		Expected: fmt.Sprintf("the %d entries of the manifest, sha256 and mode", len(v.m.Files))}
-	if st.Ignored > 0 {
-		c.Read += fmt.Sprintf(" (%d Python bytecode caches ignored)", st.Ignored)
+	if n := len(st.Bytecode); n > 0 {
+		c.Read += fmt.Sprintf(", and %d Python bytecode files in __pycache__ against the sources they were compiled from", n)
 	}
 	if len(problems) == 0 {
 		c.Status, c.Found = check.Pass, "every entry matches"
@@ -277,6 +286,12 @@ func problemCheck(prefix string, p FileProblem, fix string) VerifyCheck {
 	case ProblemUnreadable:
 		c.Why = "it cannot be read, so it cannot be checked (and jobs cannot load it)"
 		c.Fix = "check the permissions of " + c.Read + ", or reinstall"
+	case ProblemBytecode:
+		c.Why = "Python runs a __pycache__ file instead of its source when the header matches the source, and an unchecked-hash file " +
+			"without reading the source at all: bytecode that is not the compiled source runs code that was never built or checked. " +
+			"Only the install's sources compiled by the Python that imports them belong there"
+		c.Fix = fmt.Sprintf("remove it: rm %s (Python compiles the source again); every cache at once: find %s -name __pycache__ -prune -exec rm -rf {} +",
+			c.Read, prefix)
 	}
 	return c
 }
@@ -301,6 +316,9 @@ const (
 	ProblemMode       = "mode"
 	ProblemType       = "type"
 	ProblemUnreadable = "unreadable"
+	// ProblemBytecode: a .pyc in a __pycache__ directory that is not the compiled form of
+	// a source the manifest lists.
+	ProblemBytecode = "bytecode"
 )
 
 // FileProblem is one way an installed tree differs from its manifest.
@@ -315,9 +333,11 @@ type FileProblem struct {
 type FileStats struct {
 	Files, Dirs, Symlinks int
 	Bytes                 int64
-	// Ignored counts __pycache__ directories and their .pyc files: Python writes them
-	// beside any module it imports from a writable prefix, so they are no change.
-	Ignored int
+	// Bytecode lists the .pyc files in __pycache__ directories that the manifest does
+	// not list, sorted: Python writes them beside any module it imports from a writable
+	// prefix, and runs them instead of the source. VerifyFiles does not read them; the
+	// files check compares each with its source (verifier.bytecode).
+	Bytecode []string
 }
 
 type hashJob struct {
@@ -411,7 +431,9 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 		}
 		w := byPath[rel]
 		if w == nil && bytecodeCache(rel, d) {
-			st.Ignored++
+			if !d.IsDir() {
+				st.Bytecode = append(st.Bytecode, rel)
+			}
 			return nil
 		}
 		info, err := d.Info()
@@ -476,13 +498,92 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 			problems = append(problems, FileProblem{Path: e.Path, Kind: ProblemMissing, Expected: string(e.Type)})
 		}
 	}
+	sortProblems(problems)
+	return problems, st, nil
+}
+
+func sortProblems(problems []FileProblem) {
 	sort.Slice(problems, func(i, j int) bool {
 		if problems[i].Path != problems[j].Path {
 			return problems[i].Path < problems[j].Path
 		}
 		return problems[i].Kind < problems[j].Kind
 	})
-	return problems, st, nil
+}
+
+// bytecode checks the .pyc files of __pycache__ directories (rel paths from
+// VerifyFiles): each must be named as Python names the bytecode of a source the
+// manifest lists, and hold the code compiling that source gives (inspect.CheckBytecode,
+// with the interpreter of the Python checks, isolated). A stale file, one of a name
+// Python never reads, or one for another interpreter is a problem too: nothing else
+// belongs there, and nothing else can be told apart from a planted one.
+func (v *verifier) bytecode(ctx context.Context, rels []string) []FileProblem {
+	sources := make(map[string]bool, len(v.m.Files))
+	for _, e := range v.m.Files {
+		if e.Type == archive.TypeFile {
+			sources[e.Path] = true
+		}
+	}
+	var (
+		out     []FileProblem
+		files   []inspect.BytecodeFile
+		checked []FileProblem
+	)
+	for _, rel := range rels {
+		src, tag, opt, ok := bytecodeSource(rel)
+		p := FileProblem{Path: rel, Kind: ProblemBytecode, Expected: "the bytecode of " + src + ", compiled from it"}
+		switch {
+		case !ok:
+			p.Expected = "MODULE.TAG.pyc or MODULE.TAG.opt-N.pyc: a name Python gives bytecode"
+			p.Found = "a name Python never reads"
+			out = append(out, p)
+		case !sources[src]:
+			p.Found = "no " + src + " in the manifest: bytecode of a module the install does not carry"
+			out = append(out, p)
+		default:
+			files = append(files, inspect.BytecodeFile{Pyc: filepath.Join(v.prefix, filepath.FromSlash(rel)),
+				Source: filepath.Join(v.prefix, filepath.FromSlash(src)), Tag: tag, Optimize: opt})
+			checked = append(checked, p)
+		}
+	}
+	vs, err := inspect.CheckBytecode(ctx, v.python(), v.opts.Environ, files)
+	if ctx.Err() != nil {
+		return nil
+	}
+	for i, p := range checked {
+		switch {
+		case err != nil:
+			p.Found = "not checked: " + err.Error()
+		case !vs[i].OK:
+			p.Found = vs[i].Problem
+		default:
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// bytecodeSource is the source a __pycache__ file's name claims (Python's
+// cache_from_source the other way round: DIR/__pycache__/MODULE.TAG[.opt-N].pyc is
+// the bytecode of DIR/MODULE.py for interpreter TAG at optimization level N).
+func bytecodeSource(rel string) (src, tag string, opt int, ok bool) {
+	dir, name := path.Split(rel)
+	parts := strings.Split(strings.TrimSuffix(name, ".pyc"), ".")
+	switch {
+	case len(parts) == 3 && strings.HasPrefix(parts[2], "opt-"):
+		n, err := strconv.Atoi(strings.TrimPrefix(parts[2], "opt-"))
+		if err != nil || n < 1 {
+			return "", "", 0, false
+		}
+		opt = n
+	case len(parts) != 2:
+		return "", "", 0, false
+	}
+	if parts[0] == "" || parts[1] == "" {
+		return "", "", 0, false
+	}
+	return path.Join(path.Dir(path.Clean(dir)), parts[0]+".py"), parts[1], opt, true
 }
 
 // bytecodeCache reports whether rel is a __pycache__ directory or a .pyc file in one.

@@ -109,8 +109,136 @@ func TestVerifyDemoInstall(t *testing.T) {
 		t.Fatal("python wrote no bytecode cache: the test proves nothing")
 	}
 	rep = mustVerify(t, prefix)
-	if c, _ := rep.Check("files"); c.Status != "pass" || !strings.Contains(c.Read, "bytecode caches ignored") {
+	if c, _ := rep.Check("files"); c.Status != "pass" || !strings.Contains(c.Read, "Python bytecode files in __pycache__ against the sources") {
 		t.Errorf("after an import: files %s, read %q", c.Status, c.Read)
+	}
+}
+
+// pyCompile compiles src into pyc with python3's py_compile in one of its invalidation
+// modes (TIMESTAMP, CHECKED_HASH, UNCHECKED_HASH).
+func pyCompile(t *testing.T, src, pyc, mode string) {
+	t.Helper()
+	cmd := exec.Command("python3", "-c", "import py_compile, sys\n"+
+		"py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True, invalidation_mode=py_compile.PycInvalidationMode[sys.argv[3]])", src, pyc, mode)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("py_compile %s: %v\n%s", src, err, out)
+	}
+}
+
+func pythonCacheTag(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.implementation.cache_tag)").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// Bytecode in the install's __pycache__ directories runs instead of the sources: each
+// file is checked against the source it claims, and verify-install's own imports never
+// run it.
+func TestVerifyPlantedBytecode(t *testing.T) {
+	tag := pythonCacheTag(t)
+	const (
+		rel    = "pydemo/python/pydemo/channel.py"
+		cached = "pydemo/python/pydemo/__pycache__/"
+	)
+	pycOf := func(name string) string { return cached + name + "." + tag + ".pyc" }
+	// evil writes a file in cdir when it runs, still imports, and is as long as want
+	evil := func(t *testing.T, cdir string, want []byte) []byte {
+		b := []byte(fmt.Sprintf("open(%q, 'w').close()\nChannel = library = None\n", filepath.Join(cdir, "pwned")))
+		if len(b)+2 > len(want) {
+			t.Fatalf("the planted source is longer than %s", rel)
+		}
+		return append(append(b, '#'), append(bytes.Repeat([]byte{'-'}, len(want)-len(b)-2), '\n')...)
+	}
+	plant := func(t *testing.T, prefix, cdir, mode string) {
+		src := filepath.Join(prefix, filepath.FromSlash(rel))
+		want, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := os.Stat(src)
+		other := filepath.Join(t.TempDir(), "channel.py")
+		if err := os.WriteFile(other, evil(t, cdir, want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// the same size and mtime: a timestamp header then matches the installed source
+		if err := os.Chtimes(other, st.ModTime(), st.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+		pyCompile(t, other, filepath.Join(prefix, filepath.FromSlash(pycOf("channel"))), mode)
+	}
+	for _, c := range []struct {
+		name, mode, pyc, found string
+	}{
+		{"unchecked hash, compiled from another source", "UNCHECKED_HASH", pycOf("channel"), "unchecked-hash file"},
+		{"timestamp of another source of the same size and mtime", "TIMESTAMP", pycOf("channel"), "its code is not what compiling the source gives"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			prefix := freshInstall(t)
+			cdir := t.TempDir()
+			plant(t, prefix, cdir, c.mode)
+			// the planted file runs in a job that imports the module
+			py := exec.Command("python3", "-c", "import pydemo.channel")
+			py.Env = append(CleanEnviron(os.Getenv), "PYTHONPATH="+filepath.Join(prefix, "pydemo", "python"))
+			if out, err := py.CombinedOutput(); err != nil {
+				t.Fatalf("import pydemo: %v\n%s", err, out)
+			}
+			if err := os.Remove(filepath.Join(cdir, "pwned")); err != nil {
+				t.Fatalf("a job's import did not run the planted bytecode: the test proves nothing: %v", err)
+			}
+			rep := mustVerify(t, prefix)
+			wantStatus(t, rep, map[string]string{"files": "fail", "files.bytecode:" + c.pyc: "fail", "python.import:pydemo": "pass"})
+			if _, ok := rep.Check("files.changed:" + rel); ok {
+				t.Error("the source itself is reported changed")
+			}
+			if ch, _ := rep.Check("files.bytecode:" + c.pyc); !strings.Contains(ch.Found, c.found) || !strings.Contains(ch.Fix, "rm "+filepath.Join(prefix, c.pyc)) {
+				t.Errorf("found %q, fix %q", ch.Found, ch.Fix)
+			}
+			if ents, _ := os.ReadDir(cdir); len(ents) != 0 {
+				t.Error("verify-install ran the planted bytecode")
+			}
+		})
+	}
+	t.Run("bytecode of no source, and a name Python never reads", func(t *testing.T) {
+		prefix := freshInstall(t)
+		src := filepath.Join(t.TempDir(), "gone.py")
+		if err := os.WriteFile(src, []byte("x = 1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		pyCompile(t, src, filepath.Join(prefix, filepath.FromSlash(pycOf("gone"))), "TIMESTAMP")
+		pyCompile(t, src, filepath.Join(prefix, filepath.FromSlash(cached+"channel.pyc")), "TIMESTAMP")
+		rep := mustVerify(t, prefix)
+		wantStatus(t, rep, map[string]string{"files.bytecode:" + pycOf("gone"): "fail", "files.bytecode:" + cached + "channel.pyc": "fail"})
+		if ch, _ := rep.Check("files.bytecode:" + pycOf("gone")); !strings.Contains(ch.Found, "no pydemo/python/pydemo/gone.py in the manifest") {
+			t.Errorf("found %q", ch.Found)
+		}
+		if ch, _ := rep.Check("files.bytecode:" + cached + "channel.pyc"); !strings.Contains(ch.Found, "a name Python never reads") {
+			t.Errorf("found %q", ch.Found)
+		}
+	})
+}
+
+func TestBytecodeSource(t *testing.T) {
+	for rel, want := range map[string]string{
+		"a/b/__pycache__/mod.cpython-312.pyc":       "a/b/mod.py cpython-312 0",
+		"a/__pycache__/mod.cpython-312.opt-2.pyc":   "a/mod.py cpython-312 2",
+		"__pycache__/top.pypy39.pyc":                "top.py pypy39 0",
+		"a/__pycache__/mod.pyc":                     "",
+		"a/__pycache__/mod.cpython-312.opt-x.pyc":   "",
+		"a/__pycache__/mod.cpython-312.opt-0.pyc":   "",
+		"a/__pycache__/.cpython-312.pyc":            "",
+		"a/__pycache__/a.b.cpython-312.opt-1.x.pyc": "",
+	} {
+		src, tag, opt, ok := bytecodeSource(rel)
+		got := ""
+		if ok {
+			got = fmt.Sprintf("%s %s %d", src, tag, opt)
+		}
+		if got != want {
+			t.Errorf("%s: %q, want %q", rel, got, want)
+		}
 	}
 }
 
