@@ -242,7 +242,7 @@ func (v *verifier) host(ctx context.Context) {
 	opts := HostOptions{Sysroot: v.opts.Sysroot, Python: "python3", Env: v.opts.Environ, JobEnv: v.opts.JobEnv, Mapped: v.mapped, Ancestry: v.opts.Ancestry}
 	if v.m != nil {
 		opts.Plan, opts.Toolchain, opts.Python = v.m.Plan, v.m.Toolchain, v.python()
-		if v.envErr == nil {
+		if v.envErr == nil && v.noRun == "" {
 			opts.Env = v.env
 		}
 	}
