@@ -34,9 +34,12 @@ func installKinds() []check.Kind[*Subject] {
 	env := []check.Target{check.Env}
 	return []check.Kind[*Subject]{
 		{Name: "install.receipt", Targets: files, Run: onInstall((*verifier).receipt),
-			Explain: "the install receipt names the artifact installed here and pins manifest.json"},
+			Explain: "the install receipt names the artifact installed here and pins manifest.json; a missing receipt, one that does " +
+				"not match the manifest, and a receipt or manifest that is not a regular file (a link to a copy elsewhere) fail"},
 		{Name: "files", Targets: files, Run: onInstall((*verifier).files),
-			Explain: "every file's sha256, type and mode against the manifest; each changed, missing, extra or re-moded path as its own check"},
+			Explain: "every file's sha256, type and mode against the manifest (manifest.json and the receipt: regular, 0644), and every " +
+				".pyc in __pycache__ against the source it claims (the code compiling it gives); each changed, missing, extra or " +
+				"re-moded path and each foreign bytecode file as its own check. Nothing is imported from a prefix whose files fail"},
 		{Name: "env.script", Targets: env, Run: onInstall((*verifier).envScript),
 			Explain: "env.sh exports what the plan says and nothing else, the paths it names in the prefix exist, and LD_PRELOAD (if any) " +
 				"loads a file the artifact carries: the NVSHMEM the install was built with (R9, R10)"},
