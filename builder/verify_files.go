@@ -559,6 +559,9 @@ func (v *verifier) bytecode(ctx context.Context, rels []string) []FileProblem {
 			p.Found = "not checked: " + err.Error()
 		case !vs[i].OK:
 			p.Found = vs[i].Problem
+			if strings.Contains(p.Found, "another interpreter") {
+				p.Found += "; verify-install --python PYTHON checks it with the interpreter that wrote it"
+			}
 		default:
 			continue
 		}
