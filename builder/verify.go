@@ -143,6 +143,12 @@ func Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport, error) {
 	}
 	rep := &VerifyReport{Prefix: prefix}
 	v := &verifier{opts: opts, prefix: prefix, rep: rep, reg: Checks(), mapped: -1}
+	// the Python runs of this verification share bytecode compiled from what they read,
+	// and read no other (inspect.WithBytecodeDir)
+	if dir, err := os.MkdirTemp("", "epbuild-verify-pycache-"); err == nil {
+		defer os.RemoveAll(dir)
+		ctx = inspect.WithBytecodeDir(ctx, dir)
+	}
 	if opts.Environ == nil {
 		v.opts.Environ = CleanEnviron(os.Getenv)
 	}

@@ -90,7 +90,7 @@ print("` + reportMarker + `" + json.dumps(out))
 `
 
 // CheckBytecode checks that each .pyc holds the code compiling its source gives, with
-// python, isolated (-I: the standard library only) in env (no PYTHONPATH is needed, and
+// python, isolated (-I -S: the standard library only) in env (no PYTHONPATH is needed, and
 // none is read). It loads each file's code object without running it. The error is for
 // a python that could not run the check at all.
 func CheckBytecode(ctx context.Context, python string, env []string, files []BytecodeFile) ([]BytecodeVerdict, error) {

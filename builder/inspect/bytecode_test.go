@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -136,15 +137,27 @@ func TestPythonImportReadsNoPlantedBytecode(t *testing.T) {
 	if err := os.Remove(canary); err != nil {
 		t.Fatal(err)
 	}
-	res, err := PythonImport(ctx, python, "planted_probe", env, "")
-	if err != nil || res.Version != "1" {
-		t.Errorf("import: version %q, %v", res.Version, err)
+	// each run on its own, then runs sharing what they compile
+	shared := t.TempDir()
+	for _, ctx := range []context.Context{ctx, WithBytecodeDir(ctx, shared)} {
+		res, err := PythonImport(ctx, python, "planted_probe", env, "")
+		if err != nil || res.Version != "1" {
+			t.Errorf("import: version %q, %v", res.Version, err)
+		}
+		if _, err := MappedLibs(ctx, python, []string{"planted_probe"}, env, "libc"); err != nil {
+			t.Error(err)
+		}
+		if _, err := os.Stat(canary); err == nil {
+			t.Fatal("an import check ran the planted bytecode")
+		}
 	}
-	if _, err := MappedLibs(ctx, python, []string{"planted_probe"}, env, "libc"); err != nil {
-		t.Error(err)
+	// the shared directory holds the module compiled from its source; the prefix
+	// holds what it held
+	if m, _ := filepath.Glob(filepath.Join(shared, prefix, "planted_probe", "__init__.*.pyc")); len(m) != 1 {
+		t.Errorf("the shared bytecode directory holds %v", m)
 	}
-	if _, err := os.Stat(canary); err == nil {
-		t.Error("an import check ran the planted bytecode")
+	if ents, _ := os.ReadDir(filepath.Join(prefix, "planted_probe", "__pycache__")); len(ents) != 1 {
+		t.Errorf("the import checks wrote into the prefix's __pycache__: %d entries", len(ents))
 	}
 }
 

@@ -146,17 +146,28 @@ func runPython(ctx context.Context, python string, env []string, dir, program st
 	return pyRun{python: python, env: env, dir: dir}.run(ctx, program, args...)
 }
 
-// pyRun is one run of a Python program. Every run reads and writes bytecode only in a
-// fresh empty directory (-B, -X pycache_prefix): a .pyc in a __pycache__ of the
-// install runs instead of its source when its header says it may, so reading them
-// would run code nobody checked (verify-install checks them, CheckBytecode).
+type bytecodeDirKey struct{}
+
+// WithBytecodeDir makes the Python runs under ctx keep their bytecode in dir, an empty
+// directory the caller made (and removes): what the first run compiles, the later runs
+// of one verification read back instead of compiling torch again. Without it, each run
+// starts from a fresh empty directory and writes nothing.
+func WithBytecodeDir(ctx context.Context, dir string) context.Context {
+	return context.WithValue(ctx, bytecodeDirKey{}, dir)
+}
+
+// pyRun is one run of a Python program. Every run reads and writes bytecode only in an
+// empty directory of its own (-X pycache_prefix; -B where nothing would read it back,
+// WithBytecodeDir): a .pyc in a __pycache__ of the install runs instead of its source
+// when its header says it may, so reading them would run code nobody checked
+// (verify-install checks them, CheckBytecode).
 type pyRun struct {
 	python string
 	env    []string
 	// dir is the working directory ("": a fresh empty one).
 	dir string
-	// isolated runs with -I: no PYTHONPATH, user site or script directory, the standard
-	// library only.
+	// isolated runs with -I -S: no PYTHONPATH, site-packages (nor their .pth files) or
+	// script directory, the standard library only.
 	isolated bool
 	stdin    []byte
 }
@@ -181,15 +192,20 @@ func (r pyRun) run(ctx context.Context, program string, args ...string) (stdout 
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	pycache, err := os.MkdirTemp("", "epbuild-pycache-")
-	if err != nil {
-		return nil, "", err
-	}
-	defer os.RemoveAll(pycache)
 	// the command line wins over PYTHONDONTWRITEBYTECODE and PYTHONPYCACHEPREFIX in env
-	argv := []string{"-B", "-X", "pycache_prefix=" + pycache}
+	var argv []string
+	if shared, _ := ctx.Value(bytecodeDirKey{}).(string); shared != "" {
+		argv = []string{"-X", "pycache_prefix=" + shared}
+	} else {
+		pycache, err := os.MkdirTemp("", "epbuild-pycache-")
+		if err != nil {
+			return nil, "", err
+		}
+		defer os.RemoveAll(pycache)
+		argv = []string{"-B", "-X", "pycache_prefix=" + pycache}
+	}
 	if r.isolated {
-		argv = append(argv, "-I")
+		argv = append(argv, "-I", "-S")
 	}
 	cmd := exec.CommandContext(ctx, exe, append(append(argv, "-c", program), args...)...)
 	cmd.Dir = dir
@@ -208,7 +224,7 @@ func (r pyRun) run(ctx context.Context, program string, args ...string) (stdout 
 
 func cleanEnv(env []string) []string {
 	out := slices.Clone(env)
-	for _, kv := range []string{"PYTHONNOUSERSITE=1", "PYTHONDONTWRITEBYTECODE=1"} {
+	for _, kv := range []string{"PYTHONNOUSERSITE=1"} {
 		k, _, _ := strings.Cut(kv, "=")
 		if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") }) {
 			out = append(out, kv)
