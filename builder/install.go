@@ -35,17 +35,54 @@ type Receipt struct {
 	Prefix         string    `json:"prefix"`
 }
 
-// ReadReceipt reads dir's receipt; a missing one is an fs.ErrNotExist error.
+// maxReceiptSize bounds the read of a receipt: install writes well under a KiB.
+const maxReceiptSize = 64 << 10
+
+// ReadReceipt reads dir's receipt: a regular file (never read through a symlink), that
+// decodes, with every field install writes. A missing one is an fs.ErrNotExist error.
 func ReadReceipt(dir string) (*Receipt, error) {
-	b, err := os.ReadFile(filepath.Join(dir, ReceiptName))
+	b, err := readTopFile(dir, ReceiptName, maxReceiptSize)
 	if err != nil {
 		return nil, err
 	}
+	p := filepath.Join(dir, ReceiptName)
 	var r Receipt
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", filepath.Join(dir, ReceiptName), err)
+		return nil, fmt.Errorf("decode %s: %w", p, err)
+	}
+	if why := r.incomplete(); why != "" {
+		return nil, fmt.Errorf("%s: %s: not the receipt install writes", p, why)
 	}
 	return &r, nil
+}
+
+// incomplete says which field install always writes is missing or malformed ("" when none).
+func (r *Receipt) incomplete() string {
+	switch {
+	case r.Artifact == "" || strings.ContainsRune(r.Artifact, '/'):
+		return fmt.Sprintf("artifact %q is not a file name", r.Artifact)
+	case !isSHA256(r.SHA256):
+		return fmt.Sprintf("sha256 %q is not 64 hex digits", r.SHA256)
+	case !isSHA256(r.ManifestSHA256):
+		return fmt.Sprintf("manifest_sha256 %q is not 64 hex digits", r.ManifestSHA256)
+	case r.Recipe == "" || r.PlanKey == "":
+		return "no recipe or plan_key"
+	case r.InstalledAt.IsZero():
+		return "no installed_at"
+	}
+	return ""
+}
+
+func isSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // InstallOptions says what to install where.
@@ -252,7 +289,7 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("install into %s: encode receipt: %w", prefix, err)
 	}
-	if err := os.WriteFile(filepath.Join(tree, ReceiptName), append(rb, '\n'), 0o644); err != nil {
+	if err := writeReceipt(filepath.Join(tree, ReceiptName), append(rb, '\n')); err != nil {
 		return nil, noSpaceOr(fmt.Errorf("install into %s: write receipt: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
 	logInfo(opts.Log, "artifact checked", "artifact", rc.Artifact, "files", len(m.Files))
@@ -279,6 +316,14 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	res.Previous = prev
 	logInfo(opts.Log, "installed", "dir", prefix, "recipe", m.Recipe, "plan", shortKey(m.PlanKey))
 	return res, nil
+}
+
+// writeReceipt writes the receipt with the mode verify-install expects, whatever the umask.
+func writeReceipt(p string, b []byte) error {
+	if err := os.WriteFile(p, b, topFileMode); err != nil {
+		return err
+	}
+	return os.Chmod(p, topFileMode)
 }
 
 const fixInstallSpace = "free that much space there, or install into a prefix on another file system; nothing was installed"
@@ -340,28 +385,14 @@ func replaceable(prefix string, keepExtra bool) error {
 	if len(ents) == 0 {
 		return nil
 	}
-	rst, err := os.Lstat(filepath.Join(prefix, ReceiptName))
+	const fixEdited = "epbuild verify-install --prefix PREFIX shows what changed; if the install may go, remove it yourself first"
+	fixE := strings.Replace(fixEdited, "PREFIX", prefix, 1)
+	r, err := ReadReceipt(prefix)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return refuse("a directory that is not an epbuild install (no "+ReceiptName+"), holding "+listNames(ents), fixOther)
 	case err != nil:
-		return refuse(err.Error(), fixOther)
-	case !rst.Mode().IsRegular():
-		return refuse(ReceiptName+" is a "+fileKind(rst.Mode())+", not the receipt install writes", fixOther)
-	}
-	const fixEdited = "epbuild verify-install --prefix PREFIX shows what changed; if the install may go, remove it yourself first"
-	fixE := strings.Replace(fixEdited, "PREFIX", prefix, 1)
-	r, err := ReadReceipt(prefix)
-	if err != nil {
 		return refuse(err.Error(), fixE)
-	}
-	mst, err := os.Lstat(filepath.Join(prefix, ManifestName))
-	if err != nil || !mst.Mode().IsRegular() {
-		found := "no " + ManifestName + " beside the receipt"
-		if err == nil {
-			found = ManifestName + " is a " + fileKind(mst.Mode()) + ", not the file install wrote"
-		}
-		return refuse(found, fixE)
 	}
 	m, raw, err := ReadInstalledManifest(prefix)
 	if raw != nil && sha256Hex(raw) != r.ManifestSHA256 {
@@ -603,9 +634,13 @@ func stageArtifact(ctx context.Context, art, tree string, m *Manifest, raw []byt
 	if err != nil || !bytes.Equal(got, raw) {
 		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than one %s, and they differ", ManifestName)}
 	}
-	problems, _, err := VerifyFiles(ctx, tree, m.Files)
+	problems, st, err := VerifyFiles(ctx, tree, m.Files)
 	if err != nil {
 		return fmt.Errorf("install %s: %w", art, err)
+	}
+	// nothing has run Python here: bytecode came from the archive, beside its manifest
+	for _, rel := range st.Bytecode {
+		problems = append(problems, FileProblem{Path: rel, Kind: ProblemExtra, Found: "Python bytecode its manifest does not list"})
 	}
 	if len(problems) > 0 {
 		const show = 10
@@ -707,20 +742,4 @@ func renameIfAbsent(oldpath, newpath string) error {
 		return err
 	}
 	return os.Rename(oldpath, newpath)
-}
-
-// decodeManifest decodes a manifest read from an artifact (shown names it in errors),
-// with the checks ReadInstalledManifest makes of an installed one.
-func decodeManifest(raw []byte, shown string) (*Manifest, error) {
-	var m Manifest
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", shown, err)
-	}
-	switch {
-	case m.Format != ManifestFormat:
-		return nil, fmt.Errorf("%s: format %d; this epbuild reads format %d (use the epbuild that built it, or a newer one)", shown, m.Format, ManifestFormat)
-	case m.Plan == nil || m.Recipe == "" || m.PlanKey == "" || len(m.Files) == 0:
-		return nil, fmt.Errorf("%s: no recipe, plan or file list: not written by epbuild", shown)
-	}
-	return &m, nil
 }

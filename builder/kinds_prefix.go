@@ -95,6 +95,9 @@ func checkNVSHMEMOptions(_ context.Context, s *Subject, _ bool) []CheckResult {
 }
 
 func checkImport(ctx context.Context, s *Subject, module string) []CheckResult {
+	if s.inst != nil && s.inst.noRun != "" {
+		return []CheckResult{{ID: "python.import:" + module, Status: check.Skip, Read: s.Root, Found: s.inst.noRun}}
+	}
 	dir, err := os.MkdirTemp("", "epbuild-import-")
 	if err != nil {
 		return []CheckResult{{ID: s.Component.Name + ".import." + module, Status: check.Fail, Found: err.Error()}}

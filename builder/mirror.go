@@ -88,13 +88,14 @@ func Mirror(ctx context.Context, dir string, jobs ...*Job) (MirrorReport, error)
 	var gits []source.Git
 	var archives []source.Archive
 	var main *source.Fetcher
+	var cacheDir string
 	var entries []mirrorEntry
 	for _, j := range jobs {
 		src, err := j.Sources()
 		if err != nil {
 			return rep, err
 		}
-		main = src.Main
+		main, cacheDir = src.Main, j.cache.Dir()
 		e := mirrorEntry{Recipe: j.Plan.Recipe, PlanKey: j.Plan.Key, Written: time.Now().UTC().Truncate(time.Second)}
 		addGit := func(g source.Git) {
 			gits = append(gits, g)
@@ -170,6 +171,8 @@ func Mirror(ctx context.Context, dir string, jobs ...*Job) (MirrorReport, error)
 		}
 	}
 	err = writeMirror(ctx, main, target, gits, archives, entries, &rep)
+	// outside the stage store: no space in the mirror or the cache is said here
+	err = noSpaceIn(err, "write the mirror "+abs, place{target, fixOutSpace}, place{cacheDir, fixCacheSpace})
 	if err != nil && !fresh {
 		for _, p := range created {
 			_ = os.RemoveAll(p)

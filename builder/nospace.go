@@ -94,3 +94,39 @@ func fullDisk(dir string) (int64, bool) {
 	}
 	return free, free < nearlyFull || (files >= 0 && files < 64)
 }
+
+// place is a directory a job writes into, and how to make room there.
+type place struct{ dir, fix string }
+
+// noSpaceIn turns err into a NoSpaceError naming the first of places whose file system
+// is (nearly) full, when err says no space (its errno, or a child's strerror) or, for
+// a job that is not refused as bad input, when one of them is full: go-git and child
+// processes do not always pass the errno on. Otherwise err is returned unchanged.
+func noSpaceIn(err error, op string, places ...place) error {
+	var ns *NoSpaceError
+	if err == nil || errors.As(err, &ns) || len(places) == 0 {
+		return err
+	}
+	said := isNoSpace(err) || noSpaceText(err.Error())
+	var coded interface{ ExitCode() int }
+	if !said && errors.As(err, &coded) && coded.ExitCode() == 2 {
+		return err
+	}
+	for _, p := range places {
+		if p.dir == "" {
+			continue
+		}
+		if free, full := fullDisk(existingDir(p.dir)); full {
+			return &NoSpaceError{Op: op, Path: p.dir, Free: free, Fix: p.fix, Err: err}
+		}
+	}
+	if said {
+		p := places[0]
+		free, _, ok := diskFree(existingDir(p.dir))
+		if !ok {
+			free = -1
+		}
+		return &NoSpaceError{Op: op, Path: p.dir, Free: free, Fix: p.fix, Err: err}
+	}
+	return err
+}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/epbuild/epbuild/recipes"
 )
 
 // TestFullDisk fills real file systems: small tmpfs mounts, in a mount namespace of a
@@ -94,6 +96,10 @@ func fullDiskChild(t *testing.T) {
 		}
 		failures++
 		ns := wantNoSpace(t, err, cache)
+		// the embedded repositories come from the binary only, never from their host
+		if strings.Contains(err.Error(), "lookup ") || strings.Contains(err.Error(), "no such host") {
+			t.Errorf("cache of %s: the error speaks of the network: %v", size, err)
+		}
 		t.Logf("cache of %s: %s", size, strings.SplitN(ns.Error(), ": step", 2)[0])
 		stages, _ := filepath.Glob(filepath.Join(cache, "stages", "*", "*"))
 		for _, s := range stages {
@@ -120,6 +126,25 @@ func fullDiskChild(t *testing.T) {
 	_, err := demoRun(t, cache, out)
 	wantNoSpace(t, err, out)
 	isEmpty(t, out)
+
+	// fetch and mirror run outside the stage store: no space is said as such too
+	r := newLabRepo(t)
+	lab := func(t *testing.T, cache string) *Job {
+		j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: labRecipe(t, r), CacheDir: cache, Mirror: r.mirror})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	small := smallFS(t, "8k")
+	_, err = lab(t, small).Fetch(context.Background(), "")
+	t.Logf("fetch into a full cache: %v", wantNoSpace(t, err, small))
+	full := smallFS(t, "4k")
+	_, err = lab(t, t.TempDir()).Fetch(context.Background(), filepath.Join(full, "ws"))
+	t.Logf("fetch into a full workspace: %v", wantNoSpace(t, err, filepath.Join(full, "ws")))
+	full = smallFS(t, "4k")
+	_, err = Mirror(context.Background(), full, lab(t, t.TempDir()))
+	t.Logf("a mirror on a full disk: %v", wantNoSpace(t, err, full))
 
 	// install: the free space is checked before anything is written
 	parent := smallFS(t, "16k")

@@ -513,34 +513,44 @@ func (j *Job) Fetch(ctx context.Context, out string) ([]FetchReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	// outside the stage store: no space in the cache or in out is said here (exit 3)
+	places := []place{{j.cache.Dir(), fixCacheSpace}, {out, fixOutSpace}}
 	var reps []FetchReport
 	for _, c := range j.Plan.Components {
+		var err error
 		switch {
 		case c.Source.Git != nil:
 			g := c.Source.Git
-			if err := src.For(g.URL).FetchGit(ctx, source.Git{URL: g.URL, Commit: g.Commit, Ref: g.Ref}); err != nil {
-				return reps, err
+			var f *source.Fetcher
+			if f, err = src.For(g.URL); err == nil {
+				err = f.FetchGit(ctx, source.Git{URL: g.URL, Commit: g.Commit, Ref: g.Ref})
 			}
 		case c.Source.Archive != nil:
 			a := c.Source.Archive
-			if _, err := src.For(a.URL).FetchArchive(ctx, source.Archive{URL: a.URL, SHA256: a.SHA256, Strip: a.Strip}); err != nil {
-				return reps, err
+			var f *source.Fetcher
+			if f, err = src.For(a.URL); err == nil {
+				_, err = f.FetchArchive(ctx, source.Archive{URL: a.URL, SHA256: a.SHA256, Strip: a.Strip})
 			}
 		default:
 			reps = append(reps, FetchReport{Component: c.Name, Python: c.Source.Python.Package})
 			continue
 		}
+		if err != nil {
+			return reps, noSpaceIn(err, "fetch "+c.Name, places...)
+		}
 		rep := FetchReport{Component: c.Name, Pin: c.Source.Pin()}
 		if out != "" {
 			rep.Dest = filepath.Join(out, c.Name)
 			if err := Materialize(ctx, src, &c, rep.Dest); err != nil {
-				return reps, err
+				return reps, noSpaceIn(err, "lay out "+c.Name+" in "+rep.Dest, places...)
 			}
 		}
 		reps = append(reps, rep)
 	}
 	return reps, nil
 }
+
+const fixOutSpace = "free space there or choose a directory on a larger file system, then rerun (what is fetched stays in the cache)"
 
 // MatrixOptions configure BuildMatrix: the recipe (its Options) and the axes; none: the
 // recipe's own matrix: field.

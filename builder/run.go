@@ -43,7 +43,7 @@ const (
 
 // Sources picks the fetcher for a URL (the embedded repositories have their own).
 type Sources interface {
-	For(rawURL string) *source.Fetcher
+	For(rawURL string) (*source.Fetcher, error)
 }
 
 // Runner runs a plan through the stages.
@@ -317,11 +317,19 @@ type checkJSON struct {
 type upstream struct{ s Sources }
 
 func (u upstream) Diff(ctx context.Context, d patches.DiffSpec) ([]byte, error) {
-	return u.s.For(d.Repo).Diff(ctx, source.DiffSpec{Repo: d.Repo, Base: d.Base, Head: d.Head, Ref: d.Ref})
+	f, err := u.s.For(d.Repo)
+	if err != nil {
+		return nil, err
+	}
+	return f.Diff(ctx, source.DiffSpec{Repo: d.Repo, Base: d.Base, Head: d.Head, Ref: d.Ref})
 }
 
-func (u upstream) File(ctx context.Context, f patches.FileSpec) ([]byte, error) {
-	return u.s.For(f.Repo).File(ctx, source.FileSpec{Repo: f.Repo, Commit: f.Commit, Path: f.Path})
+func (u upstream) File(ctx context.Context, fs patches.FileSpec) ([]byte, error) {
+	f, err := u.s.For(fs.Repo)
+	if err != nil {
+		return nil, err
+	}
+	return f.File(ctx, source.FileSpec{Repo: fs.Repo, Commit: fs.Commit, Path: fs.Path})
 }
 
 // Materialize lays out a component's pinned source in dest (which must not exist).
@@ -329,10 +337,18 @@ func Materialize(ctx context.Context, s Sources, c *PlanComponent, dest string) 
 	switch {
 	case c.Source.Git != nil:
 		g := c.Source.Git
-		return s.For(g.URL).CheckoutGit(ctx, source.Git{URL: g.URL, Commit: g.Commit, Ref: g.Ref}, dest)
+		f, err := s.For(g.URL)
+		if err != nil {
+			return err
+		}
+		return f.CheckoutGit(ctx, source.Git{URL: g.URL, Commit: g.Commit, Ref: g.Ref}, dest)
 	case c.Source.Archive != nil:
 		a := c.Source.Archive
-		return s.For(a.URL).ExtractArchive(ctx, source.Archive{URL: a.URL, SHA256: a.SHA256, Strip: a.Strip}, dest)
+		f, err := s.For(a.URL)
+		if err != nil {
+			return err
+		}
+		return f.ExtractArchive(ctx, source.Archive{URL: a.URL, SHA256: a.SHA256, Strip: a.Strip}, dest)
 	}
 	return fmt.Errorf("component %s: a %s source has no tree", c.Name, c.Source.Kind())
 }

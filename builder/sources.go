@@ -38,24 +38,23 @@ func NewSources(c *cache.Cache, mirror string, l *log.Logger, progress source.Pr
 	return &FetchSources{Main: main, cache: c, log: l}, nil
 }
 
-// For picks the fetcher for a URL.
-func (s *FetchSources) For(rawURL string) *source.Fetcher {
+// For picks the fetcher for a URL. An embedded URL is served by the embedded mirror
+// only: its host does not exist anywhere else, so a mirror that cannot be laid out is
+// the error (no space in the cache, most likely), never a lookup of that host.
+func (s *FetchSources) For(rawURL string) (*source.Fetcher, error) {
 	if !isEmbedded(rawURL) {
-		return s.Main
+		return s.Main, nil
 	}
 	s.once.Do(func() {
 		dir := filepath.Join(s.cache.Dir(), "embedded", embedded.Digest())
 		if err := embedded.Ensure(dir); err != nil {
-			s.err = fmt.Errorf("lay out the embedded repositories: %w", err)
+			s.err = noSpaceIn(fmt.Errorf("lay out the embedded repositories in %s: %w", dir, err),
+				"lay out the embedded repositories", place{s.cache.Dir(), fixCacheSpace})
 			return
 		}
 		s.embedded, s.err = source.New(source.Options{Cache: s.cache, Mirror: dir, Logger: s.log})
 	})
-	if s.err != nil {
-		s.log.Error("embedded mirror", "err", s.err)
-		return s.Main
-	}
-	return s.embedded
+	return s.embedded, s.err
 }
 
 // Upstream serves the upstream content of patch sets (diffs, files) through s.

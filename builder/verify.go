@@ -159,6 +159,12 @@ func Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport, error) {
 	}
 	rep := &VerifyReport{Prefix: prefix}
 	v := &verifier{opts: opts, prefix: prefix, rep: rep, reg: Checks(), mapped: -1}
+	// the Python runs of this verification share bytecode compiled from what they read,
+	// and read no other (inspect.WithBytecodeDir)
+	if dir, err := os.MkdirTemp("", "epbuild-verify-pycache-"); err == nil {
+		defer os.RemoveAll(dir)
+		ctx = inspect.WithBytecodeDir(ctx, dir)
+	}
 	if opts.Environ == nil {
 		v.opts.Environ = CleanEnviron(os.Getenv)
 	}
@@ -171,13 +177,22 @@ func Verify(ctx context.Context, opts VerifyOptions) (*VerifyReport, error) {
 		return rep, ctx.Err()
 	}
 	s.Plan, s.Prefixes, s.Env, s.Python = v.m.Plan, v.prefixes, v.env, v.python()
-	rep.add(v.reg.Run(ctx, check.Files, s, nil)...)
+	files := v.reg.Run(ctx, check.Files, s, nil)
+	rep.add(files...)
 	if err := ctx.Err(); err != nil || opts.FilesOnly {
 		return rep, err
 	}
+	if check.Failed(files) {
+		v.noRun = "not run: the files of this prefix are not what was built (the failed install.* and files.* checks), " +
+			"and importing from it would run them"
+	}
 	rep.add(v.reg.Run(ctx, check.Env, s, nil)...)
 	v.componentChecks(ctx)
-	rep.add(v.reg.Run(ctx, check.Process, s, nil)...)
+	if v.noRun != "" {
+		rep.add(v.notRun(check.Process)...)
+	} else {
+		rep.add(v.reg.Run(ctx, check.Process, s, nil)...)
+	}
 	if opts.Host {
 		v.host(ctx)
 	}
@@ -200,6 +215,22 @@ type verifier struct {
 	// loaded their files.
 	mapped int
 	loaded []string
+	// noRun says why no Python runs with the install's env ("" when it may): a prefix
+	// whose files failed their checks may hold code nobody built (a planted
+	// sitecustomize.py, an edited module), which an import would run, as whoever runs
+	// verify-install.
+	noRun string
+}
+
+// notRun skips the kinds of target t, saying why (v.noRun).
+func (v *verifier) notRun(t check.Target) []CheckResult {
+	var out []CheckResult
+	for _, k := range v.reg.Kinds() {
+		if k.Applies(t) {
+			out = append(out, VerifyCheck{ID: k.Name, Status: check.Skip, Read: v.prefix, Found: v.noRun, Why: k.Explain})
+		}
+	}
+	return out
 }
 
 // python picks the interpreter for the Python checks.
@@ -253,6 +284,9 @@ func (v *verifier) checkPrefixes(ctx context.Context) map[string]string {
 			continue
 		}
 		mod := importName(c.Source.Python.Package)
+		if v.noRun != "" {
+			continue
+		}
 		if res, err := inspect.PythonImport(ctx, v.python(), mod, v.env, ""); err == nil {
 			switch {
 			case len(res.Path) > 0:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -14,11 +15,13 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/inspect"
 )
 
 // The manifest and the files of an install: the manifest read first (nothing else can be
@@ -31,9 +34,12 @@ func installKinds() []check.Kind[*Subject] {
 	env := []check.Target{check.Env}
 	return []check.Kind[*Subject]{
 		{Name: "install.receipt", Targets: files, Run: onInstall((*verifier).receipt),
-			Explain: "the install receipt names the artifact installed here and pins manifest.json"},
+			Explain: "the install receipt names the artifact installed here and pins manifest.json; a missing receipt, one that does " +
+				"not match the manifest, and a receipt or manifest that is not a regular file (a link to a copy elsewhere) fail"},
 		{Name: "files", Targets: files, Run: onInstall((*verifier).files),
-			Explain: "every file's sha256, type and mode against the manifest; each changed, missing, extra or re-moded path as its own check"},
+			Explain: "every file's sha256, type and mode against the manifest (manifest.json and the receipt: regular, 0644), and every " +
+				".pyc in __pycache__ against the source it claims (the code compiling it gives); each changed, missing, extra or " +
+				"re-moded path and each foreign bytecode file as its own check. Nothing is imported from a prefix whose files fail"},
 		{Name: "env.script", Targets: env, Run: onInstall((*verifier).envScript),
 			Explain: "env.sh exports what the plan says and nothing else, names the prefix it is installed at (env.prefix: sh cannot find it), the paths it names in the prefix exist, and LD_PRELOAD (if any) " +
 				"loads a file the artifact carries: the NVSHMEM the install was built with (R9, R10)"},
@@ -50,23 +56,78 @@ func onInstall(f func(*verifier, context.Context) []CheckResult) func(context.Co
 	}
 }
 
-// ReadInstalledManifest reads and decodes dir/manifest.json, returning its bytes too.
+// ReadInstalledManifest reads and decodes dir/manifest.json, returning its bytes too. It
+// reads a regular file only, never through a symlink (readTopFile).
 func ReadInstalledManifest(dir string) (*Manifest, []byte, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	raw, err := readTopFile(dir, ManifestName, maxManifestSize)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the manifest of %s: %w", dir, err)
 	}
+	m, err := decodeManifest(raw, filepath.Join(dir, ManifestName))
+	if err != nil {
+		return nil, raw, err
+	}
+	return m, raw, nil
+}
+
+// decodeManifest decodes a manifest, installed or read from an artifact (shown names it
+// in errors), and refuses one epbuild did not write or cannot read.
+func decodeManifest(raw []byte, shown string) (*Manifest, error) {
 	var m Manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, raw, fmt.Errorf("decode %s: %w", filepath.Join(dir, ManifestName), err)
+		return nil, fmt.Errorf("decode %s: %w", shown, err)
 	}
 	switch {
 	case m.Format != ManifestFormat:
-		return nil, raw, fmt.Errorf("%s: format %d; this epbuild reads format %d (use the epbuild that built it, or a newer one)", filepath.Join(dir, ManifestName), m.Format, ManifestFormat)
+		return nil, fmt.Errorf("%s: format %d; this epbuild reads format %d (use the epbuild that built it, or a newer one)", shown, m.Format, ManifestFormat)
 	case m.Plan == nil || m.Recipe == "" || m.PlanKey == "" || len(m.Files) == 0:
-		return nil, raw, fmt.Errorf("%s: no recipe, plan or file list: not written by epbuild", filepath.Join(dir, ManifestName))
+		return nil, fmt.Errorf("%s: no recipe, plan or file list: not written by epbuild", shown)
 	}
-	return &m, raw, nil
+	return &m, nil
+}
+
+// topFileMode is the mode of manifest.json and the receipt: the artifact carries the
+// manifest as 0644 and install writes the receipt so, whatever the umask.
+const topFileMode fs.FileMode = 0o644
+
+// readTopFile reads the manifest or the receipt at the top of an install, at most limit
+// bytes. It must be a regular file: read through a symlink, an identical copy outside
+// the prefix would pass every check of its bytes, and whoever can write that copy
+// could rewrite the install's record. A missing file is an fs.ErrNotExist error.
+func readTopFile(dir, name string, limit int64) ([]byte, error) {
+	p := filepath.Join(dir, name)
+	st, err := os.Lstat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is %s, not the regular file install writes", p, describeTopFile(p, st))
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// the file opened must be the one looked at: not swapped for a link in between
+	if fst, err := f.Stat(); err != nil || !os.SameFile(st, fst) {
+		return nil, fmt.Errorf("%s changed while it was read", p)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is larger than %s: not written by epbuild", p, byteCount(limit))
+	}
+	return b, nil
+}
+
+func describeTopFile(p string, st fs.FileInfo) string {
+	if st.Mode()&fs.ModeSymlink != 0 {
+		target, _ := os.Readlink(p)
+		return "a symlink (to " + target + ")"
+	}
+	return "a " + fileKind(st.Mode())
 }
 
 func (v *verifier) manifest() bool {
@@ -76,6 +137,10 @@ func (v *verifier) manifest() bool {
 	if err != nil {
 		c.Status, c.Found = check.Fail, err.Error()
 		c.Fix = "install with epbuild install ARTIFACT --prefix PREFIX; a prefix copied by hand has no manifest"
+		if st, lerr := os.Lstat(c.Read); lerr == nil && !st.Mode().IsRegular() {
+			c.Expected = "a regular file " + ManifestName + ", mode 0644, as the artifact carries it"
+			c.Fix = "reinstall: epbuild install ARTIFACT --prefix " + v.prefix + " (install writes " + ManifestName + " itself; a link to a copy elsewhere lets whoever owns the copy rewrite the record)"
+		}
 		v.rep.add(c)
 		return false
 	}
@@ -122,18 +187,38 @@ func (v *verifier) receipt(context.Context) []CheckResult {
 	if err == nil {
 		v.rep.Artifact = r.Artifact
 	}
+	// what the receipt says must be what the manifest beside it says
+	var differs []string
+	if err == nil {
+		for _, f := range []struct{ name, receipt, manifest string }{
+			{"manifest_sha256", r.ManifestSHA256, sum},
+			{"plan_key", r.PlanKey, v.m.PlanKey},
+			{"recipe", r.Recipe, v.m.Recipe},
+			{"built_by", r.BuiltBy, v.m.Epbuild},
+		} {
+			if f.receipt != f.manifest {
+				differs = append(differs, fmt.Sprintf("%s %q, the manifest's is %q", f.name, f.receipt, f.manifest))
+			}
+		}
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		c.Status, c.Found = check.Warn, "no receipt: not installed by epbuild install"
-		c.Fix = "install with epbuild install ARTIFACT --prefix PREFIX, which checks the artifact before it touches the prefix"
+		c.Status, c.Expected, c.Found = check.Fail, ReceiptName+", written by epbuild install", "no "+ReceiptName+" in "+v.prefix
+		c.Why = "without the receipt nothing pins manifest.json, so an edited manifest would hide any other change: " +
+			"the receipt was deleted, or the prefix was not made by epbuild install"
+		c.Fix = fmt.Sprintf("reinstall the artifact of recipe %s, plan %s: epbuild install ARTIFACT --prefix %s (install checks the artifact before it touches the prefix, and writes the receipt)",
+			v.m.Recipe, shortKey(v.m.PlanKey), v.prefix)
 	case err != nil:
 		c.Status, c.Found, c.Fix = check.Fail, err.Error(), v.fix()
+		c.Expected = "a regular file " + ReceiptName + ", mode 0644, as epbuild install writes it"
 	case r.ManifestSHA256 != sum:
 		c.Status, c.Expected, c.Found = check.Fail, "manifest.json sha256 "+r.ManifestSHA256, "sha256 "+sum
 		c.Why = "manifest.json changed since install: " + c.Why
 		c.Fix = v.fix()
-	case r.PlanKey != v.m.PlanKey:
-		c.Status, c.Expected, c.Found, c.Fix = check.Fail, "plan "+shortKey(r.PlanKey), "plan "+shortKey(v.m.PlanKey), v.fix()
+	case len(differs) > 0:
+		c.Status, c.Expected, c.Found = check.Fail, "the recipe, plan and epbuild of "+ManifestName, strings.Join(differs, "; ")
+		c.Why = ReceiptName + " was edited after install, or belongs to another install: " + c.Why
+		c.Fix = v.fix()
 	default:
 		c.Status = check.Pass
 		c.Found = fmt.Sprintf("%s (sha256 %s), installed %s by epbuild %s", r.Artifact, shortKey(r.SHA256), r.InstalledAt.Format("2006-01-02 15:04:05Z07:00"), r.Epbuild)
@@ -151,11 +236,18 @@ func (v *verifier) files(ctx context.Context) []CheckResult {
 		}
 		return []CheckResult{{ID: "files", Status: check.Fail, Read: v.prefix, Found: err.Error(), Why: whyFiles, Fix: v.fix()}}
 	}
+	if len(st.Bytecode) > 0 {
+		problems = append(problems, v.bytecode(ctx, st.Bytecode)...)
+		if ctx.Err() != nil {
+			return nil
+		}
+		sortProblems(problems)
+	}
 	c := VerifyCheck{ID: "files", Read: fmt.Sprintf("%s: %d files (%s), %d directories, %d symlinks against %s",
 		v.prefix, st.Files, byteCount(st.Bytes), st.Dirs, st.Symlinks, ManifestName), Why: whyFiles,
 		Expected: fmt.Sprintf("the %d entries of the manifest, sha256 and mode", len(v.m.Files))}
-	if st.Ignored > 0 {
-		c.Read += fmt.Sprintf(" (%d Python bytecode caches ignored)", st.Ignored)
+	if n := len(st.Bytecode); n > 0 {
+		c.Read += fmt.Sprintf(", and %d Python bytecode files in __pycache__ against the sources they were compiled from", n)
 	}
 	if len(problems) == 0 {
 		c.Status, c.Found = check.Pass, "every entry matches"
@@ -197,6 +289,12 @@ func problemCheck(prefix string, p FileProblem, fix string) VerifyCheck {
 	case ProblemUnreadable:
 		c.Why = "it cannot be read, so it cannot be checked (and jobs cannot load it)"
 		c.Fix = "check the permissions of " + c.Read + ", or reinstall"
+	case ProblemBytecode:
+		c.Why = "Python runs a __pycache__ file instead of its source when the header matches the source, and an unchecked-hash file " +
+			"without reading the source at all: bytecode that is not the compiled source runs code that was never built or checked. " +
+			"Only the install's sources compiled by the Python that imports them belong there"
+		c.Fix = fmt.Sprintf("remove it: rm %s (Python compiles the source again); every cache at once: find %s -name __pycache__ -prune -exec rm -rf {} +",
+			c.Read, prefix)
 	}
 	return c
 }
@@ -221,6 +319,9 @@ const (
 	ProblemMode       = "mode"
 	ProblemType       = "type"
 	ProblemUnreadable = "unreadable"
+	// ProblemBytecode: a .pyc in a __pycache__ directory that is not the compiled form of
+	// a source the manifest lists.
+	ProblemBytecode = "bytecode"
 )
 
 // FileProblem is one way an installed tree differs from its manifest.
@@ -235,9 +336,11 @@ type FileProblem struct {
 type FileStats struct {
 	Files, Dirs, Symlinks int
 	Bytes                 int64
-	// Ignored counts __pycache__ directories and their .pyc files: Python writes them
-	// beside any module it imports from a writable prefix, so they are no change.
-	Ignored int
+	// Bytecode lists the .pyc files in __pycache__ directories that the manifest does
+	// not list, sorted: Python writes them beside any module it imports from a writable
+	// prefix, and runs them instead of the source. VerifyFiles does not read them; the
+	// files check compares each with its source (verifier.bytecode).
+	Bytecode []string
 }
 
 type hashJob struct {
@@ -248,7 +351,7 @@ type hashJob struct {
 // VerifyFiles compares the tree at dir with the manifest's entries: content (size, then
 // sha256), type, exact mode and symlink targets, and reports every entry that is missing
 // or not in the manifest. manifest.json and the install receipt at the top are not
-// entries. Files are hashed on runtime.NumCPU() workers while the walk goes on; a file
+// entries: they are checked for type and mode only. Files are hashed on runtime.NumCPU() workers while the walk goes on; a file
 // whose size differs is reported without reading it. The error is for a dir that
 // cannot be walked or a cancelled context; an unreadable entry is a problem.
 func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileProblem, FileStats, error) {
@@ -311,11 +414,29 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 			return nil
 		}
 		if rel == ManifestName || rel == ReceiptName {
+			// not entries (the receipt pins the manifest's bytes, the receipt is checked
+			// against the manifest), but regular files of the mode install writes
+			info, err := d.Info()
+			if err != nil {
+				report(FileProblem{Path: rel, Kind: ProblemUnreadable, Found: err.Error()})
+				return nil
+			}
+			switch typ, found := describeEntry(p, info); {
+			case typ != archive.TypeFile:
+				report(FileProblem{Path: rel, Kind: ProblemType, Expected: string(archive.TypeFile), Found: found})
+			case unixMode(info.Mode()) != uint32(topFileMode):
+				report(FileProblem{Path: rel, Kind: ProblemMode, Expected: fmt.Sprintf("mode %04o", uint32(topFileMode)), Found: fmt.Sprintf("mode %04o", unixMode(info.Mode()))})
+			}
+			if d.IsDir() {
+				return fs.SkipDir
+			}
 			return nil
 		}
 		w := byPath[rel]
 		if w == nil && bytecodeCache(rel, d) {
-			st.Ignored++
+			if !d.IsDir() {
+				st.Bytecode = append(st.Bytecode, rel)
+			}
 			return nil
 		}
 		info, err := d.Info()
@@ -380,13 +501,95 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 			problems = append(problems, FileProblem{Path: e.Path, Kind: ProblemMissing, Expected: string(e.Type)})
 		}
 	}
+	sortProblems(problems)
+	return problems, st, nil
+}
+
+func sortProblems(problems []FileProblem) {
 	sort.Slice(problems, func(i, j int) bool {
 		if problems[i].Path != problems[j].Path {
 			return problems[i].Path < problems[j].Path
 		}
 		return problems[i].Kind < problems[j].Kind
 	})
-	return problems, st, nil
+}
+
+// bytecode checks the .pyc files of __pycache__ directories (rel paths from
+// VerifyFiles): each must be named as Python names the bytecode of a source the
+// manifest lists, and hold the code compiling that source gives (inspect.CheckBytecode,
+// with the interpreter of the Python checks, isolated). A stale file, one of a name
+// Python never reads, or one for another interpreter is a problem too: nothing else
+// belongs there, and nothing else can be told apart from a planted one.
+func (v *verifier) bytecode(ctx context.Context, rels []string) []FileProblem {
+	sources := make(map[string]bool, len(v.m.Files))
+	for _, e := range v.m.Files {
+		if e.Type == archive.TypeFile {
+			sources[e.Path] = true
+		}
+	}
+	var (
+		out     []FileProblem
+		files   []inspect.BytecodeFile
+		checked []FileProblem
+	)
+	for _, rel := range rels {
+		src, tag, opt, ok := bytecodeSource(rel)
+		p := FileProblem{Path: rel, Kind: ProblemBytecode, Expected: "the bytecode of " + src + ", compiled from it"}
+		switch {
+		case !ok:
+			p.Expected = "MODULE.TAG.pyc or MODULE.TAG.opt-N.pyc: a name Python gives bytecode"
+			p.Found = "a name Python never reads"
+			out = append(out, p)
+		case !sources[src]:
+			p.Found = "no " + src + " in the manifest: bytecode of a module the install does not carry"
+			out = append(out, p)
+		default:
+			files = append(files, inspect.BytecodeFile{Pyc: filepath.Join(v.prefix, filepath.FromSlash(rel)),
+				Source: filepath.Join(v.prefix, filepath.FromSlash(src)), Tag: tag, Optimize: opt})
+			checked = append(checked, p)
+		}
+	}
+	vs, err := inspect.CheckBytecode(ctx, v.python(), v.opts.Environ, files)
+	if ctx.Err() != nil {
+		return nil
+	}
+	for i, p := range checked {
+		switch {
+		case err != nil:
+			p.Found = "not checked: " + err.Error()
+		case !vs[i].OK:
+			p.Found = vs[i].Problem
+			if strings.Contains(p.Found, "another interpreter") {
+				p.Found += "; verify-install --python PYTHON checks it with the interpreter that wrote it"
+			}
+		default:
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// bytecodeSource is the source a __pycache__ file's name claims (Python's
+// cache_from_source the other way round: DIR/__pycache__/MODULE.TAG[.opt-N].pyc is
+// the bytecode of DIR/MODULE.py for interpreter TAG at optimization level N).
+func bytecodeSource(rel string) (src, tag string, opt int, ok bool) {
+	dir, name := path.Split(rel)
+	parts := strings.Split(strings.TrimSuffix(name, ".pyc"), ".")
+	switch {
+	case len(parts) == 3 && strings.HasPrefix(parts[2], "opt-"):
+		n, err := strconv.Atoi(strings.TrimPrefix(parts[2], "opt-"))
+		if err != nil || n < 1 {
+			return "", "", 0, false
+		}
+		opt = n
+	case len(parts) != 2:
+		return "", "", 0, false
+	}
+	if parts[0] == "" || parts[1] == "" {
+		return "", "", 0, false
+	}
+	return path.Join(path.Dir(path.Clean(dir)), parts[0]+".py"), parts[1], opt, true
 }
 
 // bytecodeCache reports whether rel is a __pycache__ directory or a .pyc file in one.

@@ -317,7 +317,7 @@ func (v *verifier) host(ctx context.Context) {
 		Loaded: v.loaded, HostsFile: v.opts.HostsFile, Ancestry: v.opts.Ancestry}
 	if v.m != nil {
 		opts.Plan, opts.Toolchain, opts.Python = v.m.Plan, v.m.Toolchain, v.python()
-		if v.envErr == nil {
+		if v.envErr == nil && v.noRun == "" {
 			opts.Env = v.env
 		}
 	}

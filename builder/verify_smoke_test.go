@@ -2,9 +2,11 @@ package builder
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +57,7 @@ func TestVerifySmoke(t *testing.T) {
 	if err := os.WriteFile(bin, []byte(smokeStandIn), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	pinFile(t, prefix, filepath.Join("libdemo", "bin", smoke.Binary))
 	envDir := t.TempDir()
 	opts.Environ = append(CleanEnviron(os.Getenv), "SMOKE_ENV_DIR="+envDir)
 	opts.JobEnv = []string{"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo", "DEMO_LANE_MAPPING=9:9", "PYTHONPATH=/elsewhere", "FOO=bar"}
@@ -139,5 +142,65 @@ func TestSmokeEnv(t *testing.T) {
 	}
 	if getenvFrom(env, "LD_PRELOAD") != "/p/lib/x.so" || getenvFrom(env, "NVSHMEM_SYMMETRIC_SIZE") != "8G" || getenvFrom(env, "PATH") != "/bin" {
 		t.Errorf("env %v", env)
+	}
+}
+
+// pinFile adds a file planted in an install to its manifest and the receipt's pin of the
+// manifest, as if the artifact had carried it: verify-install then runs the install's
+// programs (it runs none from a prefix whose files fail their checks).
+func pinFile(t *testing.T, prefix, rel string) {
+	t.Helper()
+	mp := filepath.Join(prefix, ManifestName)
+	var m map[string]any
+	b, err := os.ReadFile(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(prefix, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(filepath.Join(prefix, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := m["files"].([]any)
+	for d := filepath.Dir(rel); d != "." && d != "/"; d = filepath.Dir(d) {
+		known := false
+		for _, f := range files {
+			known = known || f.(map[string]any)["path"] == filepath.ToSlash(d)
+		}
+		if !known {
+			files = append(files, map[string]any{"path": filepath.ToSlash(d), "type": "dir", "mode": 0o755})
+		}
+	}
+	files = append(files, map[string]any{"path": filepath.ToSlash(rel), "type": "file", "mode": int(info.Mode().Perm()),
+		"size": len(data), "sha256": sha256Hex(data)})
+	sort.Slice(files, func(i, j int) bool {
+		return files[i].(map[string]any)["path"].(string) < files[j].(map[string]any)["path"].(string)
+	})
+	m["files"] = files
+	nb, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb = append(nb, '\n')
+	if err := os.WriteFile(mp, nb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ReadReceipt(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ManifestSHA256 = sha256Hex(nb)
+	rb, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(prefix, ReceiptName), append(rb, '\n'), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -109,8 +109,136 @@ func TestVerifyDemoInstall(t *testing.T) {
 		t.Fatal("python wrote no bytecode cache: the test proves nothing")
 	}
 	rep = mustVerify(t, prefix)
-	if c, _ := rep.Check("files"); c.Status != "pass" || !strings.Contains(c.Read, "bytecode caches ignored") {
+	if c, _ := rep.Check("files"); c.Status != "pass" || !strings.Contains(c.Read, "Python bytecode files in __pycache__ against the sources") {
 		t.Errorf("after an import: files %s, read %q", c.Status, c.Read)
+	}
+}
+
+// pyCompile compiles src into pyc with python3's py_compile in one of its invalidation
+// modes (TIMESTAMP, CHECKED_HASH, UNCHECKED_HASH).
+func pyCompile(t *testing.T, src, pyc, mode string) {
+	t.Helper()
+	cmd := exec.Command("python3", "-c", "import py_compile, sys\n"+
+		"py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True, invalidation_mode=py_compile.PycInvalidationMode[sys.argv[3]])", src, pyc, mode)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("py_compile %s: %v\n%s", src, err, out)
+	}
+}
+
+func pythonCacheTag(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.implementation.cache_tag)").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// Bytecode in the install's __pycache__ directories runs instead of the sources: each
+// file is checked against the source it claims, and verify-install runs nothing from
+// a prefix whose files failed (its imports never read __pycache__ either: inspect).
+func TestVerifyPlantedBytecode(t *testing.T) {
+	tag := pythonCacheTag(t)
+	const (
+		rel    = "pydemo/python/pydemo/channel.py"
+		cached = "pydemo/python/pydemo/__pycache__/"
+	)
+	pycOf := func(name string) string { return cached + name + "." + tag + ".pyc" }
+	// evil writes a file in cdir when it runs, still imports, and is as long as want
+	evil := func(t *testing.T, cdir string, want []byte) []byte {
+		b := []byte(fmt.Sprintf("open(%q, 'w').close()\nChannel = library = None\n", filepath.Join(cdir, "pwned")))
+		if len(b)+2 > len(want) {
+			t.Fatalf("the planted source is longer than %s", rel)
+		}
+		return append(append(b, '#'), append(bytes.Repeat([]byte{'-'}, len(want)-len(b)-2), '\n')...)
+	}
+	plant := func(t *testing.T, prefix, cdir, mode string) {
+		src := filepath.Join(prefix, filepath.FromSlash(rel))
+		want, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := os.Stat(src)
+		other := filepath.Join(t.TempDir(), "channel.py")
+		if err := os.WriteFile(other, evil(t, cdir, want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// the same size and mtime: a timestamp header then matches the installed source
+		if err := os.Chtimes(other, st.ModTime(), st.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+		pyCompile(t, other, filepath.Join(prefix, filepath.FromSlash(pycOf("channel"))), mode)
+	}
+	for _, c := range []struct {
+		name, mode, pyc, found string
+	}{
+		{"unchecked hash, compiled from another source", "UNCHECKED_HASH", pycOf("channel"), "unchecked-hash file"},
+		{"timestamp of another source of the same size and mtime", "TIMESTAMP", pycOf("channel"), "its code is not what compiling the source gives"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			prefix := freshInstall(t)
+			cdir := t.TempDir()
+			plant(t, prefix, cdir, c.mode)
+			// the planted file runs in a job that imports the module
+			py := exec.Command("python3", "-c", "import pydemo.channel")
+			py.Env = append(CleanEnviron(os.Getenv), "PYTHONPATH="+filepath.Join(prefix, "pydemo", "python"))
+			if out, err := py.CombinedOutput(); err != nil {
+				t.Fatalf("import pydemo: %v\n%s", err, out)
+			}
+			if err := os.Remove(filepath.Join(cdir, "pwned")); err != nil {
+				t.Fatalf("a job's import did not run the planted bytecode: the test proves nothing: %v", err)
+			}
+			rep := mustVerify(t, prefix)
+			wantStatus(t, rep, map[string]string{"files": "fail", "files.bytecode:" + c.pyc: "fail", "python.import:pydemo": "skip"})
+			if _, ok := rep.Check("files.changed:" + rel); ok {
+				t.Error("the source itself is reported changed")
+			}
+			if ch, _ := rep.Check("files.bytecode:" + c.pyc); !strings.Contains(ch.Found, c.found) || !strings.Contains(ch.Fix, "rm "+filepath.Join(prefix, c.pyc)) {
+				t.Errorf("found %q, fix %q", ch.Found, ch.Fix)
+			}
+			if ents, _ := os.ReadDir(cdir); len(ents) != 0 {
+				t.Error("verify-install ran the planted bytecode")
+			}
+		})
+	}
+	t.Run("bytecode of no source, and a name Python never reads", func(t *testing.T) {
+		prefix := freshInstall(t)
+		src := filepath.Join(t.TempDir(), "gone.py")
+		if err := os.WriteFile(src, []byte("x = 1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		pyCompile(t, src, filepath.Join(prefix, filepath.FromSlash(pycOf("gone"))), "TIMESTAMP")
+		pyCompile(t, src, filepath.Join(prefix, filepath.FromSlash(cached+"channel.pyc")), "TIMESTAMP")
+		rep := mustVerify(t, prefix)
+		wantStatus(t, rep, map[string]string{"files.bytecode:" + pycOf("gone"): "fail", "files.bytecode:" + cached + "channel.pyc": "fail"})
+		if ch, _ := rep.Check("files.bytecode:" + pycOf("gone")); !strings.Contains(ch.Found, "no pydemo/python/pydemo/gone.py in the manifest") {
+			t.Errorf("found %q", ch.Found)
+		}
+		if ch, _ := rep.Check("files.bytecode:" + cached + "channel.pyc"); !strings.Contains(ch.Found, "a name Python never reads") {
+			t.Errorf("found %q", ch.Found)
+		}
+	})
+}
+
+func TestBytecodeSource(t *testing.T) {
+	for rel, want := range map[string]string{
+		"a/b/__pycache__/mod.cpython-312.pyc":       "a/b/mod.py cpython-312 0",
+		"a/__pycache__/mod.cpython-312.opt-2.pyc":   "a/mod.py cpython-312 2",
+		"__pycache__/top.pypy39.pyc":                "top.py pypy39 0",
+		"a/__pycache__/mod.pyc":                     "",
+		"a/__pycache__/mod.cpython-312.opt-x.pyc":   "",
+		"a/__pycache__/mod.cpython-312.opt-0.pyc":   "",
+		"a/__pycache__/.cpython-312.pyc":            "",
+		"a/__pycache__/a.b.cpython-312.opt-1.x.pyc": "",
+	} {
+		src, tag, opt, ok := bytecodeSource(rel)
+		got := ""
+		if ok {
+			got = fmt.Sprintf("%s %s %d", src, tag, opt)
+		}
+		if got != want {
+			t.Errorf("%s: %q, want %q", rel, got, want)
+		}
 	}
 }
 
@@ -194,7 +322,8 @@ func TestVerifyFieldFailure(t *testing.T) {
 		wantStatus(t, rep, map[string]string{
 			"files.changed:" + rel: "fail",
 			eff[effect.PythonDef]:  "fail", eff[effect.PythonCall]: "fail", eff[effect.EnvRead]: "fail",
-			"python.import:pydemo": "pass",
+			// a changed module is never imported: it could run anything
+			"python.import:pydemo": "skip",
 		})
 		if c, _ := rep.Check(eff[effect.PythonCall]); !strings.Contains(c.Fix, "epbuild install") {
 			t.Errorf("the fix does not say how: %q", c.Fix)
@@ -268,6 +397,89 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 			t.Errorf("env.paths found %q", c.Found)
 		}
 	})
+	// manifest.json and the receipt are what every other check trusts: each kind of
+	// change to them fails, naming the file
+	elsewhere := func(t *testing.T, prefix, name string) {
+		copyOut := filepath.Join(t.TempDir(), name)
+		b, err := os.ReadFile(filepath.Join(prefix, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(copyOut, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(prefix, name)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(copyOut, filepath.Join(prefix, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	editReceipt := func(field, value string) func(*testing.T, string) {
+		return func(t *testing.T, prefix string) {
+			p := filepath.Join(prefix, ReceiptName)
+			var r map[string]any
+			b, _ := os.ReadFile(p)
+			if err := json.Unmarshal(b, &r); err != nil {
+				t.Fatal(err)
+			}
+			if value == "" {
+				delete(r, field)
+			} else {
+				r[field] = value
+			}
+			b, _ = json.Marshal(r)
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		mutate func(*testing.T, string)
+		want   map[string]string
+		says   string // in the failing check's found or expected
+	}{
+		{"the receipt deleted", func(t *testing.T, p string) {
+			if err := os.Remove(filepath.Join(p, ReceiptName)); err != nil {
+				t.Fatal(err)
+			}
+		}, map[string]string{"install.receipt": "fail", "files": "pass"}, "no " + ReceiptName},
+		{"the receipt names another recipe", editReceipt("recipe", "other"), map[string]string{"install.receipt": "fail"}, `recipe "other"`},
+		{"the receipt names another epbuild", editReceipt("built_by", "v0.0.1"), map[string]string{"install.receipt": "fail"}, `built_by "v0.0.1"`},
+		{"the receipt lost its artifact", editReceipt("artifact", ""), map[string]string{"install.receipt": "fail"}, "not the receipt install writes"},
+		{"the receipt's sha256 is not one", editReceipt("sha256", "0123"), map[string]string{"install.receipt": "fail"}, `sha256 "0123" is not 64 hex digits`},
+		{"the receipt a link to a copy outside", func(t *testing.T, p string) { elsewhere(t, p, ReceiptName) },
+			map[string]string{"install.receipt": "fail", "files.type:" + ReceiptName: "fail"}, ReceiptName + " is a symlink"},
+		{"the manifest a link to a copy outside", func(t *testing.T, p string) { elsewhere(t, p, ManifestName) },
+			map[string]string{"install.manifest": "fail"}, ManifestName + " is a symlink"},
+		{"the receipt made executable", func(t *testing.T, p string) {
+			if err := os.Chmod(filepath.Join(p, ReceiptName), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, map[string]string{"install.receipt": "pass", "files.mode:" + ReceiptName: "fail"}, "mode 0755"},
+		{"the manifest made group-writable", func(t *testing.T, p string) {
+			if err := os.Chmod(filepath.Join(p, ManifestName), 0o664); err != nil {
+				t.Fatal(err)
+			}
+		}, map[string]string{"install.manifest": "pass", "files.mode:" + ManifestName: "fail"}, "mode 0664"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			prefix := freshInstall(t)
+			c.mutate(t, prefix)
+			rep := mustVerify(t, prefix)
+			wantStatus(t, rep, c.want)
+			said := false
+			for _, ch := range rep.Checks {
+				if ch.Status == "fail" && strings.Contains(ch.Found+" "+ch.Expected, c.says) && (strings.HasSuffix(ch.Read, ReceiptName) || strings.HasSuffix(ch.Read, ManifestName)) {
+					said = true
+				}
+			}
+			if !said {
+				t.Errorf("no failing check reads the file and says %q:\n%s", c.says, failedChecks(rep))
+			}
+		})
+	}
 	t.Run("no manifest", func(t *testing.T) {
 		prefix := t.TempDir()
 		rep := mustVerify(t, prefix)

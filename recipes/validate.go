@@ -329,6 +329,8 @@ func CheckRefName(name string) error {
 		return fmt.Errorf("ref %q is not a valid git ref name: %s (a tag or branch name, like v1.2.1)", name, why)
 	}
 	switch {
+	case name == "":
+		return bad("it is empty")
 	case name == "@":
 		return bad("it is @")
 	case strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") || strings.Contains(name, "//"):

@@ -208,7 +208,11 @@ func (e *BadInput) Error() string { return e.Msg }
 func (e *BadInput) ExitCode() int { return 2 }
 
 func runComponent(ctx context.Context, c *builder.PlanComponent, url, pinned string, s builder.Sources, opts Options) (*Table, error) {
-	repo, err := s.For(url).OpenHistory(url)
+	f, err := s.For(url)
+	if err != nil {
+		return nil, err
+	}
+	repo, err := f.OpenHistory(url)
 	if err != nil {
 		return nil, err
 	}

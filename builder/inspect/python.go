@@ -78,8 +78,8 @@ print("` + reportMarker + `" + json.dumps({
 // outside any source or build tree: Python puts the working directory first
 // on sys.path, and a build tree there would shadow the install. The
 // environment is clean: only env, plus PYTHONNOUSERSITE=1 (so ~/.local
-// cannot shadow the install) and PYTHONDONTWRITEBYTECODE=1 (so checking an
-// install does not write into it), unless env sets them itself.
+// cannot shadow the install) unless env sets it. Bytecode is neither read
+// from nor written into the install (pyRun).
 func PythonImport(ctx context.Context, python, module string, env []string, dir string) (ImportResult, error) {
 	res := ImportResult{Module: module}
 	out, stderr, err := runPython(ctx, python, env, dir, importProgram, module)
@@ -143,16 +143,47 @@ func MappedLibs(ctx context.Context, python string, modules []string, env []stri
 }
 
 func runPython(ctx context.Context, python string, env []string, dir, program string, args ...string) (stdout []byte, stderr string, err error) {
+	return pyRun{python: python, env: env, dir: dir}.run(ctx, program, args...)
+}
+
+type bytecodeDirKey struct{}
+
+// WithBytecodeDir makes the Python runs under ctx keep their bytecode in dir, an empty
+// directory the caller made (and removes): what the first run compiles, the later runs
+// of one verification read back instead of compiling torch again. Without it, each run
+// starts from a fresh empty directory and writes nothing.
+func WithBytecodeDir(ctx context.Context, dir string) context.Context {
+	return context.WithValue(ctx, bytecodeDirKey{}, dir)
+}
+
+// pyRun is one run of a Python program. Every run reads and writes bytecode only in an
+// empty directory of its own (-X pycache_prefix; -B where nothing would read it back,
+// WithBytecodeDir): a .pyc in a __pycache__ of the install runs instead of its source
+// when its header says it may, so reading them would run code nobody checked
+// (verify-install checks them, CheckBytecode).
+type pyRun struct {
+	python string
+	env    []string
+	// dir is the working directory ("": a fresh empty one).
+	dir string
+	// isolated runs with -I -S: no PYTHONPATH, site-packages (nor their .pth files) or
+	// script directory, the standard library only.
+	isolated bool
+	stdin    []byte
+}
+
+func (r pyRun) run(ctx context.Context, program string, args ...string) (stdout []byte, stderr string, err error) {
 	// Resolved here, against our PATH and working directory, since the
 	// child runs elsewhere with an environment that may lack PATH.
-	exe := python
-	if !strings.ContainsRune(python, filepath.Separator) {
-		if exe, err = exec.LookPath(python); err != nil {
+	exe := r.python
+	if !strings.ContainsRune(exe, filepath.Separator) {
+		if exe, err = exec.LookPath(exe); err != nil {
 			return nil, "", err
 		}
-	} else if exe, err = filepath.Abs(python); err != nil {
+	} else if exe, err = filepath.Abs(exe); err != nil {
 		return nil, "", err
 	}
+	dir := r.dir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "epbuild-pyimport-")
 		if err != nil {
@@ -161,9 +192,27 @@ func runPython(ctx context.Context, python string, env []string, dir, program st
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	cmd := exec.CommandContext(ctx, exe, append([]string{"-c", program}, args...)...)
+	// the command line wins over PYTHONDONTWRITEBYTECODE and PYTHONPYCACHEPREFIX in env
+	var argv []string
+	if shared, _ := ctx.Value(bytecodeDirKey{}).(string); shared != "" {
+		argv = []string{"-X", "pycache_prefix=" + shared}
+	} else {
+		pycache, err := os.MkdirTemp("", "epbuild-pycache-")
+		if err != nil {
+			return nil, "", err
+		}
+		defer os.RemoveAll(pycache)
+		argv = []string{"-B", "-X", "pycache_prefix=" + pycache}
+	}
+	if r.isolated {
+		argv = append(argv, "-I", "-S")
+	}
+	cmd := exec.CommandContext(ctx, exe, append(append(argv, "-c", program), args...)...)
 	cmd.Dir = dir
-	cmd.Env = cleanEnv(env)
+	cmd.Env = cleanEnv(r.env)
+	if r.stdin != nil {
+		cmd.Stdin = bytes.NewReader(r.stdin)
+	}
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	err = cmd.Run()
@@ -175,7 +224,7 @@ func runPython(ctx context.Context, python string, env []string, dir, program st
 
 func cleanEnv(env []string) []string {
 	out := slices.Clone(env)
-	for _, kv := range []string{"PYTHONNOUSERSITE=1", "PYTHONDONTWRITEBYTECODE=1"} {
+	for _, kv := range []string{"PYTHONNOUSERSITE=1"} {
 		k, _, _ := strings.Cut(kv, "=")
 		if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") }) {
 			out = append(out, kv)

@@ -16,7 +16,10 @@ func needPython(t *testing.T) string {
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc/self/maps: Linux only")
 	}
-	return needTool(t, "python3")
+	// the interpreter itself: a launcher (pyenv's shim) may pick another one in the
+	// clean environments the checks run with
+	py := needTool(t, "python3")
+	return strings.TrimSpace(run(t, t.TempDir(), py, "-c", "import sys; print(sys.executable)"))
 }
 
 func testContext(t *testing.T) context.Context {

@@ -26,6 +26,7 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/recipes"
 )
 
 // pinRef is the namespace that keeps fetched commits reachable in the cache and in mirrors.
@@ -81,24 +82,11 @@ func parseCommit(what, s string) (plumbing.Hash, error) {
 	return plumbing.ZeroHash, badPin(nil, "%s: %q is not a commit id: a full 40-hex commit is required (a tag or branch goes in ref, next to the commit)", what, s)
 }
 
-// checkRefName applies git's rules for ref names (git check-ref-format), enough to keep a
-// name from escaping the refs directory.
+// checkRefName applies git's rules for ref names (recipes.CheckRefName, the one check
+// validate makes too): a name can neither be misread by git nor escape refs/.
 func checkRefName(what, name string) error {
-	bad := name == "" || name == "@" || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") ||
-		strings.HasSuffix(name, ".") || strings.Contains(name, "..") || strings.Contains(name, "//") ||
-		strings.Contains(name, "@{") || strings.ContainsAny(name, " ~^:?*[\\\x7f")
-	for _, c := range name {
-		if c < 0x20 {
-			bad = true
-		}
-	}
-	for _, part := range strings.Split(name, "/") {
-		if strings.HasPrefix(part, ".") || strings.HasSuffix(part, ".lock") {
-			bad = true
-		}
-	}
-	if bad {
-		return badPin(nil, "%s: %q is not a valid ref name", what, name)
+	if err := recipes.CheckRefName(name); err != nil {
+		return badPin(err, "%s", what)
 	}
 	return nil
 }

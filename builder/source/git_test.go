@@ -91,7 +91,7 @@ func TestFetchGitRefs(t *testing.T) {
 		{"branch elsewhere", Git{URL: url, Commit: fx.c3, Ref: "release"}, []string{"refs/heads/release", fx.c2, fx.c3}},
 		{"extra ref elsewhere", Git{URL: url, Commit: fx.c3, ExtraRefs: []string{"refs/pull/7/head"}}, []string{"refs/pull/7/head", fx.c4, fx.c3}},
 		{"no such ref", Git{URL: url, Commit: fx.c3, Ref: "v9"}, []string{`"v9" not found`, "refs/tags/v9", "refs/heads/v9"}},
-		{"bad ref name", Git{URL: url, Commit: fx.c3, Ref: "../../x"}, []string{"not a valid ref name"}},
+		{"bad ref name", Git{URL: url, Commit: fx.c3, Ref: "../../x"}, []string{`ref "../../x" is not a valid git ref name: it holds ..`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newTestFetcher(t, "", "")

@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -306,6 +307,9 @@ func TestHostileInstallArchives(t *testing.T) {
 			}
 			return out
 		}, "manifest.json\": is not a regular file"},
+		{"bytecode its manifest does not list", func(string) []tarEntry {
+			return with(reg("pydemo/python/pydemo/__pycache__/channel."+pythonCacheTag(t)+".pyc", []byte("\xa7\r\r\n\x01\x00\x00\x00planted!")))
+		}, "extra pydemo/python/pydemo/__pycache__/channel."},
 		{"a device node", func(string) []tarEntry {
 			return with(tarEntry{hdr: tar.Header{Name: "pydemo/null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3, Mode: 0o666}})
 		}, "device node"},
@@ -391,17 +395,50 @@ func TestHostileInstalledTrees(t *testing.T) {
 	cn := newCanary(t)
 	env := nodeEnv()
 	const file = "pydemo/python/pydemo/channel.py"
+	// pwn is Python that writes beside the canary when it runs
+	pwned := filepath.Join(filepath.Dir(cn.path), "pwned")
+	pwn := fmt.Sprintf("open(%q, 'w').close()\n", pwned)
+	tag := pythonCacheTag(t)
+	pyc := "pydemo/python/pydemo/__pycache__/channel." + tag + ".pyc"
+	// elsewhere replaces a top file of the install by a link to an identical copy
+	// outside it
+	elsewhere := func(name string) func(*testing.T, string) {
+		return func(t *testing.T, p string) {
+			b, err := os.ReadFile(filepath.Join(p, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(t.TempDir(), name)
+			if err := os.WriteFile(out, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(filepath.Join(p, name)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(out, filepath.Join(p, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	chmod := func(name string, mode os.FileMode) func(*testing.T, string) {
+		return func(t *testing.T, p string) {
+			if err := os.Chmod(filepath.Join(p, name), mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	cases := []struct {
 		name      string
 		mutate    func(t *testing.T, prefix string)
 		want      string
-		reinstall int // exit code of an install over it
+		reinstall int      // exit code of an install over it
+		says      []string // more the output says
 	}{
 		{"a file edited", func(t *testing.T, p string) {
 			if err := os.WriteFile(filepath.Join(p, file), []byte("# unpatched\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-		}, "FAIL files.changed:" + file, 0},
+		}, "FAIL files.changed:" + file, 0, nil},
 		{"a file replaced by a link to the canary", func(t *testing.T, p string) {
 			if err := os.Remove(filepath.Join(p, file)); err != nil {
 				t.Fatal(err)
@@ -409,7 +446,7 @@ func TestHostileInstalledTrees(t *testing.T) {
 			if err := os.Symlink(cn.path, filepath.Join(p, file)); err != nil {
 				t.Fatal(err)
 			}
-		}, "FAIL files.type:" + file, 0},
+		}, "FAIL files.type:" + file, 0, nil},
 		{"a directory replaced by a link out", func(t *testing.T, p string) {
 			lib := filepath.Join(p, "libdemo", "include")
 			if err := os.RemoveAll(lib); err != nil {
@@ -418,23 +455,48 @@ func TestHostileInstalledTrees(t *testing.T) {
 			if err := os.Symlink(filepath.Dir(cn.path), lib); err != nil {
 				t.Fatal(err)
 			}
-		}, "FAIL files.type:libdemo/include", 0},
+		}, "FAIL files.type:libdemo/include", 0, nil},
 		{"a file planted", func(t *testing.T, p string) {
-			if err := os.WriteFile(filepath.Join(p, "pydemo", "python", "sitecustomize.py"), []byte("import os\n"), 0o644); err != nil {
+			// Python runs it at start-up from any directory on PYTHONPATH: verify-install
+			// imports nothing from a prefix whose files fail
+			if err := os.WriteFile(filepath.Join(p, "pydemo", "python", "sitecustomize.py"), []byte(pwn), 0o644); err != nil {
 				t.Fatal(err)
 			}
-		}, "FAIL files.extra:pydemo/python/sitecustomize.py", 2},
+		}, "FAIL files.extra:pydemo/python/sitecustomize.py", 2, []string{"python.import:pydemo", "not run: the files of this prefix are not what was built"}},
+		{"bytecode of another source planted in __pycache__", func(t *testing.T, p string) {
+			plantBytecode(t, filepath.Join(p, file), filepath.Join(p, pyc), pwned, "UNCHECKED_HASH")
+		}, "FAIL files.bytecode:" + pyc, 0, []string{"unchecked-hash file", "rm " + filepath.Join("PREFIX", pyc)}},
+		{"bytecode whose header is forged to match the source", func(t *testing.T, p string) {
+			plantBytecode(t, filepath.Join(p, file), filepath.Join(p, pyc), pwned, "TIMESTAMP")
+		}, "FAIL files.bytecode:" + pyc, 0, []string{"its code is not what compiling the source gives"}},
+		{"the receipt deleted", func(t *testing.T, p string) {
+			if err := os.Remove(filepath.Join(p, builder.ReceiptName)); err != nil {
+				t.Fatal(err)
+			}
+		}, "FAIL install.receipt", 2, []string{"no " + builder.ReceiptName + " in PREFIX"}},
+		{"the receipt edited", func(t *testing.T, p string) {
+			b, _ := os.ReadFile(filepath.Join(p, builder.ReceiptName))
+			if err := os.WriteFile(filepath.Join(p, builder.ReceiptName), bytes.Replace(b, []byte(`"recipe": "demo"`), []byte(`"recipe": "gcp-b200"`), 1), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "FAIL install.receipt", 0, []string{`recipe "gcp-b200", the manifest's is "demo"`}},
+		{"the receipt a link to an identical copy outside", elsewhere(builder.ReceiptName),
+			"FAIL install.receipt", 2, []string{filepath.Join("PREFIX", builder.ReceiptName) + " is a symlink"}},
+		{"the manifest a link to an identical copy outside", elsewhere(builder.ManifestName),
+			"FAIL install.manifest", 2, []string{filepath.Join("PREFIX", builder.ManifestName) + " is a symlink"}},
+		{"the receipt made executable", chmod(builder.ReceiptName, 0o755), "FAIL files.mode:" + builder.ReceiptName, 0, []string{"chmod 0644 " + filepath.Join("PREFIX", builder.ReceiptName)}},
+		{"the manifest made executable", chmod(builder.ManifestName, 0o755), "FAIL files.mode:" + builder.ManifestName, 0, []string{"chmod 0644 " + filepath.Join("PREFIX", builder.ManifestName)}},
 		{"the manifest edited", func(t *testing.T, p string) {
 			b, _ := os.ReadFile(filepath.Join(p, builder.ManifestName))
 			if err := os.WriteFile(filepath.Join(p, builder.ManifestName), bytes.Replace(b, []byte(`"demo"`), []byte(`"dem0"`), 1), 0o644); err != nil {
 				t.Fatal(err)
 			}
-		}, "FAIL install.receipt", 2},
+		}, "FAIL install.receipt", 2, nil},
 		{"a file made world-writable", func(t *testing.T, p string) {
 			if err := os.Chmod(filepath.Join(p, file), 0o666); err != nil {
 				t.Fatal(err)
 			}
-		}, "FAIL files.mode:" + file, 0},
+		}, "FAIL files.mode:" + file, 0, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -444,7 +506,11 @@ func TestHostileInstalledTrees(t *testing.T) {
 			}
 			c.mutate(t, prefix)
 			code, o, e := run(t, env, "verify-install", "--prefix", prefix)
-			expect(t, "verify-install", code, 1, o, e, c.want, "FAILED: ")
+			says := []string{c.want, "FAILED: "}
+			for _, m := range c.says {
+				says = append(says, strings.ReplaceAll(m, "PREFIX", prefix))
+			}
+			expect(t, "verify-install", code, 1, o, e, says...)
 			cn.intact(t)
 			code, o, e = run(t, env, "install", demoArtifact(t), "--prefix", prefix)
 			expect(t, "reinstall", code, c.reinstall, o, e)
@@ -457,5 +523,58 @@ func TestHostileInstalledTrees(t *testing.T) {
 				t.Errorf("the reinstall does not say it refused: %s", e)
 			}
 		})
+	}
+}
+
+func pythonCacheTag(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.implementation.cache_tag)").Output()
+	if err != nil {
+		t.Fatalf("python3: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// plantBytecode writes at pyc the bytecode of a module that creates the file pwned
+// (padded to the size of src, with src's mtime: a timestamp header then matches src),
+// compiled by python3's py_compile in one of its invalidation modes; and proves that a
+// job's import runs it, undoing what it did.
+func plantBytecode(t *testing.T, src, pyc, pwned, mode string) {
+	t.Helper()
+	st, err := os.Stat(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := fmt.Sprintf("open(%q, 'w').close()\nChannel = library = None\n", pwned)
+	if int64(len(code))+2 > st.Size() {
+		t.Fatalf("the planted code is longer than %s", src)
+	}
+	other := filepath.Join(t.TempDir(), filepath.Base(src))
+	code += "#" + strings.Repeat("-", int(st.Size())-len(code)-2) + "\n"
+	if err := os.WriteFile(other, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(other, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("python3", "-c", "import py_compile, sys\n"+
+		"py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True, invalidation_mode=py_compile.PycInvalidationMode[sys.argv[3]])", other, pyc, mode)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("py_compile: %v\n%s", err, out)
+	}
+	// the proof that the case proves something: a job's import runs it
+	before, _ := os.ReadDir(filepath.Dir(filepath.Dir(pyc)))
+	job := exec.Command("python3", "-c", "import pydemo")
+	job.Dir = t.TempDir()
+	job.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "PYTHONDONTWRITEBYTECODE=1",
+		"PYTHONPATH=" + filepath.Dir(filepath.Dir(filepath.Dir(pyc)))}
+	if out, err := job.CombinedOutput(); err != nil {
+		t.Fatalf("a job's import of pydemo: %v\n%s", err, out)
+	}
+	if after, _ := os.ReadDir(filepath.Dir(filepath.Dir(pyc))); len(after) != len(before) {
+		t.Fatalf("the job's import wrote into the install")
+	}
+	if err := os.Remove(pwned); err != nil {
+		t.Fatalf("a job's import did not run the planted bytecode: the case proves nothing: %v", err)
 	}
 }
