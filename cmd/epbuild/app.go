@@ -153,6 +153,7 @@ disk space).`,
 		newPullCmd(app),
 		newFleetCmd(app),
 		newBenchCmd(app),
+		newDiffCmd(app),
 	)
 	return root
 }
