@@ -48,6 +48,9 @@ type stepEnv struct {
 	jobs      int
 	ninja     bool
 	python    string
+	// mapFlag maps the build directory away in what host compilers write (repro.go); the
+	// environment's CFLAGS/CXXFLAGS carry it, and cmake's flags where the recipe sets them.
+	mapFlag string
 }
 
 var templRe = regexp.MustCompile(`\{\{\s*([^{}]*?)\s*\}\}`)
@@ -167,6 +170,14 @@ func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars 
 	}
 	bdir := filepath.Join(s.work, fmt.Sprintf("cmake-build-%d", i))
 	args := []string{"-S", srcDir, "-B", bdir, "-DCMAKE_INSTALL_PREFIX=" + s.prefix, "-DCMAKE_BUILD_TYPE=Release"}
+	if s.mapFlag != "" {
+		// a recipe's CMAKE_C(XX)_FLAGS take the place of CFLAGS/CXXFLAGS: add the map there
+		for _, k := range []string{"CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS"} {
+			if v, ok := opts[k]; ok {
+				opts[k] = strings.TrimSpace(v + " " + s.mapFlag)
+			}
+		}
+	}
 	if s.ninja {
 		args = append(args, "-G", "Ninja")
 	}

@@ -58,6 +58,7 @@ func newRecipeCmd(app *App) *cobra.Command {
 		asJSON         bool
 		ignore         []string
 		allowUndecided bool
+		rebuildCheck   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "recipe NAME|FILE",
@@ -71,21 +72,53 @@ manifest.json and env.sh.
 
 Every stage's output is stored by key: a rerun with nothing changed does no work, a
 failed run resumes at the stage that failed, and --force[=STAGE] reruns a stage and those
-after it (patch, build, check, package).`,
+after it (patch, build, check, package).
+
+Builds are reproducible: the same plan gives the same bytes wherever the cache is and
+whichever machine of the same toolchain builds it. They run in /tmp/epbuild-<component>-<key>
+(EPBUILD_BUILD_ROOT moves that root; builds meant to agree need the same one), with the
+build directory mapped away for the host compilers, a seed for nvcc, SOURCE_DATE_EPOCH and
+a fixed locale and time zone. --rebuild-check builds the plan a second time from nothing at
+another place and fails (exit 1), printing the difference, when the two artifacts differ.
+EPBUILD_REPRO=off turns the measures off, to measure what they cost; nothing else.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if rebuildCheck && planOnly {
+				return usageError{errors.New("--rebuild-check builds: it does not go with --plan")}
+			}
+			repro, err := builder.ParseRepro(app.Getenv)
+			if err != nil {
+				return err
+			}
 			j, err := app.job(args[0], &sf, ignore, allowUndecided)
 			if err != nil {
 				return err
 			}
 			opts := builder.BuildOptions{
 				OutDir: out, AllowApplied: allowApplied, Version: version, SourceDateEpoch: app.Getenv("SOURCE_DATE_EPOCH"),
-				Environ: os.Environ(), Getenv: app.Getenv, PlanOnly: planOnly,
+				Environ: os.Environ(), Getenv: app.Getenv, PlanOnly: planOnly, Repro: repro,
 			}
 			if force != "" {
 				opts.Force = strings.Split(force, ",")
 			}
-			res, err := j.Build(cmd.Context(), opts)
+			build := j.Build
+			if rebuildCheck {
+				build = j.BuildAndCheck
+			}
+			res, err := build(cmd.Context(), opts)
+			var nr *builder.NotReproducibleError
+			if errors.As(err, &nr) && !asJSON {
+				writeStages(app.Out, res.Stages, false)
+				fmt.Fprintf(app.Out, "\nartifact %s\nsha256   %s\n\nrebuild check: the second build differs\n", res.Artifact, res.SHA256)
+				writeDiff(app.Out, nr.Check.Diff)
+				return err
+			}
+			if errors.As(err, &nr) {
+				if werr := writeJSON(app.Out, res); werr != nil {
+					return werr
+				}
+				return err
+			}
 			if err != nil {
 				return app.rulesStopped(err)
 			}
@@ -103,6 +136,9 @@ after it (patch, build, check, package).`,
 			}
 			writeStages(app.Out, res.Stages, false)
 			fmt.Fprintf(app.Out, "\nartifact %s\nsha256   %s\n", res.Artifact, res.SHA256)
+			if res.Rebuild != nil {
+				fmt.Fprintf(app.Out, "rebuild check: a second build from nothing at another place gave the same bytes (%d entries)\n", res.Rebuild.Diff.Entries)
+			}
 			return nil
 		},
 	}
@@ -114,6 +150,7 @@ after it (patch, build, check, package).`,
 	cmd.Flags().BoolVar(&allowApplied, "allow-applied", false, "continue when a patch is already in the tree (reported), instead of failing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringArrayVar(&ignore, "ignore-rule", nil, "build despite an error-level finding of this rule id (e.g. to reproduce a known failure); recorded in the manifest")
+	cmd.Flags().BoolVar(&rebuildCheck, "rebuild-check", false, "build the plan a second time from nothing at another place, compare the artifacts, and fail (exit 1) printing the difference when they differ")
 	cmd.Flags().BoolVar(&allowUndecided, "allow-undecided", false, "build although an error-level rule cannot be decided (a commit no history at hand knows); recorded in the manifest")
 	return cmd
 }
