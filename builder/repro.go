@@ -271,13 +271,17 @@ func prefixMapFlag(comp, work string, t *Toolchain) string {
 	return "-ffile-prefix-map=" + work + "=" + comp
 }
 
-// nvccWrapper writes the script that runs nvcc with a seed derived from the output's
-// path in the build directory and its temporary files beside the object, and returns its
-// path ("" when this nvcc can do neither). torch's cpp_extension runs it as PYTORCH_NVCC,
-// CMake as the CUDA compiler launcher (with the compiler as its first argument).
-func nvccWrapper(work string, t *Toolchain) (string, error) {
+// nvccWrappers are the scripts that run nvcc with a seed derived from the output's path
+// in the build directory and its temporary files beside the object: one in nvcc's place
+// (torch's cpp_extension runs it as PYTORCH_NVCC), one as CMake's CUDA compiler launcher
+// (called with the compiler first; any other program runs as it is).
+type nvccWrappers struct{ nvcc, launcher string }
+
+// writeNVCCWrappers writes them into the build directory; none when this nvcc can do
+// neither.
+func writeNVCCWrappers(work string, t *Toolchain) (nvccWrappers, error) {
 	if t.NVCC == "" || !t.NVCCRandomSeed && !t.NVCCObjTemp {
-		return "", nil
+		return nvccWrappers{}, nil
 	}
 	seed, objtemp := "", ""
 	if t.NVCCRandomSeed {
@@ -289,13 +293,7 @@ func nvccWrapper(work string, t *Toolchain) (string, error) {
 		// only with -c, -dc or -dw; the temporary file's name is written into the object
 		objtemp = `[ -n "$compile" ] && set -- -objtemp "$@"`
 	}
-	script := `#!/bin/sh
-# Written by epbuild for one build (see "Reproducible builds" in its docs): runs nvcc with
-# a seed for the names it would make up at random, and its temporary files beside the
-# object, so that two builds give the same bytes.
-nvcc=` + shellQuote(t.NVCC) + `
-case "${1-}" in */nvcc|nvcc) nvcc=$1; shift ;; esac
-out= prev= compile=
+	body := `out= prev= compile=
 for a in "$@"; do
 	case $prev in -o|--output-file) out=$a ;; esac
 	case $a in
@@ -308,15 +306,27 @@ done
 ` + objtemp + `
 exec "$nvcc" "$@"
 `
+	head := `#!/bin/sh
+# Written by epbuild for one build (docs/reproducible.md): runs nvcc with a seed for the
+# names it would make up at random, and its temporary files beside the object, so that
+# two builds give the same bytes.
+`
 	dir := filepath.Join(work, ".epbuild")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+		return nvccWrappers{}, err
 	}
-	path := filepath.Join(dir, "nvcc")
-	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
-		return "", err
+	w := nvccWrappers{nvcc: filepath.Join(dir, "nvcc"), launcher: filepath.Join(dir, "nvcc-launcher")}
+	scripts := map[string]string{
+		w.nvcc: head + "nvcc=" + shellQuote(t.NVCC) + "\n" + body,
+		w.launcher: head + `case "${1-}" in */nvcc|nvcc) nvcc=$1; shift ;; *) exec "$@" ;; esac
+` + body,
 	}
-	return path, nil
+	for path, script := range scripts {
+		if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+			return nvccWrappers{}, err
+		}
+	}
+	return w, nil
 }
 
 // BuildHost is what a build records about the machine that ran it, in its log and in

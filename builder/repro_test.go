@@ -399,39 +399,50 @@ func TestParseRepro(t *testing.T) {
 	}
 }
 
-// The wrapper gives nvcc a seed named after the output inside the build directory and
-// -objtemp when it compiles, whether called in nvcc's place or as a launcher; a stand-in
-// nvcc records the arguments it gets.
-func TestNVCCWrapper(t *testing.T) {
+// The wrappers give nvcc a seed named after the output inside the build directory and
+// -objtemp when it compiles, whether in nvcc's place or as a launcher; a stand-in nvcc
+// records the arguments it gets. The launcher runs any other program as it is.
+func TestNVCCWrappers(t *testing.T) {
 	dir := t.TempDir()
 	fake := filepath.Join(dir, "cuda", "bin", "nvcc")
 	os.MkdirAll(filepath.Dir(fake), 0o755)
-	os.WriteFile(fake, []byte("#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\n"), 0o755)
+	echo := "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\n"
+	os.WriteFile(fake, []byte(echo), 0o755)
+	other := filepath.Join(dir, "c++")
+	os.WriteFile(other, []byte(echo), 0o755)
 	work := filepath.Join(dir, "epbuild-deepep-0123456789ab")
-	w, err := nvccWrapper(work, &Toolchain{NVCC: fake, NVCCRandomSeed: true, NVCCObjTemp: true})
+	w, err := writeNVCCWrappers(work, &Toolchain{NVCC: fake, NVCCRandomSeed: true, NVCCObjTemp: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) []string {
-		out, err := exec.Command(w, args...).Output()
+	run := func(script string, args ...string) string {
+		out, err := exec.Command(script, args...).Output()
 		if err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
-		return strings.Split(strings.TrimSpace(string(out)), "\n")
+		return strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", "|")
 	}
-	got := run("--generate-dependencies-with-compile", "-c", work+"/src/a b.cu", "-o", work+"/build/a.o")
-	want := []string{"-objtemp", "--frandom-seed=build/a.o", "--generate-dependencies-with-compile", "-c", work + "/src/a b.cu", "-o", work + "/build/a.o"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Errorf("as nvcc:\n got %q\nwant %q", got, want)
+	for _, c := range []struct {
+		script string
+		args   []string
+		want   string
+	}{
+		// torch: a compile, and a device link whose first argument is an object
+		{w.nvcc, []string{"--generate-dependencies-with-compile", "-c", work + "/src/a b.cu", "-o", work + "/build/a.o"},
+			"-objtemp|--frandom-seed=build/a.o|--generate-dependencies-with-compile|-c|" + work + "/src/a b.cu|-o|" + work + "/build/a.o"},
+		{w.nvcc, []string{work + "/build/a.o", "-o", work + "/build/dlink.o", "-dlink"},
+			"--frandom-seed=build/dlink.o|" + work + "/build/a.o|-o|" + work + "/build/dlink.o|-dlink"},
+		// CMake: a relative object
+		{w.launcher, []string{fake, "-x", "cu", "-dc", "k.cu", "-o", "CMakeFiles/t.dir/k.cu.o"},
+			"-objtemp|--frandom-seed=CMakeFiles/t.dir/k.cu.o|-x|cu|-dc|k.cu|-o|CMakeFiles/t.dir/k.cu.o"},
+		{w.launcher, []string{other, "-shared", "-o", "libt.so"}, "-shared|-o|libt.so"},
+	} {
+		if got := run(c.script, c.args...); got != c.want {
+			t.Errorf("%s %q:\n got %s\nwant %s", filepath.Base(c.script), c.args, got, c.want)
+		}
 	}
-	// as CMake's launcher, with a relative object and no -c (a device link): no -objtemp
-	got = run(fake, "-dlink", "x.o", "-o", "CMakeFiles/t.dir/cmake_device_link.o")
-	want = []string{"--frandom-seed=CMakeFiles/t.dir/cmake_device_link.o", "-dlink", "x.o", "-o", "CMakeFiles/t.dir/cmake_device_link.o"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Errorf("as a launcher:\n got %q\nwant %q", got, want)
-	}
-	if w, _ := nvccWrapper(work, &Toolchain{NVCC: fake}); w != "" {
-		t.Error("a wrapper for an nvcc that takes neither flag")
+	if w, _ := writeNVCCWrappers(work, &Toolchain{NVCC: fake}); w.nvcc != "" || w.launcher != "" {
+		t.Error("wrappers for an nvcc that takes neither flag")
 	}
 }
 
@@ -487,5 +498,118 @@ components:
 	}
 	if left, _ := filepath.Glob(filepath.Join(cache, "tmp", "rebuild-*")); len(left) != 0 {
 		t.Errorf("left in the cache: %v", left)
+	}
+}
+
+// What a build step gets: the environment the measures set, the user's CFLAGS kept with
+// the map added, and nvcc through the wrapper. There is no CUDA toolkit here: a
+// stand-in nvcc answers --version and --help as nvcc 13.0 does (the two options the probe
+// looks for) and prints the arguments it is run with.
+func TestStepEnvironment(t *testing.T) {
+	cuda := t.TempDir()
+	nvcc := filepath.Join(cuda, "bin", "nvcc")
+	os.MkdirAll(filepath.Dir(nvcc), 0o755)
+	os.WriteFile(nvcc, []byte(`#!/bin/sh
+case "$1" in
+--version) echo "Cuda compilation tools, release 13.0, V13.0.88"; exit 0 ;;
+--help) printf '%s\n' "--objdir-as-tempdir                         (-objtemp)" "--frandom-seed <seed>                       (-frandom-seed)"; exit 0 ;;
+esac
+printf '%s\n' "$@"
+`), 0o755)
+	f := newFixture(t, "envcheck", map[string]string{"k.cu": "// a kernel\n"}, `name: envcheck
+cluster: test
+description: prints the environment of its build step
+components:
+  - name: envcheck
+    version: 1.0.0
+    source: {git: {url: "URL", commit: COMMIT}}
+    build:
+      - command: {run: [sh, -c, 'env > "$DESTDIR$PREFIX/env.txt" && "$PYTORCH_NVCC" -c "$SRC/k.cu" -o "$SRC/../build/k.o" > "$DESTDIR$PREFIX/nvcc.txt"']}
+`)
+	getenv := func(k string) string {
+		if k == "CUDA_HOME" {
+			return cuda
+		}
+		return os.Getenv(k)
+	}
+	res, err := f.job(t, t.TempDir()).Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test",
+		Environ: append(os.Environ(), "CFLAGS=-DFROM_USER", "LANG=de_DE.UTF-8"), Getenv: getenv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := res.Components[0].Prefix
+	envb, err := os.ReadFile(filepath.Join(pre, "env.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, l := range strings.Split(string(envb), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			env[k] = v
+		}
+	}
+	work := env["PWD"]
+	if !strings.HasPrefix(work, "/tmp/epbuild-envcheck-") || filepath.Base(work) != "src" {
+		t.Fatalf("the step ran in %q", work)
+	}
+	work = filepath.Dir(work)
+	want := map[string]string{
+		"SOURCE_DATE_EPOCH": "1735689600", // the fixture's commit time
+		"TZ":                "UTC", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0",
+		"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.DevNull,
+		"TMPDIR":                       work + "/tmp",
+		"PREFIX":                       work + "/prefix",
+		"CUDA_HOME":                    cuda,
+		"PYTORCH_NVCC":                 work + "/.epbuild/nvcc",
+		"CMAKE_CUDA_COMPILER_LAUNCHER": work + "/.epbuild/nvcc-launcher",
+	}
+	if v := gccVersion(t); v != "" && prefixMapFlag("envcheck", work, &Toolchain{GCC: v}) != "" {
+		want["CFLAGS"] = "-DFROM_USER -ffile-prefix-map=" + work + "=envcheck"
+		want["CXXFLAGS"] = "-ffile-prefix-map=" + work + "=envcheck"
+		want["NVCC_APPEND_FLAGS"] = "-Xcompiler=-ffile-prefix-map=" + work + "=envcheck"
+	}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s=%q, want %q", k, env[k], v)
+		}
+	}
+	args, err := os.ReadFile(filepath.Join(pre, "nvcc.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(args), "-objtemp\n--frandom-seed=src/../build/k.o\n-c\n") {
+		t.Errorf("nvcc ran with:\n%s", args)
+	}
+	if res.Host == nil || res.Host.Jobs == 0 || res.Host.BuildRoot != DefaultBuildRoot {
+		t.Errorf("host record: %+v", res.Host)
+	}
+}
+
+func gccVersion(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("gcc", "-dumpfullversion").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// Check results name a staged prefix in the cache by the path it has in the artifact;
+// a prefix outside the store (a wheel in site-packages) is the environment's and stays.
+func TestStoreRelative(t *testing.T) {
+	store := "/home/u/.cache/epbuild"
+	deep := store + "/stages/build/0123/prefix"
+	nv := store + "/stages/build/4567/prefix"
+	wheel := "/usr/lib/python3/dist-packages/nvidia/nvshmem"
+	in := []CheckResult{{ID: "deepep.runpath", Read: deep + "/python/deep_ep_cpp.so (DT_NEEDED)",
+		Expected: "libnvshmem_host.so.3 from nvshmem (" + nv + ")", Found: nv + "/lib/libnvshmem_host.so.3 via " + wheel + "/lib"}}
+	out := storeRelative(in, store, map[string]string{"deepep": deep, "nvshmem": nv, "wheel": wheel})
+	want := CheckResult{ID: "deepep.runpath", Read: "deepep/python/deep_ep_cpp.so (DT_NEEDED)",
+		Expected: "libnvshmem_host.so.3 from nvshmem (nvshmem)", Found: "nvshmem/lib/libnvshmem_host.so.3 via " + wheel + "/lib"}
+	if out[0] != want {
+		t.Errorf("\n got %+v\nwant %+v", out[0], want)
+	}
+	if in[0].Read == out[0].Read {
+		t.Error("the input was changed in place")
 	}
 }

@@ -477,17 +477,17 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 			return fmt.Errorf("build %s: %w", c.Name, err)
 		}
 		mapFlag = prefixMapFlag(c.Name, work, t)
-		wrapper, err := nvccWrapper(work, t)
+		w, err := writeNVCCWrappers(work, t)
 		if err != nil {
-			return fmt.Errorf("build %s: write the nvcc wrapper: %w", c.Name, err)
+			return fmt.Errorf("build %s: write the nvcc wrappers: %w", c.Name, err)
 		}
-		for _, k := range []string{"PYTORCH_NVCC", "CMAKE_CUDA_COMPILER_LAUNCHER"} {
+		for k, script := range map[string]string{"PYTORCH_NVCC": w.nvcc, "CMAKE_CUDA_COMPILER_LAUNCHER": w.launcher} {
 			switch {
-			case wrapper == "":
+			case script == "":
 			case getenvFrom(r.Environ, k) != "":
 				r.Log.Warn("nvcc runs as "+k+" says, without the seed that makes its output reproducible", "component", c.Name)
 			default:
-				base[k] = wrapper
+				base[k] = script
 			}
 		}
 	}
