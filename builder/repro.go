@@ -164,10 +164,12 @@ func checkBuildRoot(root string) error {
 		err = fmt.Errorf("owned by user %s, who could replace a build directory in it", ownerOf(st))
 	case st.Mode().Perm()&0o022 != 0 && st.Mode()&fs.ModeSticky == 0:
 		err = errors.New("writable by others and not sticky: another user could replace a build directory in it")
+	case mountedNoexec(root):
+		err = errors.New("on a file system mounted noexec: a build runs what it builds")
 	}
 	if err != nil {
-		return &PreflightError{Missing: []Missing{{What: "build root " + root, Need: "a directory of this user's or root's (sticky if others may write to it)",
-			Found: err.Error(), Fix: "set EPBUILD_BUILD_ROOT to such a directory"}}}
+		return &PreflightError{Missing: []Missing{{What: "build root " + root, Need: "a directory of this user's or root's (sticky if others may write to it), where programs may run",
+			Found: err.Error(), Fix: "set EPBUILD_BUILD_ROOT to such a directory (the same on every machine whose builds must agree)"}}}
 	}
 	return nil
 }

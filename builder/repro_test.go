@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/charmbracelet/log"
@@ -373,6 +374,68 @@ func TestBuildRoot(t *testing.T) {
 	}
 }
 
+// A build root on a file system mounted noexec is refused before any work; one that
+// fills up during the build is named as full (exit 3). Real tmpfs mounts, in a mount
+// namespace of a child process (as TestFullDisk makes them).
+func TestBuildRootMounts(t *testing.T) {
+	if os.Getenv("EPBUILD_TEST_CHILD") == "rootmounts" {
+		buildRootMountsChild(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBuildRootMounts$", "-test.v")
+	cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD=rootmounts", "GORACE=atexit_sleep_ms=0", "TMPDIR="+t.TempDir())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	var se *os.SyscallError
+	switch {
+	case errors.As(err, &se) || errors.Is(err, syscall.EPERM):
+		t.Skipf("cannot make a mount namespace here to mount a file system in: %v", err)
+	case err != nil:
+		t.Fatalf("the child: %v\n%s", err, out)
+	case strings.Contains(string(out), "--- SKIP"):
+		t.Skipf("the child skipped:\n%s", out)
+	}
+}
+
+func buildRootMountsChild(t *testing.T) {
+	// mounts made here stay in this process's namespace
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		t.Skipf("cannot make the mounts private: %v", err)
+	}
+	mount := func(flags uintptr, size string) string {
+		dir, err := os.MkdirTemp("", "buildroot-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", flags, "size="+size+",mode=1777"); err != nil {
+			t.Skipf("cannot mount a tmpfs here: %v", err)
+		}
+		t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+		return dir
+	}
+	noexec, exec := mount(syscall.MS_NOEXEC, "1m"), mount(0, "1m")
+	if err := checkBuildRoot(noexec); err == nil || !strings.Contains(err.Error(), "noexec") {
+		t.Errorf("a noexec root: %v", err)
+	}
+	if err := checkBuildRoot(exec); err != nil {
+		t.Errorf("a sticky tmpfs root: %v", err)
+	}
+	// the demo's CMake build does not fit in 96k
+	small := mount(0, "96k")
+	j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: "demo", CacheDir: t.TempDir(), Log: log.New(io.Discard)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: small}})
+	var ns *NoSpaceError
+	if !errors.As(err, &ns) || ns.Path != small || ns.ExitCode() != 3 || !strings.Contains(err.Error(), "EPBUILD_BUILD_ROOT") {
+		t.Errorf("a full build root: %v", err)
+	}
+	if ents, _ := os.ReadDir(small); len(ents) > 2 {
+		t.Errorf("left in the full root: %v", ents)
+	}
+}
+
 func TestParseRepro(t *testing.T) {
 	env := func(kv ...string) func(string) string {
 		m := map[string]string{}
@@ -611,5 +674,51 @@ func TestStoreRelative(t *testing.T) {
 	}
 	if in[0].Read == out[0].Read {
 		t.Error("the input was changed in place")
+	}
+}
+
+// Two builds of one plan in two caches at the same time share the build directory of
+// each key: the lock beside it makes the second wait for the first, and both give the
+// same bytes.
+func TestConcurrentBuildsOfOneKey(t *testing.T) {
+	root := t.TempDir()
+	type out struct {
+		res *Result
+		err error
+	}
+	done := make(chan out, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: "demo", CacheDir: t.TempDir(), Log: log.New(io.Discard)})
+			if err != nil {
+				done <- out{err: err}
+				return
+			}
+			res, err := j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: root}})
+			done <- out{res, err}
+		}()
+	}
+	a, b := <-done, <-done
+	var pe *PreflightError
+	if errors.As(a.err, &pe) {
+		t.Skipf("the demo cannot build here: %v", a.err)
+	}
+	if a.err != nil || b.err != nil {
+		t.Fatalf("%v / %v", a.err, b.err)
+	}
+	if a.res.SHA256 != b.res.SHA256 {
+		t.Errorf("%s and %s", a.res.SHA256, b.res.SHA256)
+	}
+	ents, _ := os.ReadDir(root)
+	var locks int
+	for _, e := range ents {
+		if e.IsDir() {
+			t.Errorf("left: %s", e.Name())
+		} else if strings.HasSuffix(e.Name(), ".lock") {
+			locks++
+		}
+	}
+	if locks != 2 {
+		t.Errorf("%d lock files, want one per build key (2)", locks)
 	}
 }

@@ -529,19 +529,20 @@ func (r *Runner) buildTime(pj patchJSON) int64 {
 }
 
 // buildRootFull names a full build root as such (exit 3): with the measures on, the
-// build trees are there, not in the cache.
+// build trees are there, not in the cache. As for the cache (Store.noSpace), a step that
+// failed while the root is nearly full counts as having filled it; a full cache is
+// Store.noSpace's to name.
 func (r *Runner) buildRootFull(err error) error {
-	if r.Repro.Off {
-		return err
-	}
 	var ns *NoSpaceError
-	if errors.As(err, &ns) {
+	if r.Repro.Off || errors.As(err, &ns) {
 		return err
 	}
-	if _, full := fullDisk(r.Repro.root()); !full {
+	root := r.Repro.root()
+	free, full := fullDisk(root)
+	if !full {
 		return err
 	}
-	return noSpaceOr(err, "build", r.Repro.root(), 0, fixBuildRoot)
+	return &NoSpaceError{Op: "build in " + root, Path: root, Free: free, Fix: fixBuildRoot, Err: err}
 }
 
 // linkDependency makes work/deps/<name>/prefix and src point at a component's staged
