@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/charmbracelet/log"
 
@@ -720,5 +721,26 @@ func TestConcurrentBuildsOfOneKey(t *testing.T) {
 	}
 	if locks != 2 {
 		t.Errorf("%d lock files, want one per build key (2)", locks)
+	}
+}
+
+// An archive source's time is its newest file's, whatever the directories' times.
+func TestNewestFileTime(t *testing.T) {
+	dir := t.TempDir()
+	for name, sec := range map[string]int64{"a": 1600000000, "sub/b": 1700000000, "sub/c": 1650000000} {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(name), 0o644)
+		tm := time.Unix(sec, 0)
+		if err := os.Chtimes(p, tm, tm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Symlink("a", filepath.Join(dir, "link"))
+	if got := newestFileTime(dir); got != 1700000000 {
+		t.Errorf("%d", got)
+	}
+	if got := newestFileTime(t.TempDir()); got != 0 {
+		t.Errorf("an empty tree: %d", got)
 	}
 }

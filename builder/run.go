@@ -570,12 +570,12 @@ func linkDependency(work, name, prefix, tree string) (string, string, error) {
 	return outP, outT, nil
 }
 
-// newestFileTime is the newest modification time in a tree, in whole seconds (0 for an
-// empty or unreadable one).
+// newestFileTime is the newest modification time of a regular file in a tree, in whole
+// seconds (0 for none). Directories do not count: the extractor made the tree's own.
 func newestFileTime(dir string) int64 {
 	var newest int64
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || d.Type()&fs.ModeSymlink != 0 {
+		if err != nil || !d.Type().IsRegular() {
 			return nil
 		}
 		if info, err := d.Info(); err == nil && info.ModTime().Unix() > newest {
