@@ -134,7 +134,9 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 			return nil, fmt.Errorf("remove %s, left by an interrupted build: %w", dir, err)
 		}
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	// only this user may enter: the patched sources and the build are nobody else's
+	// business, whatever the umask gives what lies inside
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		unlock()
 		return nil, noSpaceOr(fmt.Errorf("make the build directory: %w", err), "make the build directory", root, 0, fixBuildRoot)
 	}

@@ -596,6 +596,7 @@ components:
 		}
 		return os.Getenv(k)
 	}
+	defer setUmask(setUmask(0o077))
 	res, err := f.job(t, t.TempDir()).Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test",
 		Environ: append(os.Environ(), "CFLAGS=-DFROM_USER", "LANG=de_DE.UTF-8"), Getenv: getenv})
 	if err != nil {
@@ -646,6 +647,10 @@ components:
 	}
 	if res.Host == nil || res.Host.Jobs == 0 || res.Host.BuildRoot != DefaultBuildRoot {
 		t.Errorf("host record: %+v", res.Host)
+	}
+	// the step wrote under umask 022, whatever epbuild's: a wheel keeps the modes
+	if st, err := os.Stat(filepath.Join(pre, "env.txt")); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("env.txt: %v %v", st.Mode(), err)
 	}
 }
 

@@ -416,6 +416,10 @@ func commitTime(tree string) int64 {
 }
 
 func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree, key, dir string, sde int64, prefixes, trees map[string]string) error {
+	if !r.Repro.Off {
+		// what the steps write gets the same modes under any umask: a wheel keeps them
+		defer setUmask(setUmask(0o022))
+	}
 	wd, err := r.acquireWorkDir(ctx, c.Name, key)
 	if err != nil {
 		return fmt.Errorf("build %s: %w", c.Name, err)

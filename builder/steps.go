@@ -354,7 +354,7 @@ func (s *stepEnv) command(ctx context.Context, i int, st *recipes.CommandStep, v
 	return s.run(ctx, fmt.Sprintf("%02d-command", i), dir, withEnv(s.env, senv), args[0], args[1:]...)
 }
 
-// copyTree copies a directory tree: regular files (modes kept), directories and
+// copyTree copies a directory tree: regular files (0755 or 0644), directories and
 // symlinks (verbatim). Used for build copies of patched trees and build outputs.
 func copyTree(src, dst string) error {
 	buf := make([]byte, 1<<20)
@@ -378,7 +378,13 @@ func copyTree(src, dst string) error {
 			}
 			return os.Symlink(target, t)
 		case info.Mode().IsRegular():
-			return copyFile(p, t, info.Mode().Perm(), buf)
+			// only the exec bit is kept (as an artifact keeps it): a checkout made under
+			// another umask gives the build the same modes
+			perm := fs.FileMode(0o644)
+			if info.Mode().Perm()&0o111 != 0 {
+				perm = 0o755
+			}
+			return copyFile(p, t, perm, buf)
 		}
 		return nil
 	})
