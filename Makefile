@@ -24,11 +24,13 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-clean:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-# Measurements: Go benchmarks plus comparison tests that print `BENCH <name> ratio=<x>`
-# (epbuild's time over git apply, sha256sum, tar | zstd, git clone in the same run).
+# Measurements: comparison tests that print `BENCH <name> ratio=<x>` (epbuild's time over the
+# tool it replaces, run alternately on the same bytes with the same threads; median and min),
+# then Go benchmarks. -p 1: one test binary at a time, so no comparison runs beside another.
+# EPBUILD_BENCH_MIRROR=DIR adds runs on real upstream data from a mirror.
 bench:
-	EPBUILD_BENCH=1 $(GO) test -count=1 -timeout 60m -run '^TestCompare' -v ./... | grep -E '^(BENCH|--- FAIL|FAIL|ok )' 
-	$(GO) test -count=1 -timeout 30m -run '^$$' -bench . -benchmem ./...
+	EPBUILD_BENCH=1 $(GO) test -p 1 -count=1 -timeout 60m -run '^TestCompare' -v ./... | grep -E '^(BENCH|--- FAIL|FAIL|ok )'
+	$(GO) test -p 1 -count=1 -timeout 30m -run '^$$' -bench . -benchmem ./...
 
 # The main job, offline, on any machine with gcc, cmake and python3: build epbuild, run the
 # demo recipe through every stage, install the artifact and verify the install.
@@ -55,6 +57,7 @@ fuzz:
 	$(FUZZ) FuzzVersionOrder ./compat/
 	$(FUZZ) FuzzExtract ./builder/archive/
 	$(FUZZ) FuzzInstallExtract ./builder/
+	$(FUZZ) FuzzExpandHostlist ./builder/host/
 
 clean:
 	rm -rf bin

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -68,62 +67,53 @@ func (r *Runner) sourceDateEpoch(res *Result) (int64, error) {
 	return t, nil
 }
 
-// packageStage lays the staged prefixes out as <component>/..., writes env.sh and the
-// manifest, and packs them reproducibly into dir/<artifact>.
+// packageStage writes env.sh and the manifest and packs them with the staged prefixes,
+// each under its component's name, reproducibly into dir/<artifact>.
 func (r *Runner) packageStage(ctx context.Context, p *Plan, res *Result, dir string) error {
 	sde, err := r.sourceDateEpoch(res)
 	if err != nil {
 		return err
 	}
-	tree, err := os.MkdirTemp(filepath.Join(r.Store.dir, "tmp"), "artifact-")
-	if err != nil {
-		return fmt.Errorf("package %s: %w", p.Recipe, err)
-	}
-	defer func() { _ = makeWritable(tree); _ = os.RemoveAll(tree) }()
-	var comps []ComponentResult
-	for _, c := range res.Components {
-		pc, _ := p.Component(c.Name)
-		if pc.Source.Python != nil || c.Prefix == "" {
-			comps = append(comps, c)
-			continue
+	comps := res.Components
+	// The prefixes are packed where they are: no tree is laid out for the artifact.
+	var mounts []archive.Mount
+	prefixes := map[string]string{}
+	for _, c := range comps {
+		if pc, _ := p.Component(c.Name); pc.Source.Python == nil && c.Prefix != "" {
+			mounts = append(mounts, archive.Mount{Name: c.Name, Dir: c.Prefix})
+			prefixes[c.Name] = c.Prefix
 		}
-		if err := linkTree(c.Prefix, filepath.Join(tree, c.Name)); err != nil {
-			return fmt.Errorf("package %s: lay out %s: %w", p.Recipe, c.Name, err)
-		}
-		comps = append(comps, c)
 	}
-	envsh, err := EnvScript(p, tree, installedComponents(p, res))
+	envsh, err := envScript(p, func(c string) string { return prefixes[c] }, installedComponents(p, res))
 	if err != nil {
 		return err
 	}
-	entries, err := archive.HashTree(ctx, tree)
-	if err != nil {
-		return fmt.Errorf("package %s: %w", p.Recipe, err)
-	}
-	entries = append(entries, archive.Entry{Path: EnvName, Type: archive.TypeFile, Mode: 0o755, Size: int64(len(envsh)), SHA256: sha256Hex([]byte(envsh))})
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
 	plan := *p
 	plan.File = ""
 	m := Manifest{
 		Format: ManifestFormat, Epbuild: r.Version, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
-		SourceDateEpoch: sde, Toolchain: r.Toolchain.Record(), Components: comps, Env: p.Env, Findings: r.Findings, Files: entries,
-	}
-	mb, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return fmt.Errorf("package %s: encode manifest: %w", p.Recipe, err)
+		SourceDateEpoch: sde, Toolchain: r.Toolchain.Record(), Components: comps, Env: p.Env, Findings: r.Findings,
 	}
 	out := filepath.Join(dir, ArtifactName(p))
 	f, err := os.Create(out)
 	if err != nil {
 		return fmt.Errorf("package %s: %w", p.Recipe, err)
 	}
-	_, err = archive.Pack(ctx, tree, f, archive.PackOptions{
+	// One pass: the manifest, which holds every file's hash, is made from the hashes Pack
+	// computes as it reads the tree, and the artifact's own sha256 as it is written.
+	rep, err := archive.Pack(ctx, "", f, archive.PackOptions{
+		Mounts:  mounts,
 		ModTime: time.Unix(sde, 0),
 		Level:   zstdLevel,
-		Extra: []archive.File{
-			{Name: ManifestName, Mode: 0o644, Data: append(mb, '\n')},
-			{Name: EnvName, Mode: 0o755, Data: []byte(envsh)},
-		},
+		Extra:   []archive.File{{Name: EnvName, Mode: 0o755, Data: []byte(envsh)}},
+		Late: &archive.LateFile{Name: ManifestName, Mode: 0o644, Data: func(entries []archive.Entry) ([]byte, error) {
+			m.Files = entries
+			mb, err := json.MarshalIndent(m, "", "  ")
+			if err != nil {
+				return nil, fmt.Errorf("encode manifest: %w", err)
+			}
+			return append(mb, '\n'), nil
+		}},
 	})
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -131,11 +121,7 @@ func (r *Runner) packageStage(ctx context.Context, p *Plan, res *Result, dir str
 	if err != nil {
 		return fmt.Errorf("package %s: %w", p.Recipe, err)
 	}
-	sum, err := fileSHA256(out)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(out+".sha256", []byte(sum+"  "+filepath.Base(out)+"\n"), 0o644)
+	return os.WriteFile(out+".sha256", []byte(rep.SHA256+"  "+filepath.Base(out)+"\n"), 0o644)
 }
 
 // installedComponents lists the components whose files the artifact carries.
@@ -150,39 +136,15 @@ func installedComponents(p *Plan, res *Result) []string {
 	return out
 }
 
-// linkTree mirrors src at dst with hard links (a copy where links fail), so laying out
-// a large prefix costs no data copy.
-func linkTree(src, dst string) error {
-	buf := make([]byte, 1<<20)
-	return filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		t := filepath.Join(dst, rel)
-		switch {
-		case fi.IsDir():
-			return os.MkdirAll(t, 0o755)
-		case fi.Mode()&os.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(target, t)
-		case fi.Mode().IsRegular():
-			if os.Link(p, t) == nil {
-				return nil
-			}
-			return copyFile(p, t, fi.Mode().Perm(), buf)
-		}
-		return nil
-	})
-}
-
 // EnvScript writes env.sh: it finds its own directory (the install prefix) and exports
 // the recipe's runtime env with {{C.prefix}} pointing into it, PYTHONPATH and
 // LD_LIBRARY_PATH for the components (laid out under root) that have python/ and lib/. Values are single-quoted; only the prefix is expanded.
 func EnvScript(p *Plan, root string, installed []string) (string, error) {
+	return envScript(p, func(c string) string { return filepath.Join(root, c) }, installed)
+}
+
+// envScript is EnvScript with each installed component's tree at dirOf(component).
+func envScript(p *Plan, dirOf func(string) string, installed []string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# env.sh for %s (plan %s), written by epbuild. Source it: . %s\n", p.Recipe, p.Key[:12], EnvName)
 	b.WriteString(`EPBUILD_PREFIX="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"` + "\nexport EPBUILD_PREFIX\n")
@@ -192,10 +154,10 @@ func EnvScript(p *Plan, root string, installed []string) (string, error) {
 	}
 	var py, ld []string
 	for _, c := range installed {
-		if dirExists(filepath.Join(root, c, "python")) {
+		if dirExists(filepath.Join(dirOf(c), "python")) {
 			py = append(py, `"$EPBUILD_PREFIX"/`+shellQuote(c+"/python"))
 		}
-		if dirExists(filepath.Join(root, c, "lib")) {
+		if dirExists(filepath.Join(dirOf(c), "lib")) {
 			ld = append(ld, `"$EPBUILD_PREFIX"/`+shellQuote(c+"/lib"))
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/epbuild/epbuild/compat"
@@ -28,6 +29,9 @@ func FactsFromPlan(p *Plan) compat.Facts {
 			Arch:    slices.Clone(p.Toolchain.Arch),
 			Require: slices.Clone(p.Toolchain.Require),
 		},
+	}
+	if b := p.Runtime.BufferBytes; b != nil {
+		f.Runtime = map[string]string{"buffer-bytes": strconv.FormatUint(*b, 10)}
 	}
 	for _, c := range p.Components {
 		fc := compat.Component{
@@ -131,8 +135,10 @@ func PreflightFacts(f compat.Facts, p *Plan, t *Toolchain) compat.Facts {
 // pin (switching between git and archive). The version becomes the catalogue's spelling
 // ("3.5.19" → "3.5.19-1"). A component the catalogue does not list (deepep) keeps its
 // source, as does a component taken from the Python environment (its version names the
-// wheel's). A version the catalogue does not know is an error: the old pin would build
-// another release than the one asked for.
+// wheel's) unless it has build steps: then V is built from the catalogue's pin (NCCL
+// from NVIDIA/nccl at the release's tag instead of the one torch ships), and --set
+// C.source=python keeps it in the Python environment. A version the catalogue does not
+// know is an error: the old pin would build another release than the one asked for.
 //
 // Call it after doc.Apply(sets) and before doc.Validate.
 func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
@@ -158,7 +164,10 @@ func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
 		}
 	}
 	// --set C.source=git|archive without a version: the recipe's version, from the other kind
-	for name := range kinds {
+	for name, kind := range kinds {
+		if kind == "python" {
+			continue // nothing to pin: the Python environment's
+		}
 		if _, ok := versions[name]; !ok {
 			if c, ok := doc.Recipe.Component(name); ok {
 				versions[name] = c.Version
@@ -167,7 +176,9 @@ func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(versions)) {
 		c, ok := doc.Recipe.Component(name)
-		if !ok || pinned[name] || !cat.Has(name) || c.Source.Python != nil {
+		// a component from the Python environment keeps it unless it has steps to build a
+		// release (the NCCL torch ships, or NVIDIA/nccl at V), and source=python keeps it
+		if !ok || pinned[name] || !cat.Has(name) || c.Source.Python != nil && (len(c.Build) == 0 || kinds[name] == "python") {
 			continue
 		}
 		v := versions[name]
@@ -180,6 +191,9 @@ func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
 		kind, asked := kinds[name]
 		if !asked {
 			kind = c.Source.Kind()
+		}
+		if c.Source.Python != nil {
+			kind = "git" // a release built from source: its repository at the release's tag
 		}
 		pin, _ := cat.LookupKind(name, v, kind)
 		if asked && pin.Kind() != kind {

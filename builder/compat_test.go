@@ -25,7 +25,7 @@ func planOf(t *testing.T, name string, sets ...string) *Plan {
 		t.Fatal(err)
 	}
 	rc := doc.Recipe
-	p := &Plan{Recipe: rc.Name, Cluster: rc.Cluster, Toolchain: rc.Toolchain, Env: rc.Env}
+	p := &Plan{Recipe: rc.Name, Cluster: rc.Cluster, Toolchain: rc.Toolchain, Env: rc.Env, Runtime: rc.Runtime}
 	for _, n := range rc.Order() {
 		c, _ := rc.Component(n)
 		p.Components = append(p.Components, PlanComponent{Component: *c})
@@ -168,9 +168,10 @@ func TestPreflightFacts(t *testing.T) {
 // lacks MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT (the GPU machine's image), and still needs
 // rdma-core headers.
 func TestPreflightUbuntu2404RDMACore(t *testing.T) {
-	p := planOf(t, "gcp-b200", "nvshmem.version=3.4.5")
+	p := planOf(t, "gcp-b200", "nvshmem.version=3.4.5", "nccl.package=nvidia-nccl-cu13")
 	gpuImage := &Toolchain{CUDA: "13.0", Torch: "2.11.0+cu130", PythonVersion: "3.12.3", Setuptools: "68.1.2", GCC: "13.3.0",
-		CMake: "4.4.0", RDMACore: "/usr/include/infiniband/mlx5dv.h", RDMADataDirect: false}
+		CMake: "4.4.0", RDMACore: "/usr/include/infiniband/mlx5dv.h", RDMADataDirect: false,
+		PythonPackages: map[string]PythonPackage{"nvidia-nccl-cu13": {Version: "2.28.9"}}}
 	if err := Preflight(p, gpuImage); err != nil {
 		t.Errorf("gcp-b200 on Ubuntu 24.04's rdma-core: %v", err)
 	}
@@ -182,6 +183,88 @@ func TestPreflightUbuntu2404RDMACore(t *testing.T) {
 	err := Preflight(p, &noRDMA)
 	if err == nil || !strings.Contains(err.Error(), "rdma-core headers") {
 		t.Errorf("no rdma-core headers at all: %v", err)
+	}
+}
+
+// gpuMachine is the toolchain the probe reports on the GPU machine: Ubuntu 24.04 with
+// rdma-core 50 (no data direct), CUDA 13.0, gcc 13.3, cmake 4.4, python 3.12 with torch
+// 2.11.0+cu130 and the nvidia-nvshmem-cu13 3.4.5 and nvidia-nccl-cu13 2.28.9 wheels,
+// OpenMPI; no GDRCopy headers, no libfabric headers.
+func gpuMachine() *Toolchain {
+	return &Toolchain{OS: "linux", Arch: "amd64", CUDAHome: "/usr/local/cuda", NVCC: "/usr/local/cuda/bin/nvcc", CUDA: "13.0",
+		CCCL: "/usr/local/cuda/include/cccl", Python: "/usr/bin/python3", PythonVersion: "3.12.3", Setuptools: "68.1.2", Wheel: "0.48.0",
+		Torch: "2.11.0+cu130", TorchCUDA: "13.0", GCC: "13.3.0", GXX: "13.3.0", CMake: "4.4.0", Ninja: "1.11.1", Git: "2.43.0",
+		RDMACore: "/usr/include/infiniband/mlx5dv.h", MPIHome: "/usr/lib/x86_64-linux-gnu/openmpi",
+		PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}, "nvidia-nccl-cu13": {Version: "2.28.9"}}}
+}
+
+// What the build host's judges (the toolchain check and the rules at preflight) say on
+// the GPU machine, with the plan's rules before them.
+func gpuMachineVerdict(t *testing.T, recipe string, sets ...string) (plan, host error) {
+	t.Helper()
+	j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: recipe, Sets: sets, CacheDir: filepath.Join(t.TempDir(), "cache")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := j.Findings(ctx, nil); err != nil {
+		return err, nil
+	}
+	_, err = j.Findings(ctx, gpuMachine())
+	return nil, buildHostVerdict(Preflight(j.Plan, gpuMachine()), err)
+}
+
+// R22's acceptance on the GPU machine: gcp-b200 on NVSHMEM 3.4.5 passes the plan's rules,
+// the toolchain check and the rules at preflight once its env sizes NVSHMEM's fixed heap
+// (R32); without that size the plan stops at R32.
+func TestGCPB200OnTheGPUMachine(t *testing.T) {
+	if plan, host := gpuMachineVerdict(t, "gcp-b200", "nvshmem.version=3.4.5", "env.NVSHMEM_SYMMETRIC_SIZE=4G", "nccl.package=nvidia-nccl-cu13"); plan != nil || host != nil {
+		t.Fatalf("gcp-b200 on 3.4.5 with a 4 GiB heap: plan %v; preflight %v", plan, host)
+	}
+	plan, _ := gpuMachineVerdict(t, "gcp-b200", "nvshmem.version=3.4.5", "env.NVSHMEM_SYMMETRIC_SIZE=", "nccl.package=nvidia-nccl-cu13")
+	var re *RulesError
+	if !errors.As(plan, &re) || re.Stage != compat.StagePlan || len(re.Findings) != 1 || re.Findings[0].Name() != "R32/too-small" {
+		t.Fatalf("gcp-b200 without NVSHMEM_SYMMETRIC_SIZE: %v", plan)
+	}
+}
+
+// ibrc-dualport on the GPU machine: R33 says why CUDA 13 cannot build it, beside the
+// GDRCopy headers it lacks, before any work (exit 3); on a CUDA 12.9 host with GDRCopy
+// nothing stops it.
+func TestIBRCDualportOnTheGPUMachine(t *testing.T) {
+	plan, host := gpuMachineVerdict(t, "ibrc-dualport")
+	if plan != nil {
+		t.Fatalf("plan: %v", plan)
+	}
+	var re *RulesError
+	var pe *PreflightError
+	if !errors.As(host, &re) || !errors.As(host, &pe) || len(re.Findings) != 1 || re.Findings[0].ID != "R33" || re.Stage != compat.StagePreflight {
+		t.Fatalf("want R33 and the missing GDRCopy, got %v", host)
+	}
+	var ec interface{ ExitCode() int }
+	if !errors.As(host, &ec) || ec.ExitCode() != 3 || !strings.Contains(host.Error(), "GDRCopy") || !strings.Contains(re.Findings[0].Fix.String(), "CUDA 12") {
+		t.Errorf("verdict: %v", host)
+	}
+	// a rule left undecided by what is missing says nothing; the missing tool does
+	p := planOf(t, "ibrc-dualport")
+	noCUDA := *gpuMachine()
+	noCUDA.CUDA, noCUDA.NVCC, noCUDA.CUDAHome = "", "", ""
+	undecided := &RulesError{Recipe: p.Recipe, Stage: compat.StagePreflight, Findings: []compat.Finding{{ID: "R33", Unknown: true, IfDecided: compat.SeverityError}}}
+	if err := buildHostVerdict(Preflight(p, &noCUDA), undecided); errors.As(err, &re) || !errors.As(err, &pe) {
+		t.Errorf("an undecided rule beside a missing CUDA: %v", err)
+	}
+	if err := buildHostVerdict(nil, undecided); !errors.As(err, &re) {
+		t.Errorf("rules alone: %v", err)
+	}
+	cuda12 := *gpuMachine()
+	cuda12.CUDA, cuda12.Torch, cuda12.GDRCopyHome = "12.9", "2.10.0+cu129", "/usr"
+	cuda12.PythonPackages = map[string]PythonPackage{"nvidia-nccl-cu12": {Version: "2.21.5"}}
+	f := PreflightFacts(FactsFromPlan(p), p, &cuda12)
+	rules, _ := compat.LoadRules()
+	h, _ := compat.LoadHistory()
+	fs, err := compat.Evaluate(context.Background(), rules, f, compat.StagePreflight, h)
+	if err != nil || compat.HasErrors(fs) || Preflight(p, &cuda12) != nil {
+		t.Errorf("CUDA 12.9 with GDRCopy: %v %v %v", fs, err, Preflight(p, &cuda12))
 	}
 }
 
@@ -238,13 +321,36 @@ func TestApplyCatalog(t *testing.T) {
 	if c := nv(d); c.Source.Archive == nil || c.Source.Archive.SHA256 != strings.Repeat("0", 64) || !strings.Contains(c.Source.Archive.URL, "3.2.5") {
 		t.Errorf("explicit sha256: %+v", c.Source.Archive)
 	}
-	// components the catalogue does not list, and Python packages, keep their source
-	d, _ = load("ibrc-dualport", "deepep.version=9.9.9", "nccl.version=2.22.3-1")
-	if c, _ := d.Recipe.Component("nccl"); c.Source.Python == nil || c.Version != "2.22.3-1" {
-		t.Errorf("nccl from the Python environment: %+v", c)
-	}
+	// components the catalogue does not list, and Python packages with nothing to build,
+	// keep their source
+	d, _ = load("ibrc-dualport", "deepep.version=9.9.9")
 	if c, _ := d.Recipe.Component("deepep"); c.Source.Git.Commit != "a84a24808fb0ea732f49b874cc456a69dde69076" {
 		t.Errorf("deepep: %+v", c.Source.Git)
+	}
+	d, _ = load("single-node", "nvshmem.version=3.4.5")
+	if c := nv(d); c.Source.Python == nil || c.Version != "3.4.5" {
+		t.Errorf("the NVSHMEM wheel: %+v", c)
+	}
+	// torch's NCCL by default; a catalogued release builds NVIDIA/nccl at its tag with the
+	// recipe's steps; source=python (matrix value bundled) keeps torch's whatever the version
+	nccl := func(d *recipes.Doc) *recipes.Component { c, _ := d.Recipe.Component("nccl"); return c }
+	for _, name := range []string{"single-node", "gcp-b200", "efa-aws", "ibrc-dualport", "deepep-v2"} {
+		d, _ = load(name)
+		if c := nccl(d); c == nil || c.Source.Python == nil || !strings.HasPrefix(c.Source.Python.Package, "nvidia-nccl-cu") {
+			t.Errorf("%s: nccl is not torch's by default: %+v", name, c)
+		}
+		d, _ = load(name, "nccl.version=2.22.3")
+		if c := nccl(d); c.Version != "2.22.3-1" || c.Source.Git == nil || c.Source.Git.URL != "https://github.com/NVIDIA/nccl" ||
+			c.Source.Git.Commit != "178b6b759074597777ce13438efb0e0ba625e429" || c.Source.Git.Ref != "v2.22.3-1" {
+			t.Errorf("%s: nccl 2.22.3 from source: %+v %+v", name, c, c.Source.Git)
+		}
+		d, _ = load(name, "nccl.version=2.22.3-1", "nccl.source=python")
+		if c := nccl(d); c.Source.Python == nil {
+			t.Errorf("%s: nccl.source=python keeps torch's: %+v", name, c.Source)
+		}
+	}
+	if _, err := load("single-node", "nccl.version=2.28.9"); err == nil || !strings.Contains(err.Error(), "not in the catalogue") {
+		t.Errorf("an NCCL release the catalogue lacks: %v", err)
 	}
 	// ibrc-dualport's NVSHMEM 3.2.5-1 from the archive repository's release commit instead
 	// of NVIDIA's tarball: the same version (the patch set's applies-to), a git pin

@@ -559,12 +559,28 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 		}
 		u := (float64(i/2) + rng.Float64()) / (trials / 2)
 		delay := time.Duration(u * 0.95 * float64(swapAt))
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
 		if i%2 == 1 {
-			delay = swapAt - full/10 + time.Duration(u*float64(full-swapAt+full/5))
+			// after the swap, whatever the machine's load: watch for the new receipt, then
+			// kill a random moment into what is left (removing the old install, exiting)
+			begin := time.Now()
+			for {
+				if r, rerr := ReadReceipt(prefix); rerr == nil && sums[r.SHA256] == target {
+					break
+				}
+				if len(waited) > 0 || time.Since(begin) > 20*full+5*time.Second {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			delay = time.Since(begin) + time.Duration(u*float64(full-swapAt)/2)
+			time.Sleep(time.Duration(u * float64(full-swapAt) / 2))
+		} else {
+			time.Sleep(delay)
 		}
-		time.Sleep(delay)
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		err := cmd.Wait()
+		err := <-waited
 		if err == nil {
 			completed++
 		}

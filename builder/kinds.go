@@ -51,6 +51,8 @@ func Checks() *check.Registry[*Subject] {
 			"(LD_PRELOAD, DT_RPATH, LD_LIBRARY_PATH, DT_RUNPATH): DeepEP loads the NVSHMEM the recipe built or chose, not another", checkRunpath),
 		check.Declared("libs", prefixes, "every library an ELF file needs (transitively) resolves inside the prefix through $ORIGIN-relative RUNPATH entries, "+
 			"or is one of the named host libraries: the artifact carries what it needs", checkLibs),
+		check.Declared("nccl-version", prefixes, "an NCCL library's ncclGetVersion (called through python3's ctypes: no GPU) and the prefix's nccl.h "+
+			"say the component's version: the NCCL built is the release the plan names", checkNCCLVersion),
 		// what patch sets state
 		{Name: "effect.tree", Targets: []check.Target{check.Tree}, Run: checkTreeEffects,
 			Explain: "each patch set's stated effects hold on the patched tree (a def exists and is called, an include replaced, an env variable read)"},
@@ -59,6 +61,7 @@ func Checks() *check.Registry[*Subject] {
 	}
 	kinds = append(kinds, installKinds()...)
 	kinds = append(kinds, processKinds()...)
+	kinds = append(kinds, smokeKinds()...)
 	kinds = append(kinds, hostKinds()...)
 	reg, err := check.NewRegistry(kinds...)
 	if err != nil {

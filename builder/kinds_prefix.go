@@ -142,6 +142,46 @@ func checkLibs(_ context.Context, s *Subject, l *recipes.LibsCheck) []CheckResul
 	return out
 }
 
+func checkNCCLVersion(ctx context.Context, s *Subject, file string) []CheckResult {
+	id := s.Component.Name + ".nccl-version"
+	want := s.Component.Version
+	m := s.glob(file)
+	if len(m) == 0 {
+		return []CheckResult{{ID: id, Status: check.Fail, Expected: "NCCL " + want + " in " + file, Found: "no file matches " + file}}
+	}
+	header := filepath.Join(s.Root, "include", "nccl.h")
+	hv := inspect.NCCLHeaderVersion(header)
+	var out []CheckResult
+	for _, f := range m {
+		r := CheckResult{ID: id, Read: f + " (ncclGetVersion)", Expected: "NCCL " + want}
+		lib, err := inspect.NCCLLibraryVersion(ctx, s.Python, f)
+		var found []string
+		switch {
+		case err != nil:
+			r.Status, r.Why = check.Fail, "the library cannot be loaded, or has no ncclGetVersion: "+err.Error()
+		case want == "":
+			r.Status, r.Why = check.Fail, "the plan names no version of "+s.Component.Name+" to compare with"
+		case !sameCore(lib.Version, want):
+			r.Status, r.Why = check.Fail, "the library is another release than the plan's: a stale or wrong build"
+		default:
+			r.Status = check.Pass
+		}
+		if err == nil {
+			found = append(found, fmt.Sprintf("ncclGetVersion %d (%s)", lib.Code, lib.Version))
+		}
+		if hv != "" {
+			r.Read += ", " + header
+			found = append(found, "include/nccl.h "+hv)
+			if want != "" && !sameCore(hv, want) {
+				r.Status, r.Why = check.Fail, strings.TrimSpace(r.Why+" nccl.h says another release than the plan's")
+			}
+		}
+		r.Found = strings.Join(found, "; ")
+		out = append(out, s.rel(r))
+	}
+	return out
+}
+
 func checkRunpath(_ context.Context, s *Subject, rp *recipes.RunpathCheck) []CheckResult {
 	id := s.Component.Name + ".runpath." + rp.Lib
 	m := s.glob(rp.File)

@@ -199,7 +199,7 @@ components:
 		t.Fatal(err)
 	}
 	err = doc.Validate(nil)
-	for _, want := range []string{"t.yaml:9:", "missing lib:", `t.yaml:10:`, `from: "nvshmem" names no component`, "t.yaml:11:", "a check has exactly one of", "needed, runpath, libs (found 2)"} {
+	for _, want := range []string{"t.yaml:9:", "missing lib:", `t.yaml:10:`, `from: "nvshmem" names no component`, "t.yaml:11:", "a check has exactly one of", "needed, runpath, libs, nccl-version (found 2)"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("validate: %v\nwant %q", err, want)
 		}

@@ -217,6 +217,41 @@ func (e *RulesError) Error() string {
 	return strings.Join(parts, "; ")
 }
 
+// buildHostVerdict joins the two judgements of the build host before any work: what the
+// toolchain lacks (missing) and what the rules at preflight say (rules). A rule that holds
+// on what was probed says why the host cannot build (CUDA 13 cannot compile this NVSHMEM,
+// R33) even when something is missing too; one left undecided by a missing tool is left
+// out, since the missing tool says it.
+func buildHostVerdict(missing, rules error) error {
+	var re *RulesError
+	switch {
+	case missing != nil && errors.As(rules, &re):
+		if decided := re.decided(); decided != nil {
+			return errors.Join(decided, missing)
+		}
+		return missing
+	case missing != nil && rules != nil:
+		return errors.Join(missing, rules)
+	case missing != nil:
+		return missing
+	}
+	return rules
+}
+
+// decided is e with only the findings that were decided, nil when none was.
+func (e *RulesError) decided() *RulesError {
+	var fs []compat.Finding
+	for _, f := range e.Findings {
+		if !f.Unknown {
+			fs = append(fs, f)
+		}
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	return &RulesError{Recipe: e.Recipe, Stage: e.Stage, Findings: fs}
+}
+
 // ExitCode: a plan the rules stop is bad input; a build host they stop lacks something.
 func (e *RulesError) ExitCode() int {
 	if e.Stage == compat.StagePreflight {
@@ -311,6 +346,8 @@ type BuildOptions struct {
 	PlanOnly bool
 	// Repro: where builds run, and whether the reproducibility measures are on.
 	Repro Repro
+	// Watch shows the build steps while they run (nil: nothing does).
+	Watch Watcher
 }
 
 // Build runs the main job in its order: the rules on the plan (a plan they stop is bad
@@ -322,6 +359,7 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer r.Store.Close()
 	if opts.PlanOnly {
 		return &Result{Plan: j.Plan, Stages: r.Keys(j.Plan)}, nil
 	}
@@ -332,7 +370,7 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 }
 
 // runner checks the options and the rules on the plan, probes the toolchain and opens
-// the store: everything a run needs, short of preflight.
+// the store: everything a run needs, short of preflight. The caller closes the store.
 func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 	if err := checkSourceDateEpoch(opts.SourceDateEpoch); err != nil {
 		return nil, err
@@ -361,7 +399,7 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 		getenv = os.Getenv
 	}
 	prober := &Prober{Getenv: getenv, Packages: pkgs, Torch: j.Plan.Toolchain.Torch != "",
-		CMakePackages: NeedsCMakePackages(j.Plan), Prefixes: CMakePrefixPath(j.Plan)}
+		CMakePackages: NeedsCMakePackages(j.Plan), Prefixes: CMakePrefixPath(j.Plan), NCCL: torchNCCL(j.Plan)}
 	tc := prober.ProbeCached(ctx, filepath.Join(c.Dir(), "toolchain"))
 	store, err := OpenStore(c.Dir())
 	if err != nil {
@@ -369,23 +407,21 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 	}
 	src, err := j.Sources()
 	if err != nil {
+		store.Close()
 		return nil, err
 	}
 	return &Runner{
 		Store: store, Sources: src, Log: j.opts.Log, Toolchain: tc, Environ: opts.Environ,
 		OutDir: opts.OutDir, Force: opts.Force, AllowApplied: opts.AllowApplied, Version: opts.Version,
-		SourceDateEpoch: opts.SourceDateEpoch, Findings: findings, Repro: opts.Repro,
+		SourceDateEpoch: opts.SourceDateEpoch, Findings: findings, Repro: opts.Repro, Watch: opts.Watch,
 	}, nil
 }
 
 // preflight stops a run whose build host lacks something (exit 3) or that the rules stop
 // on the probed toolchain; the rules' findings join the runner's.
 func (j *Job) preflight(ctx context.Context, r *Runner) error {
-	if err := Preflight(j.Plan, r.Toolchain); err != nil {
-		return err
-	}
 	pre, err := j.Findings(ctx, r.Toolchain)
-	if err != nil {
+	if err := buildHostVerdict(Preflight(j.Plan, r.Toolchain), err); err != nil {
 		return err
 	}
 	r.Findings = append(r.Findings, pre...)
@@ -429,6 +465,7 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 	if err != nil {
 		return nil, err
 	}
+	defer r.Store.Close()
 	if err := j.preflight(ctx, r); err != nil {
 		return nil, err
 	}
@@ -445,6 +482,7 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 	if again.Store, err = OpenStore(filepath.Join(dir, "elsewhere", "cache")); err != nil {
 		return res, err
 	}
+	defer again.Store.Close()
 	again.OutDir, again.Force = filepath.Join(dir, "out"), nil
 	j.opts.Log.Info("rebuild check: building again from nothing", "store", again.Store.dir)
 	res2, err := again.Run(ctx, j.Plan)
@@ -465,6 +503,13 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 	}
 	res.Rebuild.Kept = kept
 	return res, &NotReproducibleError{Recipe: j.Plan.Recipe, Check: res.Rebuild, First: res.SHA256}
+}
+
+// torchNCCL reports whether the plan takes NCCL from the Python environment: the NCCL
+// torch loads, whose version the probe then records.
+func torchNCCL(p *Plan) bool {
+	c, ok := p.Component("nccl")
+	return ok && c.Source.Python != nil
 }
 
 // UsageError is a bad option value: exit 2.

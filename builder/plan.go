@@ -74,6 +74,7 @@ func (r *Resolver) Load(name string, sets []string) (*recipes.Doc, error) {
 		return nil, err
 	}
 	DeriveVersions(doc, sets, pinned, r.Catalog, r.Tags)
+	doc.ApplyPreloads()
 	var names []string
 	for _, c := range doc.Recipe.Components {
 		names = append(names, c.Patches...)
@@ -103,6 +104,7 @@ func (r *Resolver) Resolve(name string, sets []string) (*Plan, error) {
 		Overrides: sets,
 		Toolchain: rc.Toolchain,
 		Env:       rc.Env,
+		Runtime:   rc.Runtime,
 		Notes:     rc.Notes,
 	}
 	for _, name := range rc.Order() {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -29,6 +30,9 @@ import (
 
 // The stages, in order; --force=STAGE reruns that stage and those after it.
 var stageOrder = []string{"patch", "build", "check", "package"}
+
+// Stages are the stage names, in order (what --force takes, besides all).
+func Stages() []string { return slices.Clone(stageOrder) }
 
 // Format versions: bump one to invalidate that stage's cached outputs after a change in
 // how epbuild produces them.
@@ -65,6 +69,8 @@ type Runner struct {
 	Findings []compat.Finding
 	// Repro says where builds run and whether the reproducibility measures are on.
 	Repro Repro
+	// Watch shows the build steps while they run (nil: nothing does).
+	Watch Watcher
 }
 
 // StageEvent records one stage of one component.
@@ -289,7 +295,7 @@ func (r *Runner) stage(ctx context.Context, res *Result, stage, comp, key string
 	if cached {
 		r.Log.Debug("cached", "stage", what, "key", key[:12])
 	} else {
-		r.Log.Info("done", "stage", what, "seconds", fmt.Sprintf("%.1f", ev.Seconds))
+		r.Log.Info("done", "stage", what, "seconds", math.Round(ev.Seconds*10)/10)
 	}
 	if load != nil {
 		return load(r.Store.Path(stage, key))
@@ -430,9 +436,11 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 	if err := copyTree(tree, src); err != nil {
 		return r.buildRootFull(fmt.Errorf("build %s: copy the patched tree: %w", c.Name, err))
 	}
-	logs := filepath.Join(dir, "logs")
-	if err := os.MkdirAll(logs, 0o755); err != nil {
-		return err
+	// The logs live under the cache while the steps run, so that a failed step's whole
+	// log outlives the stage's temporary directory; a finished build keeps them.
+	logs, err := r.Store.stepLogs("build", key)
+	if err != nil {
+		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
 	// the path the build is told it installs to; the files land under destdir
 	prefix := filepath.Join(r.Store.Path("build", key), "prefix")
@@ -499,7 +507,7 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
 	se := &stepEnv{component: c.Name, src: src, work: work, prefix: prefix, destdir: destdir, logs: logs,
-		env: withEnv(r.Environ, base), jobs: t.Jobs, ninja: t.Ninja != "", python: t.Python, mapFlag: mapFlag}
+		env: withEnv(r.Environ, base), jobs: t.Jobs, ninja: t.Ninja != "", python: t.Python, watch: r.Watch, mapFlag: mapFlag}
 	for i, st := range c.Build {
 		var err error
 		switch {
@@ -516,6 +524,9 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 	}
 	if err := os.Rename(destdir+prefix, filepath.Join(dir, "prefix")); err != nil {
 		return fmt.Errorf("build %s: stage the prefix: %w", c.Name, err)
+	}
+	if err := os.Rename(logs, filepath.Join(dir, "logs")); err != nil {
+		return fmt.Errorf("build %s: keep the logs: %w", c.Name, err)
 	}
 	return os.RemoveAll(destdir)
 }

@@ -3,12 +3,10 @@ package builder
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"math/rand"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -164,33 +162,4 @@ func TestDemoKilled(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d runs killed midway", killed, trials)
-}
-
-// TestCompareNoop: a rerun with everything cached, over the cold run.
-func TestCompareNoop(t *testing.T) {
-	if os.Getenv("EPBUILD_BENCH") == "" {
-		t.Skip("set EPBUILD_BENCH=1 to measure")
-	}
-	bin := filepath.Join(t.TempDir(), "epbuild")
-	if b, err := exec.Command("go", "build", "-o", bin, "../cmd/epbuild").CombinedOutput(); err != nil {
-		t.Fatalf("build epbuild: %v %s", err, b)
-	}
-	dir := t.TempDir()
-	run := func() time.Duration {
-		cmd := exec.Command(bin, "recipe", "demo", "-o", filepath.Join(dir, "out"), "--log-level", "error")
-		cmd.Env = append(os.Environ(), "EPBUILD_CACHE="+filepath.Join(dir, "cache"))
-		start := time.Now()
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("epbuild recipe demo: %v\n%s", err, b)
-		}
-		return time.Since(start)
-	}
-	cold := run()
-	warm := run()
-	for i := 0; i < 4; i++ {
-		if w := run(); w < warm {
-			warm = w
-		}
-	}
-	fmt.Printf("BENCH noop ratio=%.3f cold_s=%.3f warm_s=%.3f\n", warm.Seconds()/cold.Seconds(), cold.Seconds(), warm.Seconds())
 }

@@ -15,26 +15,47 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/epbuild/epbuild/recipes"
 )
 
-// BuildError is a failed build step: the tail of its log and where the whole log is.
+// BuildError is a failed build step: the tail of its log and where the whole log is
+// (kept under the cache until `epbuild cache gc` removes it).
 type BuildError struct {
 	Component string
 	Step      string
 	Log       string
 	Tail      string
 	Err       error
+	// Stopped: the run was interrupted (Err is why), the step did not fail by itself.
+	Stopped bool
 }
 
 func (e *BuildError) Error() string {
+	if e.Stopped {
+		return fmt.Sprintf("build %s: step %s stopped: %v; its log so far: %s", e.Component, e.Step, e.Err, e.Log)
+	}
 	return fmt.Sprintf("build %s: step %s failed: %v\n--- last lines of %s ---\n%s", e.Component, e.Step, e.Err, e.Log, e.Tail)
 }
 
-// ExitCode: the job failed.
-func (e *BuildError) ExitCode() int { return 1 }
+// ExitCode: the job failed, or what stopped it says (an interrupt: 130).
+func (e *BuildError) ExitCode() int {
+	var ec interface{ ExitCode() int }
+	if e.Stopped && errors.As(e.Err, &ec) {
+		return ec.ExitCode()
+	}
+	return 1
+}
 func (e *BuildError) Unwrap() error { return e.Err }
+
+// Watcher shows a build step while one of its commands runs (builder/progress.Display
+// on the command line): since is when the step's first command started; done is called
+// when the command ends.
+type Watcher interface {
+	Step(name, logPath string, since time.Time) (done func())
+}
 
 // stepEnv is what a build step runs with.
 type stepEnv struct {
@@ -48,6 +69,8 @@ type stepEnv struct {
 	jobs      int
 	ninja     bool
 	python    string
+	watch     Watcher              // nil: nothing shows the steps
+	started   map[string]time.Time // when each step's first command started
 	// mapFlag maps the build directory away in what host compilers write (repro.go); the
 	// environment's CFLAGS/CXXFLAGS carry it, and cmake's flags where the recipe sets them.
 	mapFlag string
@@ -103,7 +126,9 @@ func withEnv(base []string, m map[string]string) []string {
 	return out
 }
 
-// runStep runs one command with its output appended to the step's log file.
+// run runs one command of a step with its output appended to the step's log file, in a
+// process group of its own, so that an interrupt stops it and everything it started
+// (cmake → ninja → nvcc), and nothing it started outlives epbuild (see startGroup).
 func (s *stepEnv) run(ctx context.Context, step, dir string, env []string, name string, args ...string) error {
 	logPath := filepath.Join(s.logs, step+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -112,18 +137,97 @@ func (s *stepEnv) run(ctx context.Context, step, dir string, env []string, name 
 	}
 	defer f.Close()
 	fmt.Fprintf(f, "$ %s %s\n", name, strings.Join(args, " "))
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, f, f
-	if err := cmd.Run(); err != nil {
-		_ = f.Sync()
-		var ee *exec.Error
-		if errors.As(err, &ee) {
-			err = fmt.Errorf("%s not found on PATH: %w", name, err)
-		}
-		return &BuildError{Component: s.component, Step: step, Log: logPath, Tail: tailFile(logPath, 40), Err: err}
+	if ctx.Err() != nil {
+		return &BuildError{Component: s.component, Step: step, Log: logPath, Err: context.Cause(ctx), Stopped: true}
 	}
-	return nil
+	if s.watch != nil {
+		if s.started == nil {
+			s.started = map[string]time.Time{}
+		}
+		if _, ok := s.started[step]; !ok {
+			s.started[step] = time.Now()
+		}
+		done := s.watch.Step("build "+s.component+" "+step, logPath, s.started[step])
+		defer done()
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, f, f
+	err = runGroup(ctx, cmd)
+	if err == nil {
+		return nil
+	}
+	_ = f.Sync()
+	if ctx.Err() != nil {
+		return &BuildError{Component: s.component, Step: step, Log: logPath, Err: context.Cause(ctx), Stopped: true}
+	}
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		err = fmt.Errorf("%s not found on PATH: %w", name, err)
+	}
+	return &BuildError{Component: s.component, Step: step, Log: logPath, Tail: tailFile(logPath, 40), Err: err}
 }
+
+// killGrace is how long a step's process group has to exit after SIGTERM before it is
+// killed.
+const killGrace = 3 * time.Second
+
+// runGroup runs cmd in a process group of its own and waits for it. When ctx ends, the
+// group gets SIGTERM, then SIGKILL after killGrace. When cmd exits, whatever it left
+// running in its group is killed.
+//
+// The group belongs to a watcher started first: /bin/sh reading a pipe whose only
+// writer is epbuild. cmd joins the watcher's group. When the pipe closes (cmd finished,
+// or epbuild died, even by SIGKILL, since the kernel closes its files), the watcher
+// kills the group, itself included. The direct child also gets SIGKILL when epbuild
+// dies (PR_SET_PDEATHSIG on Linux), the grandchildren through the watcher.
+func runGroup(ctx context.Context, cmd *exec.Cmd) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	watcher := exec.Command("/bin/sh", "-c", watcherScript)
+	watcher.Stdin = r
+	watcher.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = watcher.Start()
+	r.Close()
+	if err != nil {
+		w.Close()
+		return fmt.Errorf("start the process-group watcher (/bin/sh): %w", err)
+	}
+	pgid := watcher.Process.Pid
+	stopWatcher := func() {
+		w.Close() // the watcher kills what is left of the group, then itself
+		_ = watcher.Wait()
+	}
+	cmd.SysProcAttr = stepProcAttr(pgid)
+	if err := cmd.Start(); err != nil {
+		stopWatcher()
+		return err
+	}
+	exited, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-ctx.Done():
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(killGrace):
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			}
+		case <-exited:
+		}
+	}()
+	err = cmd.Wait()
+	close(exited)
+	<-stopped // no signal goes to the group once its watcher is reaped (its id is free)
+	stopWatcher()
+	return err
+}
+
+// watcherScript ignores the signals meant for the build (the group's SIGTERM above, a
+// terminal's SIGINT or SIGHUP), waits for the end of its stdin, and kills its group.
+const watcherScript = `trap '' HUP INT TERM; read x; kill -KILL 0`
 
 // tailFile is the end of a build log, preceded by the first lines that name an error:
 // compilers report the cause early and a wrapper's traceback fills the tail.

@@ -37,6 +37,7 @@ type Store struct {
 	mu   sync.Mutex
 	used map[string]bool // stage/key of the outputs this store handed out
 	redo map[string]bool // stage/key marked by Forget: the next Produce makes it again
+	run  *runRecord      // what this run uses, for cache gc (made on first use)
 }
 
 // OpenStore opens (creating) the stage store under dir.
@@ -53,6 +54,20 @@ const fixCacheSpace = "free space there or point EPBUILD_CACHE at a larger file 
 
 // Path is where a stage's output for key lives (whether or not it exists yet).
 func (s *Store) Path(stage, key string) string { return filepath.Join(s.dir, "stages", stage, key) }
+
+// stepLogs makes an empty directory for the logs of the stage output key while it is
+// made (the produce lock is held): <cache>/logs/<stage>-<key>. A failed attempt's logs
+// stay there until the next attempt or `cache gc`.
+func (s *Store) stepLogs(stage, key string) (string, error) {
+	d := filepath.Join(s.dir, "logs", stage+"-"+key)
+	if err := os.RemoveAll(d); err != nil {
+		return "", fmt.Errorf("remove the logs of an earlier attempt: %w", err)
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return "", noSpaceOr(fmt.Errorf("make the log directory: %w", err), "make the log directory", s.dir, 0, fixCacheSpace)
+	}
+	return d, nil
+}
 
 // Has reports whether the stage output for key is complete.
 func (s *Store) Has(stage, key string) bool {
@@ -73,13 +88,24 @@ func (s *Store) madeSince(stage, key string, t time.Time) bool {
 // cached. While make runs, every output this store handed out before is held in use.
 func (s *Store) Produce(ctx context.Context, stage, key string, make func(dir string) error) (cached bool, err error) {
 	id := stage + "/" + key
+	// Recorded before it is looked at, so that cache gc, which reads the records of the
+	// runs in progress, never removes it from under this run (see hit).
+	if err := s.record(id); err != nil {
+		return false, err
+	}
 	s.mu.Lock()
 	redo := s.redo[id]
 	delete(s.redo, id)
 	s.mu.Unlock()
-	if !redo && s.Has(stage, key) {
-		s.markUsed(id)
-		return true, nil
+	if !redo {
+		ok, err := s.hit(ctx, stage, key)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			s.markUsed(id)
+			return true, nil
+		}
 	}
 	unlock, err := s.lock(ctx, stage+"-"+key+".lock", false)
 	if err != nil {
@@ -90,6 +116,8 @@ func (s *Store) Produce(ctx context.Context, stage, key string, make func(dir st
 		s.markUsed(id)
 		return true, nil
 	}
+	// what a run killed while making it left behind (only a holder of the lock writes it)
+	s.removeTemps(stage + "-" + key + "-")
 	if redo && s.madeSince(stage, key, s.opened) {
 		// a run forced at the same time made it again while this one waited
 		s.markUsed(id)
@@ -100,7 +128,7 @@ func (s *Store) Produce(ctx context.Context, stage, key string, make func(dir st
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return false, noSpaceOr(fmt.Errorf("%s: %w", what, err), what, s.dir, 0, fixCacheSpace)
 	}
-	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "tmp"), stage+"-"+key[:12]+"-")
+	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "tmp"), stage+"-"+key+"-")
 	if err != nil {
 		return false, noSpaceOr(fmt.Errorf("%s: %w", what, err), what, s.dir, 0, fixCacheSpace)
 	}
@@ -132,6 +160,55 @@ func (s *Store) Produce(ctx context.Context, stage, key string, make func(dir st
 	return false, nil
 }
 
+// hit reports whether the output for key is there for this run to use, and marks it
+// used now. It looks under the use lock, shared: cache gc removes an output only with
+// that lock held exclusively and after reading the records of the runs in progress, so
+// either gc sees this run's record (made before) and keeps the output, or this run
+// looks after gc removed it, and makes it again.
+func (s *Store) hit(ctx context.Context, stage, key string) (bool, error) {
+	if !s.Has(stage, key) {
+		return false, nil
+	}
+	unlock, err := s.lock(ctx, stage+"-"+key+".use", true)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	if !s.Has(stage, key) {
+		return false, nil
+	}
+	touch(filepath.Join(s.Path(stage, key), usedName))
+	return true, nil
+}
+
+// usedName is the file in a stage output whose mtime is its last use (cache gc removes
+// outputs by it).
+const usedName = ".used"
+
+// touch sets the mtime of path to now, creating it empty; a failure (a read-only cache)
+// only makes the output look older to cache gc.
+func touch(path string) {
+	now := time.Now()
+	if os.Chtimes(path, now, now) == nil {
+		return
+	}
+	if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+		f.Close()
+	}
+}
+
+// removeTemps removes the entries of tmp/ that begin with prefix.
+func (s *Store) removeTemps(prefix string) {
+	des, _ := os.ReadDir(filepath.Join(s.dir, "tmp"))
+	for _, d := range des {
+		if strings.HasPrefix(d.Name(), prefix) {
+			p := filepath.Join(s.dir, "tmp", d.Name())
+			_ = makeWritable(p)
+			_ = os.RemoveAll(p)
+		}
+	}
+}
+
 // publish puts tmp at final. Where an output is already there (a forced rerun, or an
 // incomplete one an older epbuild left), the two are exchanged in one step once no run
 // uses it, and the old one is removed.
@@ -160,6 +237,75 @@ func (s *Store) Forget(stage, key string) error {
 	s.redo[stage+"/"+key] = true
 	s.mu.Unlock()
 	return nil
+}
+
+// runRecord is this run's file under runs/: the stage/key of every output it uses, a
+// line each, written before the output is looked at. The file is locked (flock,
+// exclusive) from before its name appears until the run ends, with the process if it
+// dies; cache gc keeps what the locked records name and removes the unlocked records.
+type runRecord struct {
+	f    *os.File
+	path string
+	seen map[string]bool
+}
+
+// record adds id to this run's record, making the record on first use.
+func (s *Store) record(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run == nil {
+		r, err := newRunRecord(filepath.Join(s.dir, "runs"))
+		if err != nil {
+			return noSpaceOr(fmt.Errorf("record this run in %s: %w", s.dir, err), "record this run", s.dir, 0, fixCacheSpace)
+		}
+		s.run = r
+	}
+	if s.run.seen[id] {
+		return nil
+	}
+	if _, err := s.run.f.WriteString(id + "\n"); err != nil {
+		return noSpaceOr(fmt.Errorf("record this run in %s: %w", s.run.path, err), "record this run", s.dir, 0, fixCacheSpace)
+	}
+	s.run.seen[id] = true
+	return nil
+}
+
+func newRunRecord(dir string) (*runRecord, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(dir, ".new-")
+	if err != nil {
+		return nil, err
+	}
+	// locked before it has its name: gc takes an unlocked record for a dead run's
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%d-%s.run", os.Getpid(), strings.TrimPrefix(filepath.Base(f.Name()), ".new-")))
+	if err := os.Rename(f.Name(), path); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return &runRecord{f: f, path: path, seen: map[string]bool{}}, nil
+}
+
+// Close ends this run's record: cache gc no longer keeps what the run used for it.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run == nil {
+		return nil
+	}
+	err := os.Remove(s.run.path)
+	if cerr := s.run.f.Close(); err == nil {
+		err = cerr
+	}
+	s.run = nil
+	return err
 }
 
 func (s *Store) markUsed(id string) {

@@ -46,6 +46,10 @@ type Toolchain struct {
 	TorchCUDA     string `json:"torch_cuda,omitempty"`
 	// Python packages asked for by the recipe (the NVSHMEM wheel): name → version, dir.
 	PythonPackages map[string]PythonPackage `json:"python_packages,omitempty"`
+	// NCCL is the NCCL torch loads (torch.cuda.nccl.version(), else the nvidia-nccl wheel's
+	// metadata), probed for plans that take NCCL from the Python environment: the manifest
+	// records which NCCL such an install runs.
+	NCCL *NCCLRuntime `json:"nccl,omitempty"`
 	// sitePackages are where Python looks for packages: a change there (pip install)
 	// invalidates a cached probe.
 	sitePackages []string
@@ -82,18 +86,21 @@ type PythonPackage struct {
 
 // Fingerprint hashes what changes a build's output: compilers and their versions, and
 // where the tools live. Not the interpreter's path on PATH (a wrapper, a shim) nor the
-// core count: they change no byte, and the build key goes into the artifact.
+// core count: they change no byte, and the build key goes into the artifact. The Python
+// packages a plan takes from the environment are not in it either: a component built
+// against one depends on its component, whose build key names the package's version and
+// directory; so a matrix cell that builds NCCL instead of taking torch's rebuilds NCCL,
+// not the DeepEP that does not link it.
 func (t *Toolchain) Fingerprint() string {
 	b, _ := json.Marshal(struct {
 		OS, Arch, CUDA, CUDAHome, PythonVersion, Torch, GCC, GXX, CMake string
-		Pkgs                                                            map[string]PythonPackage
 		NVCCRandomSeed, NVCCObjTemp                                     bool
 		// empty for plans that need no CMake packages: their keys stay as they were
 		Protobuf       string `json:",omitempty"`
 		ProtobufHeader string `json:",omitempty"`
 		Abseil         string `json:",omitempty"`
 		GTest          string `json:",omitempty"`
-	}{t.OS, t.Arch, t.CUDA, t.CUDAHome, t.PythonVersion, t.Torch, t.GCC, t.GXX, t.CMake, t.PythonPackages,
+	}{t.OS, t.Arch, t.CUDA, t.CUDAHome, t.PythonVersion, t.Torch, t.GCC, t.GXX, t.CMake,
 		t.NVCCRandomSeed, t.NVCCObjTemp, t.Protobuf, t.ProtobufHeader, t.Abseil, t.GTest})
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
@@ -119,6 +126,8 @@ type Prober struct {
 	// CMAKE_PREFIX_PATH) and then the system prefixes.
 	CMakePackages bool
 	Prefixes      []string
+	// NCCL: ask torch which NCCL it loads (the plan takes NCCL from the Python environment).
+	NCCL bool
 }
 
 var verRe = regexp.MustCompile(`(\d+\.\d+(?:\.\d+)?)`)
@@ -174,6 +183,17 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 	}
 	if t.Python = look("python3"); t.Python != "" {
 		t.probePython(out, p.Packages, p.Torch)
+		if p.NCCL {
+			var env []string
+			for _, k := range []string{"PATH", "HOME", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX"} {
+				if v := p.Getenv(k); v != "" {
+					env = append(env, k+"="+v)
+				}
+			}
+			if n := ProbeNCCL(ctx, t.Python, env, nil); n.Version != "" {
+				t.NCCL = &n
+			}
+		}
 	}
 	if gcc := look("gcc"); gcc != "" {
 		t.GCC = firstVer(firstLine(out(gcc, "--version")))
@@ -533,6 +553,9 @@ func (p *Prober) ProbeCached(ctx context.Context, dir string) *Toolchain {
 	key := Key("probe/2", env, p.Packages, p.Torch)
 	if p.CMakePackages {
 		key = Key("probe/2", env, p.Packages, p.Torch, p.Prefixes)
+	}
+	if p.NCCL {
+		key = Key(key, "torch's nccl")
 	}
 	file := filepath.Join(dir, "probe-"+key[:16]+".json")
 	var pc probeCache

@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/builder/smoke"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches/effect"
 )
@@ -39,6 +41,8 @@ type VerifyReport struct {
 	Traffic     *host.TrafficReport `json:"traffic,omitempty"`
 	// Facts are what the compatibility rules were evaluated against on the host.
 	Facts map[string]string `json:"facts,omitempty"`
+	// Smoke is what each rank of the NVSHMEM smoke test printed (--smoke).
+	Smoke *smoke.Report `json:"smoke,omitempty"`
 }
 
 // Failed reports whether any check failed.
@@ -78,11 +82,20 @@ type VerifyOptions struct {
 	// overrides the recipe's runtime env where the host rules read variables, and gives
 	// NCCL_HOME. Nil: the recipe's runtime env alone.
 	JobEnv []string
+	// HostsFile lists the job's nodes for the hostname check (--hosts); "": the Slurm
+	// allocation in JobEnv, if any.
+	HostsFile string
 	// Ancestry decides the rules' commit conditions on the host; nil: the embedded history.
 	Ancestry compat.Ancestry
 	// Traffic, when set, is run while the NIC counters under Sysroot are sampled
 	// (host.SampleTraffic), with or without Host.
 	Traffic func(context.Context) error
+	// Smoke runs the install's NVSHMEM smoke test with the process checks: SmokePEs
+	// processes (0: one per GPU the program sees) within SmokeTimeout (0:
+	// smoke.DefaultTimeout).
+	Smoke        bool
+	SmokePEs     int
+	SmokeTimeout time.Duration
 }
 
 // PrefixError is a prefix that cannot be verified at all (absent, not a directory): bad
@@ -180,8 +193,10 @@ type verifier struct {
 	prefixes map[string]string
 	env      []string
 	envErr   error
-	// mapped is the libnvshmem_host copies the process check found mapped (-1: not run).
+	// mapped is the libnvshmem_host copies the process check found mapped (-1: not run);
+	// loaded their files.
 	mapped int
+	loaded []string
 }
 
 // python picks the interpreter for the Python checks.

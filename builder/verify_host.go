@@ -35,8 +35,8 @@ func hostKinds() []check.Kind[*Subject] {
 		return s.node.node, true
 	})
 	return append(kinds, check.Kind[*Subject]{Name: "host.rules", Targets: []check.Target{check.Host}, Run: checkHostRules,
-		Explain: "the compatibility rules of the host stage (compat/rules.yaml) on the node's facts (kernel, DOCA-OFED, NICs, " +
-			"peer memory, regkeys), the NCCL a job loads and the NVSHMEM copies it maps"})
+		Explain: "the compatibility rules of the host stage (compat/rules.yaml) on the node's facts (kernel, DOCA-OFED, NICs and " +
+			"RoCE GIDs, peer memory and dma-buf, regkeys, the bootstrap interface, nvcc, IMEX), the NCCL a job loads and the NVSHMEM it maps"})
 }
 
 // HostOptions says which node to check, and for what.
@@ -53,8 +53,13 @@ type HostOptions struct {
 	// JobEnv is the caller's environment: it overrides the plan's runtime env where the
 	// rules read variables, and gives NCCL_HOME.
 	JobEnv []string
-	// Mapped is how many libnvshmem_host copies a job's process maps (-1: not looked at).
+	// Mapped is how many libnvshmem_host copies a job's process maps (-1: not looked at);
+	// Loaded are their files, for their versions.
 	Mapped int
+	Loaded []string
+	// HostsFile lists the job's nodes, one a line (--hosts); "": the Slurm allocation
+	// JobEnv names, if any.
+	HostsFile string
 	// Ancestry decides commit conditions; nil: the embedded history.
 	Ancestry compat.Ancestry
 }
@@ -86,21 +91,22 @@ func (e *HostConfigError) ExitCode() int { return 2 }
 // result is left out unless it is the stricter (the node check names the rule).
 func CheckHost(ctx context.Context, opts HostOptions) (*HostReport, error) {
 	nccl := ProbeNCCL(ctx, opts.Python, opts.Env, opts.JobEnv)
-	cfg, err := HostConfig(opts.Plan, opts.Toolchain, opts.Sysroot)
+	cfg, err := HostConfigFor(ctx, opts)
 	if err != nil {
 		return nil, &HostConfigError{Err: err}
 	}
 	cfg.NCCLRuntimeVersion = nccl.Version
 	cfg.NCCLBuildVersion = ncclBuildVersion(opts.Plan, opts.Toolchain)
 	node := host.NewNode(opts.Sysroot, cfg)
-	rep := &HostReport{Config: cfg, NCCL: nccl, Facts: node.Facts()}
+	rep := &HostReport{Config: cfg, NCCL: nccl, Facts: node.Facts(ctx)}
 	if nccl.Version != "" {
 		rep.Facts["nccl.version"] = nccl.Version
 	}
 	if opts.Mapped >= 0 {
 		rep.Facts["nvshmem.host-libs-mapped"] = strconv.Itoa(opts.Mapped)
 	}
-	hs := &hostSubject{node: node, facts: hostFacts(opts, rep.Facts, nccl.Version), anc: opts.Ancestry}
+	loadedFacts(rep.Facts, opts.Loaded, nvshmemBuildVersion(opts.Plan, opts.Toolchain))
+	hs := &hostSubject{node: node, facts: hostFacts(opts, cfg.Env, rep.Facts, nccl.Version), anc: opts.Ancestry}
 	if hs.rules, err = compat.LoadRules(); err != nil {
 		return nil, err
 	}
@@ -115,6 +121,60 @@ func CheckHost(ctx context.Context, opts HostOptions) (*HostReport, error) {
 	rep.Pairs = node.Pairs()
 	rep.MappingLine = host.MappingLine(host.Report{Checks: rep.Checks, Pairs: rep.Pairs})
 	return rep, nil
+}
+
+// loadedFacts are the NVSHMEM the job's process maps: its version, when every copy's is
+// known and they agree, and whether each is the version the install recorded at build.
+func loadedFacts(f map[string]string, loaded []string, built string) {
+	var versions []string
+	for _, p := range loaded {
+		v := nvshmemLibVersion(p)
+		if v == "" {
+			return // a copy of unknown version: both facts unknown
+		}
+		if !slices.Contains(versions, v) {
+			versions = append(versions, v)
+		}
+	}
+	if len(versions) == 0 {
+		return
+	}
+	if len(versions) == 1 {
+		f["nvshmem.loaded-version"] = versions[0]
+	}
+	if built == "" {
+		return
+	}
+	f["nvshmem.loaded-matches-build"] = "yes"
+	for _, v := range versions {
+		if v != built {
+			f["nvshmem.loaded-matches-build"] = "no"
+		}
+	}
+}
+
+// nvshmemBuildVersion is the X.Y.Z of the NVSHMEM the install was built against: the
+// plan's release, or the wheel's version the build found. "" when unknown.
+func nvshmemBuildVersion(p *Plan, tc *Toolchain) string {
+	if p == nil {
+		return ""
+	}
+	nv, ok := p.Component("nvshmem")
+	if !ok {
+		return ""
+	}
+	v := nv.Version
+	if nv.Source.Python != nil {
+		v = ""
+		if tc != nil {
+			v = tc.PythonPackages[nv.Source.Python.Package].Version
+		}
+	}
+	pv, err := compat.ParseVersion(v)
+	if err != nil {
+		return ""
+	}
+	return pv.Core()
 }
 
 // ncclBuildVersion is the NCCL the build used: the plan's nccl component (the wheel's
@@ -137,9 +197,10 @@ func ncclBuildVersion(p *Plan, tc *Toolchain) string {
 }
 
 // hostFacts is what the host-stage rules see: the plan (with the build's toolchain),
-// the runtime env overridden by the job's, the node's facts, and the NCCL the job loads
-// as the nccl component's version (R18 judges the NCCL at run time).
-func hostFacts(opts HostOptions, node map[string]string, nccl string) compat.Facts {
+// the runtime env a job gets on this node (env: the recipe's overridden by the job's),
+// the node's facts, and the NCCL the job loads as the nccl component's version (R18
+// judges the NCCL at run time).
+func hostFacts(opts HostOptions, env, node map[string]string, nccl string) compat.Facts {
 	var f compat.Facts
 	if opts.Plan != nil {
 		f = FactsFromPlan(opts.Plan)
@@ -147,13 +208,9 @@ func hostFacts(opts HostOptions, node map[string]string, nccl string) compat.Fac
 			f = PreflightFacts(f, opts.Plan, opts.Toolchain)
 		}
 	}
+	f.Env = maps.Clone(env)
 	if f.Env == nil {
 		f.Env = map[string]string{}
-	}
-	for _, kv := range opts.JobEnv {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			f.Env[k] = v
-		}
 	}
 	f.Host = maps.Clone(node)
 	if nccl != "" {
@@ -164,6 +221,23 @@ func hostFacts(opts HostOptions, node map[string]string, nccl string) compat.Fac
 		}
 	}
 	return f
+}
+
+// jobEnv is the runtime environment a job gets on this node: the recipe's env, the
+// install's (Env: expanded, on its clean base) over it, and the job's own over both.
+func jobEnv(opts HostOptions) map[string]string {
+	env := map[string]string{}
+	if opts.Plan != nil {
+		maps.Copy(env, opts.Plan.Env)
+	}
+	for _, list := range [][]string{opts.Env, opts.JobEnv} {
+		for _, kv := range list {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				env[k] = v
+			}
+		}
+	}
+	return env
 }
 
 // checkHostRules evaluates the rules of the host stage and gives each finding as a result.
@@ -239,7 +313,8 @@ func rank(s check.Status) int {
 
 // host runs the node's checks and the host rules for the install.
 func (v *verifier) host(ctx context.Context) {
-	opts := HostOptions{Sysroot: v.opts.Sysroot, Python: "python3", Env: v.opts.Environ, JobEnv: v.opts.JobEnv, Mapped: v.mapped, Ancestry: v.opts.Ancestry}
+	opts := HostOptions{Sysroot: v.opts.Sysroot, Python: "python3", Env: v.opts.Environ, JobEnv: v.opts.JobEnv, Mapped: v.mapped,
+		Loaded: v.loaded, HostsFile: v.opts.HostsFile, Ancestry: v.opts.Ancestry}
 	if v.m != nil {
 		opts.Plan, opts.Toolchain, opts.Python = v.m.Plan, v.m.Toolchain, v.python()
 		if v.envErr == nil {
@@ -259,36 +334,58 @@ func (v *verifier) host(ctx context.Context) {
 
 // HostConfig derives what the host checks ask of this host from a plan's runtime env
 // and options. p may be nil (no recipe): then the transport is ibrc when the host has
-// RDMA devices, else none. tc (may be nil) gives the version of a pip NVSHMEM.
+// RDMA devices, else none. tc (may be nil) gives the version of a pip NVSHMEM. The job's
+// own environment and node list are HostConfigFor's.
 func HostConfig(p *Plan, tc *Toolchain, sys host.Sysroot) (host.Config, error) {
-	cfg := host.Config{Transport: host.TransportNone}
+	var env map[string]string
+	if p != nil {
+		env = maps.Clone(p.Env)
+	}
+	return hostConfig(p, tc, sys, env)
+}
+
+// HostConfigFor is what the host checks ask of this host for opts: the plan's settings
+// under the runtime env a job gets here (the recipe's, the install's, the job's), and
+// the job's nodes (opts.HostsFile, or the Slurm allocation in opts.JobEnv).
+func HostConfigFor(ctx context.Context, opts HostOptions) (host.Config, error) {
+	env := jobEnv(opts)
+	cfg, err := hostConfig(opts.Plan, opts.Toolchain, opts.Sysroot, env)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Hosts, cfg.HostsFrom, err = host.JobHosts(ctx, opts.Sysroot, opts.HostsFile, env)
+	return cfg, err
+}
+
+func hostConfig(p *Plan, tc *Toolchain, sys host.Sysroot, env map[string]string) (host.Config, error) {
+	cfg := host.Config{Transport: host.TransportNone, GIDIndex: -1, Env: env}
 	if devs, err := sys.Names("/sys/class/infiniband"); err == nil && len(devs) > 0 {
 		cfg.Transport = host.TransportIBRC
 	}
+	cfg.FixedHeapBytes = fixedHeap(env)
 	if p == nil {
 		return cfg, nil
 	}
 	cfg.Recipe = p.Recipe
-	env := p.Env
 	switch {
-	case env["NVSHMEM_IB_ENABLE_IBGDA"] == "1":
+	case nvshmemBool(env["NVSHMEM_IB_ENABLE_IBGDA"]):
 		cfg.Transport = host.TransportIBGDA
-	case env["NVSHMEM_REMOTE_TRANSPORT"] == "libfabric":
+	case strings.EqualFold(env["NVSHMEM_REMOTE_TRANSPORT"], "libfabric"):
 		cfg.Transport = host.TransportEFA
-	case env["NVSHMEM_REMOTE_TRANSPORT"] == "none":
+	case strings.EqualFold(env["NVSHMEM_REMOTE_TRANSPORT"], "none"):
 		cfg.Transport = host.TransportNone
 	}
 	if s := env["NVSHMEM_IB_GID_INDEX"]; s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			return cfg, fmt.Errorf("host config of %s: NVSHMEM_IB_GID_INDEX=%q is not a GID index", p.Recipe, s)
+		if err != nil || n < -1 {
+			return cfg, fmt.Errorf("host config of %s: NVSHMEM_IB_GID_INDEX=%q is not a GID index (-1 lets NVSHMEM choose)", p.Recipe, s)
 		}
 		cfg.GIDIndex = n
 	}
 	cfg.HCAPrefix = env["NVSHMEM_HCA_PREFIX"]
 	cfg.Mapping = env["DEEP_EP_DEVICE_TO_HCA_MAPPING"]
-	if cfg.Transport == host.TransportIBGDA && env["NVSHMEM_IBGDA_NIC_HANDLER"] == "gpu" {
-		cfg.NeedPeerMem, cfg.NeedPeerMappingOverride = true, true
+	if b := p.Runtime.BufferBytes; b != nil {
+		cfg.BufferBytes = *b
 	}
 	if nv, ok := p.Component("nvshmem"); ok {
 		cfg.NVSHMEMVersion = nv.Version
@@ -302,6 +399,28 @@ func HostConfig(p *Plan, tc *Toolchain, sys host.Sysroot) (host.Config, error) {
 		}
 	}
 	return cfg, cfg.Validate()
+}
+
+// nvshmemBool reads a boolean variable as NVSHMEM does (nvshmemi_getenv_bool): set and not
+// starting with 0, N, n, F or f is true.
+func nvshmemBool(v string) bool { return v != "" && !strings.ContainsRune("0NnFf", rune(v[0])) }
+
+// fixedHeap is the symmetric heap NVSHMEM reserves whole when it starts, with CUDA VMM
+// off (NVSHMEM_SYMMETRIC_SIZE, 1 GiB when unset); 0 when VMM is on, and when the size is
+// not one NVSHMEM can read (R32 says so).
+func fixedHeap(env map[string]string) uint64 {
+	if !nvshmemBool(env["NVSHMEM_DISABLE_CUDA_VMM"]) {
+		return 0
+	}
+	s, ok := env["NVSHMEM_SYMMETRIC_SIZE"]
+	if !ok {
+		return 1 << 30 // SYMMETRIC_SIZE_DEFAULT
+	}
+	n, err := compat.ParseSize(s)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 func truthy(s string) bool {

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/compat"
 )
 
 // The process a job runs: what a Python interpreter maps once it has imported torch and
@@ -19,36 +21,137 @@ import (
 // processKinds are the checks of a process importing the install.
 func processKinds() []check.Kind[*Subject] {
 	return []check.Kind[*Subject]{
-		{Name: "process.single-nvshmem", Targets: []check.Target{check.Process}, Run: onInstall(func(v *verifier, ctx context.Context) []CheckResult {
-			rs := v.singleNVSHMEM(ctx)
-			for i := range rs {
-				rs[i].Rule = "R10/one-nvshmem-mapped"
-			}
-			return rs
+		{Name: "process.one-copy", Targets: []check.Target{check.Process}, Run: onInstall(func(v *verifier, ctx context.Context) []CheckResult {
+			return v.oneCopy(ctx, processLibs(v.m.Toolchain))
 		}),
-			Explain: "exactly one libnvshmem_host is mapped after importing torch and the recipe's modules, the install's own (R9, R10)"},
+			Explain: "exactly one libnvshmem_host and one libnccl are mapped after importing torch and the recipe's modules: the install's own, " +
+				"or the version the build recorded of one taken from the Python environment (R9, R10)"},
 	}
 }
 
-// singleNVSHMEM imports torch and the recipe's modules in one process and counts the
-// libnvshmem_host copies mapped: two means a device/host mismatch at run time (R9).
-func (v *verifier) singleNVSHMEM(ctx context.Context) []CheckResult {
-	c := VerifyCheck{ID: "process.single-nvshmem", Read: "/proc/self/maps of python after importing torch and the recipe's modules",
-		Expected: "exactly one libnvshmem_host, the one the install was built with",
-		Why:      "torch bundles its own NVSHMEM; two copies in one process fail at run time with a device/host mismatch (R9, R10)"}
-	nv, ok := v.m.Plan.Component("nvshmem")
-	if !ok {
-		c.Status, c.Found = check.Skip, "the recipe has no nvshmem component"
-		return []CheckResult{c}
+// oneLib is a library of which a job's process must map exactly one copy, the one the
+// install was built with.
+type oneLib struct {
+	id, component string
+	// pattern matches its mapped paths (a regular expression, as inspect.MappedLibs)
+	pattern string
+	rule    string // the rule a failure is a case of ("": none)
+	why     string
+	fix     string
+	// carried: the install's component carries the library (else the check is skipped:
+	// gcp-a3-tcpx builds only NCCL's headers)
+	carried func(prefix string) bool
+	// recorded judges the one copy mapped when the component comes from the Python
+	// environment: ok, and what was read (nil: any single copy passes)
+	recorded func(ctx context.Context, v *verifier, path string) (ok bool, found string)
+	// secondOK: a second copy that is not a broken process (a warning, with why)
+	secondOK func(v *verifier, pc *PlanComponent, paths []string) (bool, string)
+}
+
+// processLibs are the libraries checked for one copy: NVSHMEM (R9, R10) and NCCL.
+func processLibs(tc *Toolchain) []oneLib {
+	return []oneLib{
+		{id: "process.single-nvshmem", component: "nvshmem", pattern: "libnvshmem_host", rule: "R10/one-nvshmem-mapped",
+			why: "torch bundles its own NVSHMEM; two copies in one process fail at run time with a device/host mismatch (R9, R10)",
+			fix: "its LD_PRELOAD loads the install's NVSHMEM first; do not mix the pip NVSHMEM with a source-built one",
+			secondOK: func(v *verifier, nv *PlanComponent, paths []string) (bool, string) {
+				// R9 is about a patched NVSHMEM, whose ABI differs from the copy torch loads by
+				// path: with an unpatched one the extension still binds to the preloaded
+				// install (same SONAME), so a second copy is a warning, not a broken process
+				return nv.Source.Python == nil && len(nv.Patches) == 0 && preloadsFrom(v.env, v.prefixes[nv.Name]),
+					"this NVSHMEM is unpatched and preloaded, so DeepEP binds to the install's copy"
+			}},
+		{id: "process.single-nccl", component: "nccl", pattern: `libnccl\.so`,
+			why: "the NCCL the matrix cell and the manifest name must be the one jobs run: torch loads its own through DT_RPATH " +
+				"unless the install's is preloaded, and a second copy leaves two NCCLs in one process",
+			fix: "its LD_PRELOAD loads the install's NCCL before torch's; remove the extra NCCL from the job's environment",
+			carried: func(prefix string) bool {
+				m, _ := filepath.Glob(filepath.Join(prefix, "lib", "libnccl.so*"))
+				return len(m) > 0
+			},
+			recorded: func(ctx context.Context, v *verifier, path string) (bool, string) {
+				want := recordedNCCL(tc)
+				lib, err := inspect.NCCLLibraryVersion(ctx, v.python(), path)
+				if err != nil {
+					// what torch reports of the copy it bound, in the job's env
+					if n := ProbeNCCL(ctx, v.python(), v.env, nil); n.Version != "" {
+						lib, err = inspect.NCCLLib{Path: path, Version: n.Version}, nil
+					}
+				}
+				switch {
+				case err != nil:
+					return false, "its version cannot be read: " + err.Error()
+				case want == "":
+					return true, "NCCL " + lib.Version + "; the build recorded no NCCL version to compare with"
+				case !sameCore(lib.Version, want):
+					return false, fmt.Sprintf("NCCL %s, the build recorded %s", lib.Version, want)
+				}
+				return true, "NCCL " + lib.Version + ", as recorded at build"
+			}},
 	}
-	if v.envErr != nil {
-		c.Status, c.Found = check.Skip, "no runtime env: "+v.envErr.Error()
-		return []CheckResult{c}
+}
+
+// recordedNCCL is the NCCL version the build recorded of torch's: what torch reported at
+// the probe, else the wheel's metadata.
+func recordedNCCL(tc *Toolchain) string {
+	if tc == nil {
+		return ""
+	}
+	if tc.NCCL != nil && tc.NCCL.Version != "" {
+		return tc.NCCL.Version
+	}
+	for name, p := range tc.PythonPackages {
+		if strings.HasPrefix(name, "nvidia-nccl") {
+			return p.Version
+		}
+	}
+	return ""
+}
+
+// sameCore compares two versions by MAJOR.MINOR.PATCH (2.28.3-1 is NCCL 2.28.3).
+func sameCore(a, b string) bool {
+	va, err1 := compat.ParseVersion(a)
+	vb, err2 := compat.ParseVersion(b)
+	return err1 == nil && err2 == nil && va.Core() == vb.Core()
+}
+
+// oneCopy imports torch and the recipe's modules in one process, as a job does, and
+// checks each library of libs mapped exactly once, and the right copy: two copies of
+// NVSHMEM are a device/host mismatch at run time (R9); two NCCLs, or torch's where the
+// install built its own, run another NCCL than the one recorded.
+func (v *verifier) oneCopy(ctx context.Context, libs []oneLib) []CheckResult {
+	out := make([]CheckResult, len(libs))
+	var patterns []string
+	todo := map[int]*PlanComponent{}
+	for i, l := range libs {
+		c := VerifyCheck{ID: l.id, Read: "/proc/self/maps of python after importing torch and the recipe's modules",
+			Expected: "exactly one " + strings.ReplaceAll(l.pattern, `\`, "") + ", the one the install was built with", Why: l.why}
+		pc, ok := v.m.Plan.Component(l.component)
+		switch {
+		case !ok:
+			c.Status, c.Found = check.Skip, "the recipe has no "+l.component+" component"
+		case l.carried != nil && pc.Source.Python == nil && !l.carried(v.prefixes[pc.Name]):
+			c.Status, c.Found = check.Skip, "the install's "+l.component+" carries no such library"
+		case v.envErr != nil:
+			c.Status, c.Found = check.Skip, "no runtime env: "+v.envErr.Error()
+		default:
+			todo[i] = pc
+			patterns = append(patterns, l.pattern)
+		}
+		out[i] = c
+	}
+	if len(todo) == 0 {
+		return out
 	}
 	py := v.python()
+	skipAll := func(why string) []CheckResult {
+		for i := range todo {
+			out[i].Status, out[i].Found = check.Skip, why
+		}
+		return out
+	}
 	if _, err := inspect.PythonImport(ctx, py, "torch", v.env, ""); err != nil {
-		c.Status, c.Found = check.Skip, "torch is not importable here: "+err.Error()
-		return []CheckResult{c}
+		return skipAll("torch is not importable here: " + err.Error())
 	}
 	modules := []string{"torch"}
 	for _, pc := range v.m.Plan.Components {
@@ -58,34 +161,98 @@ func (v *verifier) singleNVSHMEM(ctx context.Context) []CheckResult {
 			}
 		}
 	}
-	c.Read = "/proc/self/maps of " + py + " after importing " + strings.Join(modules, ", ")
-	paths, err := inspect.MappedLibs(ctx, py, modules, v.env, "libnvshmem_host")
-	if err == nil {
-		v.mapped = len(paths)
+	read := "/proc/self/maps of " + py + " after importing " + strings.Join(modules, ", ")
+	all, err := inspect.MappedLibs(ctx, py, modules, v.env, strings.Join(patterns, "|"))
+	if err != nil && strings.Contains(err.Error(), "libcuda") {
+		return skipAll("no NVIDIA driver on this host (libcuda cannot be loaded): " + err.Error())
 	}
-	r := inspect.CheckSingleMapped(paths, err, "libnvshmem_host")
+	for i, pc := range todo {
+		out[i].Read = read
+		out[i] = v.judgeCopies(ctx, out[i], libs[i], pc, matching(all, libs[i].pattern), err)
+	}
+	return out
+}
+
+// matching keeps the paths that match pattern.
+func matching(paths []string, pattern string) []string {
+	re := regexp.MustCompile(pattern)
+	var out []string
+	for _, p := range paths {
+		if re.MatchString(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// judgeCopies decides one library's check from the copies mapped.
+func (v *verifier) judgeCopies(ctx context.Context, c VerifyCheck, l oneLib, pc *PlanComponent, paths []string, mapErr error) VerifyCheck {
+	if l.component == "nvshmem" && mapErr == nil {
+		v.mapped, v.loaded = len(paths), paths
+	}
+	r := inspect.CheckSingleMapped(paths, mapErr, l.pattern)
 	c.Status, c.Found = r.Status, r.Found
 	if r.Why != "" {
 		c.Found = strings.TrimSpace(c.Found + " (" + r.Why + ")")
 	}
+	own := v.prefixes[pc.Name]
 	switch {
-	case err != nil && strings.Contains(err.Error(), "libcuda"):
-		c.Status, c.Found = check.Skip, "no NVIDIA driver on this host (libcuda cannot be loaded): "+err.Error()
-	case r.Status == check.Pass && nv.Source.Python == nil && v.prefixes[nv.Name] != "" && !withinResolved(paths[0], v.prefixes[nv.Name]):
+	case r.Status == check.Pass && pc.Source.Python == nil && own != "" && !withinResolved(paths[0], own):
 		c.Status = check.Fail
-		c.Found = paths[0] + ", not the install's NVSHMEM under " + v.prefixes[nv.Name]
+		c.Found = paths[0] + ", not the install's " + l.component + " under " + own
+	case r.Status == check.Pass && pc.Source.Python != nil && l.recorded != nil:
+		ok, found := l.recorded(ctx, v, paths[0])
+		c.Found = paths[0] + ": " + found
+		if !ok {
+			c.Status = check.Fail
+		}
+	case c.Status == check.Fail && len(paths) > 1 && l.secondOK != nil:
+		if ok, why := l.secondOK(v, pc, paths); ok {
+			c.Status = check.Warn
+			c.Found += "; " + why
+		}
 	}
-	// R9 is about a patched NVSHMEM, whose ABI differs from the copy torch loads by path:
-	// with an unpatched one the extension still binds to the preloaded install (same
-	// SONAME), so a second copy is a warning, not a broken process
-	if c.Status == check.Fail && len(paths) > 1 && nv.Source.Python == nil && len(nv.Patches) == 0 && preloadsFrom(v.env, v.prefixes[nv.Name]) {
-		c.Status = check.Warn
-		c.Found += "; this NVSHMEM is unpatched and preloaded, so DeepEP binds to the install's copy"
-	}
+	c.Rule = l.rule
 	if c.Status == check.Fail {
-		c.Fix = "source " + filepath.Join(v.prefix, EnvName) + " (its LD_PRELOAD loads the install's NVSHMEM first); do not mix the pip NVSHMEM with a source-built one"
+		c.Fix = "source " + filepath.Join(v.prefix, EnvName) + " (" + l.fix + ")"
 	}
-	return []CheckResult{c}
+	return c
+}
+
+// soVersion is the release a versioned file name carries: libnvshmem_host.so.3.4.5.
+var soVersion = regexp.MustCompile(`\.so\.(\d+\.\d+\.\d+)$`)
+
+// nvshmemLibVersion is the X.Y.Z of a libnvshmem_host file a process maps: from its name
+// where NVSHMEM's install gave it one (libnvshmem_host.so.3 links to .so.3.4.5, and
+// /proc/self/maps names the file itself), else from the wheel that installed it (the
+// nvidia_nvshmem_cu*-X.Y.Z.dist-info beside its package whose RECORD lists the file).
+// "" when neither says.
+func nvshmemLibVersion(lib string) string {
+	if m := soVersion.FindStringSubmatch(filepath.Base(lib)); m != nil {
+		return m[1]
+	}
+	// nvidia/nvshmem/lib/libnvshmem_host.so.3 lies three levels below site-packages
+	dir := filepath.Dir(lib)
+	for range 4 {
+		dir = filepath.Dir(dir)
+		infos, _ := filepath.Glob(filepath.Join(dir, "nvidia_nvshmem*.dist-info"))
+		for _, info := range infos {
+			rec, err := os.ReadFile(filepath.Join(info, "RECORD"))
+			rel, rerr := filepath.Rel(dir, lib)
+			if err != nil || rerr != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(rec), "\n") {
+				if name, _, _ := strings.Cut(line, ","); name == filepath.ToSlash(rel) {
+					_, ver, _ := strings.Cut(strings.TrimSuffix(filepath.Base(info), ".dist-info"), "-")
+					if v, err := compat.ParseVersion(ver); err == nil {
+						return v.Core()
+					}
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // preloadsFrom reports whether env's LD_PRELOAD loads a library from dir.
@@ -141,7 +308,7 @@ func ProbeNCCL(ctx context.Context, python string, env, jobEnv []string) NCCLRun
 		home = getenvFrom(env, "NCCL_HOME")
 	}
 	if home != "" {
-		if v := ncclHeaderVersion(filepath.Join(home, "include", "nccl.h")); v != "" {
+		if v := inspect.NCCLHeaderVersion(filepath.Join(home, "include", "nccl.h")); v != "" {
 			return NCCLRuntime{Version: v, Source: filepath.Join(home, "include", "nccl.h")}
 		}
 		if m, _ := filepath.Glob(filepath.Join(home, "lib", "libnccl.so.*.*.*")); len(m) > 0 {
@@ -150,22 +317,4 @@ func ProbeNCCL(ctx context.Context, python string, env, jobEnv []string) NCCLRun
 		}
 	}
 	return NCCLRuntime{}
-}
-
-var ncclDefine = regexp.MustCompile(`(?m)^#define NCCL_(MAJOR|MINOR|PATCH)\s+(\d+)`)
-
-// ncclHeaderVersion reads NCCL_MAJOR.NCCL_MINOR.NCCL_PATCH from nccl.h.
-func ncclHeaderVersion(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	v := map[string]string{}
-	for _, m := range ncclDefine.FindAllStringSubmatch(string(b), -1) {
-		v[m[1]] = m[2]
-	}
-	if v["MAJOR"] == "" || v["MINOR"] == "" || v["PATCH"] == "" {
-		return ""
-	}
-	return v["MAJOR"] + "." + v["MINOR"] + "." + v["PATCH"]
 }

@@ -322,11 +322,15 @@ func TestHostConfigFromPlans(t *testing.T) {
 		check  func(host.Config) bool
 	}{
 		{"gcp-b200", func(c host.Config) bool {
+			// gcp-b200 turns CUDA VMM off: its heap is fixed, 1 GiB until its env sizes it (R32)
 			return c.Transport == host.TransportIBGDA && c.GIDIndex == 3 && c.HCAPrefix == "mlx5" && strings.HasPrefix(c.Mapping, "0:mlx5_0:1,") &&
-				c.NeedPeerMem && c.NeedPeerMappingOverride && !c.NeedGDRCopy && c.NVSHMEMVersion == "3.5.19-1"
+				!c.NeedGDRCopy && c.NVSHMEMVersion == "3.5.19-1" && c.BufferBytes == 2146961792 &&
+				(c.FixedHeapBytes == 1<<30 || c.Env["NVSHMEM_SYMMETRIC_SIZE"] != "")
 		}},
-		{"efa-aws", func(c host.Config) bool { return c.Transport == host.TransportEFA && c.NeedGDRCopy && !c.NeedPeerMem }},
-		{"single-node", func(c host.Config) bool { return c.Transport == host.TransportNone && !c.NeedGDRCopy }},
+		{"efa-aws", func(c host.Config) bool { return c.Transport == host.TransportEFA && c.NeedGDRCopy && c.GIDIndex == -1 }},
+		{"single-node", func(c host.Config) bool {
+			return c.Transport == host.TransportNone && !c.NeedGDRCopy && c.FixedHeapBytes == 0 && c.BufferBytes == 0
+		}},
 		{"demo", func(c host.Config) bool { return c.Transport == host.TransportNone && c.NVSHMEMVersion == "" }},
 	}
 	for _, tc := range cases {
@@ -502,76 +506,4 @@ func sameProblems(got, want []FileProblem) bool {
 	slices.Sort(g)
 	slices.Sort(w)
 	return slices.Equal(g, w)
-}
-
-// TestCompareVerify measures verify-install's file check against sha256sum -c on the same
-// generated tree of 1 GiB, in the same run.
-func TestCompareVerify(t *testing.T) {
-	if os.Getenv("EPBUILD_BENCH") == "" {
-		t.Skip("set EPBUILD_BENCH=1 to measure")
-	}
-	if _, err := exec.LookPath("sha256sum"); err != nil {
-		t.Skip("no sha256sum here to compare with")
-	}
-	ctx := context.Background()
-	dir := t.TempDir()
-	const (
-		nfiles   = 256
-		fileSize = 4 << 20
-	)
-	rng := rand.NewChaCha8([32]byte{1})
-	buf := make([]byte, fileSize)
-	for i := range nfiles {
-		p := filepath.Join(dir, fmt.Sprintf("d%02d", i%16), fmt.Sprintf("f%03d.bin", i))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		_, _ = rng.Read(buf)
-		if err := os.WriteFile(p, buf, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	entries, err := archive.HashTree(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var list bytes.Buffer
-	var total int64
-	for _, e := range entries {
-		if e.Type == archive.TypeFile {
-			fmt.Fprintf(&list, "%s  %s\n", e.SHA256, e.Path)
-			total += e.Size
-		}
-	}
-	sums := filepath.Join(t.TempDir(), "SHA256SUMS")
-	if err := os.WriteFile(sums, list.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ours := func() time.Duration {
-		start := time.Now()
-		problems, _, err := VerifyFiles(ctx, dir, entries)
-		if err != nil || len(problems) > 0 {
-			t.Fatalf("verify: %v %+v", err, problems)
-		}
-		return time.Since(start)
-	}
-	anchor := func() time.Duration {
-		cmd := exec.Command("sha256sum", "-c", "--quiet", sums)
-		cmd.Dir = dir
-		start := time.Now()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("sha256sum -c: %v\n%s", err, out)
-		}
-		return time.Since(start)
-	}
-	ours() // both read from the page cache from here on
-	best := func(f func() time.Duration) time.Duration {
-		b := f()
-		for range 2 {
-			b = min(b, f())
-		}
-		return b
-	}
-	e, a := best(ours), best(anchor)
-	fmt.Printf("BENCH verify ratio=%.2f epbuild_s=%.3f anchor_s=%.3f bytes=%d\n", e.Seconds()/a.Seconds(), e.Seconds(), a.Seconds(), total)
 }

@@ -26,6 +26,11 @@ func TestParseRulesErrors(t *testing.T) {
 		{"bad fix", head + "    when: {requires: a}\n    fix: {set: [version]}\n", "not a --set override"},
 		{"duplicate id", head + "    when: {requires: a}\n" + strings.TrimPrefix(head, "rules:\n") + "    when: {requires: a}\n", "used twice"},
 		{"duplicate key", head + "    when: {requires: a}\n    title: again\n", "rules.yaml:9:"},
+		{"size below without a default", head + "    when: {size: {env: NVSHMEM_SYMMETRIC_SIZE, below: buffer-bytes}}\n", "below: needs default:"},
+		{"size below an unknown key", head + "    when: {size: {env: NVSHMEM_SYMMETRIC_SIZE, default: 1G, below: heap}}\n", "rules.yaml:8:"},
+		{"size default not a size", head + "    when: {size: {env: NVSHMEM_SYMMETRIC_SIZE, default: 1Q, below: buffer-bytes}}\n", "unknown suffix"},
+		{"size both below and invalid", head + "    when: {size: {env: X, default: 1G, below: buffer-bytes, invalid: true}}\n", "exactly one of below: and invalid"},
+		{"unknown runtime key", head + "    when: {runtime: {key: heap-bytes, set: true}}\n", "runtime key \"heap-bytes\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseRules("rules.yaml", []byte(tc.body))
@@ -320,7 +325,15 @@ func TestParseAxis(t *testing.T) {
 	if a, err := ParseAxis("toolchain.cuda=12.9,13.0"); err != nil || a.Key != "toolchain.cuda" {
 		t.Errorf("%+v %v", a, err)
 	}
-	for _, bad := range []string{"nvshmem", "=1", "nvshmem=", "nvshmem=3.4.x", "nvshmem=3.4.5,3.4.5", "NV=1"} {
+	// bundled keeps the component in the Python environment (torch's NCCL) instead of a release
+	b, err := ParseAxis("nccl=bundled,2.28.3-1")
+	if err != nil || b.Set("bundled") != "nccl.source=python" || b.Set("2.28.3-1") != "nccl.version=2.28.3-1" {
+		t.Errorf("%+v %v", b, err)
+	}
+	if c, err := ParseAxis("nccl.env.X=bundled"); err != nil || c.Set("bundled") != "nccl.env.X=bundled" {
+		t.Errorf("bundled on a key axis is a plain value: %+v %v", c, err)
+	}
+	for _, bad := range []string{"nvshmem", "=1", "nvshmem=", "nvshmem=3.4.x", "nvshmem=3.4.5,3.4.5", "NV=1", "nccl=bundled,bundled"} {
 		if _, err := ParseAxis(bad); err == nil {
 			t.Errorf("%q should not parse", bad)
 		}

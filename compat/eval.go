@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -238,6 +239,10 @@ func (ev *evaluator) eval(c *Cond) (tri, []string) {
 			return unknown, []string{"host fact " + c.Host.Key + " not read (no host probed)"}
 		}
 		return matchKey("host", ev.facts.Host, c.Host, true)
+	case c.Runtime != nil:
+		return matchKey("runtime", ev.facts.Runtime, c.Runtime, false)
+	case c.Size != nil:
+		return ev.size(c.Size)
 	case c.Command != nil:
 		for _, comp := range ev.facts.Components {
 			if c.Command.Component != "" && comp.Name != c.Command.Component {
@@ -327,6 +332,41 @@ func (ev *evaluator) commit(cc *CommitCond) (tri, []string) {
 		desc = fmt.Sprintf("%s %s does not contain %s", comp.Name, short(comp.Commit), short(mark))
 	}
 	return triOf(a.ok != before), []string{desc}
+}
+
+// size decides a size condition: the runtime env variable read as NVSHMEM reads a size.
+func (ev *evaluator) size(sc *SizeCond) (tri, []string) {
+	v, set := ev.facts.Env[sc.Env]
+	n, err := ParseSize(v)
+	desc := fmt.Sprintf("runtime env %s=%s", sc.Env, v)
+	if set && err == nil {
+		desc += " (" + FormatSize(n) + " bytes)"
+	}
+	if sc.Invalid {
+		if !set {
+			return no, []string{"runtime env " + sc.Env + " is unset"}
+		}
+		if err != nil {
+			return yes, []string{desc + ": " + err.Error()}
+		}
+		return no, []string{desc}
+	}
+	switch {
+	case set && err != nil:
+		return unknown, []string{desc + ": " + err.Error()}
+	case !set:
+		n, _ = ParseSize(sc.Default) // checked when the rules were loaded
+		desc = fmt.Sprintf("runtime env %s is unset: %s bytes, NVSHMEM's default", sc.Env, FormatSize(n))
+	}
+	lim, ok := ev.facts.Runtime[sc.Below]
+	if !ok {
+		return unknown, []string{desc, "the recipe declares no runtime." + sc.Below}
+	}
+	l, err := strconv.ParseUint(lim, 10, 64)
+	if err != nil {
+		return unknown, []string{desc, fmt.Sprintf("runtime %s=%q is not a byte count", sc.Below, lim)}
+	}
+	return triOf(n < l), []string{desc, fmt.Sprintf("runtime %s=%s", sc.Below, FormatSize(l))}
 }
 
 // matchKey applies a KeyCond's matcher to m[k.Key]. For host facts a missing key is

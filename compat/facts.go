@@ -11,6 +11,9 @@ type Facts struct {
 	Toolchain  Toolchain   `json:"toolchain"`
 	// Env is the runtime environment (the recipe's env, or the process's on a host).
 	Env map[string]string `json:"env,omitempty"`
+	// Runtime holds the recipe's runtime settings by their recipe key (buffer-bytes: the
+	// per-GPU bytes DeepEP's buffer asks of NVSHMEM's symmetric heap, in decimal).
+	Runtime map[string]string `json:"runtime,omitempty"`
 	// Host holds facts read on a host (see the head of rules.yaml for the keys); nil
 	// when no host was probed, which makes every host condition unknown.
 	Host map[string]string `json:"host,omitempty"`

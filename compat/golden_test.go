@@ -132,6 +132,13 @@ func condText(c *Cond) string {
 		return "arch(only " + strings.Join(c.Arch.Only, "|") + ")"
 	case c.Recipe != nil:
 		return "recipe(" + strings.Join(c.Recipe, "|") + ")"
+	case c.Runtime != nil:
+		return "runtime(" + keyText(c.Runtime) + ")"
+	case c.Size != nil:
+		if c.Size.Invalid {
+			return "size(" + c.Size.Env + " invalid)"
+		}
+		return fmt.Sprintf("size(%s default %s below %s)", c.Size.Env, c.Size.Default, c.Size.Below)
 	}
 	return "?"
 }

@@ -14,13 +14,28 @@ import (
 
 // Axis is one dimension of a CI matrix: a --set key and its values. "nvshmem=3.3.24,3.4.5"
 // is the key nvshmem.version; a key with a dot ("toolchain.cuda=12.9,13.0") is used as is.
+// On a component axis the value Bundled is the component as the Python environment ships
+// it (torch's own NCCL), where the recipe takes it from there: nccl.source=python.
 type Axis struct {
 	Name   string   `json:"name"`
 	Key    string   `json:"key"`
 	Values []string `json:"values"`
 }
 
-// ParseAxis reads NAME=V1,V2,...; a component name's values must be vendor versions.
+// Bundled is the value of a component axis that keeps the component the recipe takes from
+// the Python environment there (the NCCL torch ships) instead of building a release.
+const Bundled = "bundled"
+
+// Set is the --set override that gives this axis the value v.
+func (a Axis) Set(v string) string {
+	if v == Bundled && a.Key == a.Name+".version" {
+		return a.Name + ".source=python"
+	}
+	return a.Key + "=" + v
+}
+
+// ParseAxis reads NAME=V1,V2,...; a component name's values must be vendor versions (or
+// bundled).
 func ParseAxis(s string) (Axis, error) {
 	name, vals, ok := strings.Cut(s, "=")
 	name = strings.TrimSpace(name)
@@ -44,9 +59,9 @@ func NewAxis(name string, values []string) (Axis, error) {
 		if v == "" {
 			continue
 		}
-		if strings.HasSuffix(a.Key, ".version") {
+		if strings.HasSuffix(a.Key, ".version") && v != Bundled {
 			if _, err := ParseVersion(v); err != nil {
-				return Axis{}, fmt.Errorf("axis %s: %w", name, err)
+				return Axis{}, fmt.Errorf("axis %s: %w (or %s: the one the Python environment ships)", name, err, Bundled)
 			}
 		}
 		if slices.Contains(a.Values, v) {
@@ -118,7 +133,7 @@ func BuildMatrix(ctx context.Context, recipe string, axes []Axis, base []string,
 		name := []string{recipe}
 		for i, a := range axes {
 			vals[a.Name] = combo[i]
-			sets = append(sets, a.Key+"="+combo[i])
+			sets = append(sets, a.Set(combo[i]))
 			name = append(name, a.Name+"="+combo[i])
 		}
 		f, err := facts(sets)

@@ -161,6 +161,24 @@ func walkCond(c *Cond, at string, out *[]site) {
 		listSites("arch only", &c.Arch.Only, mut, add)
 	case c.Recipe != nil:
 		listSites("recipe", &c.Recipe, func(string) string { return "mutant" }, add)
+	case c.Runtime != nil:
+		keySites("runtime", c.Runtime, add)
+	case c.Size != nil:
+		sc := c.Size
+		add("size "+sc.Env+": another variable", func() { sc.Env += "_MUTANT" })
+		if sc.Default != "" {
+			add("size "+sc.Env+" default "+sc.Default+" → twice as much", func() {
+				n, _ := ParseSize(sc.Default)
+				sc.Default = fmt.Sprint(2 * n)
+			})
+		}
+		add("size "+sc.Env+": below ↔ invalid", func() {
+			if sc.Invalid {
+				sc.Invalid, sc.Below, sc.Default = false, RuntimeKeys[0], "1G"
+			} else {
+				sc.Invalid, sc.Below, sc.Default = true, "", ""
+			}
+		})
 	}
 }
 

@@ -125,6 +125,23 @@ type Cond struct {
 	Arch      *ArchCond      `json:"arch,omitempty"`
 	Recipe    []string       `json:"recipe,omitempty"`
 	Host      *KeyCond       `json:"host,omitempty"`
+	Runtime   *KeyCond       `json:"runtime,omitempty"`
+	Size      *SizeCond      `json:"size,omitempty"`
+}
+
+// RuntimeKeys are the recipe's runtime settings a runtime condition may name.
+var RuntimeKeys = []string{"buffer-bytes"}
+
+// SizeCond reads a variable of the runtime env as NVSHMEM reads a size (ParseSize), or
+// Default when the variable is unset. Below names a runtime key (buffer-bytes): the
+// condition holds when the size is smaller, and is unknown when the recipe does not
+// declare that key or the variable is not a size. Invalid holds when the variable is set
+// and is not a size.
+type SizeCond struct {
+	Env     string `json:"env"`
+	Default string `json:"default,omitempty"`
+	Below   string `json:"below,omitempty"`
+	Invalid bool   `json:"invalid,omitempty"`
 }
 
 // VersionCond: the component's version satisfies a constraint.
@@ -400,13 +417,13 @@ func (d *yamlDoc) checkCond(p string, c *Cond) {
 	n := 0
 	for _, set := range []bool{c.All != nil, c.Any != nil, c.Not != nil, c.Version != nil, c.Commit != nil,
 		c.Source != nil, c.Package != nil, c.Patch != nil, c.Option != nil, c.BuildVar != nil, c.Env != nil, c.Command != nil,
-		c.Toolchain != nil, c.Requires != "", c.Present != "", c.Arch != nil, c.Recipe != nil, c.Host != nil} {
+		c.Toolchain != nil, c.Requires != "", c.Present != "", c.Arch != nil, c.Recipe != nil, c.Host != nil, c.Runtime != nil, c.Size != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		d.at(p, "a condition has exactly one key (all, any, not, version, commit, source, package, patch, option, build-var, env, command, toolchain, requires, present, arch, recipe, host); found %d", n)
+		d.at(p, "a condition has exactly one key (all, any, not, version, commit, source, package, patch, option, build-var, env, command, toolchain, requires, present, arch, recipe, host, runtime, size); found %d", n)
 		return
 	}
 	comp := func(q, name string) {
@@ -484,6 +501,36 @@ func (d *yamlDoc) checkCond(p string, c *Cond) {
 			d.at(p+".host.component", "host facts belong to no component")
 		}
 		d.checkKey(p+".host", c.Host, true)
+	case c.Runtime != nil:
+		if c.Runtime.Component != "" {
+			d.at(p+".runtime.component", "runtime settings belong to no component")
+		}
+		if !slices.Contains(RuntimeKeys, c.Runtime.Key) {
+			d.at(p+".runtime.key", "runtime key %q: one of %s", c.Runtime.Key, strings.Join(RuntimeKeys, ", "))
+		}
+		d.checkKey(p+".runtime", c.Runtime, false)
+	case c.Size != nil:
+		sc := c.Size
+		if !envKeyRe.MatchString(sc.Env) {
+			d.at(p+".size.env", "%q is not an environment variable name", sc.Env)
+		}
+		if (sc.Below == "") == !sc.Invalid {
+			d.at(p+".size", "give exactly one of below: and invalid: true")
+		}
+		if sc.Below != "" && !slices.Contains(RuntimeKeys, sc.Below) {
+			d.at(p+".size.below", "below: names a runtime key (%s), not %q", strings.Join(RuntimeKeys, ", "), sc.Below)
+		}
+		if sc.Default != "" {
+			if _, err := ParseSize(sc.Default); err != nil {
+				d.at(p+".size.default", "%v", err)
+			}
+		}
+		if sc.Invalid && sc.Default != "" {
+			d.at(p+".size.default", "default: is for below:, not invalid:")
+		}
+		if sc.Below != "" && sc.Default == "" {
+			d.at(p+".size", "below: needs default: (the size NVSHMEM uses when %s is unset)", sc.Env)
+		}
 	case c.Command != nil:
 		if c.Command.Component != "" {
 			comp(p+".command", c.Command.Component)

@@ -99,6 +99,14 @@ func ncclGit(f *Facts) {
 	c.Source, c.Package, c.Repo, c.Commit = "git", "", "https://github.com/NVIDIA/nccl", "1933fdd6360a8bfccaa0166bd71bce363d32e5b6"
 }
 
+// ncclMake gives NCCL a command step that builds its library (make -C src lib).
+func ncclMake(argv ...string) mut {
+	return func(f *Facts) { c := comp(f, "nccl"); c.Commands = append(c.Commands, argv) }
+}
+
+// ncclLib is NCCL built from git with CUDA 13 by the recipes' step: R40's ground.
+var ncclLib = all(ncclGit, ncclMake("make", "-C", "src", "-j16", "lib", "NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90"), cuda("13.0"))
+
 // withComponent adds a component from a source kind (fmt for EPv2, say).
 func withComponent(name, kind string) mut {
 	return func(f *Facts) { f.Components = append(f.Components, Component{Name: name, Source: kind}) }
@@ -170,6 +178,27 @@ func nccl(v string) mut { return func(f *Facts) { comp(f, "nccl").Version = v } 
 
 func recipe(n string) mut { return func(f *Facts) { f.Recipe = n } }
 
+// runtime sets a runtime setting of the recipe; "" removes it (not declared).
+func runtime(k, v string) mut {
+	return func(f *Facts) {
+		if f.Runtime == nil {
+			f.Runtime = map[string]string{}
+		}
+		if v == "" {
+			delete(f.Runtime, k)
+		} else {
+			f.Runtime[k] = v
+		}
+	}
+}
+
+// llBuffer is DeepEP 29d31c0's low-latency RDMA buffer for 288 experts, hidden 7168 and
+// 128 tokens a rank (get_low_latency_rdma_size_hint): 2146.96 MB, just under 2 GiB.
+const llBuffer = "2146961792"
+
+// vmmOff is gcp-b200's runtime env: CUDA VMM off, so the heap is fixed.
+var vmmOff = env("NVSHMEM_DISABLE_CUDA_VMM", "1")
+
 func command(argv ...string) mut {
 	return func(f *Facts) { c := comp(f, "deepep"); c.Commands = append(c.Commands, argv) }
 }
@@ -192,7 +221,7 @@ var efa = all(nvshmemVer("3.4.5-0"), option("NVSHMEM_IBGDA_SUPPORT", "0"), optio
 	}),
 	env("NVSHMEM_IB_ENABLE_IBGDA", ""), env("NVSHMEM_IBGDA_NIC_HANDLER", ""), env("NVSHMEM_HCA_PREFIX", ""), env("NVSHMEM_IB_GID_INDEX", ""),
 	env("NVSHMEM_REMOTE_TRANSPORT", "libfabric"), env("NVSHMEM_LIBFABRIC_PROVIDER", "efa"), env("FI_EFA_ENABLE_SHM_TRANSFER", "0"),
-	host("ib.driver", "efa"), host("ib.name-prefix", "rdmap"), host("ib.link-layer", "Unspecified"))
+	host("ib.driver", "efa"), host("ib.name-prefix", "rdmap"), host("ib.link-layer", "Unknown"))
 
 // ibrc is the ibrc-dualport stack: DeepEP a84a248, NVSHMEM 3.2.5-1 patched, GDRCopy.
 var ibrc = all(deepepAt(cA84a248), patches("deepep", "ibrc-dualport-deepep"), nvshmemArchive("3.2.5-1"),
@@ -324,6 +353,8 @@ func ruleTable() []ruleCase {
 		{"R18", "EPv2 on NCCL 2.27", P, all(deepepAt(cB306af0), nccl("2.27.3-1"), env("NCCL_RUNTIME_CONNECT", "0")), "epv2-nccl/error"},
 		{"R18", "NCCL 2.22 with NCCL_RUNTIME_CONNECT=0", P, all(nccl("2.22.3-1"), env("NCCL_RUNTIME_CONNECT", "0")), ""},
 		{"R18", "NCCL 2.21.5", P, nil, ""},
+		{"R18", "torch's NCCL 2.28.9 wheel at preflight", F, nccl("2.28.9"), "runtime-connect/warn"},
+		{"R18", "torch's NCCL 2.21.5 wheel at preflight", F, nil, ""},
 		{"R18", "EPv2 on the NCCL 2.28.9 wheel at preflight", F, all(deepepAt(cDd758ca), nccl("2.28.9"), env("NCCL_RUNTIME_CONNECT", "0")), "epv2-nccl/error"},
 		{"R18", "EPv2 without an nccl component", P, all(deepepAt(cDd758ca), env("NCCL_RUNTIME_CONNECT", "0"), func(f *Facts) {
 			f.Components = slices.DeleteFunc(f.Components, func(c Component) bool { return c.Name == "nccl" })
@@ -377,18 +408,15 @@ func ruleTable() []ruleCase {
 		{"R14", "IBGDA=false on an efa NIC", H, all(host("ib.driver", "efa"), env("NVSHMEM_IB_ENABLE_IBGDA", "false")), ""},
 		{"R14", "mlx5 prefix on 3.3.24", P, all(deepepAt(cB6ce310), nvshmemArchive("3.3.24"), env("NVSHMEM_HCA_PREFIX", "mlx5")), ""},
 		{"R14", "host mlx5, no prefix", H, env("NVSHMEM_HCA_PREFIX", ""), ""},
+		{"R14", "a node without RDMA devices, IBGDA, no prefix", H, all(env("NVSHMEM_HCA_PREFIX", ""), host("ib.link-layer", "none"), host("ib.driver", ""), host("ib.name-prefix", "")), ""},
 
 		{"R16", "IBGDA, GPU handler: host setup", P, nil, "host-setup/advice"},
 		{"R16", "IBGDA=true, handler auto: host setup", P, all(env("NVSHMEM_IB_ENABLE_IBGDA", "true"), env("NVSHMEM_IBGDA_NIC_HANDLER", "")), "host-setup/advice"},
 		{"R16", "PeerMappingOverride missing", H, host("regkey.PeerMappingOverride", "0"), "peer-mapping-override/error"},
 		{"R16", "EnableStreamMemOPs not 1", H, host("nvidia-param.EnableStreamMemOPs", "0"), "stream-memops/warn"},
-		{"R16", "no peer-memory module, no dma-buf", H, host("peermem.module", "absent"), "peer-memory/error"},
-		{"R16", "dma-buf only", H, all(host("peermem.module", "absent"), host("dmabuf", "supported")), ""},
-		{"R16", "dma-buf disabled by NVSHMEM_IB_DISABLE_DMABUF", H, all(host("peermem.module", "absent"), host("dmabuf", "supported"), env("NVSHMEM_IB_DISABLE_DMABUF", "1")), "peer-memory/error"},
-		{"R16", "nv_peer_mem under memory_peers only", H, all(host("peermem.module", "absent"), host("peermem.memory-peers", "present")), ""},
 		{"R16", "IBGDA=false", H, all(env("NVSHMEM_IB_ENABLE_IBGDA", "false"), host("regkey.PeerMappingOverride", "0")), ""},
 		{"R16", "CPU NIC handler", P, env("NVSHMEM_IBGDA_NIC_HANDLER", "cpu"), ""},
-		{"R16", "CPU NIC handler, no regkeys", H, all(env("NVSHMEM_IBGDA_NIC_HANDLER", "cpu"), host("regkey.PeerMappingOverride", "0"), host("peermem.module", "absent")), ""},
+		{"R16", "CPU NIC handler, no regkeys", H, all(env("NVSHMEM_IBGDA_NIC_HANDLER", "cpu"), host("regkey.PeerMappingOverride", "0"), host("nvidia-param.EnableStreamMemOPs", "0")), ""},
 		{"R16", "host set up", H, nil, ""},
 
 		{"R17", "ibrc-dualport plan", P, ibrc, "plan/advice"},
@@ -396,7 +424,7 @@ func ruleTable() []ruleCase {
 		{"R17", "ibrc-dualport on a memory_peers node", H, ibrc, ""},
 		{"R17", "ibrc-dualport with dma-buf", H, all(ibrc, host("peermem.memory-peers", "absent"), host("dmabuf", "supported")), ""},
 		{"R17", "ibrc-dualport, dma-buf disabled", H, all(ibrc, host("peermem.memory-peers", "absent"), host("dmabuf", "supported"), env("NVSHMEM_IB_DISABLE_DMABUF", "y")), "nvidia-peermem-only/error"},
-		{"R17", "ibrc-dualport, no peer memory at all (R16's case)", H, all(ibrc, host("peermem.memory-peers", "absent"), host("peermem.module", "absent")), ""},
+		{"R17", "ibrc-dualport, no peer memory at all (R34's case)", H, all(ibrc, host("peermem.memory-peers", "absent"), host("peermem.module", "absent")), ""},
 		{"R17", "3.3.9 on an nvidia_peermem node", H, all(deepepAt(cB6ce310), nvshmemArchive("3.3.9")), ""},
 		{"R17", "3.2.5-1 unpatched, plan", P, all(ibrc, patches("nvshmem")), "plan/advice"},
 		{"R17", "3.2.5-1 with DeepEP's patch from c6051f3 on", P, all(ibrc, deepepAt(cA16af40), patches("nvshmem", "deepep-nvshmem")), ""},
@@ -468,6 +496,8 @@ func ruleTable() []ruleCase {
 		{"R26", "CUDA 13 with NVSHMEM 3.3.20", F, all(cuda("13.0"), deepepAt(cB6ce310), nvshmemArchive("3.3.20")), ""},
 		{"R26", "CUDA 12.9 with NVSHMEM 3.3.9", F, all(deepepAt(cB6ce310), nvshmemArchive("3.3.9")), ""},
 		{"R26", "CUDA 13 with NVSHMEM 3.5.19-1", F, cuda("13.0"), ""},
+		{"R26", "CUDA 13 with the 3.2.5 wheel", F, all(single, cuda("13.0"), nvshmemWheel("3.2.5"), pkg("nvshmem", "nvidia-nvshmem-cu13")), "/error"},
+		{"R26", "CUDA 13 with source 3.2.5-1 (R33's)", F, all(ibrc, cuda("13.0")), ""},
 
 		{"R27", "cu12 wheel, CUDA 13", F, all(single, cuda("13.0")), "cu12-wheel-cuda13/error"},
 		{"R27", "cu13 wheel, CUDA 12.9", F, all(single, pkg("nvshmem", "nvidia-nvshmem-cu13")), "cu13-wheel-cuda12/error"},
@@ -520,6 +550,56 @@ func ruleTable() []ruleCase {
 		{"R31", "auto-select for RoCE v1", H, all(env("NVSHMEM_IB_GID_INDEX", ""), env("NVSHMEM_IB_ROCE_VERSION_NUM", "1"), host("ib.roce-v2-ipv4-gid", "no")), ""},
 		{"R31", "InfiniBand", H, all(host("ib.link-layer", "InfiniBand"), host("ib.gid-type", "IB/RoCE v1"), host("ib.roce-v2-ipv4-gid", "no")), ""},
 		{"R31", "GID index 3 is RoCE v2, no IPv4 GID for auto-select", H, host("ib.roce-v2-ipv4-gid", "no"), ""},
+
+		{"R32", "VMM off, size unset, no buffer declared", P, vmmOff, "unset/error"},
+		{"R32", "VMM off, size unset, the low-latency buffer", P, all(vmmOff, runtime("buffer-bytes", llBuffer)), "too-small/error"},
+		{"R32", "VMM off, 1G, the low-latency buffer", P, all(vmmOff, env("NVSHMEM_SYMMETRIC_SIZE", "1G"), runtime("buffer-bytes", llBuffer)), "too-small/error"},
+		{"R32", "VMM off, 4G, an 8 GiB buffer", P, all(vmmOff, env("NVSHMEM_SYMMETRIC_SIZE", "4G"), runtime("buffer-bytes", "8589934592")), "too-small/error"},
+		{"R32", "VMM off, 4G, the low-latency buffer (gcp-b200)", P, all(vmmOff, env("NVSHMEM_SYMMETRIC_SIZE", "4G"), runtime("buffer-bytes", llBuffer)), ""},
+		{"R32", "VMM off, 4294967296 (measured), the low-latency buffer", P, all(vmmOff, env("NVSHMEM_SYMMETRIC_SIZE", "4294967296"), runtime("buffer-bytes", llBuffer)), ""},
+		{"R32", "VMM off, 4G, no buffer declared", P, all(vmmOff, env("NVSHMEM_SYMMETRIC_SIZE", "4G")), "undeclared/warn"},
+		{"R32", "VMM on, size unset, the low-latency buffer", P, runtime("buffer-bytes", llBuffer), ""},
+		{"R32", "VMM=0, size unset, no buffer", P, env("NVSHMEM_DISABLE_CUDA_VMM", "0"), ""},
+		{"R32", "VMM=false, size unset, the low-latency buffer", P, all(env("NVSHMEM_DISABLE_CUDA_VMM", "false"), runtime("buffer-bytes", llBuffer)), ""},
+		{"R32", "a size NVSHMEM cannot read", P, env("NVSHMEM_SYMMETRIC_SIZE", "four gigabytes"), "invalid/error"},
+		{"R32", "VMM off, a negative size", P, all(vmmOff, env("NVSHMEM_SYMMETRIC_SIZE", "-1G"), runtime("buffer-bytes", llBuffer)), "invalid/error,too-small/warn?"},
+		{"R32", "VMM off, 4GB (NVSHMEM ignores what follows the suffix)", P, all(vmmOff, env("NVSHMEM_SYMMETRIC_SIZE", "4GB"), runtime("buffer-bytes", llBuffer)), ""},
+		{"R32", "the job sets 2G on the node: just enough", H, all(vmmOff, env("NVSHMEM_SYMMETRIC_SIZE", "2G"), runtime("buffer-bytes", llBuffer)), ""},
+		{"R32", "the job turns VMM off on the node, the recipe's buffer", H, all(vmmOff, runtime("buffer-bytes", llBuffer)), "too-small/error"},
+
+		{"R33", "3.2.5-1 from an archive on CUDA 13 (ibrc-dualport)", F, all(ibrc, cuda("13.0")), "/error"},
+		{"R33", "3.2.5-1 from git on CUDA 13", F, all(ibrc, cuda("13.0"), nvshmemGit("3.2.5-1", "https://github.com/valgur/NVSHMEM-archive", "6d8ab15b5d355d8d5fa5e9664962784de412dd9d")), "/error"},
+		{"R33", "3.2.5-1 on CUDA 12.9", F, ibrc, ""},
+		{"R33", "3.3.9 from source on CUDA 13 (R26's)", F, all(cuda("13.0"), deepepAt(cB6ce310), nvshmemArchive("3.3.9")), ""},
+		{"R33", "the 3.2.5 wheel on CUDA 13", F, all(single, cuda("13.0"), nvshmemWheel("3.2.5")), ""},
+
+		{"R34", "IBGDA, no peer-memory module, no dma-buf", H, host("peermem.module", "absent"), "/error"},
+		{"R34", "IBGDA, dma-buf only", H, all(host("peermem.module", "absent"), host("dmabuf", "supported")), ""},
+		{"R34", "dma-buf disabled by NVSHMEM_IB_DISABLE_DMABUF", H, all(host("peermem.module", "absent"), host("dmabuf", "supported"), env("NVSHMEM_IB_DISABLE_DMABUF", "1")), "/error"},
+		{"R34", "nv_peer_mem under memory_peers only", H, all(host("peermem.module", "absent"), host("peermem.memory-peers", "present")), ""},
+		{"R34", "nvidia_peermem loaded", H, nil, ""},
+		{"R34", "InfiniBand, no peer memory", H, all(host("ib.link-layer", "InfiniBand"), host("peermem.module", "absent")), "/error"},
+		{"R34", "no RDMA device on the node", H, all(host("ib.link-layer", "none"), host("peermem.module", "absent")), ""},
+		{"R34", "built with IBGDA only, runtime env silent", H, all(env("NVSHMEM_IB_ENABLE_IBGDA", ""), option("NVSHMEM_IBRC_SUPPORT", "0"), host("peermem.module", "absent")), "/error"},
+		{"R34", "built with IBRC only (ibrc-dualport-like)", H, all(env("NVSHMEM_IB_ENABLE_IBGDA", ""), option("NVSHMEM_IBGDA_SUPPORT", "0"), host("peermem.module", "absent")), "/error"},
+		{"R34", "built with IB, runs ucx", H, all(env("NVSHMEM_IB_ENABLE_IBGDA", ""), env("NVSHMEM_REMOTE_TRANSPORT", "ucx"), host("peermem.module", "absent")), ""},
+		{"R34", "the wheel, IBRC named", H, all(single, env("NVSHMEM_REMOTE_TRANSPORT", "IBRC"), host("peermem.module", "absent")), "/error"},
+		{"R34", "the wheel, IBDEVX named", H, all(single, env("NVSHMEM_REMOTE_TRANSPORT", "ibdevx"), host("peermem.module", "absent")), "/error"},
+		{"R34", "the wheel, IBGDA switched on at run time", H, all(single, env("NVSHMEM_IB_ENABLE_IBGDA", "1"), host("peermem.module", "absent")), "/error"},
+		{"R34", "the wheel, nothing named (one node)", H, all(single, host("peermem.module", "absent")), ""},
+		{"R34", "efa: libfabric", H, all(efa, host("peermem.module", "absent")), ""},
+
+		{"R40", "NCCL 2.21.5-1 from git, CUDA 13.0", F, all(ncclLib, nccl("2.21.5-1")), "/error"},
+		{"R40", "NCCL 2.22.3-1 from git, CUDA 13.0", F, all(ncclLib, nccl("2.22.3-1")), "/error"},
+		{"R40", "NCCL 2.26.2-1 from git, CUDA 13.0: cudawrap.h still unversioned", F, all(ncclLib, nccl("2.26.2-1")), "/error"},
+		{"R40", "NCCL 2.27.3-1 from git, CUDA 13.0: versioned PFN types", F, all(ncclLib, nccl("2.27.3-1")), ""},
+		{"R40", "NCCL 2.28.3-1 from git, CUDA 13.0", F, all(ncclLib, nccl("2.28.3-1")), ""},
+		{"R40", "NCCL 2.21.5-1 from an archive, CUDA 13.0", F, all(ncclLib, nccl("2.21.5-1"), ncclFrom("archive")), "/error"},
+		{"R40", "NCCL 2.21.5-1 from git, CUDA 12.9", F, all(ncclLib, nccl("2.21.5-1"), cuda("12.9")), ""},
+		{"R40", "torch's NCCL 2.21.5 wheel, CUDA 13.0", F, all(ncclLib, nccl("2.21.5"), ncclFrom("python")), ""},
+		{"R40", "NCCL 2.21.5-1 from git, only nccl.h generated (gcp-a3-tcpx)", F, all(ncclGit, cuda("13.0"), nccl("2.21.5-1"),
+			ncclMake("sh", "-c", `make -C src BUILDDIR="$DESTDIR$PREFIX" "$DESTDIR$PREFIX/include/nccl.h"`)), ""},
+		{"R40", "NCCL 2.21.5-1 from git, CUDA 13.0, at plan stage", P, all(ncclLib, nccl("2.21.5-1")), ""},
 	}
 }
 
@@ -590,7 +670,7 @@ func TestRulesTable(t *testing.T) {
 		}
 	}
 	ids := rules.IDs()
-	for i := 1; i <= 31; i++ {
+	for _, i := range append(seq(1, 34), 40) {
 		if id := fmt.Sprintf("R%d", i); !slices.Contains(ids, id) {
 			t.Errorf("rules.yaml lacks %s", id)
 		}
@@ -608,6 +688,15 @@ func TestRulesTable(t *testing.T) {
 			}
 		}
 	}
+}
+
+// seq is lo, lo+1, ..., hi.
+func seq(lo, hi int) []int {
+	var out []int
+	for i := lo; i <= hi; i++ {
+		out = append(out, i)
+	}
+	return out
 }
 
 type memoAnswer struct {

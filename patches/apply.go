@@ -9,12 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"io/fs"
 	"os"
 	"path"
-	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
@@ -116,17 +115,15 @@ func Apply(ctx context.Context, root string, set *Set, up Upstream, opts Options
 	}
 	defer r.Close()
 
-	// Fetch and parse everything before the first apply: a bad pin or a
-	// refused path stops the set before any work.
-	pset, err := Prepare(ctx, set, up)
-	if err != nil {
-		return nil, err
-	}
-
+	// Each patch is fetched, checked against its pin and parsed as it is applied, one at a
+	// time: a patch set is never whole in memory. Nothing is written before every patch
+	// has applied, and a bad pin, a malformed patch or a refused path anywhere in the set
+	// is reported as such, before any conflict, as if all had been read first.
+	ps := &PreparedSet{set: set, up: up}
 	dirs := newDirs(r)
 	defer dirs.close()
 	st := &state{disk: newDisk(dirs), changes: map[string]*node{}}
-	res, st, err := pset.run(st, maxOffset, opts)
+	res, st, err := ps.run(ctx, st, maxOffset, opts)
 	if err != nil {
 		return res, err
 	}
@@ -145,16 +142,22 @@ func Apply(ctx context.Context, root string, set *Set, up Upstream, opts Options
 	return res, nil
 }
 
-// PreparedSet is a set with every patch fetched, checked against its pin and
-// parsed: ready to be applied, or tried on many trees (Check).
+// PreparedSet is a set ready to be applied. Prepare makes one that holds every patch
+// fetched, checked against its pin and parsed, to be tried on many trees (Check) at the
+// cost of the set in memory; Apply makes one that holds nothing and reads each patch as
+// it applies it. Both apply a patch the same way (applyStream).
 type PreparedSet struct {
-	set   *Set
-	preps []prepared
+	set *Set
+	up  Upstream
+	// held is every patch of set, parsed (Prepare); nil: each patch is fetched, checked
+	// and parsed as it is applied.
+	held []prepared
 }
 
-// Prepare fetches, checks and parses every patch of set, in order.
+// Prepare fetches, checks and parses every patch of set, in order, and keeps them: a bad
+// pin, a malformed patch or a refused path stops it before any tree is tried.
 func Prepare(ctx context.Context, set *Set, up Upstream) (*PreparedSet, error) {
-	ps := &PreparedSet{set: set, preps: make([]prepared, 0, len(set.Patches))}
+	ps := &PreparedSet{set: set, up: up, held: make([]prepared, 0, len(set.Patches))}
 	for _, p := range set.Patches {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("apply set %s: %w", set.Name, err)
@@ -163,19 +166,50 @@ func Prepare(ctx context.Context, set *Set, up Upstream) (*PreparedSet, error) {
 		if err != nil {
 			return nil, err
 		}
-		ps.preps = append(ps.preps, pp)
+		if p.Kind() != KindReplace {
+			if pp.msgs, err = pp.parse(); err != nil {
+				return nil, err
+			}
+		}
+		ps.held = append(ps.held, pp)
 	}
 	return ps, nil
 }
 
+// patch returns the i-th patch of the set, fetched and checked (held, or fetched now).
+func (ps *PreparedSet) patch(ctx context.Context, i int) (prepared, error) {
+	if ps.held != nil {
+		return ps.held[i], nil
+	}
+	return prepare(ctx, ps.set, ps.set.Patches[i], ps.up)
+}
+
 // run applies the patches in order to st, in memory, and returns the state
 // they leave. On a conflict or an unallowed already-applied patch it stops
-// there: the result says what each patch up to it did.
-func (ps *PreparedSet) run(st *state, maxOffset int, opts Options) (*SetResult, *state, error) {
+// there: the result says what each patch up to it did. A bad pin, a malformed
+// patch or a refused path anywhere in the set is reported before a conflict,
+// with no result.
+func (ps *PreparedSet) run(ctx context.Context, st *state, maxOffset int, opts Options) (*SetResult, *state, error) {
 	res := &SetResult{Set: ps.set.Name}
-	for _, pp := range ps.preps {
+	for i := range ps.set.Patches {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, fmt.Errorf("apply set %s: %w", ps.set.Name, err)
+		}
+		pp, err := ps.patch(ctx, i)
+		if err != nil {
+			return nil, nil, err
+		}
 		pr := PatchResult{Name: pp.patch.Name, Kind: pp.patch.Kind(), Digest: pp.digest}
-		next, files, err := pp.apply(st, maxOffset)
+		next, files, err := pp.apply(st, maxOffset, true)
+		var ie *inputError
+		if errors.As(err, &ie) {
+			return nil, nil, ie.err
+		}
+		if err != nil {
+			if err := ps.checkRest(ctx, i+1); err != nil {
+				return nil, nil, err
+			}
+		}
 		if err == nil {
 			st = next
 			pr.Files = files
@@ -210,51 +244,117 @@ func (ps *PreparedSet) run(st *state, maxOffset int, opts Options) (*SetResult, 
 	return res, st, nil
 }
 
-// prepared is a patch with its content fetched, checked and parsed.
+// checkRest reads, checks and parses the patches of the set from the from-th on, for the
+// first bad pin, malformed patch or refused path: a failure to apply an earlier patch is
+// reported only when there is none. A held set was checked whole by Prepare.
+func (ps *PreparedSet) checkRest(ctx context.Context, from int) error {
+	if ps.held != nil {
+		return nil
+	}
+	for _, p := range ps.set.Patches[from:] {
+		pp, err := prepare(ctx, ps.set, p, ps.up)
+		if err != nil {
+			return err
+		}
+		if p.Kind() == KindReplace {
+			continue // prepare checked it
+		}
+		var ie *inputError
+		if _, _, err := pp.apply(nil, 0, false); errors.As(err, &ie) {
+			return ie.err
+		}
+	}
+	return nil
+}
+
+// prepared is a patch with its content fetched: in memory, or a file of the set opened
+// as it is applied; and, when held, parsed.
 type prepared struct {
-	patch  Patch
-	data   []byte
-	digest string
-	msgs   [][]*gitdiff.File // nil for KindReplace
+	patch Patch
+	body
+	msgs [][]*gitdiff.File // the patch parsed (a held set); nil: parsed as it is applied
 }
 
 func prepare(ctx context.Context, set *Set, p Patch, up Upstream) (prepared, error) {
-	data, digest, err := set.content(ctx, p, up)
+	b, err := set.content(ctx, p, up)
 	if err != nil {
 		return prepared{}, err
 	}
-	pp := prepared{patch: p, data: data, digest: digest}
 	if p.Kind() == KindReplace {
 		if reason := unsafeReason(p.Replace.Target); reason != "" {
 			return prepared{}, &UnsafePathError{Patch: p.Name, Path: p.Replace.Target, Reason: reason}
 		}
-		return pp, nil
 	}
-	pp.msgs, err = parsePatch(p.Name, data)
-	if err != nil {
-		return prepared{}, err
-	}
-	return pp, nil
+	return prepared{patch: p, body: b}, nil
 }
 
-func (pp prepared) apply(st *state, maxOffset int) (*state, []FileResult, error) {
-	if pp.msgs == nil {
+// pieces returns what applyStream reads the patch from: its parsed messages when held,
+// else its text, cut as it is read. done, called after the last piece, says whether the
+// text matched its pin.
+func (pp prepared) pieces() (src pieceSource, done func() error, err error) {
+	if pp.msgs != nil {
+		return &parsedPieces{msgs: pp.msgs}, func() error { return nil }, nil
+	}
+	r, done, err := pp.reader()
+	if err != nil {
+		return nil, nil, err
+	}
+	return newChunker(r), done, nil
+}
+
+// apply applies the patch to st, reading it as it goes (with apply false, it only reads
+// and parses it). A bad pin, then an input error (see applyStream), comes back as an
+// *inputError.
+func (pp prepared) apply(st *state, maxOffset int, apply bool) (*state, []FileResult, error) {
+	if pp.patch.Kind() == KindReplace {
 		return pp.replace(st)
 	}
-	return applyMessages(st, pp.patch.Name, pp.msgs, maxOffset)
+	src, done, err := pp.pieces()
+	if err != nil {
+		return nil, nil, &inputError{err}
+	}
+	next, files, err := applyStream(st, pp.patch.Name, src, maxOffset, apply)
+	if derr := done(); derr != nil {
+		return nil, nil, &inputError{derr}
+	}
+	return next, files, err
+}
+
+// parse returns the patch parsed whole: held, or read and parsed now.
+func (pp prepared) parse() ([][]*gitdiff.File, error) {
+	if pp.msgs != nil {
+		return pp.msgs, nil
+	}
+	r, done, err := pp.reader()
+	if err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(r)
+	if derr := done(); derr != nil {
+		return nil, derr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("patch %s: read: %w", pp.patch.Name, err)
+	}
+	return parsePatch(pp.patch.Name, data)
 }
 
 // applied says whether the patch is already in the tree: its reverse applies cleanly.
 func (pp prepared) applied(st *state, maxOffset int) bool {
-	if pp.msgs == nil {
+	if pp.patch.Kind() == KindReplace {
 		n, err := lookup(st, pp.patch.Name, pp.patch.Replace.Target)
-		return err == nil && n.kind == regular && n.data == string(pp.data)
+		return err == nil && n.kind == regular && n.data == pp.data
 	}
-	rev := reversePatch(pp.msgs)
+	// The messages are undone last first: the whole patch is read.
+	msgs, err := pp.parse()
+	if err != nil {
+		return false
+	}
+	rev := reversePatch(msgs)
 	if rev == nil {
 		return false
 	}
-	_, _, err := applyMessages(st, pp.patch.Name, rev, maxOffset)
+	_, _, err = applyStream(st, pp.patch.Name, &parsedPieces{msgs: rev}, maxOffset, true)
 	return err == nil
 }
 
@@ -267,12 +367,12 @@ func (pp prepared) replace(st *state) (*state, []FileResult, error) {
 	if c := fileConflict(name, target, n); c != nil {
 		return nil, nil, c
 	}
-	if n.data == string(pp.data) {
+	if n.data == pp.data {
 		// Nothing would change: the replacement is already there.
 		return nil, nil, &ConflictError{Patch: name, File: target, Reason: "file already holds the replacement"}
 	}
 	next := st.fork()
-	next.changes[target] = &node{kind: regular, data: string(pp.data), perm: n.perm}
+	next.changes[target] = &node{kind: regular, data: pp.data, perm: n.perm}
 	return next, []FileResult{{Path: target, Op: OpReplace}}, nil
 }
 
@@ -314,99 +414,6 @@ type fileChange struct {
 	target string // the path written ("" for a delete)
 	fresh  bool   // target must not exist before (create, rename, copy)
 	node   *node
-}
-
-// applyMessages applies a patch's messages in order. Within one message, as in
-// git, every file diff reads the tree as it was before that message, so a
-// rename onto a path that the same message frees works.
-func applyMessages(st *state, patch string, msgs [][]*gitdiff.File, maxOffset int) (*state, []FileResult, error) {
-	var results []FileResult
-	cur := st
-	for _, files := range msgs {
-		changes, err := applyFiles(cur, patch, files, maxOffset)
-		if err != nil {
-			return nil, nil, err
-		}
-		freed := map[string]bool{}
-		for _, c := range changes {
-			if c.remove != "" {
-				freed[c.remove] = true
-			}
-		}
-		next := cur.fork()
-		for _, c := range changes {
-			if c.remove != "" {
-				next.changes[c.remove] = absentNode()
-			}
-		}
-		written := map[string]bool{}
-		for _, c := range changes {
-			if c.target == "" {
-				continue
-			}
-			if written[c.target] {
-				return nil, nil, &ConflictError{Patch: patch, File: c.target, Reason: "the patch writes this file twice"}
-			}
-			written[c.target] = true
-			if c.fresh {
-				if err := checkFresh(cur, next, patch, c.target, freed[c.target]); err != nil {
-					return nil, nil, err
-				}
-			}
-			next.changes[c.target] = c.node
-		}
-		for _, c := range changes {
-			results = append(results, c.result)
-		}
-		cur = next
-	}
-	return cur, results, nil
-}
-
-// applyFiles computes the file diffs of one message against st, several at
-// once: each reads only st, and reading the tree is most of the work. It
-// returns the error of the first file diff (in order) that fails.
-func applyFiles(st *state, patch string, files []*gitdiff.File, maxOffset int) ([]fileChange, error) {
-	changes := make([]fileChange, len(files))
-	workers := min(runtime.GOMAXPROCS(0), len(files), maxAppliers)
-	if workers <= 1 {
-		for i, f := range files {
-			c, err := applyFile(st, patch, f, maxOffset)
-			if err != nil {
-				return nil, err
-			}
-			changes[i] = c
-		}
-		return changes, nil
-	}
-	errs := make([]error, len(files))
-	var (
-		next   atomic.Int64
-		failed atomic.Int64 // the first failed file, as far as known
-		wg     sync.WaitGroup
-	)
-	failed.Store(int64(len(files)))
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(files) || int64(i) > failed.Load() {
-					return
-				}
-				changes[i], errs[i] = applyFile(st, patch, files[i], maxOffset)
-				if errs[i] != nil {
-					lowerTo(&failed, int64(i))
-				}
-			}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return changes, nil
 }
 
 // maxAppliers bounds the file diffs computed at once.

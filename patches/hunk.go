@@ -65,8 +65,20 @@ func splitLines(s string) (lines []string, starts []int) {
 // order and must not overlap.
 func applyFragments(src string, frags []*gitdiff.TextFragment, maxOffset int) (string, []HunkResult, *hunkFailure) {
 	lines, starts := splitLines(src)
+	// The result's size is known: one allocation, not a doubling one.
+	size := len(src)
+	for _, f := range frags {
+		for _, l := range f.Lines {
+			if l.Old() {
+				size -= len(l.Line)
+			}
+			if l.New() {
+				size += len(l.Line)
+			}
+		}
+	}
 	var out strings.Builder
-	out.Grow(len(src) + len(src)/8)
+	out.Grow(max(size, 0))
 	results := make([]HunkResult, 0, len(frags))
 	cursor := 0
 	old := make([]string, 0, 16)

@@ -1,6 +1,7 @@
 package patches
 
 import (
+	"context"
 	"fmt"
 	"path"
 	"sync"
@@ -49,7 +50,8 @@ func (ps *PreparedSet) Check(tree Tree, opts Options) (*SetResult, error) {
 	}
 	opts.CheckOnly = true
 	st := &state{disk: &memBase{tree: tree, nodes: map[string]*memEntry{}}, changes: map[string]*node{}}
-	res, _, err := ps.run(st, maxOffset, opts)
+	// A held set needs no context: every patch was fetched when it was prepared.
+	res, _, err := ps.run(context.Background(), st, maxOffset, opts)
 	return res, err
 }
 

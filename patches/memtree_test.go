@@ -93,3 +93,35 @@ func TestCheckInMemory(t *testing.T) {
 	}
 	same("directory gone", gone, Options{})
 }
+
+// TestPreparedSetHoldsItsPatches: Prepare reads and parses each patch once, so a set tried
+// on many trees never reads its files again; Apply reads each file as it applies it.
+func TestPreparedSetHoldsItsPatches(t *testing.T) {
+	f := newFixture(t)
+	base := f.commit("base", map[string][]byte{"a.txt": []byte(lines("a", 20))})
+	head := f.commit("one", map[string][]byte{"a.txt": []byte(strings.Replace(lines("a", 20), "a 5\n", "a five\n", 1))})
+	dir := t.TempDir()
+	writeSet(t, dir, []string{writeTemp(t, f.diff(base, head))})
+	c, err := LoadFS(os.DirFS(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := c.Get("bench")
+	ps, err := Prepare(context.Background(), s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "bench", "0001.patch")
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	for commit, want := range map[string]Status{base: StatusChecked, head: StatusAlreadyApplied} {
+		res, err := ps.Check(&dirTree{root: f.checkout(commit)}, Options{AllowApplied: true})
+		if err != nil || len(res.Patches) != 1 || res.Patches[0].Status != want {
+			t.Fatalf("check at %s after the file went: %+v, %v; want %s", commit, res, err, want)
+		}
+	}
+	if _, err := Apply(context.Background(), f.checkout(base), s, nil, Options{}); err == nil || !strings.Contains(err.Error(), "0001.patch") {
+		t.Fatalf("apply after the file went: %v, want an error naming 0001.patch", err)
+	}
+}

@@ -4,135 +4,49 @@ import (
 	"bytes"
 	"fmt"
 	"io/fs"
-	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
 )
 
-// splitMessages cuts an mbox series into its messages, each starting at a
-// line "From <40-hex> ". go-gitdiff parses a concatenated series without error
-// into one merged patch, which would apply a file's later commits against its
-// original text; each message must be parsed and applied on its own, in order.
-// Text that is not an mbox is one message.
-func splitMessages(data []byte) [][]byte {
-	starts := messageStarts(data)
-	if len(starts) <= 1 {
-		return [][]byte{data}
-	}
-	// Text before the first message would be lost silently; keep it with the
-	// first message, where the parser treats it as a preamble.
-	starts[0] = 0
-	msgs := make([][]byte, 0, len(starts))
-	for i, s := range starts {
-		end := len(data)
-		if i+1 < len(starts) {
-			end = starts[i+1]
+// parsePatch parses a whole patch into its messages' files, and refuses any
+// path epbuild will not write. (Apply parses a patch piece by piece as it
+// applies it, see applyStream; this is the whole patch at once, to undo it.)
+func parsePatch(name string, data []byte) ([][]*gitdiff.File, error) {
+	c := newChunker(bytes.NewReader(data))
+	var out [][]*gitdiff.File
+	var first error
+	firstMsg, total := 0, 0
+	for {
+		p, more, err := c.piece()
+		if err != nil {
+			return nil, fmt.Errorf("patch %s: read: %w", name, err)
 		}
-		msgs = append(msgs, data[s:end])
-	}
-	return msgs
-}
-
-// messageStarts finds the offsets of the lines "From <40-hex> ".
-func messageStarts(data []byte) []int {
-	var starts []int
-	for i := 0; i < len(data); {
-		j := bytes.Index(data[i:], []byte("From "))
-		if j < 0 {
+		if !more {
 			break
 		}
-		at := i + j
-		i = at + 5
-		if at > 0 && data[at-1] != '\n' {
-			continue
+		for len(out) <= p.msg {
+			out = append(out, nil)
 		}
-		if len(data) < at+5+41 || data[at+5+40] != ' ' {
-			continue
+		if first != nil {
+			continue // counting the messages, for the error
 		}
-		if isLowerHex(data[at+5 : at+5+40]) {
-			starts = append(starts, at)
-		}
-	}
-	return starts
-}
-
-func isLowerHex(b []byte) bool {
-	for _, c := range b {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-// parsePatch splits and parses a patch into its messages' files, and refuses
-// any path epbuild will not write.
-func parsePatch(name string, data []byte) ([][]*gitdiff.File, error) {
-	msgs := splitMessages(data)
-	parsed := parseMessages(msgs)
-	out := make([][]*gitdiff.File, 0, len(msgs))
-	total := 0
-	for i := range msgs {
-		files, err := parsed[i].files, parsed[i].err
+		files, err := parsePiece(name, p)
 		if err != nil {
-			if len(msgs) > 1 {
-				return nil, fmt.Errorf("patch %s: parse message %d of %d: %w", name, i+1, len(msgs), err)
-			}
-			return nil, fmt.Errorf("patch %s: parse: %w", name, err)
+			first, firstMsg = err, p.msg
+			continue
 		}
-		for _, f := range files {
-			if err := checkFile(name, f); err != nil {
-				return nil, err
-			}
-		}
+		out[p.msg] = append(out[p.msg], files...)
 		total += len(files)
-		out = append(out, files)
+	}
+	if first != nil {
+		return nil, messageError(name, firstMsg, len(out), first)
 	}
 	if total == 0 {
 		return nil, fmt.Errorf("patch %s: no file changes found (is it a diff?)", name)
 	}
 	return out, nil
 }
-
-// parsedMessage is one message parsed by go-gitdiff.
-type parsedMessage struct {
-	files []*gitdiff.File
-	err   error
-}
-
-// parseMessages parses the messages of a series, several at once.
-func parseMessages(msgs [][]byte) []parsedMessage {
-	out := make([]parsedMessage, len(msgs))
-	parse := func(i int) {
-		out[i].files, _, out[i].err = gitdiff.Parse(bytes.NewReader(msgs[i]))
-	}
-	workers := min(runtime.GOMAXPROCS(0), len(msgs), maxParsers)
-	if workers <= 1 {
-		for i := range msgs {
-			parse(i)
-		}
-		return out
-	}
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-	)
-	for range workers {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(msgs); i = int(next.Add(1) - 1) {
-				parse(i)
-			}
-		})
-	}
-	wg.Wait()
-	return out
-}
-
-// maxParsers bounds the messages parsed at once.
-const maxParsers = 8
 
 // checkFile refuses paths outside the tree, absolute, or inside .git, and file
 // types git can record but epbuild does not write (symlinks, submodules).

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"io/fs"
 	"net/url"
 	"path"
@@ -65,6 +67,9 @@ type Set struct {
 	// set, the directory itself for a local one (local is then true).
 	where string
 	local bool
+	// checked holds the patch files whose pins loading verified, as they were then: Apply
+	// reads them again but hashes only one that changed since (openOwnFile).
+	checked map[string]fileStamp
 }
 
 // Origin says where the set was read from: "embedded" for a set shipped in
@@ -379,15 +384,20 @@ func (s *Set) validatePatch(f *setFile, i int, p Patch) {
 		if !checkSHA(f, p.SHA256, "patches", i, "sha256") {
 			return
 		}
-		data, err := fs.ReadFile(s.fsys, p.File)
+		got, stamp, err := hashFile(s.fsys, p.File)
 		if err != nil {
 			f.at(fmt.Sprintf("read %s: %v", p.File, err), "patches", i, "file")
 			return
 		}
-		if got := sha256Hex(data); got != p.SHA256 {
+		if got != p.SHA256 {
 			f.at(fmt.Sprintf("%s has sha256 %s, pinned %s (pin the new sha256 only if you changed the patch yourself)",
 				joinShown(s.where, p.File), got, p.SHA256), "patches", i, "sha256")
+			return
 		}
+		if s.checked == nil {
+			s.checked = map[string]fileStamp{}
+		}
+		s.checked[p.File] = stamp
 	case KindUpstreamDiff:
 		d := p.UpstreamDiff
 		checkRepo(f, d.Repo, "patches", i, "upstream-diff", "repo")
@@ -461,19 +471,84 @@ func sha256Hex(b []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
-// readOwnFile reads a KindFile patch from the set directory and checks its pin.
-func (s *Set) readOwnFile(p Patch) ([]byte, error) {
+// openOwnFile opens a KindFile patch of the set directory for reading. The pin is
+// checked as it is read, when done is called after the last read; unless loading checked
+// it and the file has not changed since: a patch is hashed once a run.
+func (s *Set) openOwnFile(p Patch) (r io.Reader, done func() error, err error) {
 	if s.fsys == nil {
-		return nil, fmt.Errorf("patch %s: read %s: the set has no directory (load it with LoadFS)", p.Name, p.File)
+		return nil, nil, fmt.Errorf("patch %s: read %s: the set has no directory (load it with LoadFS)", p.Name, p.File)
 	}
-	data, err := fs.ReadFile(s.fsys, p.File)
+	f, err := s.fsys.Open(p.File)
 	if err != nil {
-		return nil, fmt.Errorf("patch %s: read %s: %w", p.Name, p.File, err)
+		return nil, nil, fmt.Errorf("patch %s: read %s: %w", p.Name, p.File, err)
 	}
-	if got := sha256Hex(data); got != p.SHA256 {
-		return nil, &PinError{Patch: p.Name, What: joinShown(s.where, p.File), Want: p.SHA256, Got: got}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("patch %s: read %s: %w", p.Name, p.File, err)
 	}
-	return data, nil
+	want, checked := s.checked[p.File]
+	pr := &pinReader{f: f, size: fi.Size()}
+	if !checked || want != stampOf(fi) {
+		pr.h = sha256.New()
+	}
+	done = func() error {
+		f.Close()
+		if pr.err != nil {
+			return fmt.Errorf("patch %s: read %s: %w", p.Name, p.File, pr.err)
+		}
+		if pr.h == nil && pr.n == pr.size {
+			return nil
+		}
+		if pr.h == nil {
+			return fmt.Errorf("patch %s: %s changed while being read (%d bytes, was %d); run again", p.Name, p.File, pr.n, pr.size)
+		}
+		if got := hex.EncodeToString(pr.h.Sum(nil)); got != p.SHA256 {
+			return &PinError{Patch: p.Name, What: joinShown(s.where, p.File), Want: p.SHA256, Got: got}
+		}
+		return nil
+	}
+	return pr, done, nil
+}
+
+// pinReader reads a patch file, hashing it on the way when h is set.
+type pinReader struct {
+	f    fs.File
+	h    hash.Hash
+	n    int64
+	size int64
+	err  error // a read error other than EOF
+}
+
+func (r *pinReader) Read(b []byte) (int, error) {
+	n, err := r.f.Read(b)
+	r.n += int64(n)
+	if r.h != nil {
+		r.h.Write(b[:n])
+	}
+	if err != nil && err != io.EOF {
+		r.err = err
+	}
+	return n, err
+}
+
+// hashFile hashes a file of fsys as it reads it and returns its sha256 and what the file
+// was when the read began.
+func hashFile(fsys fs.FS, name string) (string, fileStamp, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return "", fileStamp{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fileStamp{}, err
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fileStamp{}, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), stampOf(fi), nil
 }
 
 // joinShown joins a slash-separated path inside a set directory to the

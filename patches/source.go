@@ -3,6 +3,8 @@ package patches
 import (
 	"context"
 	"fmt"
+	"io"
+	"strings"
 )
 
 // Upstream serves upstream content by pin. The source layer implements it over
@@ -40,32 +42,44 @@ func short(c string) string {
 	return c
 }
 
-// content fetches the bytes a patch applies (the diff, or the replacement file)
-// and checks them against their pin. It returns them with their sha256.
-func (s *Set) content(ctx context.Context, p Patch, up Upstream) ([]byte, string, error) {
+// body is a patch's bytes, checked against their pin: in memory (upstream content, a
+// replacement file) or a file of the set, read as it is applied.
+type body struct {
+	digest string
+	data   string
+	open   func() (io.Reader, func() error, error) // a file of the set; nil: data
+}
+
+// reader reads the body; done, called after the last read, says whether it matched its
+// pin.
+func (b body) reader() (r io.Reader, done func() error, err error) {
+	if b.open != nil {
+		return b.open()
+	}
+	return strings.NewReader(b.data), func() error { return nil }, nil
+}
+
+// content fetches the bytes a patch applies (the diff, or the replacement file) and
+// checks them against their pin; a file of the set is checked as it is read.
+func (s *Set) content(ctx context.Context, p Patch, up Upstream) (body, error) {
 	kind := p.Kind()
 	if kind == KindFile {
-		data, err := s.readOwnFile(p)
-		if err != nil {
-			return nil, "", err
-		}
-		// readOwnFile checked that data hashes to the pin.
-		return data, p.SHA256, nil
+		return body{digest: p.SHA256, open: func() (io.Reader, func() error, error) { return s.openOwnFile(p) }}, nil
 	}
 	if up == nil {
-		return nil, "", fmt.Errorf("patch %s: %s needs an upstream source, and none was given", p.Name, kind)
+		return body{}, fmt.Errorf("patch %s: %s needs an upstream source, and none was given", p.Name, kind)
 	}
 	switch kind {
 	case KindUpstreamDiff:
 		d := *p.UpstreamDiff
 		data, err := up.Diff(ctx, d)
 		if err != nil {
-			return nil, "", fmt.Errorf("patch %s: diff %s %s..%s: %w", p.Name, d.Repo, short(d.Base), short(d.Head), err)
+			return body{}, fmt.Errorf("patch %s: diff %s %s..%s: %w", p.Name, d.Repo, short(d.Base), short(d.Head), err)
 		}
 		if len(data) == 0 {
-			return nil, "", fmt.Errorf("patch %s: diff %s %s..%s is empty", p.Name, d.Repo, short(d.Base), short(d.Head))
+			return body{}, fmt.Errorf("patch %s: diff %s %s..%s is empty", p.Name, d.Repo, short(d.Base), short(d.Head))
 		}
-		return data, sha256Hex(data), nil
+		return body{digest: sha256Hex(data), data: string(data)}, nil
 	case KindUpstreamFile, KindReplace:
 		var spec FileSpec
 		var want string
@@ -76,13 +90,13 @@ func (s *Set) content(ctx context.Context, p Patch, up Upstream) ([]byte, string
 		}
 		data, err := up.File(ctx, spec)
 		if err != nil {
-			return nil, "", fmt.Errorf("patch %s: fetch %s: %w", p.Name, spec, err)
+			return body{}, fmt.Errorf("patch %s: fetch %s: %w", p.Name, spec, err)
 		}
 		got := sha256Hex(data)
 		if got != want {
-			return nil, "", &PinError{Patch: p.Name, What: spec.String(), Want: want, Got: got}
+			return body{}, &PinError{Patch: p.Name, What: spec.String(), Want: want, Got: got}
 		}
-		return data, got, nil
+		return body{digest: got, data: string(data)}, nil
 	}
-	return nil, "", fmt.Errorf("patch %s: no source (give exactly one of file, upstream-diff, upstream-file, replace)", p.Name)
+	return body{}, fmt.Errorf("patch %s: no source (give exactly one of file, upstream-diff, upstream-file, replace)", p.Name)
 }

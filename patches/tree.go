@@ -3,6 +3,7 @@ package patches
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -116,14 +117,30 @@ func (d *disk) read(p string) (*node, error) {
 		d.dirs.saw(p, fi)
 		return &node{kind: directory}, nil
 	case fi.Mode().IsRegular():
-		data, err := h.ReadFile(name)
+		data, err := readString(h, name, fi.Size())
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", p, treePath(err, at, name))
 		}
-		return &node{kind: regular, data: string(data), perm: fi.Mode().Perm()}, nil
+		return &node{kind: regular, data: data, perm: fi.Mode().Perm()}, nil
 	default:
 		return &node{kind: special}, nil
 	}
+}
+
+// readString reads the file name of h, of about size bytes, into a string without a
+// second copy.
+func readString(h *os.Root, name string, size int64) (string, error) {
+	f, err := h.Open(name)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	var b strings.Builder
+	b.Grow(int(size))
+	if _, err := io.Copy(&b, f); err != nil {
+		return "", err
+	}
+	return b.String(), nil
 }
 
 // dirs keeps an open handle (an os.Root) on each directory of the tree that

@@ -27,10 +27,22 @@ type Recipe struct {
 	// use {{prefix}} (the install prefix) and {{component.prefix}} of a built component;
 	// LD_PRELOAD may only name files under those.
 	Env map[string]string `json:"env,omitempty"`
+	// Runtime says what a job of this recipe asks of each GPU, for the rules and the node
+	// checks that compare it with the runtime env and the node.
+	Runtime Runtime `json:"runtime,omitzero"`
 	// Matrix holds default CI matrix axes (component name → versions).
 	Matrix map[string][]string `json:"matrix,omitempty"`
 	// Notes are shown by `epbuild show`: caveats a user must know.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// Runtime is what a job asks of each GPU at run time.
+type Runtime struct {
+	// BufferBytes is the memory, in bytes, DeepEP's Buffer takes from NVSHMEM's symmetric
+	// heap on each GPU: num_rdma_bytes, which Buffer.get_low_latency_rdma_size_hint gives
+	// in low-latency mode. With CUDA VMM off the heap must hold it (R32), and each GPU
+	// must have it free (verify-install --host).
+	BufferBytes *uint64 `json:"buffer-bytes,omitempty" jsonschema:"minimum=1"`
 }
 
 // Toolchain lists requirements on the build host. Versions are vendor versions or
@@ -57,8 +69,16 @@ type Component struct {
 	Patches []string `json:"patches,omitempty"`
 	// Depends names components whose staged prefix this one builds against.
 	Depends []string `json:"depends,omitempty"`
-	Build   []Step   `json:"build,omitempty"`
-	Checks  []Check  `json:"checks,omitempty"`
+	// Build steps build the component from its pinned source. On a component taken from
+	// the Python environment (the NCCL torch ships) they build it instead when
+	// `--set C.version=V` names a release of the catalogue, which then pins the source.
+	Build  []Step  `json:"build,omitempty"`
+	Checks []Check `json:"checks,omitempty"`
+	// Preload lists files of the component's prefix that env.sh puts in LD_PRELOAD when the
+	// component is built here (lib/libnccl.so.2): torch finds its own NCCL through
+	// DT_RPATH, which LD_LIBRARY_PATH cannot override. Nothing when it comes from the Python
+	// environment.
+	Preload []string `json:"preload,omitempty"`
 }
 
 // Source is where a component comes from; exactly one field is set.
@@ -150,6 +170,10 @@ type Check struct {
 	// Libs: every library the ELF files need (DT_NEEDED, transitively) resolves inside the
 	// prefix through RUNPATH entries that stay inside it, or is a named system library.
 	Libs *LibsCheck `json:"libs,omitempty"`
+	// NCCLVersion: the NCCL libraries matching this glob (lib/libnccl.so.2) say the
+	// component's version through ncclGetVersion (called in a python3 process: no GPU
+	// needed), and so does the prefix's include/nccl.h where there is one.
+	NCCLVersion string `json:"nccl-version,omitempty"`
 }
 
 // LibsCheck says which libraries File may take from the host; everything else it needs

@@ -7,12 +7,12 @@ import (
 )
 
 // SetHelp lists the keys --set accepts, for the command line's help text.
-const SetHelp = `COMPONENT.version=V, COMPONENT.source=git|archive (the catalogue's pin of that kind),
+const SetHelp = `COMPONENT.version=V, COMPONENT.source=git|archive (the catalogue's pin of that kind) or python (keep the Python environment's),
 COMPONENT.commit=SHA, COMPONENT.ref=REF, COMPONENT.url=URL,
 COMPONENT.sha256=HEX, COMPONENT.strip=N, COMPONENT.package=NAME, COMPONENT.patches=a,b (empty: none),
 COMPONENT.options.KEY=V (every cmake step), COMPONENT.env.KEY=V (every build step),
 env.KEY=V (runtime env; empty value removes it), toolchain.cuda|torch|python|gcc|cmake=V,
-toolchain.arch=sm_90a,sm_100`
+toolchain.arch=sm_90a,sm_100, runtime.buffer-bytes=N (bytes; empty: undeclared)`
 
 // Apply applies --set overrides in order. Each is `key=value`; see SetHelp. The
 // overridden paths are remembered so that validation errors point at the flag.
@@ -46,6 +46,21 @@ func (d *Doc) apply1(s string) error {
 			r.Env[rest] = val
 		}
 		d.set["$.env."+rest] = s
+		return nil
+	case "runtime":
+		if rest != "buffer-bytes" {
+			return fmt.Errorf("unknown runtime key %q (buffer-bytes)", rest)
+		}
+		d.set["$.runtime."+rest] = s
+		if val == "" {
+			r.Runtime.BufferBytes = nil
+			return nil
+		}
+		n, err := strconv.ParseUint(val, 10, 64)
+		if err != nil {
+			return fmt.Errorf("runtime.buffer-bytes is a number of bytes (e.g. 2146961792), not %q", val)
+		}
+		r.Runtime.BufferBytes = &n
 		return nil
 	case "toolchain":
 		t := &r.Toolchain
@@ -137,11 +152,15 @@ func (d *Doc) apply1(s string) error {
 		c.Source.Archive.Strip, path = n, base+".source.archive.strip"
 	case "source":
 		// the switch itself needs the catalogue of releases: builder.ApplyCatalog
-		if val != "git" && val != "archive" {
-			return fmt.Errorf("source must be git or archive (the catalogue's pin of that kind for %s's version), not %q", c.Name, val)
-		}
-		if c.Source.Python != nil {
-			return fmt.Errorf("component %s comes from the Python environment; set %s.package instead", c.Name, c.Name)
+		switch {
+		case val == "python" && c.Source.Python == nil:
+			return fmt.Errorf("component %s has a %s source in recipe %s; source=python keeps a component the recipe takes from the Python environment there", c.Name, c.Source.Kind(), r.Name)
+		case val == "python":
+			// keeps it there, whatever version a --set names (matrix value bundled)
+		case val != "git" && val != "archive":
+			return fmt.Errorf("source must be git or archive (the catalogue's pin of that kind for %s's version), or python (the Python environment's, where the recipe takes it from there), not %q", c.Name, val)
+		case c.Source.Python != nil:
+			return fmt.Errorf("component %s comes from the Python environment; --set %s.version=V (a release of the catalogue) builds it from source where the recipe has build steps for it; or set %s.package", c.Name, c.Name, c.Name)
 		}
 		path = base + ".source"
 	case "package":

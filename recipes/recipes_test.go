@@ -134,6 +134,14 @@ func TestRecipeErrors(t *testing.T) {
 		{"set unknown component", goodRecipe, []string{"nccl.commit=919760f413fb834e76382d129ba9c3314ce722be"}, []string{"no component \"nccl\""}, 0, 0},
 		{"set no equals", goodRecipe, []string{"nvshmem.commit"}, []string{"KEY=VALUE"}, 0, 0},
 		{"set archive key on git", goodRecipe, []string{"nvshmem.sha256=00"}, []string{"not an archive"}, 0, 0},
+		{"buffer bytes", goodRecipe + "runtime:\n  buffer-bytes: 2146961792\n", nil, nil, 0, 0},
+		{"buffer bytes zero", goodRecipe + "runtime:\n  buffer-bytes: 0\n", nil, []string{"r.yaml:22:17", "at least 1"}, 22, 17},
+		{"buffer bytes with a suffix", goodRecipe + "runtime:\n  buffer-bytes: 2G\n", nil, []string{"r.yaml:22"}, 22, 0},
+		{"buffer bytes negative", goodRecipe + "runtime:\n  buffer-bytes: -1\n", nil, []string{"r.yaml:22"}, 22, 0},
+		{"unknown runtime key", goodRecipe + "runtime:\n  heap-bytes: 1\n", nil, []string{"unknown field \"heap-bytes\"", "r.yaml:22"}, 22, 0},
+		{"set buffer bytes with a suffix", goodRecipe, []string{"runtime.buffer-bytes=2G"}, []string{"--set runtime.buffer-bytes=2G", "number of bytes"}, 0, 0},
+		{"set buffer bytes zero", goodRecipe, []string{"runtime.buffer-bytes=0"}, []string{"--set runtime.buffer-bytes=0", "at least 1"}, 0, 0},
+		{"set another runtime key", goodRecipe, []string{"runtime.heap=1"}, []string{"unknown runtime key \"heap\""}, 0, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -184,6 +192,7 @@ func TestSetOverrides(t *testing.T) {
 		"env.NVSHMEM_IB_GID_INDEX=3",
 		"toolchain.arch=sm_90a,sm_100",
 		"deepep.patches=a,b",
+		"runtime.buffer-bytes=2146961792",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -200,8 +209,14 @@ func TestSetOverrides(t *testing.T) {
 	if strings.Join(r.Toolchain.Arch, " ") != "sm_90a sm_100" || strings.Join(dp.Patches, " ") != "a b" {
 		t.Errorf("lists not overridden: %v %v", r.Toolchain.Arch, dp.Patches)
 	}
+	if b := r.Runtime.BufferBytes; b == nil || *b != 2146961792 {
+		t.Errorf("runtime not overridden: %v", b)
+	}
 	if err := doc.Validate(nil); err != nil {
 		t.Fatal(err)
+	}
+	if err := doc.Apply([]string{"runtime.buffer-bytes="}); err != nil || doc.Recipe.Runtime.BufferBytes != nil {
+		t.Errorf("an empty value leaves the buffer undeclared: %v %v", err, doc.Recipe.Runtime.BufferBytes)
 	}
 }
 
@@ -254,5 +269,64 @@ func TestSetSourceKind(t *testing.T) {
 	}
 	if err := doc.Apply([]string{"nvshmem.source=git"}); err != nil {
 		t.Errorf("nvshmem.source=git: %v", err)
+	}
+}
+
+// A component from the Python environment may carry build steps only where the catalogue
+// knows releases to build (NCCL); preload names files of the prefix; source=python keeps
+// a Python-environment component there and is refused on any other.
+func TestPythonComponentWithSteps(t *testing.T) {
+	const body = `name: t
+cluster: test
+description: a test recipe
+components:
+  - name: NAME
+    source:
+      python: {package: nvidia-nccl-cu12}
+    build:
+      - command: {run: [make, -C, src, lib]}
+    preload: [PRELOAD]
+`
+	recipe := func(name, preload string) string {
+		return strings.NewReplacer("NAME", name, "PRELOAD", preload).Replace(body)
+	}
+	if err := loadAndValidate(t, recipe("nccl", "lib/libnccl.so.2")); err != nil {
+		t.Errorf("nccl from torch with steps to build a release: %v", err)
+	}
+	if err := loadAndValidate(t, recipe("fabric", "lib/libfabric.so.1")); err == nil || !strings.Contains(err.Error(), "has nothing to build") || !strings.Contains(err.Error(), "r.yaml:9:") {
+		t.Errorf("steps on a Python component the catalogue does not know: %v", err)
+	}
+	for _, bad := range []string{"/usr/lib/libnccl.so.2", "../x/libnccl.so.2", "lib/libnccl.so*", "lib/a b.so", "lib/a.so:lib/b.so"} {
+		if err := loadAndValidate(t, recipe("nccl", `"`+bad+`"`)); err == nil || !strings.Contains(err.Error(), "not a file of the component's prefix") {
+			t.Errorf("preload %q: %v", bad, err)
+		}
+	}
+	if err := loadAndValidate(t, recipe("nccl", "lib/libnccl.so.2"), "nccl.source=python"); err != nil {
+		t.Errorf("nccl.source=python: %v", err)
+	}
+	if err := loadAndValidate(t, goodRecipe, "nvshmem.source=python"); err == nil || !strings.Contains(err.Error(), "has a git source") {
+		t.Errorf("nvshmem.source=python on a git component: %v", err)
+	}
+}
+
+// ApplyPreloads preloads the files of a component built here, after the recipe's own
+// LD_PRELOAD; one taken from the Python environment preloads nothing.
+func TestApplyPreloads(t *testing.T) {
+	doc, err := NewLibrary().Load("gcp-b200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc.ApplyPreloads()
+	if got := doc.Recipe.Env["LD_PRELOAD"]; got != "{{nvshmem.prefix}}/lib/libnvshmem_host.so.3" {
+		t.Errorf("torch's NCCL: LD_PRELOAD %q", got)
+	}
+	c, _ := doc.Recipe.Component("nccl")
+	c.Source = Source{Git: &GitSource{URL: "https://github.com/NVIDIA/nccl", Commit: "f1308997d0420148b1be1c24d63f19d902ae589b"}}
+	doc.ApplyPreloads()
+	if got := doc.Recipe.Env["LD_PRELOAD"]; got != "{{nvshmem.prefix}}/lib/libnvshmem_host.so.3:{{nccl.prefix}}/lib/libnccl.so.2" {
+		t.Errorf("NCCL built here: LD_PRELOAD %q", got)
+	}
+	if err := doc.Validate(nil); err != nil {
+		t.Errorf("the preloaded env validates: %v", err)
 	}
 }

@@ -94,12 +94,15 @@ func (d *Doc) Validate(patchSets PatchSetLookup) error {
 		}
 		d.validateRuntimeEnv("$.env."+k, k, r.Env[k], installed, add)
 	}
+	if b := r.Runtime.BufferBytes; b != nil && *b == 0 {
+		add("$.runtime.buffer-bytes", "buffer-bytes is the bytes DeepEP's buffer takes on each GPU, at least 1 (leave it out when unknown)")
+	}
 	for _, comp := range slices.Sorted(maps.Keys(r.Matrix)) {
 		if _, ok := names[comp]; !ok {
 			add("$.matrix", "matrix axis %q names no component of this recipe", comp)
 		}
 		for j, v := range r.Matrix[comp] {
-			if _, err := compat.ParseVersion(v); err != nil {
+			if _, err := compat.ParseVersion(v); err != nil && v != compat.Bundled {
 				add(fmt.Sprintf("$.matrix.%s[%d]", comp, j), "%v", err)
 			}
 		}
@@ -180,8 +183,15 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 		}
 		deps[dep] = true
 	}
-	if c.Source.Python != nil && len(c.Build) > 0 {
-		add(p+".build", "component %s comes from the Python environment and has nothing to build", c.Name)
+	if c.Source.Python != nil && len(c.Build) > 0 && !catalogued(c.Name) {
+		// the steps of such a component build it when --set C.version=V of the catalogue
+		// switches it to source; with no release to switch to they would never run
+		add(p+".build", "component %s comes from the Python environment and has nothing to build (build steps there are for --set %s.version=V of a release the catalogue knows, and it knows none of %s)", c.Name, c.Name, c.Name)
+	}
+	for j, f := range c.Preload {
+		if strings.ContainsAny(f, "*?[{}: ") || !localPath(f, false) {
+			add(fmt.Sprintf("%s.preload[%d]", p, j), "preload %q is not a file of the component's prefix (a relative path that stays in it, like lib/libnccl.so.2; no glob, blank or ':')", f)
+		}
 	}
 	for j, s := range c.Build {
 		sp := fmt.Sprintf("%s.build[%d]", p, j)
@@ -303,6 +313,13 @@ func (d *Doc) validateSource(p, comp string, s Source, add func(string, string, 
 			}
 		}
 	}
+}
+
+// catalogued reports whether the catalogue of releases knows the component (a version
+// --set of it can pin a source).
+func catalogued(name string) bool {
+	cat, err := compat.LoadCatalog()
+	return err == nil && cat.Has(name)
 }
 
 // CheckRefName checks a git ref name by git check-ref-format's rules, so that a ref can
@@ -483,7 +500,7 @@ func (r *Recipe) Order() []string {
 // it below the kind ("" for the file kind, whose value is the pattern): every kind that
 // reads a file of the prefix names it in a File field.
 func checkFile(kind string, spec any) (pattern, field string) {
-	if s, ok := spec.(string); ok && kind == "file" {
+	if s, ok := spec.(string); ok && (kind == "file" || kind == "nccl-version") {
 		return s, ""
 	}
 	v := reflect.ValueOf(spec)

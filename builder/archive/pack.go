@@ -2,6 +2,7 @@ package archive
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -42,6 +44,31 @@ type PackOptions struct {
 	Level zstd.EncoderLevel
 	// Extra files are merged into the sorted order; missing parent directories are added.
 	Extra []File
+	// Late, if set, is a file made from the hashes of everything else packed (the
+	// manifest), merged into the sorted order like Extra.
+	Late *LateFile
+	// Mounts put more directories into the tree, each under its name at the top, as if
+	// they had been copied there: the package stage packs each component's staged prefix
+	// under the component's name without laying out a tree first.
+	Mounts []Mount
+}
+
+// Mount is a directory packed under Name, one path component.
+type Mount struct {
+	Name string
+	Dir  string
+}
+
+// LateFile is a generated file whose content depends on the other entries and their
+// hashes. Pack hashes the files that come after it in the archive first, on every core,
+// and asks for its content when the archive reaches it; the files before it are hashed in
+// the same read that compresses them.
+type LateFile struct {
+	Name string
+	Mode fs.FileMode
+	// Data returns the content from every other entry (sorted by path, hashed, without
+	// Prefix). It is called once, from another goroutine.
+	Data func(entries []Entry) ([]byte, error)
 }
 
 // PackReport describes what Pack wrote.
@@ -49,6 +76,7 @@ type PackReport struct {
 	Entries    []Entry // sorted by path, as in the archive, without Prefix
 	Bytes      int64   // regular file data, uncompressed
 	Compressed int64   // bytes written to w
+	SHA256     string  // of the bytes written to w, hashed as they were written
 }
 
 // classed gives an error a class for errors.Is while keeping its own message.
@@ -68,15 +96,25 @@ func classify(kind error, format string, args ...any) error {
 // item is an Entry plus where its bytes come from.
 type item struct {
 	Entry
-	src  string // file on disk; empty for directories, symlinks and extra files
-	data []byte // extra files only
+	src   string // file on disk; empty for directories, symlinks and extra files
+	data  []byte // extra files only
+	late  bool   // the LateFile: data comes when the archive reaches it
+	ahead bool   // hashed ahead of packing (it comes after the late file)
+	ident ident  // of src when it was hashed ahead
 }
 
-// Pack writes srcDir as a reproducible tar.zst to w: entries sorted by path in byte order,
-// directories included, owner 0:0 without names, one mtime, modes reduced to 0755/0644,
-// symlinks kept verbatim (absolute or escaping targets refused), and single-threaded zstd so
-// that the bytes do not depend on the machine. Each file's sha256 is computed in the same
-// read that feeds the archive.
+// Pack writes the tree at srcDir (empty: none) with opts.Mounts as a reproducible tar.zst
+// to w: entries sorted by path in byte order, directories included, owner 0:0 without
+// names, one mtime, modes reduced to 0755/0644, symlinks kept verbatim (absolute or
+// escaping targets refused). Each byte of the tree is
+// read once where it can be: a file's sha256 is computed in the read that feeds the
+// archive, a reader runs ahead of the compressor, and the sha256 of the output is computed
+// as it is written. (Files after opts.Late in the archive are hashed first and read again,
+// from the page cache, when the archive reaches them: see LateFile.)
+//
+// zstd runs one encoder, its block matching and its entropy coding on two goroutines; that
+// pipelining does not change the bytes, which depend on the level and the input alone, not
+// on the machine.
 func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*PackReport, error) {
 	prefix, err := cleanName(opts.Prefix)
 	if err != nil {
@@ -94,17 +132,15 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 		level = zstd.SpeedDefault
 	}
 
-	items, err := scanTree(ctx, srcDir, true)
-	if err != nil {
-		return nil, fmt.Errorf("pack %s: %w", srcDir, err)
-	}
-	items, err = mergeExtra(items, opts.Extra)
+	items, late, err := packItems(ctx, &srcDir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("pack %s: %w", srcDir, err)
 	}
 
-	cw := &countWriter{w: w}
-	zw, err := zstd.NewWriter(cw, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1))
+	// zstd writes each block (about 30 KB) as it is done: gather them into fewer writes.
+	bw := bufio.NewWriterSize(w, 1<<20)
+	cw := &countWriter{w: bw, h: sha256.New()}
+	zw, err := zstd.NewWriter(cw, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(zstdPipeline))
 	if err != nil {
 		return nil, fmt.Errorf("pack %s: start zstd encoder: %w", srcDir, err)
 	}
@@ -129,14 +165,18 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 		for i := range parts {
 			d := Entry{Type: TypeDir, Mode: 0o755}
 			if err := tw.WriteHeader(hdr(strings.Join(parts[:i+1], "/"), &d)); err != nil {
+				zw.Close()
 				return nil, fmt.Errorf("pack %s: write prefix %q: %w", srcDir, prefix, err)
 			}
 		}
 		prefix += "/"
 	}
 
-	rep := &PackReport{}
-	err = streamItems(ctx, items, func(i int) error {
+	s := &streamer{items: items, late: late}
+	if opts.Late != nil {
+		s.lateData = opts.Late.Data
+	}
+	err = s.run(ctx, func(i int) error {
 		return tw.WriteHeader(hdr(prefix+items[i].Path, &items[i].Entry))
 	}, func(b []byte) error {
 		_, err := tw.Write(b)
@@ -145,20 +185,73 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 	if err == nil {
 		err = tw.Close()
 	}
+	// Close stops the encoder's goroutines whatever happened.
+	if zerr := zw.Close(); err == nil {
+		err = zerr
+	}
 	if err == nil {
-		err = zw.Close()
+		err = bw.Flush()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pack %s: %w", srcDir, err)
 	}
-	rep.Entries = make([]Entry, len(items))
+	rep := &PackReport{Entries: make([]Entry, len(items)), Compressed: cw.n, SHA256: hex.EncodeToString(cw.h.Sum(nil))}
 	for i := range items {
 		rep.Entries[i] = items[i].Entry
 		rep.Bytes += items[i].Size
 	}
-	rep.Compressed = cw.n
 	return rep, nil
 }
+
+// packItems lists what Pack packs, sorted: the tree at *srcDir, the mounts, the extra
+// files and the late file, whose index it returns (-1: none). With no srcDir, it names the
+// mounts in *srcDir, for errors.
+func packItems(ctx context.Context, srcDir *string, opts PackOptions) ([]item, int, error) {
+	var items []item
+	var err error
+	if *srcDir == "" {
+		names := make([]string, len(opts.Mounts))
+		for i, m := range opts.Mounts {
+			names[i] = m.Dir
+		}
+		*srcDir = "(" + strings.Join(names, ", ") + ")"
+		items, err = scanMounts(ctx, nil, opts.Mounts)
+	} else {
+		items, err = scanTree(ctx, *srcDir)
+		if err == nil {
+			items, err = scanMounts(ctx, items, opts.Mounts)
+		}
+	}
+	if err == nil {
+		err = checkLinks(items)
+	}
+	if err != nil {
+		return nil, -1, err
+	}
+	extra := opts.Extra
+	if opts.Late != nil {
+		if opts.Late.Data == nil {
+			return nil, -1, fmt.Errorf("late file %q has no Data function", opts.Late.Name)
+		}
+		extra = append(slices.Clip(extra), File{Name: opts.Late.Name, Mode: opts.Late.Mode})
+	}
+	if items, err = mergeExtra(items, extra); err != nil {
+		return nil, -1, err
+	}
+	late := -1
+	if opts.Late != nil {
+		name, _ := cleanName(opts.Late.Name) // mergeExtra checked it
+		late = slices.IndexFunc(items, func(it item) bool { return it.Path == name && it.src == "" && it.Type == TypeFile })
+		items[late].late = true
+	}
+	return items, late, nil
+}
+
+// zstdPipeline is the zstd encoder's concurrency: with 2 it matches one block while it
+// entropy-codes and writes the one before, on a single encoder state, so the output is
+// the one a single goroutine makes (TestArtifactBytesUnchanged). More would not add to
+// that pipeline; the library's concurrent-blocks mode, which would, changes the bytes.
+const zstdPipeline = 2
 
 // PackFile packs srcDir into the file dest (the artifact, e.g. deepep-<hash>.tar.zst),
 // writing a temporary sibling that is synced and renamed into place only when complete, so a
@@ -198,20 +291,34 @@ func PackFile(ctx context.Context, srcDir, dest string, opts PackOptions) (*Pack
 
 type countWriter struct {
 	w io.Writer
+	h hash.Hash // of what was written; nil: none
 	n int64
 }
 
 func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
+	if c.h != nil {
+		c.h.Write(p[:n])
+	}
 	c.n += int64(n)
 	return n, err
 }
 
-// streamItems reads and hashes files in one goroutine while the caller's writer (tar+zstd,
-// the slow part) runs in this one, passing 1 MiB chunks through a small fixed pool of buffers.
-// It fills in each file's SHA256.
-func streamItems(ctx context.Context, items []item, header func(i int) error, data func([]byte) error) error {
-	const nbuf = 4
+// streamer feeds the items to the archive writer: one goroutine reads (and hashes) files
+// ahead of the writer, passing chunks through a fixed pool of buffers, while the caller's
+// writer (tar+zstd, the slow part) runs in the caller's goroutine. With a late file, the
+// files after it are hashed first on every core, so that its content can be made when the
+// archive reaches it.
+type streamer struct {
+	items    []item
+	late     int // index of the late file; -1: none
+	lateData func([]Entry) ([]byte, error)
+}
+
+// readAhead is how many chunks the reader may be ahead of the writer.
+const readAhead = 16
+
+func (s *streamer) run(ctx context.Context, header func(i int) error, data func([]byte) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type msg struct {
@@ -219,9 +326,9 @@ func streamItems(ctx context.Context, items []item, header func(i int) error, da
 		b   []byte // nil: start of item idx
 		err error
 	}
-	msgs := make(chan msg, nbuf)
-	free := make(chan []byte, nbuf)
-	for range nbuf {
+	msgs := make(chan msg, readAhead)
+	free := make(chan []byte, readAhead)
+	for range readAhead {
 		free <- make([]byte, copyBufSize)
 	}
 	send := func(m msg) bool {
@@ -232,29 +339,67 @@ func streamItems(ctx context.Context, items []item, header func(i int) error, da
 			return false
 		}
 	}
+	// Generated files are in memory: hash them now, so that those after the late file have
+	// their hashes when it is made.
+	for i := range s.items {
+		if it := &s.items[i]; it.Type == TypeFile && it.src == "" && !it.late {
+			sum := sha256.Sum256(it.data)
+			it.SHA256 = hex.EncodeToString(sum[:])
+		}
+	}
+	var ahead sync.WaitGroup
+	var aheadErr error
+	if s.late >= 0 {
+		ahead.Go(func() {
+			if aheadErr = s.hashAhead(ctx); aheadErr != nil {
+				cancel()
+			}
+		})
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		defer close(msgs)
 		h := sha256.New()
-		for i := range items {
-			it := &items[i]
+		for i := range s.items {
+			it := &s.items[i]
+			if i == s.late {
+				ahead.Wait()
+				if aheadErr != nil {
+					return
+				}
+				if err := s.makeLate(it); err != nil {
+					send(msg{idx: i, err: err})
+					return
+				}
+			}
 			if !send(msg{idx: i}) {
 				return
 			}
 			if it.Type != TypeFile {
 				continue
 			}
-			h.Reset()
 			if it.src == "" {
-				h.Write(it.data)
+				if it.late {
+					sum := sha256.Sum256(it.data)
+					it.SHA256 = hex.EncodeToString(sum[:])
+				}
 				if len(it.data) > 0 && !send(msg{idx: i, b: it.data}) {
 					return
 				}
-			} else if err := readFile(ctx, it, h, free, func(b []byte) bool { return send(msg{idx: i, b: b}) }); err != nil {
+				continue
+			}
+			var hh hash.Hash // nil for a file hashed ahead
+			if !it.ahead {
+				h.Reset()
+				hh = h
+			}
+			if err := readFile(ctx, it, hh, free, func(b []byte) bool { return send(msg{idx: i, b: b}) }); err != nil {
 				send(msg{idx: i, err: err})
 				return
 			}
-			it.SHA256 = hex.EncodeToString(h.Sum(nil))
+			if !it.ahead {
+				it.SHA256 = hex.EncodeToString(h.Sum(nil))
+			}
 		}
 	})
 	var err error
@@ -267,13 +412,13 @@ func streamItems(ctx context.Context, items []item, header func(i int) error, da
 			err = m.err
 		case m.b == nil:
 			if err = header(m.idx); err != nil {
-				err = fmt.Errorf("entry %q: write header: %w", items[m.idx].Path, err)
+				err = fmt.Errorf("entry %q: write header: %w", s.items[m.idx].Path, err)
 			}
 		default:
 			if err = data(m.b); err != nil {
-				err = fmt.Errorf("entry %q: write data: %w", items[m.idx].Path, err)
+				err = fmt.Errorf("entry %q: write data: %w", s.items[m.idx].Path, err)
 			}
-			if items[m.idx].src != "" {
+			if s.items[m.idx].src != "" {
 				free <- m.b[:cap(m.b)]
 			}
 		}
@@ -282,14 +427,109 @@ func streamItems(ctx context.Context, items []item, header func(i int) error, da
 		}
 	}
 	wg.Wait()
+	ahead.Wait()
+	if err == nil {
+		err = aheadErr
+	}
 	if err == nil {
 		err = ctx.Err()
 	}
 	return err
 }
 
-// readFile streams one file through h and emit, insisting that it still has the size the
-// scan saw: a file changing under Pack would otherwise give a tar that lies.
+// makeLate makes the late file's content from every other entry.
+func (s *streamer) makeLate(it *item) error {
+	entries := make([]Entry, 0, len(s.items)-1)
+	for j := range s.items {
+		if j != s.late {
+			entries = append(entries, s.items[j].Entry)
+		}
+	}
+	data, err := s.lateData(entries)
+	if err != nil {
+		return fmt.Errorf("entry %q: %w", it.Path, err)
+	}
+	it.data, it.Size = data, int64(len(data))
+	return nil
+}
+
+// hashAhead hashes the files after the late file on runtime.NumCPU() workers, recording
+// what each file was (ident) when its read began; readFile checks it again after its own
+// read, so that a file changed in between fails the pack instead of leaving a manifest that
+// lies.
+func (s *streamer) hashAhead(ctx context.Context) error {
+	var idx []int
+	for i := s.late + 1; i < len(s.items); i++ {
+		if s.items[i].Type == TypeFile && s.items[i].src != "" {
+			idx = append(idx, i)
+		}
+	}
+	return forEach(ctx, idx, func(i int, h hash.Hash, buf []byte) error {
+		it := &s.items[i]
+		f, err := os.Open(it.src)
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", it.Path, err)
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", it.Path, err)
+		}
+		sum, n, err := hashReader(ctx, f, h, buf)
+		if err != nil {
+			return fmt.Errorf("entry %q: read: %w", it.Path, err)
+		}
+		if n != it.Size || fi.Size() != it.Size {
+			return fmt.Errorf("entry %q: file changed while being packed (%d bytes, was %d); do not modify the tree during packing", it.Path, n, it.Size)
+		}
+		it.SHA256, it.ahead, it.ident = sum, true, identOf(fi)
+		return nil
+	})
+}
+
+// forEach runs f on every index of idx on runtime.NumCPU() workers, each with its own
+// hash and buffer, and returns the first error (the others stop at the next index).
+func forEach(ctx context.Context, idx []int, f func(i int, h hash.Hash, buf []byte) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next     atomic.Int64
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for range min(max(1, runtime.NumCPU()), max(1, len(idx))) {
+		wg.Go(func() {
+			buf := make([]byte, copyBufSize)
+			h := sha256.New()
+			for {
+				k := int(next.Add(1) - 1)
+				if k >= len(idx) || ctx.Err() != nil {
+					return
+				}
+				if err := f(idx[k], h, buf); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					cancel()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return firstErr
+}
+
+// readFile streams one file through h (nil: no hash) and emit, insisting that it still
+// has the size the scan saw, and, when it was hashed ahead, that it has not
+// changed since: a file changing under Pack would otherwise give a tar, or a manifest, that
+// lies.
 func readFile(ctx context.Context, it *item, h hash.Hash, free chan []byte, emit func([]byte) bool) error {
 	f, err := os.Open(it.src)
 	if err != nil {
@@ -311,7 +551,9 @@ func readFile(ctx context.Context, it *item, h hash.Hash, free chan []byte, emit
 			return fmt.Errorf("entry %q: file grew while being packed; do not modify the tree during packing", it.Path)
 		}
 		if n > 0 {
-			h.Write(buf[:n])
+			if h != nil {
+				h.Write(buf[:n])
+			}
 			if !emit(buf[:n]) {
 				return ctx.Err()
 			}
@@ -328,12 +570,75 @@ func readFile(ctx context.Context, it *item, h hash.Hash, free chan []byte, emit
 	if total != it.Size {
 		return fmt.Errorf("entry %q: file shrank while being packed (%d of %d bytes); do not modify the tree during packing", it.Path, total, it.Size)
 	}
+	if it.ahead {
+		fi, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", it.Path, err)
+		}
+		if identOf(fi) != it.ident {
+			return fmt.Errorf("entry %q: file changed while being packed; do not modify the tree during packing", it.Path)
+		}
+	}
 	return nil
 }
 
-// scanTree lists dir without following symlinks, sorted by path in byte order. With strict,
-// symlinks must be relative and stay inside dir even through other symlinks.
-func scanTree(ctx context.Context, dir string, strict bool) ([]item, error) {
+// scanTree lists dir without following symlinks, sorted by path in byte order. Symlink
+// targets are not judged here (see checkLinks).
+func scanTree(ctx context.Context, dir string) ([]item, error) {
+	items, err := listTree(ctx, dir, "")
+	if err != nil {
+		return nil, err
+	}
+	sortItems(items)
+	return items, nil
+}
+
+// scanMounts adds to items each mount's tree under its name, sorted by path.
+func scanMounts(ctx context.Context, items []item, mounts []Mount) ([]item, error) {
+	have := make(map[string]bool, len(items))
+	for _, it := range items {
+		if !strings.Contains(it.Path, "/") {
+			have[it.Path] = true
+		}
+	}
+	for _, m := range mounts {
+		if m.Name == "" || m.Name == "." || m.Name == ".." || strings.ContainsAny(m.Name, "/\x00") {
+			return nil, fmt.Errorf("mount %q: the name must be one path component", m.Name)
+		}
+		if have[m.Name] {
+			return nil, fmt.Errorf("mount %q (%s): the tree already has an entry there", m.Name, m.Dir)
+		}
+		have[m.Name] = true
+		sub, err := listTree(ctx, m.Dir, m.Name+"/")
+		if err != nil {
+			return nil, fmt.Errorf("mount %q: %s: %w", m.Name, m.Dir, err)
+		}
+		items = append(items, item{Entry: Entry{Path: m.Name, Type: TypeDir, Mode: 0o755}})
+		items = append(items, sub...)
+	}
+	sortItems(items)
+	return items, nil
+}
+
+func sortItems(items []item) {
+	slices.SortFunc(items, func(a, b item) int { return strings.Compare(a.Path, b.Path) })
+}
+
+// checkLinks refuses symlinks that are absolute or lead outside the tree, even through
+// other symlinks (items sorted).
+func checkLinks(items []item) error {
+	for _, it := range items {
+		if it.Type == TypeSymlink {
+			if err := checkLinkTarget(it.Path, it.Target); err != nil {
+				return classify(ErrUnsafe, "entry %q: %w; make the link relative and inside the tree", it.Path, err)
+			}
+		}
+	}
+	return checkChains(items)
+}
+
+// listTree lists dir without following symlinks, each path with prefix in front, unsorted.
+func listTree(ctx context.Context, dir, prefix string) ([]item, error) {
 	root, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return nil, err
@@ -358,7 +663,7 @@ func scanTree(ctx context.Context, dir string, strict bool) ([]item, error) {
 		if err != nil {
 			return err
 		}
-		rel = filepath.ToSlash(rel)
+		rel = prefix + filepath.ToSlash(rel)
 		info, err := d.Info()
 		if err != nil {
 			return err
@@ -374,11 +679,6 @@ func scanTree(ctx context.Context, dir string, strict bool) ([]item, error) {
 			if it.Target, err = os.Readlink(p); err != nil {
 				return err
 			}
-			if strict {
-				if err := checkLinkTarget(rel, it.Target); err != nil {
-					return classify(ErrUnsafe, "entry %q: %w; make the link relative and inside the tree", rel, err)
-				}
-			}
 		default:
 			return classify(ErrUnsupported, "entry %q: %s: only regular files, directories and symlinks can be packed; remove it from the tree", rel, typeName(t))
 		}
@@ -388,12 +688,6 @@ func scanTree(ctx context.Context, dir string, strict bool) ([]item, error) {
 	})
 	if err != nil {
 		return nil, err
-	}
-	slices.SortFunc(items, func(a, b item) int { return strings.Compare(a.Path, b.Path) })
-	if strict {
-		if err := checkChains(items); err != nil {
-			return nil, err
-		}
 	}
 	return items, nil
 }
@@ -476,63 +770,30 @@ func mergeExtra(items []item, extra []File) ([]item, error) {
 // symlink targets, sorted the same way), hashing files on runtime.NumCPU() workers. Symlink
 // targets are reported, not judged: this is for verifying what is there.
 func HashTree(ctx context.Context, dir string) ([]Entry, error) {
-	items, err := scanTree(ctx, dir, false)
+	items, err := scanTree(ctx, dir)
 	if err != nil {
 		return nil, fmt.Errorf("hash tree %s: %w", dir, err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	jobs := make(chan int)
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	fail := func(err error) {
-		mu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		mu.Unlock()
-		cancel()
-	}
-	for range max(1, runtime.NumCPU()) {
-		wg.Go(func() {
-			buf := make([]byte, copyBufSize)
-			h := sha256.New()
-			for i := range jobs {
-				it := &items[i]
-				sum, n, err := HashFile(ctx, it.src, h, buf)
-				if err != nil {
-					fail(fmt.Errorf("entry %q: %w", it.Path, err))
-					continue
-				}
-				if n != it.Size {
-					fail(fmt.Errorf("entry %q: changed while being hashed (%d bytes, was %d)", it.Path, n, it.Size))
-					continue
-				}
-				it.SHA256 = sum
-			}
-		})
-	}
-feed:
+	var idx []int
 	for i := range items {
-		if items[i].Type != TypeFile {
-			continue
-		}
-		select {
-		case jobs <- i:
-		case <-ctx.Done():
-			break feed
+		if items[i].Type == TypeFile {
+			idx = append(idx, i)
 		}
 	}
-	close(jobs)
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
-	}
-	if firstErr != nil {
-		return nil, fmt.Errorf("hash tree %s: %w", dir, firstErr)
+	err = forEach(ctx, idx, func(i int, h hash.Hash, buf []byte) error {
+		it := &items[i]
+		sum, n, err := HashFile(ctx, it.src, h, buf)
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", it.Path, err)
+		}
+		if n != it.Size {
+			return fmt.Errorf("entry %q: changed while being hashed (%d bytes, was %d)", it.Path, n, it.Size)
+		}
+		it.SHA256 = sum
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hash tree %s: %w", dir, err)
 	}
 	out := make([]Entry, len(items))
 	for i := range items {
@@ -549,13 +810,18 @@ func HashFile(ctx context.Context, name string, h hash.Hash, buf []byte) (string
 		return "", 0, err
 	}
 	defer f.Close()
+	return hashReader(ctx, f, h, buf)
+}
+
+// hashReader streams r through h (reset first) with buf, checking ctx between chunks.
+func hashReader(ctx context.Context, r io.Reader, h hash.Hash, buf []byte) (string, int64, error) {
 	h.Reset()
 	var n int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return "", n, err
 		}
-		m, err := f.Read(buf)
+		m, err := r.Read(buf)
 		h.Write(buf[:m])
 		n += int64(m)
 		if err == io.EOF {

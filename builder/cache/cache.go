@@ -44,10 +44,6 @@ const (
 	tmpDir     = "tmp"
 )
 
-// staleTemp is how old a leftover under tmp/ must be before GC removes it: older than any
-// fetch that could still be writing it.
-const staleTemp = 24 * time.Hour
-
 // DefaultDir is $EPBUILD_CACHE, else $XDG_CACHE_HOME/epbuild, else ~/.cache/epbuild.
 func DefaultDir() (string, error) {
 	if d := os.Getenv("EPBUILD_CACHE"); d != "" {
@@ -159,7 +155,7 @@ func (c *Cache) Lock(ctx context.Context, kind Kind, key string) (unlock func(),
 	if err := CheckKey(kind, key); err != nil {
 		return nil, err
 	}
-	p := filepath.Join(c.dir, lockDir, string(kind)+"-"+url.PathEscape(key)+".lock")
+	p := filepath.Join(c.dir, lockDir, LockFile(kind, key))
 	l := flock.New(p)
 	// Lock() cannot be cancelled; poll TryLock so that ctx can end the wait.
 	ok, err := l.TryLockContext(ctx, 20*time.Millisecond)
@@ -174,6 +170,28 @@ func (c *Cache) Lock(ctx context.Context, kind Kind, key string) (unlock func(),
 		return nil, err
 	}
 	return func() { l.Unlock() }, nil
+}
+
+// TempOwner names the entry whose lock guards the temp file or directory name under
+// tmp/ (one TempDir or CreateTemp made), or reports false for another name.
+func TempOwner(name string) (Kind, string, bool) {
+	esc, _, ok := strings.Cut(name, "#")
+	if !ok {
+		return "", "", false
+	}
+	for _, k := range []Kind{KindGit, KindArchive} {
+		if e, ok := strings.CutPrefix(esc, string(k)+"-"); ok {
+			if key, err := url.PathUnescape(e); err == nil && CheckKey(k, key) == nil {
+				return k, key, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// LockFile is the name, under the cache's locks/, of the lock of kind/key.
+func LockFile(kind Kind, key string) string {
+	return string(kind) + "-" + url.PathEscape(key) + ".lock"
 }
 
 func (c *Cache) removeTemps(prefix string) error {
@@ -343,8 +361,9 @@ func UnusedFor(d time.Duration, now time.Time) func(Entry) bool {
 }
 
 // GC removes every entry for which keep returns false, skipping entries that another
-// process holds locked (they are in use), and leftovers under tmp/ older than a day. It
-// returns the removed entries.
+// process holds locked (they are in use). It returns the removed entries. Leftovers
+// under tmp/ are the caller's to sweep (TempOwner names their lock): tmp/ is shared
+// with the stage store.
 func (c *Cache) GC(ctx context.Context, keep func(Entry) bool) ([]Entry, error) {
 	es, err := c.List()
 	if err != nil {
@@ -362,9 +381,6 @@ func (c *Cache) GC(ctx context.Context, keep func(Entry) bool) ([]Entry, error) 
 		if ok {
 			removed = append(removed, e)
 		}
-	}
-	if err := c.sweepTemp(time.Now().Add(-staleTemp)); err != nil {
-		return removed, err
 	}
 	return removed, nil
 }
@@ -393,21 +409,4 @@ func (c *Cache) remove(ctx context.Context, e Entry) (bool, error) {
 		return false, fmt.Errorf("gc: remove %s: %w", gone, err)
 	}
 	return true, nil
-}
-
-func (c *Cache) sweepTemp(before time.Time) error {
-	des, err := os.ReadDir(filepath.Join(c.dir, tmpDir))
-	if err != nil {
-		return fmt.Errorf("gc: %w", err)
-	}
-	for _, d := range des {
-		fi, err := d.Info()
-		if err != nil || fi.ModTime().After(before) {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(c.dir, tmpDir, d.Name())); err != nil {
-			return fmt.Errorf("gc: %w", err)
-		}
-	}
-	return nil
 }

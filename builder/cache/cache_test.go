@@ -199,8 +199,6 @@ func TestListTouchGC(t *testing.T) {
 	held, _ := Open(c.Dir())
 	unlock, _ := held.Lock(ctx, KindGit, "github.com/deepseek-ai/DeepEP.git")
 	os.Chtimes(c.metaPath(KindGit, "github.com/deepseek-ai/DeepEP.git"), old, old)
-	leftover, _ := os.MkdirTemp(filepath.Join(c.Dir(), "tmp"), "stale")
-	os.Chtimes(leftover, old, old)
 	removed, err := c.GC(ctx, UnusedFor(24*time.Hour, time.Now()))
 	unlock()
 	if err != nil {
@@ -212,11 +210,47 @@ func TestListTouchGC(t *testing.T) {
 	if _, err := os.Stat(c.GitDir("github.com/NVIDIA/nvshmem.git")); err == nil {
 		t.Errorf("GC left the repository")
 	}
-	if _, err := os.Stat(leftover); err == nil {
-		t.Errorf("GC left a stale temp dir")
-	}
 	es, _ = c.List()
 	if len(es) != 3 {
 		t.Errorf("after GC: %+v", es)
+	}
+}
+
+// TempOwner names the entry whose lock guards each temp TempDir and CreateTemp make, and
+// nothing for other names; LockFile is the lock Lock takes.
+func TestTempOwner(t *testing.T) {
+	c, _ := Open(t.TempDir())
+	gk := "github.com/deepseek-ai/DeepEP.git"
+	d, err := c.TempDir(KindGit, gk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.CreateTemp(KindArchive, sumA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for _, tc := range []struct {
+		name string
+		kind Kind
+		key  string
+	}{{filepath.Base(d), KindGit, gk}, {filepath.Base(f.Name()), KindArchive, sumA}} {
+		k, key, ok := TempOwner(tc.name)
+		if !ok || k != tc.kind || key != tc.key {
+			t.Errorf("TempOwner(%q) = %s %q %v, want %s %q", tc.name, k, key, ok, tc.kind, tc.key)
+		}
+	}
+	for _, name := range []string{"build-0123456789ab-1", "gc-git-1", "git-..%2Fx#1", "work-abc"} {
+		if k, key, ok := TempOwner(name); ok {
+			t.Errorf("TempOwner(%q) = %s %q, want none", name, k, key)
+		}
+	}
+	unlock, err := c.Lock(context.Background(), KindGit, gk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	if _, err := os.Stat(filepath.Join(c.Dir(), "locks", LockFile(KindGit, gk))); err != nil {
+		t.Errorf("Lock does not take the lock LockFile names: %v", err)
 	}
 }

@@ -11,11 +11,11 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/charmbracelet/log"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/benchcmp"
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/recipes"
@@ -23,19 +23,17 @@ import (
 
 // TestCompareDrift measures drift against a shell loop of `git apply --check`
 // (each commit read into a scratch index, no checkout) over the same commits
-// with the same patch, in the same run. With EPBUILD_TEST_MIRROR holding
-// DeepEP it is PR #466 (gcp-b200) over every commit of DeepEP main; without,
-// a generated history of as many commits.
+// with the same patch, the two run alternately (benchcmp). With
+// EPBUILD_BENCH_MIRROR holding DeepEP it is PR #466 (gcp-b200) over every
+// commit of DeepEP main; without, a generated history of as many commits.
 func TestCompareDrift(t *testing.T) {
-	if os.Getenv("EPBUILD_BENCH") == "" {
-		t.Skip("set EPBUILD_BENCH=1 to measure")
-	}
+	benchcmp.Skip(t)
 	ctx := context.Background()
 	var (
 		name, recipe, mirror, rev string
 		lib                       = recipes.NewLibrary()
 	)
-	if m := os.Getenv("EPBUILD_TEST_MIRROR"); m != "" && dirExists(filepath.Join(m, "github.com", "deepseek-ai", "DeepEP.git")) {
+	if m := benchcmp.Mirror(); m != "" && dirExists(filepath.Join(m, "github.com", "deepseek-ai", "DeepEP.git")) {
 		name, recipe, mirror, rev = "drift", "gcp-b200", m, "main"
 	} else {
 		h := syntheticHistory(t, 251)
@@ -92,35 +90,23 @@ func TestCompareDrift(t *testing.T) {
 	if err := os.WriteFile(list, []byte(strings.Join(commits, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	loop := `while read c; do
-  GIT_INDEX_FILE="$S/index" git --git-dir="$G" read-tree "$c"
-  GIT_INDEX_FILE="$S/index" git --git-dir="$G" apply --cached --check "$S/set.patch" 2>/dev/null
-done < "$S/commits"; true`
+	// $1: the repository, $2: the scratch directory; a patch that does not apply is an
+	// answer, not a failure of the loop
+	loop := `export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_INDEX_FILE="$2/index"
+while read c; do
+  git --git-dir="$1" read-tree "$c"
+  git --git-dir="$1" apply --cached --check "$2/set.patch" 2>/dev/null || true
+done < "$2/commits"`
 
-	const runs = 3
-	var ours, theirs time.Duration
-	for i := range runs {
-		start := time.Now()
-		if _, err := Run(ctx, plan, src, opts); err != nil {
-			t.Fatal(err)
-		}
-		if d := time.Since(start); i == 0 || d < ours {
-			ours = d
-		}
-		cmd := exec.Command("sh", "-c", loop)
-		cmd.Env = append(os.Environ(), "G="+gitDir, "S="+scratch, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
-		var errb bytes.Buffer
-		cmd.Stderr = &errb
-		start = time.Now()
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("git loop: %v\n%s", err, errb.String())
-		}
-		if d := time.Since(start); i == 0 || d < theirs {
-			theirs = d
-		}
+	ours := func(tb testing.TB) benchcmp.Sample {
+		return benchcmp.Time(tb, func() error {
+			_, err := Run(ctx, plan, src, opts)
+			return err
+		})
 	}
-	fmt.Printf("BENCH %s ratio=%.3f epbuild_s=%.3f anchor_s=%.3f commits=%d sets=%d threads=%d\n",
-		name, ours.Seconds()/theirs.Seconds(), ours.Seconds(), theirs.Seconds(), len(commits), len(tab.Sets), runtime.GOMAXPROCS(0))
+	anchor := func(tb testing.TB) benchcmp.Sample { return benchcmp.Shell(tb, scratch, loop, gitDir, scratch) }
+	benchcmp.Compare(t, benchcmp.Rounds(5), ours, anchor).Print(name,
+		fmt.Sprintf("commits=%d", len(commits)), fmt.Sprintf("sets=%d", len(tab.Sets)), fmt.Sprintf("threads=%d", runtime.GOMAXPROCS(0)))
 }
 
 func dirExists(p string) bool {

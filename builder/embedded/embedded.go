@@ -1,8 +1,8 @@
 // Package embedded holds source code of our own that recipes build as components, and
 // lays it out as a mirror of git repositories served at https://epbuild.invalid/<group>/<name>:
 // the demo recipe's library and Python package (group demo) and the tools that recipes
-// ship beside what they build, such as the NCCL net plugin transfer benchmark (group
-// tools). A recipe pins each repository by the commit this package makes, so these
+// ship beside what they build, such as the NCCL net plugin transfer benchmark and the
+// NVSHMEM smoke test (group tools). A recipe pins each repository by the commit this package makes, so these
 // sources go through every stage (fetch, patch, build, check, package) like upstream
 // code, on any machine, with no network.
 package embedded
@@ -48,6 +48,7 @@ func Repos() []Repo {
 		{Group: "demo", Name: "libdemo", Version: "1.0.0"},
 		{Group: "demo", Name: "pydemo", Version: "1.0.0"},
 		{Group: "tools", Name: "netbench", Version: "0.1.0"},
+		{Group: "tools", Name: "nvshmem-smoke", Version: "0.1.0"},
 	}
 }
 

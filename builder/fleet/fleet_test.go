@@ -191,10 +191,10 @@ func TestFleetNamesTheOddNodes(t *testing.T) {
 	if rep.OK() {
 		t.Error("a fleet with two odd nodes is OK")
 	}
-	// the demo plan sets no NVSHMEM_IB_GID_INDEX: index 0 is RoCE v1 on every node, which
-	// is no difference, but is listed with the index that works
-	i := slices.IndexFunc(rep.FailEverywhere, func(f FleetFailure) bool { return f.ID == "host.roce.gid-type" })
-	if i < 0 || !strings.Contains(rep.FailEverywhere[i].Fix, "NVSHMEM_IB_GID_INDEX=3") || len(rep.Failing) != 5 {
+	// every node's locked-memory limit is too low for RDMA: no difference, but listed with
+	// its fix
+	i := slices.IndexFunc(rep.FailEverywhere, func(f FleetFailure) bool { return f.ID == "host.memlock" })
+	if i < 0 || !strings.Contains(rep.FailEverywhere[i].Fix, "ulimit -l unlimited") || len(rep.Failing) != 5 {
 		t.Errorf("fail everywhere %+v, failing %v", rep.FailEverywhere, rep.Failing)
 	}
 }

@@ -61,14 +61,15 @@ func (w sysWriter) pci(devPath, vendor, class string, numa int, driver string) {
 }
 
 // writeNode writes a RoCE node: GPU i and NIC nicName(i) under PCIe switch i, RoCE v2
-// with an IPv4-mapped GID at index 3, the driver loaded, memlock unlimited.
+// with an IPv4-mapped GID at index 3, the driver loaded, memlock at the 8 MiB a
+// distribution's default login gives (too little for RDMA: every node fails it alike).
 func writeNode(t *testing.T, nicName func(i int) string) string {
 	w := sysWriter{t: t, root: t.TempDir()}
 	w.write("/proc/driver/nvidia/params", "EnableStreamMemOPs: 1\nRegistryDwords: \"PeerMappingOverride=1;\"\n")
 	w.write("/sys/module/nvidia/initstate", "live\n")
 	w.write("/sys/module/nvidia_peermem/initstate", "live\n")
 	w.write("/proc/4242/limits", fmt.Sprintf("%-25s %-20s %-20s %-10s\n%-25s %-20s %-20s %-10s\n",
-		"Limit", "Soft Limit", "Hard Limit", "Units", "Max locked memory", "unlimited", "unlimited", "bytes"))
+		"Limit", "Soft Limit", "Hard Limit", "Units", "Max locked memory", "8388608", "8388608", "bytes"))
 	w.link("/proc/self", "/proc/4242")
 	w.pci("pci0000:00/0000:00:00.0", "0x8086", "0x060000", 0, "")
 	for i := range 4 {

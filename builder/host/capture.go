@@ -25,10 +25,10 @@ const maxCaptureFile = 1 << 20
 // empty regular files, since recreating them needs privilege. Extract the archive into a
 // directory (tar --zstd -xf, or ExtractCapture) and pass it as the sysroot.
 func Capture(ctx context.Context, sys Sysroot, cfg Config, w io.Writer) error {
-	rec := NewSysroot(sys.Dir())
+	rec := NewSysroot(sys.Dir()).WithRunner(sys.run) // a fresh record, the same programs
 	Run(ctx, rec, cfg)
 	if cfg.Validate() == nil {
-		NewNode(rec, cfg).Facts() // what the rules ask of the node
+		NewNode(rec, cfg).Facts(ctx) // what the rules ask of the node
 	}
 	if _, _, err := readCounters(rec); err != nil {
 		return fmt.Errorf("capture host state: %w", err)
@@ -63,6 +63,8 @@ func writeCapture(entries map[string]entry, w io.Writer) error {
 			h.Typeflag, h.Mode, h.Size = tar.TypeReg, 0o444, int64(len(e.data))
 		case kindNode:
 			h.Typeflag, h.Mode = tar.TypeReg, 0o444
+		case kindExec:
+			h.Typeflag, h.Mode = tar.TypeReg, 0o555
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return fmt.Errorf("capture host state: %s: %w", p, err)
@@ -132,7 +134,11 @@ func extractEntry(root *os.Root, tr *tar.Reader, h *tar.Header) error {
 		if err != nil {
 			return err
 		}
-		return root.WriteFile(name, data, 0o644)
+		mode := os.FileMode(0o644)
+		if h.Mode&0o111 != 0 {
+			mode = 0o755 // an executable the checks look for (nvcc)
+		}
+		return root.WriteFile(name, data, mode)
 	case tar.TypeSymlink:
 		// os.Root refuses to follow a link out of the root, but does not vet the link text
 		// it creates: reject absolute and escaping targets here.

@@ -23,17 +23,15 @@ const (
 type Config struct {
 	Recipe    string    `json:"recipe,omitempty"`
 	Transport Transport `json:"transport"`
-	// GIDIndex is NVSHMEM_IB_GID_INDEX (NVSHMEM's default is 0); checked on RoCE ports.
+	// GIDIndex is NVSHMEM_IB_GID_INDEX; -1 (NVSHMEM's default) lets NVSHMEM pick a RoCE v2
+	// GID with an IPv4 address itself.
 	GIDIndex int `json:"gid_index"`
 	// HCAPrefix is NVSHMEM_HCA_PREFIX; empty means "mlx5" for IBGDA (R14) and any name otherwise.
 	HCAPrefix string `json:"hca_prefix,omitempty"`
 	// Mapping is DEEP_EP_DEVICE_TO_HCA_MAPPING as configured ("0:mlx5_0:1,..."); may be empty.
-	Mapping                 string `json:"mapping,omitempty"`
-	NeedGDRCopy             bool   `json:"need_gdrcopy,omitempty"`
-	NeedPeerMem             bool   `json:"need_peermem,omitempty"`
-	NeedPeerMappingOverride bool   `json:"need_peer_mapping_override,omitempty"` // and EnableStreamMemOPs (R16)
-	// NVSHMEMVersion is the NVSHMEM the install was built with; ≤ 3.2.5 sees peer memory
-	// only through /sys/kernel/mm/memory_peers (R17).
+	Mapping     string `json:"mapping,omitempty"`
+	NeedGDRCopy bool   `json:"need_gdrcopy,omitempty"`
+	// NVSHMEMVersion is the NVSHMEM the install was built with.
 	NVSHMEMVersion string `json:"nvshmem_version,omitempty"`
 	// NCCLBuildVersion and NCCLRuntimeVersion ("2.21.5-1"); the check runs when both are set.
 	NCCLBuildVersion   string `json:"nccl_build_version,omitempty"`
@@ -42,6 +40,21 @@ type Config struct {
 	// MinMemlockBytes is the least soft RLIMIT_MEMLOCK accepted; 0 asks for "unlimited"
 	// on RDMA transports, which is what NVSHMEM's registration of GPU memory expects.
 	MinMemlockBytes uint64 `json:"min_memlock_bytes,omitempty"`
+	// BufferBytes is the recipe's runtime.buffer-bytes: what DeepEP's buffer takes from
+	// NVSHMEM's heap on each GPU (0: not declared).
+	BufferBytes uint64 `json:"buffer_bytes,omitempty"`
+	// FixedHeapBytes is the symmetric heap NVSHMEM reserves whole when it starts, with
+	// CUDA VMM off (NVSHMEM_SYMMETRIC_SIZE, 1 GiB when unset); 0 when VMM is on and the
+	// heap grows as DeepEP allocates.
+	FixedHeapBytes uint64 `json:"fixed_heap_bytes,omitempty"`
+	// Hosts are the job's nodes (--hosts FILE, or the Slurm allocation), HostsFrom where
+	// they were read; none: the hostname check is skipped.
+	Hosts     []string `json:"-"`
+	HostsFrom string   `json:"hosts_from,omitempty"`
+	// Env is the runtime environment a job on this node gets (the recipe's, overridden
+	// by the job's), for the facts that depend on it: the bootstrap interface, where
+	// nvcc is found. Not part of the JSON: it holds the caller's whole environment.
+	Env map[string]string `json:"-"`
 }
 
 // Validate rejects a Config the checks cannot interpret.
@@ -51,8 +64,8 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("host config: transport %q: want ibgda, ibrc, efa or none", c.Transport)
 	}
-	if c.GIDIndex < 0 {
-		return fmt.Errorf("host config: GID index %d is negative", c.GIDIndex)
+	if c.GIDIndex < -1 {
+		return fmt.Errorf("host config: GID index %d: want an index, or -1 for NVSHMEM's own choice", c.GIDIndex)
 	}
 	if c.Mapping != "" {
 		if _, err := parseMapping(c.Mapping); err != nil {

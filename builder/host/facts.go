@@ -3,33 +3,23 @@ package host
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io/fs"
+	"path"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 )
 
 // Facts are what the compatibility rules may ask of a node (the host: conditions of
-// compat/rules.yaml), read through the sysroot so that a capture holds them too. A fact
-// that cannot be read is left out: the rules then say they could not decide.
-//
-//	kernel           X.Y.Z of /proc/sys/kernel/osrelease
-//	doca-ofed        X.Y.Z of the doca-ofed package in /var/lib/dpkg/status; none when
-//	                 the database holds no installed doca-ofed
-//	ib.link-layer    the link layer of the RDMA ports NVSHMEM would open (Ethernet,
-//	                 InfiniBand), "mixed" when they differ
-//	ib.driver        their kernel driver (mlx5_core, efa, ...), or "mixed"
-//	ib.name-prefix   the leading letters of their names (mlx5, rocep), or "mixed"
-//	gdrdrv           loaded (/dev/gdrdrv exists) or absent
-//	peermem          memory_peers, nvidia_peermem or none
-//	regkey.K         K's value in /proc/driver/nvidia/params (RegistryDwords or its own line)
-//
-// The devices are those whose names start with NVSHMEM_HCA_PREFIX when it is set, else
-// every device under /sys/class/infiniband. The process facts (nccl.version,
-// nvshmem.host-libs-mapped) come from the process checks, not from here.
-func (r *Node) Facts() map[string]string {
+// compat/rules.yaml; compat/host-facts.yaml lists each key, its values and where it is
+// read). Everything is read through the sysroot, programs included (nvidia-smi), so a
+// capture holds the facts too. A fact that cannot be read is left out: the rules then say
+// they could not decide. The process facts (nvshmem.host-libs-mapped,
+// nvshmem.loaded-version, nvshmem.loaded-matches-build) come from the process checks,
+// not from here.
+func (r *Node) Facts(ctx context.Context) map[string]string {
 	f := map[string]string{}
 	if v, err := r.sys.ReadString("/proc/sys/kernel/osrelease"); err == nil {
 		if core := leadingVersion(v); core != "" {
@@ -40,21 +30,39 @@ func (r *Node) Facts() map[string]string {
 		f["doca-ofed"] = v
 	}
 	r.ibFacts(f)
+	r.gidFacts(f)
 	if _, err := r.sys.Stat(gdrdrvPath); err == nil {
 		f["gdrdrv"] = "loaded"
 	} else if errors.Is(err, fs.ErrNotExist) {
 		f["gdrdrv"] = "absent"
 	}
-	f["peermem"] = r.peermemFact()
+	r.peerMemoryFacts(f)
 	if p, err := r.readNVParams(); err == nil {
-		for k, v := range p.values {
-			if k != "RegistryDwords" {
-				f["regkey."+k] = regkeyValue(v)
-			}
+		// PeerMappingOverride is a registry key, read from RegistryDwords only; the
+		// driver's default when the line does not name it is 0
+		f["regkey.PeerMappingOverride"] = "0"
+		if v, ok := p.dwords["PeerMappingOverride"]; ok {
+			f["regkey.PeerMappingOverride"] = regkeyValue(v)
 		}
-		for k, v := range p.dwords {
-			f["regkey."+k] = regkeyValue(v)
+		// EnableStreamMemOPs is a module parameter: a line of its own
+		if v, ok := p.values["EnableStreamMemOPs"]; ok {
+			f["nvidia-param.EnableStreamMemOPs"] = regkeyValue(v)
 		}
+	}
+	if v := r.bootstrapInterface(); v != "" {
+		f["net.bootstrap-ifname"] = v
+	}
+	if v := r.nvcc(); v != "" {
+		f["cuda.nvcc"] = v
+	}
+	if v := r.fabric(ctx); v != "" {
+		f["gpu.fabric"] = v
+	}
+	if v := r.imexChannel(); v != "" {
+		f["imex.channel"] = v
+	}
+	if v := r.container(); v != "" {
+		f["container"] = v
 	}
 	return f
 }
@@ -129,65 +137,186 @@ func stanzaVersion(b []byte) string {
 	return leadingVersion(version)
 }
 
-// ibFacts describes the RDMA devices NVSHMEM would consider.
-func (r *Node) ibFacts(f map[string]string) {
-	if r.devErr != nil {
+// Where NVSHMEM looks for a peer-memory module (nvshmemt_ib_common_nv_peer_mem_available
+// in src/modules/transport/common/transport_ib_common.cpp): the memory_peers entries of
+// MLNX_OFED's peer-memory API (nv_peer_mem registers nv_mem; nvidia-peermem registers
+// there on MLNX_OFED kernels), and, from NVSHMEM 3.3.9, the nvidia_peermem module itself.
+var (
+	memoryPeersVersions = []string{"/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/kernel/mm/memory_peers/nvidia-peermem/version"}
+	peermemModule       = "/sys/module/nvidia_peermem/version"
+	nvidiaVersionPath   = "/proc/driver/nvidia/version"
+)
+
+// presence is "present" or "absent" for a path NVSHMEM tests with access(F_OK); "" when
+// the answer could not be read.
+func (r *Node) presence(paths ...string) string {
+	unread := false
+	for _, p := range paths {
+		ok, err := r.sys.exists(p)
+		if ok {
+			return "present"
+		}
+		if err != nil {
+			unread = true
+		}
+	}
+	if unread {
+		return ""
+	}
+	return "absent"
+}
+
+// peerMemoryFacts are how the NIC can reach GPU memory: a peer-memory module where
+// NVSHMEM looks for one, and dma-buf.
+func (r *Node) peerMemoryFacts(f map[string]string) {
+	if v := r.presence(memoryPeersVersions...); v != "" {
+		f["peermem.memory-peers"] = v
+	}
+	if v := r.presence(peermemModule); v != "" {
+		f["peermem.module"] = v
+	}
+	// CUDA reports CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED with the open kernel modules on
+	// Linux 5.12 or later; the driver names its flavour on the first line of its version
+	// file ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04 ...").
+	b, err := r.sys.ReadFile(nvidiaVersionPath)
+	kernel := f["kernel"]
+	if err != nil || kernel == "" {
 		return
 	}
-	var layers, drivers, prefixes []string
-	add := func(list *[]string, v string) {
-		if v != "" && !slices.Contains(*list, v) {
-			*list = append(*list, v)
-		}
+	first, _, _ := strings.Cut(string(b), "\n")
+	f["dmabuf"] = "unsupported"
+	if cmp, ok := compareVersions(kernel, "5.12"); ok && cmp >= 0 && strings.Contains(first, "Open Kernel Module") {
+		f["dmabuf"] = "supported"
 	}
-	for _, d := range r.devs {
-		if r.cfg.HCAPrefix != "" && !strings.HasPrefix(d.Name, r.cfg.HCAPrefix) {
+}
+
+// nvidiaParams reads /proc/driver/nvidia/params: the driver prints "Name: %u" for each
+// module parameter and RegistryDwords: "k=v;..." for the regkeys (nv-procfs.c). The
+// /sys/module/nvidia/parameters copy of RegistryDwords reads empty even when set.
+const nvidiaParamsPath = "/proc/driver/nvidia/params"
+
+type nvParams struct {
+	values map[string]string // "EnableStreamMemOPs" → "1"
+	dwords map[string]string // from RegistryDwords: "PeerMappingOverride" → "1"
+}
+
+func (r *Node) readNVParams() (nvParams, error) {
+	b, err := r.sys.ReadFile(nvidiaParamsPath)
+	if err != nil {
+		return nvParams{}, err
+	}
+	p := nvParams{values: map[string]string{}, dwords: map[string]string{}}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
 			continue
 		}
-		add(&drivers, d.Driver)
-		add(&prefixes, hcaPrefixOf(d.Name))
-		for _, p := range d.Ports {
-			add(&layers, p.LinkLayer)
-		}
-	}
-	one := func(key string, vals []string) {
-		switch len(vals) {
-		case 0:
-		case 1:
-			f[key] = vals[0]
-		default:
-			f[key] = "mixed"
-		}
-	}
-	one("ib.link-layer", layers)
-	one("ib.driver", drivers)
-	one("ib.name-prefix", prefixes)
-}
-
-// hcaPrefixOf is the prefix NVSHMEM_HCA_PREFIX would need to select a device: what
-// precedes the index of a renamed device (mlx5_3 → mlx5), else its leading letters
-// (rocep145s0 → rocep).
-func hcaPrefixOf(name string) string {
-	if i := strings.LastIndexByte(name, '_'); i > 0 {
-		return name[:i]
-	}
-	return namePrefix(name)
-}
-
-// peermemFact says how GPU peer memory is registered: memory_peers (what NVSHMEM 3.2.5
-// can see), else the nvidia_peermem module, else none.
-func (r *Node) peermemFact() string {
-	if names, err := r.sys.Names(memoryPeers); err == nil {
-		for _, n := range names {
-			if strings.HasPrefix(n, "nv_mem") {
-				if _, err := r.sys.ReadString(memoryPeers + "/" + n + "/version"); err == nil {
-					return "memory_peers"
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		p.values[k] = v
+		if k == "RegistryDwords" {
+			for _, kv := range strings.Split(strings.Trim(v, `"`), ";") {
+				if dk, dv, ok := strings.Cut(kv, "="); ok {
+					p.dwords[strings.TrimSpace(dk)] = strings.TrimSpace(dv)
 				}
 			}
 		}
 	}
-	if ok, _ := r.sys.exists(peermemModule); ok {
-		return "nvidia_peermem"
+	return p, nil
+}
+
+// nvcc says whether a job finds an executable nvcc where EPv2 looks for one at run time
+// (csrc/jit/compiler.hpp and deep_ep/__init__.py find_cuda_home at 723716f):
+// EP_JIT_NVCC_COMPILER, else $CUDA_HOME/bin/nvcc with CUDA_HOME, else CUDA_PATH, else
+// the directory above the nvcc on PATH, else /usr/local/cuda.
+func (r *Node) nvcc() string {
+	env := r.cfg.Env
+	found := func(p string) string {
+		ok, err := r.sys.IsExecutable(p)
+		switch {
+		case err != nil:
+			return ""
+		case ok:
+			return "present"
+		}
+		return "absent"
 	}
-	return "none"
+	onPath := func(name string) string {
+		for _, dir := range strings.Split(env["PATH"], ":") {
+			if path.IsAbs(dir) {
+				if ok, _ := r.sys.IsExecutable(path.Join(dir, name)); ok {
+					return path.Join(dir, name)
+				}
+			}
+		}
+		return ""
+	}
+	if c := env["EP_JIT_NVCC_COMPILER"]; c != "" {
+		if !strings.Contains(c, "/") {
+			if p := onPath(c); p != "" {
+				return "present"
+			}
+			return "absent"
+		}
+		if !path.IsAbs(c) {
+			return "" // relative to the job's working directory, which is not known here
+		}
+		return found(c)
+	}
+	home := env["CUDA_HOME"]
+	if home == "" {
+		home = env["CUDA_PATH"]
+	}
+	if home == "" {
+		if p := onPath("nvcc"); p != "" {
+			home = path.Dir(path.Dir(p))
+		}
+	}
+	if home == "" {
+		home = "/usr/local/cuda"
+	}
+	if !path.IsAbs(home) {
+		return ""
+	}
+	return found(path.Join(home, "bin", "nvcc"))
+}
+
+// imexDir holds the IMEX channels the administrator created (or the NVIDIA container
+// runtime passed in): channel0, channel1, ...
+const imexDir = "/dev/nvidia-caps-imex-channels"
+
+func (r *Node) imexChannel() string {
+	names, err := r.sys.Names(imexDir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "absent"
+	case err != nil:
+		return ""
+	}
+	for _, n := range names {
+		if rest, ok := strings.CutPrefix(n, "channel"); ok && rest != "" && strings.Trim(rest, "0123456789") == "" {
+			if _, err := r.sys.Stat(imexDir + "/" + n); err == nil {
+				return "present"
+			}
+		}
+	}
+	return "absent"
+}
+
+// containerCgroup is what cgroup v1 paths of a containerised PID 1 name.
+var containerCgroup = regexp.MustCompile(`(?m)(docker|containerd|kubepods|libpod|lxc)`)
+
+// container says whether the probe runs in a container: the files Docker and Podman put
+// at the root, a Kubernetes service-account mount, or a container's cgroup path.
+func (r *Node) container() string {
+	if r.presence("/.dockerenv", "/run/.containerenv", "/var/run/secrets/kubernetes.io") == "present" {
+		return "yes"
+	}
+	b, err := r.sys.ReadFile("/proc/1/cgroup")
+	if err != nil {
+		return "" // not readable: unknown, never "no"
+	}
+	if containerCgroup.Match(b) {
+		return "yes"
+	}
+	return "no"
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/epbuild/epbuild/builder/check"
@@ -58,19 +57,24 @@ func Kinds() []check.Kind[*Node] {
 				return []check.Result{r}
 			}}
 	}
+	withCtx := func(name, explain string, f func(*Node, context.Context) check.Result) check.Kind[*Node] {
+		return check.Kind[*Node]{Name: name, Targets: []check.Target{check.Host}, Explain: explain,
+			Run: func(ctx context.Context, n *Node) []check.Result { return []check.Result{f(n, ctx)} }}
+	}
+	// Peer memory, the driver's regkeys and the RoCE GID are judged by the rules alone
+	// (R16, R17, R31, R34), on the facts Facts reads.
 	return []check.Kind[*Node]{
 		one("host.gpus", "", "NVIDIA GPUs in the PCIe tree", (*Node).checkGPUs),
-		one("host.peermem", "R16/peer-memory R17/nvidia-peermem-only", "GPUDirect RDMA peer memory: nvidia_peermem, or memory_peers for NVSHMEM 3.2.5 (R16, R17)", (*Node).checkPeerMem),
-		one("host.regkey.peer-mapping-override", "R16/peer-mapping-override", "PeerMappingOverride=1 in the NVIDIA driver's registry, for IBGDA with the GPU NIC handler (R16)", (*Node).checkPeerMappingOverride),
-		one("host.regkey.stream-memops", "R16/stream-memops", "EnableStreamMemOPs=1 in the NVIDIA driver's registry (R16)", (*Node).checkStreamMemOps),
 		one("host.ib.devices", "R14/host-names R14/ibgda-mlx5-only", "RDMA devices with the driver and name prefix NVSHMEM selects (R14)", (*Node).checkIBDevices),
 		one("host.ib.port-state", "", "the selected devices' ports are ACTIVE", (*Node).checkPortState),
 		one("host.ib.link-layer", "", "one link layer (InfiniBand or RoCE) across the selected ports", (*Node).checkLinkLayer),
-		one("host.roce.gid-type", "", "NVSHMEM_IB_GID_INDEX names a RoCE v2 GID with an address", (*Node).checkGIDType),
 		one("host.pcie.gpu-nic-pairing", "", "each GPU's nearest NIC in the PCIe tree, and DEEP_EP_DEVICE_TO_HCA_MAPPING against it", (*Node).checkPairing),
 		one("host.gdrdrv", "R8/gdrdrv", "the gdrdrv device for GDRCopy builds (R8)", (*Node).checkGDRDrv),
 		one("host.memlock", "", "the locked-memory limit RDMA registration needs", (*Node).checkMemlock),
 		one("host.nccl.version", "R18/epv2-nccl", "the NCCL a job loads against the one DeepEP was built with (R18)", (*Node).checkNCCL),
+		withCtx("host.gpu.free-memory", "each GPU's free memory (nvidia-smi) against the recipe's runtime.buffer-bytes, or the whole "+
+			"symmetric heap NVSHMEM reserves with CUDA VMM off (R32)", (*Node).checkFreeMemory),
+		one("host.hostnames", "", "the job's nodes (--hosts FILE, or the Slurm allocation) have distinct hostnames, this node's among them", (*Node).checkHostnames),
 	}
 }
 
@@ -158,173 +162,6 @@ func (r *Node) checkGPUs() check.Result {
 		addrs[i] = g.Addr
 	}
 	return pass(c, fmt.Sprintf("%d GPUs: %s", len(r.gpus), strings.Join(addrs, ",")))
-}
-
-// Peer memory: the nvidia_peermem module (driver ≥ 470) or the older MLNX_OFED nv_peer_mem,
-// which registers under /sys/kernel/mm/memory_peers.
-const (
-	peermemModule = "/sys/module/nvidia_peermem"
-	memoryPeers   = "/sys/kernel/mm/memory_peers"
-)
-
-func (r *Node) checkPeerMem() check.Result {
-	c := check.Result{ID: "host.peermem", Why: "GPUDirect RDMA needs the NIC to reach GPU memory: nvidia_peermem (or dmabuf); " +
-		"NVSHMEM ≤ 3.2.5 detects it only through " + memoryPeers + "/nv_mem*/version (R17)"}
-	module, modErr := r.sys.exists(peermemModule)
-	var peers []string
-	if names, err := r.sys.Names(memoryPeers); err == nil {
-		for _, n := range names {
-			if !strings.HasPrefix(n, "nv_mem") {
-				continue
-			}
-			v, err := r.sys.ReadString(memoryPeers + "/" + n + "/version")
-			if err == nil {
-				peers = append(peers, fmt.Sprintf("%s/%s/version: %s", memoryPeers, n, v))
-			}
-		}
-	}
-	var read []string
-	if module {
-		read = append(read, peermemModule+": present")
-	} else if modErr != nil {
-		read = append(read, modErr.Error())
-	} else {
-		read = append(read, peermemModule+": absent")
-	}
-	if len(peers) > 0 {
-		read = append(read, peers...)
-	} else {
-		read = append(read, memoryPeers+"/nv_mem*/version: absent")
-	}
-	c.Read = strings.Join(read, "; ")
-	if !r.cfg.NeedPeerMem {
-		return skip(c, c.Read)
-	}
-	if !module && len(peers) == 0 {
-		return fail(c, c.Read, "modprobe nvidia_peermem (and list it in /etc/modules-load.d/ so it survives a reboot)")
-	}
-	if len(peers) == 0 && r.cfg.NVSHMEMVersion != "" {
-		if cmp, ok := compareVersions(r.cfg.NVSHMEMVersion, "3.2.5"); ok && cmp <= 0 {
-			return fail(c, c.Read, "NVSHMEM "+r.cfg.NVSHMEMVersion+" will not see nvidia_peermem: add DeepEP c6051f3's hunk "+
-				"to its patch set (the Infrawaves patch lacks it), or use nv_peer_mem, which registers "+memoryPeers)
-		}
-	}
-	c.Status = check.Pass
-	return c
-}
-
-// nvidiaParams reads /proc/driver/nvidia/params: the driver prints "Name: %u" for each
-// module parameter and RegistryDwords: "k=v;..." for the regkeys (nv-procfs.c). The
-// /sys/module/nvidia/parameters copy of RegistryDwords reads empty even when set.
-const nvidiaParamsPath = "/proc/driver/nvidia/params"
-
-type nvParams struct {
-	values map[string]string // "EnableStreamMemOPs" → "1"
-	dwords map[string]string // from RegistryDwords: "PeerMappingOverride" → "1"
-	rawDW  string
-}
-
-func (r *Node) readNVParams() (nvParams, error) {
-	b, err := r.sys.ReadFile(nvidiaParamsPath)
-	if err != nil {
-		return nvParams{}, err
-	}
-	p := nvParams{values: map[string]string{}, dwords: map[string]string{}}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		p.values[k] = v
-		if k == "RegistryDwords" {
-			p.rawDW = strings.Trim(v, `"`)
-			for _, kv := range strings.Split(p.rawDW, ";") {
-				if dk, dv, ok := strings.Cut(kv, "="); ok {
-					p.dwords[strings.TrimSpace(dk)] = strings.TrimSpace(dv)
-				}
-			}
-		}
-	}
-	return p, nil
-}
-
-// isOne reads a regkey value as the driver would (decimal or 0x hex) and says if it is 1.
-func isOne(v string) bool {
-	n, err := strconv.ParseUint(v, 0, 32)
-	return err == nil && n == 1
-}
-
-const rebootNote = ", then update-initramfs -u (dracut -f) and reboot: the driver reads it only when it loads"
-
-func (r *Node) checkPeerMappingOverride() check.Result {
-	c := check.Result{ID: "host.regkey.peer-mapping-override", Why: "IBGDA with the GPU NIC handler needs " +
-		"PeerMappingOverride=1 so the GPU can map the NIC's doorbells (R16)"}
-	p, err := r.readNVParams()
-	if err != nil {
-		read := nvidiaParamsPath + ": absent (NVIDIA driver not loaded)"
-		if !errors.Is(err, fs.ErrNotExist) {
-			read = err.Error()
-		}
-		if !r.cfg.NeedPeerMappingOverride {
-			return skip(c, read)
-		}
-		return fail(c, read, "load the NVIDIA driver")
-	}
-	v, ok := p.dwords["PeerMappingOverride"]
-	if !ok {
-		// Not how the driver prints it, but harmless to accept should a driver add the line.
-		v, ok = p.values["PeerMappingOverride"]
-	}
-	read := fmt.Sprintf(`%s: RegistryDwords: "%s"`, nvidiaParamsPath, p.rawDW)
-	switch {
-	case !r.cfg.NeedPeerMappingOverride:
-		return skip(c, read)
-	case ok && isOne(v):
-		return pass(c, read)
-	}
-	dw := "PeerMappingOverride=1;"
-	if rest := withoutKey(p.rawDW, "PeerMappingOverride"); rest != "" {
-		dw = rest + ";" + dw
-	}
-	return fail(c, read, `add options nvidia NVreg_RegistryDwords="`+dw+`" to /etc/modprobe.d/nvidia.conf`+rebootNote)
-}
-
-// withoutKey drops one key from a RegistryDwords string, keeping the others for the fix.
-func withoutKey(dwords, key string) string {
-	var keep []string
-	for _, kv := range strings.Split(dwords, ";") {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.TrimSpace(kv) != "" && strings.TrimSpace(k) != key {
-			keep = append(keep, strings.TrimSpace(kv))
-		}
-	}
-	return strings.Join(keep, ";")
-}
-
-func (r *Node) checkStreamMemOps() check.Result {
-	c := check.Result{ID: "host.regkey.stream-memops", Why: "IBGDA with the GPU NIC handler also wants " +
-		"EnableStreamMemOPs=1 (R16; NVSHMEM ≥ 3.4.5 needs it only for the GPU handler)"}
-	p, err := r.readNVParams()
-	if err != nil {
-		read := nvidiaParamsPath + ": absent (NVIDIA driver not loaded)"
-		if !r.cfg.NeedPeerMappingOverride {
-			return skip(c, read)
-		}
-		return fail(c, read, "load the NVIDIA driver")
-	}
-	v, ok := p.values["EnableStreamMemOPs"]
-	read := fmt.Sprintf("%s: EnableStreamMemOPs: %s", nvidiaParamsPath, v)
-	if !ok {
-		read = nvidiaParamsPath + ": no EnableStreamMemOPs line"
-	}
-	switch {
-	case !r.cfg.NeedPeerMappingOverride:
-		return skip(c, read)
-	case ok && isOne(v):
-		return pass(c, read)
-	}
-	return fail(c, read, "add options nvidia NVreg_EnableStreamMemOPs=1 to /etc/modprobe.d/nvidia.conf"+rebootNote)
 }
 
 func (r *Node) checkIBDevices() check.Result {
@@ -459,100 +296,11 @@ func (r *Node) checkLinkLayer() check.Result {
 	return pass(c, read)
 }
 
-// roceTypeV2 is how the kernel names a RoCE v2 GID (ib_cache_gid_type_str); RoCE v1 and
-// IB GIDs read "IB/RoCE v1".
-const roceTypeV2 = "RoCE v2"
-
-func (r *Node) checkGIDType() check.Result {
-	c := check.Result{ID: "host.roce.gid-type", Why: fmt.Sprintf("on RoCE, NVSHMEM_IB_GID_INDEX=%d must name a RoCE v2 GID "+
-		"with an address (an IPv4-mapped one on GCP); a v1 or empty GID fails in ibv_create_ah or is not routed", r.cfg.GIDIndex)}
-	if r.cfg.Transport != TransportIBGDA && r.cfg.Transport != TransportIBRC {
-		return skip(c, "not a RoCE transport")
-	}
-	idx := r.cfg.GIDIndex
-	var bad, good []string
-	suggest := map[int]int{}
-	roce := 0
-	for _, d := range r.selected {
-		for _, p := range d.Ports {
-			if p.LinkLayer != "Ethernet" {
-				continue
-			}
-			roce++
-			typ, gid, err := r.readGID(d.Name, p.Num, idx)
-			switch {
-			case err != nil:
-				bad = append(bad, fmt.Sprintf("%s port %d GID %d: %v", d.Name, p.Num, idx, err))
-			case typ != roceTypeV2 || zeroGID(gid):
-				bad = append(bad, fmt.Sprintf("%s port %d GID %d: %s %s", d.Name, p.Num, idx, typ, gid))
-				if i := r.suggestGID(d.Name, p.Num); i >= 0 {
-					suggest[i]++
-				}
-			default:
-				good = append(good, fmt.Sprintf("%s:%d %s", d.Name, p.Num, gid))
-			}
-		}
-	}
-	if roce == 0 {
-		return skip(c, "no RoCE (Ethernet) port")
-	}
-	if len(bad) > 0 {
-		fix := "choose a RoCE v2 index with an address (show_gids) and set NVSHMEM_IB_GID_INDEX to it"
-		best, n := -1, 0
-		for i, k := range suggest {
-			if k > n || (k == n && i < best) {
-				best, n = i, k
-			}
-		}
-		if best >= 0 {
-			fix = fmt.Sprintf("set NVSHMEM_IB_GID_INDEX=%d (RoCE v2 with an address on %d of the failing ports)", best, n)
-		}
-		return fail(c, strings.Join(bad, "; "), fix)
-	}
-	return pass(c, fmt.Sprintf("gid_attrs/types/%d: %s with an address on %d ports (%s)", idx, roceTypeV2, len(good), good[0]))
-}
-
-// suggestGID finds a usable index among the first 16 (the whole table is 256 reads a port,
-// so this runs only on failure): RoCE v2 with a routable address (IPv4-mapped or global)
-// first, a link-local RoCE v2 GID (fe80:…) only as a last resort. -1 when none.
-func (r *Node) suggestGID(dev string, port int) int {
-	linkLocal := -1
-	for i := 0; i < 16; i++ {
-		t, g, err := r.readGID(dev, port, i)
-		if err != nil || t != roceTypeV2 || zeroGID(g) {
-			continue
-		}
-		if !strings.HasPrefix(g, "fe80:") {
-			return i
-		}
-		if linkLocal < 0 {
-			linkLocal = i
-		}
-	}
-	return linkLocal
-}
-
-func (r *Node) readGID(dev string, port, idx int) (typ, gid string, err error) {
-	base := fmt.Sprintf("%s/%s/ports/%d", ibClassDir, dev, port)
-	if typ, err = r.sys.ReadString(fmt.Sprintf("%s/gid_attrs/types/%d", base, idx)); err != nil {
-		return "", "", err // the kernel answers EINVAL for an empty table entry
-	}
-	if gid, err = r.sys.ReadString(fmt.Sprintf("%s/gids/%d", base, idx)); err != nil {
-		return "", "", err
-	}
-	return typ, gid, nil
-}
-
-// zeroGID reports whether a GID as sysfs prints it ("%pI6": 8 groups of 4 hex digits) is all zero.
-func zeroGID(g string) bool {
-	return strings.Trim(g, "0:") == ""
-}
-
 const gdrdrvPath = "/dev/gdrdrv"
 
 func (r *Node) checkGDRDrv() check.Result {
-	c := check.Result{ID: "host.gdrdrv", Why: "GDRCopy builds (NVSHMEM_USE_GDRCOPY=1) need the gdrdrv device; " +
-		"the libfabric efa provider refuses to start without it (R8)"}
+	c := check.Result{ID: "host.gdrdrv", Why: "GDRCopy builds (NVSHMEM_USE_GDRCOPY=1) use the gdrdrv device; the libfabric " +
+		"efa provider refuses to start without it (R8), the IB transports go on without GDRCopy (slower proxy atomics)"}
 	fi, err := r.sys.Stat(gdrdrvPath)
 	read := gdrdrvPath + ": absent"
 	switch {
@@ -566,10 +314,14 @@ func (r *Node) checkGDRDrv() check.Result {
 	if !r.cfg.NeedGDRCopy {
 		return skip(c, read)
 	}
-	if err != nil {
-		return fail(c, read, "install GDRCopy's gdrdrv kernel module and load it (modprobe gdrdrv, or gdrcopy's insmod.sh)")
+	fix := "install GDRCopy's gdrdrv kernel module and load it (modprobe gdrdrv, or gdrcopy's insmod.sh)"
+	switch {
+	case err == nil:
+		return pass(c, read)
+	case r.cfg.Transport == TransportEFA:
+		return fail(c, read, fix)
 	}
-	return pass(c, read)
+	return warn(c, read+" (NVSHMEM disables GDRCopy: \"GDRCopy open call failed\")", fix)
 }
 
 // limitsPath is this process's limits: the closest the tool can get to the job's own.

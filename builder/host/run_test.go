@@ -50,11 +50,9 @@ func TestGCPB200PassesAndImpliesTheMapping(t *testing.T) {
 	t.Parallel()
 	rep := Run(context.Background(), NewSysroot(hostfixture.GCPB200(t)), gcpB200Config())
 	wantStatuses(t, rep, map[string]check.Status{
-		"host.gpus": check.Pass, "host.peermem": check.Pass,
-		"host.regkey.peer-mapping-override": check.Pass, "host.regkey.stream-memops": check.Pass,
-		"host.ib.devices": check.Pass, "host.ib.port-state": check.Pass, "host.ib.link-layer": check.Pass,
-		"host.roce.gid-type": check.Pass, "host.pcie.gpu-nic-pairing": check.Pass,
-		"host.gdrdrv": check.Skip, "host.memlock": check.Pass, "host.nccl.version": check.Pass,
+		"host.gpus": check.Pass, "host.ib.devices": check.Pass, "host.ib.port-state": check.Pass, "host.ib.link-layer": check.Pass,
+		"host.pcie.gpu-nic-pairing": check.Pass, "host.gdrdrv": check.Skip, "host.memlock": check.Pass, "host.nccl.version": check.Pass,
+		"host.gpu.free-memory": check.Skip, "host.hostnames": check.Skip,
 	})
 	want := "0:mlx5_0:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,4:mlx5_4:1,5:mlx5_5:1,6:mlx5_6:1,7:mlx5_7:1"
 	if got := rep.MappingValue(); got != want {
@@ -73,9 +71,6 @@ func TestGCPB200PassesAndImpliesTheMapping(t *testing.T) {
 		if len(p.Nearest) != 1 || !strings.HasPrefix(p.Via, "0000:") {
 			t.Errorf("GPU %d: nearest %v via %q, want one NIC via a switch port", p.GPU, p.Nearest, p.Via)
 		}
-	}
-	if r := mustCheck(t, rep, "host.regkey.peer-mapping-override").Read; !strings.Contains(r, `RegistryDwords: "PeerMappingOverride=1;"`) {
-		t.Errorf("regkey read %q does not show the params line", r)
 	}
 }
 
@@ -141,70 +136,6 @@ func TestMappingWithMissingGPUOrUnknownHCAFails(t *testing.T) {
 	}
 }
 
-func TestNodeWithoutPeermemOrRegkeysFailsWithTheFix(t *testing.T) {
-	t.Parallel()
-	root := hostfixture.GCPB200With(t, hostfixture.NodeOpts{NICName: hostfixture.MLX5Name, RegistryDwords: "RMIntrLockingMode=1"})
-	rep := Run(context.Background(), NewSysroot(root), gcpB200Config())
-	pm := mustCheck(t, rep, "host.peermem")
-	if pm.Status != check.Fail || !strings.Contains(pm.Fix, "modprobe nvidia_peermem") {
-		t.Errorf("peermem: %s, fix %q", pm.Status, pm.Fix)
-	}
-	pmo := mustCheck(t, rep, "host.regkey.peer-mapping-override")
-	if pmo.Status != check.Fail ||
-		!strings.Contains(pmo.Fix, `options nvidia NVreg_RegistryDwords="RMIntrLockingMode=1;PeerMappingOverride=1;"`) ||
-		!strings.Contains(pmo.Fix, "reboot") {
-		t.Errorf("peer mapping override: %s, fix %q (must keep the existing dword and say reboot)", pmo.Status, pmo.Fix)
-	}
-	sm := mustCheck(t, rep, "host.regkey.stream-memops")
-	if sm.Status != check.Fail || sm.Read != "/proc/driver/nvidia/params: EnableStreamMemOPs: 0" ||
-		!strings.Contains(sm.Fix, "NVreg_EnableStreamMemOPs=1") {
-		t.Errorf("stream memops: %s %q fix %q", sm.Status, sm.Read, sm.Fix)
-	}
-	// The same node is fine for a recipe that does not need them.
-	cfg := gcpB200Config()
-	cfg.NeedPeerMem, cfg.NeedPeerMappingOverride = false, false
-	rep = Run(context.Background(), NewSysroot(root), cfg)
-	for _, id := range []string{"host.peermem", "host.regkey.peer-mapping-override", "host.regkey.stream-memops"} {
-		if s := mustCheck(t, rep, id).Status; s != check.Skip {
-			t.Errorf("%s: %s, want skip when not needed", id, s)
-		}
-	}
-}
-
-// R17: NVSHMEM ≤ 3.2.5 sees peer memory only through /sys/kernel/mm/memory_peers.
-func TestOldNVSHMEMNeedsMemoryPeers(t *testing.T) {
-	t.Parallel()
-	cfg := Config{Transport: TransportIBRC, GIDIndex: 3, NeedPeerMem: true, NVSHMEMVersion: "3.2.5-1"}
-	root := hostfixture.GCPB200(t)
-	if c := mustCheck(t, Run(context.Background(), NewSysroot(root), cfg), "host.peermem"); c.Status != check.Fail ||
-		!strings.Contains(c.Fix, "c6051f3") {
-		t.Errorf("only nvidia_peermem with NVSHMEM 3.2.5: %s, fix %q", c.Status, c.Fix)
-	}
-	f := hostfixture.At(t, root)
-	f.Write("/sys/kernel/mm/memory_peers/nv_mem/version", "1.3-0\n")
-	if c := mustCheck(t, Run(context.Background(), NewSysroot(root), cfg), "host.peermem"); c.Status != check.Pass ||
-		!strings.Contains(c.Read, "/sys/kernel/mm/memory_peers/nv_mem/version: 1.3-0") {
-		t.Errorf("with nv_mem: %s %q", c.Status, c.Read)
-	}
-}
-
-func TestWrongGIDIndexFailsAndSuggestsTheIPv4RoCEv2Index(t *testing.T) {
-	t.Parallel()
-	cfg := gcpB200Config()
-	cfg.GIDIndex = 0
-	c := mustCheck(t, Run(context.Background(), NewSysroot(hostfixture.GCPB200(t)), cfg), "host.roce.gid-type")
-	if c.Status != check.Fail || !strings.Contains(c.Read, "mlx5_0 port 1 GID 0: IB/RoCE v1") {
-		t.Errorf("GID 0: %s %q", c.Status, c.Read)
-	}
-	if !strings.Contains(c.Fix, "NVSHMEM_IB_GID_INDEX=3") {
-		t.Errorf("fix %q should suggest index 3 (RoCE v2, IPv4-mapped) over 1 (link-local)", c.Fix)
-	}
-	cfg.GIDIndex = 7 // no such entry
-	if c := mustCheck(t, Run(context.Background(), NewSysroot(hostfixture.GCPB200(t)), cfg), "host.roce.gid-type"); c.Status != check.Fail {
-		t.Errorf("missing GID 7: %s", c.Status)
-	}
-}
-
 func TestPortDownFails(t *testing.T) {
 	t.Parallel()
 	root := hostfixture.GCPB200With(t, hostfixture.NodeOpts{Peermem: true, StreamMemOps: 1, RegistryDwords: "PeerMappingOverride=1;", NICName: hostfixture.MLX5Name,
@@ -245,11 +176,9 @@ func TestAWSP5PairsEachH100WithItsFourEFAs(t *testing.T) {
 	t.Parallel()
 	rep := Run(context.Background(), NewSysroot(hostfixture.AWSP5(t)), awsP5Config())
 	wantStatuses(t, rep, map[string]check.Status{
-		"host.gpus": check.Pass, "host.peermem": check.Skip,
-		"host.regkey.peer-mapping-override": check.Skip, "host.regkey.stream-memops": check.Skip,
-		"host.ib.devices": check.Pass, "host.ib.port-state": check.Pass, "host.ib.link-layer": check.Pass,
-		"host.roce.gid-type": check.Skip, "host.pcie.gpu-nic-pairing": check.Pass,
-		"host.gdrdrv": check.Pass, "host.memlock": check.Pass, "host.nccl.version": check.Skip,
+		"host.gpus": check.Pass, "host.ib.devices": check.Pass, "host.ib.port-state": check.Pass, "host.ib.link-layer": check.Pass,
+		"host.pcie.gpu-nic-pairing": check.Pass, "host.gdrdrv": check.Pass, "host.memlock": check.Pass, "host.nccl.version": check.Skip,
+		"host.gpu.free-memory": check.Skip, "host.hostnames": check.Skip,
 	})
 	if g := mustCheck(t, rep, "host.gpus").Read; !strings.HasPrefix(g, "8 GPUs:") {
 		t.Errorf("GPUs %q: the NVSwitches (class 0x068000) must not count", g)
@@ -275,7 +204,8 @@ func TestAWSP5PairsEachH100WithItsFourEFAs(t *testing.T) {
 	if got := strings.Join(rep.Pairs[0].Nearest, ","); got != "rdmap4s0,rdmap5s0,rdmap6s0,rdmap7s0" {
 		t.Errorf("GPU 0 nearest %s", got)
 	}
-	// Without gdrdrv, the efa provider will not start (R8).
+	// Without gdrdrv, the efa provider will not start (R8); the IB transports go on
+	// without GDRCopy
 	root := hostfixture.AWSP5(t)
 	f := hostfixture.At(t, root)
 	if err := removeAll(f.Disk("/dev/gdrdrv")); err != nil {
@@ -284,6 +214,10 @@ func TestAWSP5PairsEachH100WithItsFourEFAs(t *testing.T) {
 	c := mustCheck(t, Run(context.Background(), NewSysroot(root), awsP5Config()), "host.gdrdrv")
 	if c.Status != check.Fail || c.Read != "/dev/gdrdrv: absent" {
 		t.Errorf("gdrdrv: %s %q", c.Status, c.Read)
+	}
+	ibrc := Config{Transport: TransportIBRC, NeedGDRCopy: true, GIDIndex: -1}
+	if c := mustCheck(t, Run(context.Background(), NewSysroot(root), ibrc), "host.gdrdrv"); c.Status != check.Warn || !strings.Contains(c.Read, "GDRCopy open call failed") {
+		t.Errorf("gdrdrv for IBRC: %s %q", c.Status, c.Read)
 	}
 }
 
@@ -303,9 +237,6 @@ func TestGPUsSharingANICWarn(t *testing.T) {
 	c := mustCheck(t, rep, "host.pcie.gpu-nic-pairing")
 	if c.Status != check.Warn || !strings.Contains(c.Read, "GPU 1 shares mlx5_0 with GPU 0") {
 		t.Errorf("pairing: %s %q", c.Status, c.Read)
-	}
-	if s := mustCheck(t, rep, "host.roce.gid-type").Status; s != check.Skip {
-		t.Errorf("GID type on InfiniBand: %s, want skip", s)
 	}
 }
 
@@ -351,10 +282,9 @@ func TestRealRootStructure(t *testing.T) {
 }
 
 var knownIDs = map[string]bool{
-	"host.gpus": true, "host.peermem": true, "host.regkey.peer-mapping-override": true,
-	"host.regkey.stream-memops": true, "host.ib.devices": true, "host.ib.port-state": true,
-	"host.ib.link-layer": true, "host.roce.gid-type": true, "host.pcie.gpu-nic-pairing": true,
-	"host.gdrdrv": true, "host.memlock": true, "host.nccl.version": true,
+	"host.gpus": true, "host.ib.devices": true, "host.ib.port-state": true, "host.ib.link-layer": true,
+	"host.pcie.gpu-nic-pairing": true, "host.gdrdrv": true, "host.memlock": true, "host.nccl.version": true,
+	"host.gpu.free-memory": true, "host.hostnames": true,
 }
 
 func assertStructure(t *testing.T, rep Report) {
@@ -386,7 +316,7 @@ func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	for _, cfg := range []Config{
 		{Transport: "rdma"},
-		{Transport: TransportIBGDA, GIDIndex: -1},
+		{Transport: TransportIBGDA, GIDIndex: -2},
 		{Transport: TransportIBGDA, Mapping: "0:mlx5_0:1,0:mlx5_1:1"},
 		{Transport: TransportIBGDA, Mapping: "a:mlx5_0"},
 		{Transport: TransportIBGDA, Mapping: "0:mlx5_0:0"},
@@ -411,8 +341,9 @@ func TestCancelledRunStops(t *testing.T) {
 func TestWriteTableAndJSON(t *testing.T) {
 	t.Parallel()
 	cfg := gcpB200Config()
-	cfg.NeedPeerMem = true
-	root := hostfixture.GCPB200With(t, hostfixture.NodeOpts{NICName: hostfixture.MLX5Name, StreamMemOps: 1, RegistryDwords: "PeerMappingOverride=1;"})
+	cfg.BufferBytes = 2146961792
+	root := hostfixture.GCPB200(t)
+	hostfixture.At(t, root).FreeMemory("81004", "81004", "1024", "81004", "81004", "81004", "81004", "81004")
 	rep := Run(context.Background(), NewSysroot(root), cfg)
 	var buf bytes.Buffer
 	if err := WriteTable(&buf, rep); err != nil {
@@ -424,19 +355,18 @@ func TestWriteTableAndJSON(t *testing.T) {
 	}
 	var row string
 	for _, l := range lines {
-		if strings.HasPrefix(l, "host.peermem ") {
+		if strings.HasPrefix(l, "host.gpu.free-memory ") {
 			row = l
 		}
 	}
-	if !strings.Contains(row, "fail") || !strings.Contains(row, "/sys/module/nvidia_peermem: absent") ||
-		!strings.Contains(row, "modprobe nvidia_peermem") {
-		t.Errorf("peermem row %q", row)
+	if !strings.Contains(row, "fail") || !strings.Contains(row, "GPU 2 1073741824 (1 GiB)") || !strings.Contains(row, "free memory on GPU 2") {
+		t.Errorf("free memory row %q", row)
 	}
 	b, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{`"checks":`, `"id":"host.peermem"`, `"status":"fail"`, `"read":`, `"why":`, `"fix":`, `"pairs":`, `"nearest":["mlx5_0"]`} {
+	for _, key := range []string{`"checks":`, `"id":"host.gpu.free-memory"`, `"status":"fail"`, `"read":`, `"why":`, `"fix":`, `"pairs":`, `"nearest":["mlx5_0"]`} {
 		if !bytes.Contains(b, []byte(key)) {
 			t.Errorf("JSON lacks %s", key)
 		}

@@ -1,20 +1,28 @@
-// Package host checks that a node is fit to run DeepEP + NVSHMEM: peer memory, NVIDIA
-// regkeys, RDMA devices, RoCE GIDs, GPU↔NIC pairing from the PCIe tree, gdrdrv, locked
-// memory, NCCL version and NIC traffic spread. Every read of /sys, /proc and /dev goes
-// through a Sysroot, so the same checks run against the real root or against a capture.
+// Package host checks that a node is fit to run DeepEP + NVSHMEM: RDMA devices, GPU↔NIC
+// pairing from the PCIe tree, gdrdrv, locked memory, NCCL version, free GPU memory,
+// distinct hostnames across a job's nodes and NIC traffic spread; and it reads the facts
+// the compatibility rules judge a node by (peer memory and dma-buf, the driver's regkeys,
+// RoCE GIDs, the bootstrap interface, nvcc, IMEX channels, ...). Every read of /sys, /proc
+// and /dev, and every program run (nvidia-smi, scontrol), goes through a Sysroot, so the
+// same checks run against the real root or against a capture.
 package host
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // maxSymlinkHops bounds symlink resolution the way the kernel does (ELOOP after 40).
@@ -28,6 +36,7 @@ const (
 	kindDir
 	kindLink
 	kindNode // a device node; captured as an empty file because mknod needs privilege
+	kindExec // an executable the checks only look for (nvcc): captured empty, mode 0555
 )
 
 type entry struct {
@@ -46,7 +55,7 @@ type recorder struct {
 func (r *recorder) add(p string, e entry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old, ok := r.entries[p]; ok && old.kind == kindFile && e.kind != kindFile {
+	if old, ok := r.entries[p]; ok && (old.kind == kindFile || old.kind == kindExec) && e.kind != kindFile {
 		return // a file read beats a mere listing of the same path
 	}
 	r.entries[p] = e
@@ -68,11 +77,114 @@ func (r *recorder) snapshot() map[string]entry {
 type Sysroot struct {
 	dir string
 	rec *recorder
+	run Runner
 }
 
+// Runner runs a program and returns what it wrote on stdout (nvidia-smi, scontrol). An
+// error satisfying errors.Is(err, exec.ErrNotFound) means the program is not there.
+type Runner func(ctx context.Context, name string, args ...string) ([]byte, error)
+
 // NewSysroot returns a Sysroot reading under dir ("" for the real root) with an empty record.
+// On the real root it runs programs with os/exec; under a capture their recorded output
+// stands in for them.
 func NewSysroot(dir string) Sysroot {
-	return Sysroot{dir: dir, rec: &recorder{entries: map[string]entry{}}}
+	return Sysroot{dir: dir, rec: &recorder{entries: map[string]entry{}}, run: execRunner}
+}
+
+// WithRunner returns the Sysroot running programs with r (on the real root; a capture
+// never runs one). The copy shares the record.
+func (s Sysroot) WithRunner(r Runner) Sysroot {
+	s.run = r
+	return s
+}
+
+// commandTimeout bounds one program: nvidia-smi can hang on a GPU that has fallen off the bus.
+const commandTimeout = 60 * time.Second
+
+func execRunner(ctx context.Context, name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+	defer cancel()
+	var stderr bytes.Buffer
+	c := exec.CommandContext(ctx, name, args...)
+	c.Stderr = &stderr
+	out, err := c.Output()
+	if err != nil {
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			err = fmt.Errorf("%w: %s", err, firstLineOf(msg))
+		}
+		return out, err
+	}
+	return out, nil
+}
+
+func firstLineOf(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+// commandsDir is where a capture keeps the output of the programs the checks ran, one
+// file per command line, named by the command line with its spaces and slashes escaped
+// (url.PathEscape): "/epbuild-commands/nvidia-smi%20-q".
+const commandsDir = "/epbuild-commands"
+
+// CommandPath is where a capture keeps the output of argv.
+func CommandPath(argv ...string) string {
+	return commandsDir + "/" + url.PathEscape(strings.Join(argv, " "))
+}
+
+// Output runs argv (on the real root) or reads its recorded output (under a capture), and
+// records the output for a capture. A program that is not there, or that fails, is an
+// error; under a capture that lacks the command, the error satisfies
+// errors.Is(err, fs.ErrNotExist).
+func (s Sysroot) Output(ctx context.Context, argv ...string) ([]byte, error) {
+	return s.OutputKeeping(ctx, func(b []byte) []byte { return b }, argv...)
+}
+
+// OutputKeeping is Output recording only keep(the output), for a long output of which
+// the checks use a part.
+func (s Sysroot) OutputKeeping(ctx context.Context, keep func([]byte) []byte, argv ...string) ([]byte, error) {
+	p := CommandPath(argv...)
+	if s.dir != "" {
+		b, err := os.ReadFile(s.onDisk(p))
+		if err != nil {
+			return nil, hostErr("read the captured output of", strings.Join(argv, " "), err)
+		}
+		s.add(p, entry{kind: kindFile, data: keep(b)})
+		return b, nil
+	}
+	run := s.run
+	if run == nil {
+		run = execRunner
+	}
+	b, err := run(ctx, argv[0], argv[1:]...)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", strings.Join(argv, " "), err)
+	}
+	s.add(p, entry{kind: kindFile, data: keep(b)})
+	return b, nil
+}
+
+// IsExecutable reports whether p (symlinks followed) is a regular file someone may
+// execute, and records it without its bytes (an nvcc is tens of megabytes).
+func (s Sysroot) IsExecutable(p string) (bool, error) {
+	r, err := s.resolve(p, true)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return false, nil
+		}
+		return false, hostErr("stat", p, err)
+	}
+	fi, err := os.Stat(s.onDisk(r))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, hostErr("stat", p, err)
+	case !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0:
+		return false, nil
+	}
+	s.add(r, entry{kind: kindExec})
+	return true, nil
 }
 
 // Dir is the directory the Sysroot reads under ("" for the real root).

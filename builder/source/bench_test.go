@@ -5,14 +5,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/epbuild/epbuild/builder/benchcmp"
 )
 
 // genMirror writes a mirror holding one repository of about files files and commits
@@ -63,77 +61,101 @@ func genMirror(t *testing.T, files, commits int) (mirror, url, head string) {
 	return mirror, url, runGit(t, repo, "rev-parse", "main")
 }
 
-// TestCompareFetch measures a cold fetch + checkout from a local mirror against git clone +
-// checkout of the same commit, a warm fetch against a cold one, and a fetch's peak RSS.
-func TestCompareFetch(t *testing.T) {
-	if os.Getenv("EPBUILD_BENCH") == "" {
-		t.Skip("set EPBUILD_BENCH=1 to measure")
-	}
-	var mirror, url, commit string
-	if m := os.Getenv("EPBUILD_TEST_MIRROR"); m != "" {
-		mirror, url, commit = m, deepEP, "29d31c095796f3c8ece47ee9cdcc167051bbeed9"
-	} else {
-		mirror, url, commit = genMirror(t, 300, 2000)
-	}
-	key, _ := RepoKey(url)
-	mrepo := filepath.Join(mirror, filepath.FromSlash(key))
-	nfiles := len(strings.Split(runGit(t, mrepo, "ls-tree", "-r", "--name-only", commit), "\n"))
-	ncommits := runGit(t, mrepo, "rev-list", "--count", "--all")
-	ctx := context.Background()
-	g := Git{URL: url, Commit: commit}
-
-	const rounds = 9
-	var ours, anchor, cold, warm []float64
-	for i := 0; i < rounds; i++ {
-		f := newTestFetcher(t, "", mirror)
-		dest := filepath.Join(t.TempDir(), "ws")
-		start := time.Now()
-		if err := f.FetchGit(ctx, g); err != nil {
-			t.Fatal(err)
-		}
-		fetched := time.Since(start)
-		if err := f.CheckoutGit(ctx, g, dest); err != nil {
-			t.Fatal(err)
-		}
-		ours = append(ours, time.Since(start).Seconds())
-		cold = append(cold, fetched.Seconds())
-		start = time.Now()
-		if err := f.FetchGit(ctx, g); err != nil {
-			t.Fatal(err)
-		}
-		warm = append(warm, time.Since(start).Seconds())
-
-		d := filepath.Join(t.TempDir(), "d")
-		start = time.Now()
-		if out, err := exec.Command("git", "clone", "-q", "--no-checkout", mrepo, d).CombinedOutput(); err != nil {
-			t.Fatalf("git clone: %v\n%s", err, out)
-		}
-		if out, err := exec.Command("git", "-C", d, "checkout", "-q", commit).CombinedOutput(); err != nil {
-			t.Fatalf("git checkout: %v\n%s", err, out)
-		}
-		anchor = append(anchor, time.Since(start).Seconds())
-	}
-	o, a := median(ours), median(anchor)
-	fmt.Printf("BENCH fetch ratio=%.2f epbuild_s=%.3f anchor_s=%.3f files=%d commits=%s\n", o/a, o, a, nfiles, ncommits)
-	fmt.Printf("BENCH fetch-warm ratio=%.3f warm_s=%.4f cold_s=%.3f\n", median(warm)/median(cold), median(warm), median(cold))
-
-	cmd := helperCmd("rss", "HELPER_CACHE="+t.TempDir(), "HELPER_MIRROR="+mirror, "HELPER_URL="+url,
-		"HELPER_COMMIT="+commit, "HELPER_DEST="+filepath.Join(t.TempDir(), "ws"))
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helper: %v\n%s", err, out)
-	}
-	var kb int64
-	if _, err := fmt.Sscanf(string(out), "maxrss_kb=%d", &kb); err != nil {
-		t.Fatalf("helper output %q: %v", out, err)
-	}
-	// The spawning helper's own peak, for scale: the checkout's number includes at most that.
-	base := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
-	fmt.Printf("BENCH fetch-rss maxrss_mb=%.1f spawner_mb=%.1f\n", float64(kb)/1024, float64(base)/1024) // Linux reports KiB
+// benchRepo is one repository and commit that the fetch comparison checks out.
+type benchRepo struct {
+	name, mirror, url, commit string
 }
 
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
+func (r benchRepo) bare() string {
+	key, _ := RepoKey(r.url)
+	return filepath.Join(r.mirror, filepath.FromSlash(key))
+}
+
+// benchRepos are a generated repository and, with EPBUILD_BENCH_MIRROR, the recipes' real
+// DeepEP and NVSHMEM pins.
+func benchRepos(t *testing.T) []benchRepo {
+	mirror, url, head := genMirror(t, 4000, 200)
+	repos := []benchRepo{{"synthetic", mirror, url, head}}
+	if m := benchcmp.Mirror(); m != "" {
+		repos = append(repos,
+			benchRepo{"deepep@29d31c0", m, deepEP, "29d31c095796f3c8ece47ee9cdcc167051bbeed9"},
+			benchRepo{"nvshmem@v3.4.5-0", m, nvshmem, "131da55f643ac87c810ba0bc51d359258bf433a1"})
+	}
+	return repos
+}
+
+// TestCompareFetch measures a cold fetch + checkout from a mirror against `git clone
+// --no-checkout` + `git checkout` of the same commit from the same mirror, a warm fetch
+// against a cold one, and a checkout's peak RSS.
+func TestCompareFetch(t *testing.T) {
+	benchcmp.Skip(t)
+	ctx := context.Background()
+	for _, r := range benchRepos(t) {
+		nfiles := len(strings.Split(runGit(t, r.bare(), "ls-tree", "-r", "--name-only", r.commit), "\n"))
+		g := Git{URL: r.url, Commit: r.commit}
+		ours := func(tb testing.TB) benchcmp.Sample {
+			f := newTestFetcher(tb, "", r.mirror)
+			dest := filepath.Join(tb.TempDir(), "ws")
+			return benchcmp.Time(tb, func() error { return f.CheckoutGit(ctx, g, dest) })
+		}
+		anchor := func(tb testing.TB) benchcmp.Sample {
+			return benchcmp.Shell(tb, tb.TempDir(), `git clone -q --no-checkout "$1" d && git -C d checkout -q "$2"`, r.bare(), r.commit)
+		}
+		benchcmp.Compare(t, benchcmp.Rounds(9), ours, anchor).Print("fetch", "data="+r.name, fmt.Sprintf("files=%d", nfiles))
+
+		// Warm: the commit is in the cache already.
+		f := newTestFetcher(t, "", r.mirror)
+		warm := func(tb testing.TB) benchcmp.Sample {
+			return benchcmp.Time(tb, func() error { return f.FetchGit(ctx, g) })
+		}
+		cold := func(tb testing.TB) benchcmp.Sample {
+			f := newTestFetcher(tb, "", r.mirror)
+			return benchcmp.Time(tb, func() error { return f.FetchGit(ctx, g) })
+		}
+		benchcmp.Compare(t, benchcmp.Rounds(9), warm, cold).Print("fetch-warm", "data="+r.name)
+
+		cmd := helperCmd("rss", "HELPER_CACHE="+t.TempDir(), "HELPER_MIRROR="+r.mirror, "HELPER_URL="+r.url,
+			"HELPER_COMMIT="+r.commit, "HELPER_DEST="+filepath.Join(t.TempDir(), "ws"))
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("helper: %v\n%s", err, out)
+		}
+		var kb int64
+		if _, err := fmt.Sscanf(string(out), "maxrss_kb=%d", &kb); err != nil {
+			t.Fatalf("helper output %q: %v", out, err)
+		}
+		// The spawning helper's own peak, for scale: the checkout's number includes at most that.
+		base := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+		fmt.Printf("BENCH fetch-rss maxrss_mb=%.1f spawner_mb=%.1f data=%s\n", float64(kb)/1024, float64(base)/1024, r.name) // Linux reports KiB
+	}
+}
+
+// TestCompareFetchPR measures what a recipe with an upstream pull request needs from a
+// cold cache, a checkout of the base and the diff from the base to the pull request's head,
+// against git doing the same: a clone, a checkout and a git diff.
+func TestCompareFetchPR(t *testing.T) {
+	benchcmp.Skip(t)
+	m := benchcmp.Mirror()
+	if m == "" {
+		t.Skip("set EPBUILD_BENCH_MIRROR to a mirror of the upstream repositories to measure")
+	}
+	ctx := context.Background()
+	base, head, ref := "29d31c095796f3c8ece47ee9cdcc167051bbeed9", "8a07e7e7ed57cfc63005f670d64d410cb30b061b", "refs/pull/466/head"
+	bare := benchRepo{mirror: m, url: deepEP}.bare()
+	ours := func(tb testing.TB) benchcmp.Sample {
+		f := newTestFetcher(tb, "", m)
+		dest := filepath.Join(tb.TempDir(), "ws")
+		return benchcmp.Time(tb, func() error {
+			if err := f.CheckoutGit(ctx, Git{URL: deepEP, Commit: base}, dest); err != nil {
+				return err
+			}
+			_, err := f.Diff(ctx, DiffSpec{Repo: deepEP, Base: base, Head: head, Ref: ref})
+			return err
+		})
+	}
+	anchor := func(tb testing.TB) benchcmp.Sample {
+		return benchcmp.Shell(tb, tb.TempDir(), `git clone -q --no-checkout "$1" d && git -C d checkout -q "$2" && git -C d diff --full-index --binary "$2" "$3" > diff`,
+			bare, base, head)
+	}
+	benchcmp.Compare(t, benchcmp.Rounds(9), ours, anchor).Print("fetch-pr", "data=deepep@29d31c0+pr466")
 }

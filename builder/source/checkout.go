@@ -51,10 +51,16 @@ func (f *Fetcher) CheckoutGit(ctx context.Context, g Git, dest string) (err erro
 		}
 	}()
 	gitDir := filepath.Join(tmp, ".git")
-	if err := f.linkObjects(ctx, p, gitDir); err != nil {
+	w, err := f.linkObjects(ctx, p, gitDir, tmp)
+	if err != nil {
 		return err
 	}
-	if err := writeWorktree(ctx, gitDir, tmp, p.commit); err != nil {
+	if w != nil {
+		err = w.writeIndex(gitDir)
+	} else {
+		err = writeWorktree(ctx, gitDir, tmp, p.commit)
+	}
+	if err != nil {
 		return fmt.Errorf("checkout %s into %s: %w", p, dest, err)
 	}
 	if err := os.Rename(tmp, dest); err != nil {
@@ -65,21 +71,24 @@ func (f *Fetcher) CheckoutGit(ctx context.Context, g Git, dest string) (err erro
 
 // linkObjects fetches p if needed and, holding the cache lock, gives gitDir the cache's
 // packs (hard links: packs never change; copies across file systems) and shallow list, so
-// the workspace owns its objects and outlives a cache gc.
-func (f *Fetcher) linkObjects(ctx context.Context, p *gitPin, gitDir string) error {
+// the workspace owns its objects and outlives a cache gc. A fetch from a mirror writes
+// the tree into root as it copies (see copyCheckout) and returns it; nil: the tree is
+// still to be written from the objects.
+func (f *Fetcher) linkObjects(ctx context.Context, p *gitPin, gitDir, root string) (*worktree, error) {
 	unlock, err := f.cache.Lock(ctx, cache.KindGit, p.key)
 	if err != nil {
-		return fetchErr(err, "checkout %s", p)
+		return nil, fetchErr(err, "checkout %s", p)
 	}
 	defer unlock()
-	if err := f.fetchGitLocked(ctx, p); err != nil {
-		return err
+	w, err := f.fetchGitInto(ctx, p, root)
+	if err != nil {
+		return nil, err
 	}
 	src := f.cache.GitDir(p.key)
 	// HEAD, objects and refs make a git directory; git makes the rest as it needs it.
 	for _, d := range []string{filepath.Join(gitDir, "objects", "pack"), filepath.Join(gitDir, "refs")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("checkout %s: %w", p, err)
+			return nil, fmt.Errorf("checkout %s: %w", p, err)
 		}
 	}
 	files := map[string]string{
@@ -88,12 +97,12 @@ func (f *Fetcher) linkObjects(ctx context.Context, p *gitPin, gitDir string) err
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(gitDir, name), []byte(content), 0o644); err != nil {
-			return fmt.Errorf("checkout %s: %w", p, err)
+			return nil, fmt.Errorf("checkout %s: %w", p, err)
 		}
 	}
 	des, err := os.ReadDir(filepath.Join(src, "objects", "pack"))
 	if err != nil {
-		return fmt.Errorf("checkout %s: %w", p, err)
+		return nil, fmt.Errorf("checkout %s: %w", p, err)
 	}
 	for _, d := range des {
 		n := d.Name()
@@ -103,53 +112,73 @@ func (f *Fetcher) linkObjects(ctx context.Context, p *gitPin, gitDir string) err
 		from, to := filepath.Join(src, "objects", "pack", n), filepath.Join(gitDir, "objects", "pack", n)
 		if err := os.Link(from, to); err != nil {
 			if err := copyFile(from, to); err != nil {
-				return fmt.Errorf("checkout %s: copy %s: %w", p, from, err)
+				return nil, fmt.Errorf("checkout %s: copy %s: %w", p, from, err)
 			}
 		}
 	}
 	// The workspace appears by one rename at the end: its files need no fsync.
 	if b, err := os.ReadFile(filepath.Join(src, "shallow")); err == nil {
 		if err := os.WriteFile(filepath.Join(gitDir, "shallow"), b, 0o644); err != nil {
-			return fmt.Errorf("checkout %s: %w", p, err)
+			return nil, fmt.Errorf("checkout %s: %w", p, err)
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("checkout %s: %w", p, err)
+		return nil, fmt.Errorf("checkout %s: %w", p, err)
 	}
-	return nil
+	return w, nil
 }
 
 // writeWorktree writes commit's tree into root and the matching index into gitDir.
-//
-// The trees are read first (a bad tree fails before anything is written); then workers
-// each take a directory at a time: create it, hand its subdirectories on, and write its
-// files, reading their blobs themselves. Creating files is the slow part of a checkout on
-// a busy file system, and the kernel serialises creations in one directory, not across
-// directories.
 func writeWorktree(ctx context.Context, gitDir, root string, commit plumbing.Hash) error {
 	db, err := openObjectDB(filepath.Join(gitDir, "objects"))
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	r := db.reader()
+	w, err := planWorktree(ctx, db.reader(), root, commit)
+	if err != nil {
+		return err
+	}
+	if err := w.write(ctx, func() blobSource { return dbSource{db.reader()} }); err != nil {
+		return err
+	}
+	return w.writeIndex(gitDir)
+}
+
+// worktree is a commit's tree as a checkout writes it: its directories, each with its
+// files, and the index entries, filled in as the files are written.
+type worktree struct {
+	top     *wtDir
+	entries []*index.Entry
+	tasks   int
+	trees   []plumbing.Hash // every tree, each once, parents first
+	blobs   int             // distinct blobs
+}
+
+// planWorktree reads the trees of commit (a bad tree fails before anything is written)
+// and plans the checkout into root.
+func planWorktree(ctx context.Context, r *objReader, root string, commit plumbing.Hash) (*worktree, error) {
 	t, data, err := r.read(commit)
 	if err == nil && t != plumbing.CommitObject {
 		err = fmt.Errorf("a %s, not a commit", t)
 	}
 	if err != nil {
-		return fmt.Errorf("read commit %s: %w", commit, err)
+		return nil, fmt.Errorf("read commit %s: %w", commit, err)
 	}
 	treeHash, err := commitTree(data)
 	if err != nil {
-		return fmt.Errorf("read commit %s: %w", commit, err)
+		return nil, fmt.Errorf("read commit %s: %w", commit, err)
 	}
-	top := &wtDir{abs: root}
-	var entries []*index.Entry
-	tasks := 1
+	w := &worktree{top: &wtDir{abs: root}, tasks: 1}
+	seenTree := map[plumbing.Hash]bool{}
+	seenBlob := map[plumbing.Hash]bool{}
 	var walk func(h plumbing.Hash, d *wtDir) error
 	walk = func(h plumbing.Hash, d *wtDir) error {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if !seenTree[h] {
+			seenTree[h] = true
+			w.trees = append(w.trees, h)
 		}
 		t, data, err := r.read(h)
 		if err == nil && t != plumbing.TreeObject {
@@ -175,7 +204,7 @@ func writeWorktree(ctx context.Context, gitDir, root string, commit plumbing.Has
 			case filemode.Dir:
 				sub := &wtDir{rel: rel, abs: abs}
 				d.subdirs = append(d.subdirs, sub)
-				tasks++
+				w.tasks++
 				if err := walk(e.hash, sub); err != nil {
 					return err
 				}
@@ -186,50 +215,64 @@ func writeWorktree(ctx context.Context, gitDir, root string, commit plumbing.Has
 			default:
 				return fmt.Errorf("tree %s: entry %q has unknown mode %o", h, rel, e.mode)
 			}
+			if e.mode != filemode.Submodule && !seenBlob[e.hash] {
+				seenBlob[e.hash] = true
+				w.blobs++
+			}
 			d.items = append(d.items, wtItem{abs: abs, entry: ie})
-			entries = append(entries, ie)
+			w.entries = append(w.entries, ie)
 		}
-		tasks += (len(d.items) - 1) / wtChunk
+		w.tasks += (len(d.items) - 1) / wtChunk
 		return nil
 	}
-	if err := walk(treeHash, top); err != nil {
-		return err
+	if err := walk(treeHash, w.top); err != nil {
+		return nil, err
 	}
+	return w, nil
+}
 
-	w := &wtWriter{queue: make(chan wtTask, tasks)}
-	w.push(wtTask{dir: top, root: true})
+// write writes the planned tree, reading blobs through sources made by newSource (one per
+// worker). Workers each take a directory at a time: create it, hand its subdirectories
+// on, and write its files. Creating files is the slow part of a checkout on a busy file
+// system, and the kernel serialises creations in one directory, not across directories.
+func (w *worktree) write(ctx context.Context, newSource func() blobSource) error {
+	wr := &wtWriter{queue: make(chan wtTask, w.tasks)}
+	wr.push(wtTask{dir: w.top, root: true})
 	go func() {
-		w.pending.Wait()
-		close(w.queue)
+		wr.pending.Wait()
+		close(wr.queue)
 	}()
 	var wg sync.WaitGroup
-	for i := 0; i < checkoutWorkers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := db.reader()
-			for t := range w.queue {
-				if w.failed.Load() == nil {
+	for range checkoutWorkers {
+		wg.Go(func() {
+			src := newSource()
+			for t := range wr.queue {
+				if wr.failed.Load() == nil {
 					if err := ctx.Err(); err != nil {
-						w.fail(err)
-					} else if err := w.run(r, t); err != nil {
-						w.fail(err)
+						wr.fail(err)
+					} else if err := wr.run(src, t); err != nil {
+						wr.fail(err)
 					}
 				}
-				w.pending.Done()
+				wr.pending.Done()
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	if err := w.failed.Load(); err != nil {
+	if err := wr.failed.Load(); err != nil {
 		return *err
 	}
+	return nil
+}
+
+// writeIndex writes the index of the written tree into gitDir.
+func (w *worktree) writeIndex(gitDir string) error {
 	f, err := os.Create(filepath.Join(gitDir, "index"))
 	if err != nil {
 		return err
 	}
 	bw := bufio.NewWriter(f)
-	err = index.NewEncoder(bw).Encode(&index.Index{Version: 2, Entries: entries})
+	err = index.NewEncoder(bw).Encode(&index.Index{Version: 2, Entries: w.entries})
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -240,6 +283,28 @@ func writeWorktree(ctx context.Context, gitDir, root string, commit plumbing.Has
 		return fmt.Errorf("write the index: %w", err)
 	}
 	return nil
+}
+
+// blobSource gives a checkout the content of its blobs.
+type blobSource interface {
+	// blob returns the content of h: whole (valid until the next call), or, when it is
+	// large, as a stream.
+	blob(h plumbing.Hash) ([]byte, io.Reader, error)
+}
+
+// dbSource reads blobs from an object database.
+type dbSource struct{ r *objReader }
+
+func (s dbSource) blob(h plumbing.Hash) ([]byte, io.Reader, error) {
+	if size, ok := s.r.wholeSize(h); ok && size > inlineLimit {
+		t, _, rd, err := s.r.stream(h)
+		if err == nil && t != plumbing.BlobObject {
+			err = fmt.Errorf("object %s is a %s, not a blob", h, t)
+		}
+		return nil, rd, err
+	}
+	data, err := readBlob(s.r, h)
+	return data, nil, err
 }
 
 // checkoutWorkers is how many goroutines write a checkout.
@@ -286,7 +351,7 @@ func (w *wtWriter) push(t wtTask) {
 
 func (w *wtWriter) fail(err error) { w.failed.CompareAndSwap(nil, &err) }
 
-func (w *wtWriter) run(r *objReader, t wtTask) error {
+func (w *wtWriter) run(src blobSource, t wtTask) error {
 	d := t.dir
 	if t.chunk == 0 {
 		if !t.root {
@@ -303,7 +368,7 @@ func (w *wtWriter) run(r *objReader, t wtTask) error {
 	}
 	end := min((t.chunk+1)*wtChunk, len(d.items))
 	for _, it := range d.items[t.chunk*wtChunk : end] {
-		if err := writeItem(r, it); err != nil {
+		if err := writeItem(src, it); err != nil {
 			return fmt.Errorf("%s: %w", it.entry.Name, err)
 		}
 	}
@@ -312,7 +377,7 @@ func (w *wtWriter) run(r *objReader, t wtTask) error {
 
 // writeItem writes one file, symlink or (empty, as git leaves one that is not
 // initialised) submodule directory and fills its index entry.
-func writeItem(r *objReader, it wtItem) error {
+func writeItem(src blobSource, it wtItem) error {
 	e := it.entry
 	switch e.Mode {
 	case filemode.Submodule:
@@ -320,7 +385,10 @@ func writeItem(r *objReader, it wtItem) error {
 			return err
 		}
 	case filemode.Symlink:
-		target, err := readBlob(r, e.Hash)
+		target, rd, err := src.blob(e.Hash)
+		if err == nil && rd != nil {
+			err = fmt.Errorf("symlink target: blob %s is too large", e.Hash)
+		}
 		if err != nil {
 			return err
 		}
@@ -332,7 +400,7 @@ func writeItem(r *objReader, it wtItem) error {
 		if e.Mode == filemode.Executable {
 			perm = 0o755
 		}
-		fi, err := writeBlobFile(r, e.Hash, it.abs, perm)
+		fi, err := writeBlobFile(src, e.Hash, it.abs, perm)
 		if err != nil {
 			return err
 		}
@@ -350,30 +418,17 @@ func readBlob(r *objReader, h plumbing.Hash) ([]byte, error) {
 }
 
 // writeBlobFile creates abs with the content of the blob h and returns its stat data.
-func writeBlobFile(r *objReader, h plumbing.Hash, abs string, perm fs.FileMode) (fs.FileInfo, error) {
-	var data []byte
-	var src io.Reader
-	if size, ok := r.wholeSize(h); ok && size > inlineLimit {
-		t, _, rd, err := r.stream(h)
-		if err == nil && t != plumbing.BlobObject {
-			err = fmt.Errorf("object %s is a %s, not a blob", h, t)
-		}
-		if err != nil {
-			return nil, err
-		}
-		src = rd
-	} else {
-		var err error
-		if data, err = readBlob(r, h); err != nil {
-			return nil, err
-		}
+func writeBlobFile(src blobSource, h plumbing.Hash, abs string, perm fs.FileMode) (fs.FileInfo, error) {
+	data, rd, err := src.blob(h)
+	if err != nil {
+		return nil, err
 	}
 	f, err := os.OpenFile(abs, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return nil, err
 	}
-	if src != nil {
-		_, err = io.Copy(f, src)
+	if rd != nil {
+		_, err = io.Copy(f, rd)
 	} else {
 		_, err = f.Write(data)
 	}

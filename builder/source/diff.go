@@ -51,10 +51,12 @@ func (f *Fetcher) Diff(ctx context.Context, s DiffSpec) ([]byte, error) {
 		return nil, fetchErr(err, "%s", what)
 	}
 	defer unlock()
-	for _, p := range []*gitPin{base, head} {
-		if err := f.fetchGitLocked(ctx, p); err != nil {
-			return nil, err
-		}
+	// One fetch brings both commits, each object once; what the cache has already (the
+	// base, after its checkout) is not copied again.
+	both := *head
+	both.also = []plumbing.Hash{base.commit}
+	if err := f.fetchGitLocked(ctx, &both); err != nil {
+		return nil, err
 	}
 	st := openStorage(f.cache.GitDir(base.key))
 	defer st.Close()

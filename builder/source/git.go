@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,13 +45,20 @@ type gitPin struct {
 	key    string
 	commit plumbing.Hash
 	refs   []refPin
+	also   []plumbing.Hash // more commits fetched with it (a diff's base)
 }
 
 func (p *gitPin) String() string { return p.url + "@" + p.commit.String() }
 
-// commits are the commits that the fetch brings: the pin and those of name=sha extra refs.
+// commits are the commits that the fetch brings: the pin, also, and those of name=sha extra
+// refs.
 func (p *gitPin) commits() []plumbing.Hash {
 	out := []plumbing.Hash{p.commit}
+	for _, h := range p.also {
+		if !containsHash(out, h) {
+			out = append(out, h)
+		}
+	}
 	for _, r := range p.refs {
 		if !containsHash(out, r.want) {
 			out = append(out, r.want)
@@ -155,45 +163,61 @@ func (f *Fetcher) FetchGit(ctx context.Context, g Git) error {
 
 // fetchGitLocked is FetchGit with the repository's lock held.
 func (f *Fetcher) fetchGitLocked(ctx context.Context, p *gitPin) error {
+	_, err := f.fetchGitInto(ctx, p, "")
+	return err
+}
+
+// fetchGitInto is fetchGitLocked that, given root and copying from a mirror, also writes
+// the tree of p's commit into root from the same reads (see copyCheckout) and returns what
+// it wrote; nil when it wrote nothing, and the caller checks out from the cache.
+func (f *Fetcher) fetchGitInto(ctx context.Context, p *gitPin, root string) (*worktree, error) {
 	dir := f.cache.GitDir(p.key)
 	if f.haveGit(dir, p) {
-		return f.cache.Touch(cache.KindGit, p.key, p.url)
+		return nil, f.cache.Touch(cache.KindGit, p.key, p.url)
 	}
 	tmp, err := f.cache.TempDir(cache.KindGit, p.key)
 	if err != nil {
-		return fetchErr(err, "fetch %s", p)
+		return nil, fetchErr(err, "fetch %s", p)
 	}
 	defer os.RemoveAll(tmp)
+	// What the cache holds already (a pull request's base, fetched before its head) is not
+	// copied again.
+	cached, err := openPacks(filepath.Join(dir, "objects", "pack"))
+	if err != nil {
+		return nil, fetchErr(err, "fetch %s: read the cache %s", p, dir)
+	}
+	defer cached.Close()
 	// A fetch from the mirror writes one pack straight into tmp; go-git's fetch wants a
 	// repository there.
 	packDir := tmp
 	var shallow []plumbing.Hash
+	var w *worktree
 	if f.mirror != "" {
-		shallow, err = f.fetchFromMirror(ctx, p, tmp)
+		shallow, w, err = f.fetchFromMirror(ctx, p, tmp, cached, root)
 	} else {
 		packDir = filepath.Join(tmp, "objects", "pack")
 		if err := writeBareSkeleton(tmp); err != nil {
-			return fetchErr(err, "fetch %s", p)
+			return nil, fetchErr(err, "fetch %s", p)
 		}
 		dst := openStorage(tmp)
 		shallow, err = f.fetchFromRemote(ctx, p, dst)
 		dst.Close()
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := checkCommits(packDir, p); err != nil {
-		return err
+	if err := checkCommits(packDir, cached, p); err != nil {
+		return nil, err
 	}
 	// The cache repository is made only now, so that a failed fetch leaves nothing.
 	if err := f.ensureBare(p.key, dir); err != nil {
-		return fetchErr(err, "fetch %s: prepare the cache repository %s", p, dir)
+		return nil, fetchErr(err, "fetch %s: prepare the cache repository %s", p, dir)
 	}
 	if err := publish(packDir, dir, shallow, p); err != nil {
-		return fetchErr(err, "fetch %s: store into the cache %s", p, dir)
+		return nil, fetchErr(err, "fetch %s: store into the cache %s", p, dir)
 	}
 	f.log.Debug("fetched", "source", p.String(), "cache", dir)
-	return f.cache.Touch(cache.KindGit, p.key, p.url)
+	return w, f.cache.Touch(cache.KindGit, p.key, p.url)
 }
 
 // haveGit says whether the cache already holds everything p needs. A ref that has moved
@@ -382,15 +406,16 @@ func (f *Fetcher) mirrorDir(key string) string {
 
 // fetchFromMirror copies p's objects from the mirror's bare repository into a new pack in
 // packDir, in process: the objects of each pinned commit (its whole tree, no history) are
-// read straight from the mirror's packs.
-func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, packDir string) ([]plumbing.Hash, error) {
+// read straight from the mirror's packs, but for those cached has. Given root, it writes
+// the tree of p's commit there in the same pass (copyCheckout).
+func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, packDir string, cached *objectDB, root string) ([]plumbing.Hash, *worktree, error) {
 	mdir := f.mirrorDir(p.key)
 	if _, err := os.Stat(filepath.Join(mdir, "objects")); err != nil {
-		return nil, fetchErr(nil, "fetch %s: no mirror entry for %s: looked for the bare repository %s (write one with `epbuild mirror`)", p, p.url, mdir)
+		return nil, nil, fetchErr(nil, "fetch %s: no mirror entry for %s: looked for the bare repository %s (write one with `epbuild mirror`)", p, p.url, mdir)
 	}
 	db, err := openObjectDB(filepath.Join(mdir, "objects"))
 	if err != nil {
-		return nil, fetchErr(err, "fetch %s: open the mirror %s", p, mdir)
+		return nil, nil, fetchErr(err, "fetch %s: open the mirror %s", p, mdir)
 	}
 	defer db.Close()
 	if len(p.refs) > 0 {
@@ -399,21 +424,21 @@ func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, packDir string
 		for i := range p.refs {
 			err := resolveRef(src, db, &p.refs[i])
 			if errors.Is(err, errRefNotFound) {
-				return nil, fetchErr(nil, "fetch %s: ref %q not in the mirror %s", p, p.refs[i].name, mdir)
+				return nil, nil, fetchErr(nil, "fetch %s: ref %q not in the mirror %s", p, p.refs[i].name, mdir)
 			}
 			if err != nil {
 				var e *Error
 				if errors.As(err, &e) {
-					return nil, badPin(nil, "fetch %s: in the mirror %s: %s", p, mdir, e.Msg)
+					return nil, nil, badPin(nil, "fetch %s: in the mirror %s: %s", p, mdir, e.Msg)
 				}
-				return nil, fetchErr(err, "fetch %s: ref %q in the mirror %s", p, p.refs[i].name, mdir)
+				return nil, nil, fetchErr(err, "fetch %s: ref %q in the mirror %s", p, p.refs[i].name, mdir)
 			}
 		}
 	}
 	roots := p.commits()
 	for _, h := range roots {
 		if !db.has(h) {
-			return nil, fetchErr(nil, "fetch %s: commit %s not in the mirror %s", p, h, mdir)
+			return nil, nil, fetchErr(nil, "fetch %s: commit %s not in the mirror %s", p, h, mdir)
 		}
 	}
 	for _, r := range p.refs {
@@ -421,24 +446,33 @@ func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, packDir string
 			roots = append(roots, r.obj)
 		}
 	}
-	shallow, err := copyObjects(ctx, db, packDir, roots, nil, newMeter(f.progress, f.log, p.url, "objects", 0))
-	if err != nil {
-		return nil, fetchErr(err, "fetch %s: copy from the mirror %s", p, mdir)
+	m := newMeter(f.progress, f.log, p.url, "objects", 0)
+	var shallow []plumbing.Hash
+	var w *worktree
+	if root == "" {
+		shallow, err = copyObjects(ctx, db, packDir, roots, nil, cached.packed, m)
+	} else {
+		shallow, w, err = copyCheckout(ctx, db, cached, packDir, roots, p.commit, root, m)
 	}
-	return shallow, nil
+	if err != nil {
+		return nil, nil, fetchErr(err, "fetch %s: copy from the mirror %s", p, mdir)
+	}
+	return shallow, w, nil
 }
 
 // copyObjects packs the closure of roots (tags, commits with their whole trees but no
 // parents) from src into a new pack in packDir and returns the commits, which are the
 // shallow boundary of the repository the pack goes to. Tags and commits for which skip is
-// true are taken as present already, closure included.
+// true are taken as present already, closure included; so are trees and blobs for which
+// have is true (the destination holds whole closures: the cache does, a partial clone
+// serving as a mirror does not).
 //
 // Objects stored whole in src's packs are copied as they are packed there (their content
 // inflated and hashed to check it, but not compressed again); others (deltas, loose
 // objects) are written whole. This goroutine walks the trees and hands the blobs it finds
 // to copyReaders goroutines as it goes; one writer appends to the pack what they send,
 // holding it until the walk has counted the objects for the pack's header.
-func copyObjects(ctx context.Context, src *objectDB, packDir string, roots []plumbing.Hash, skip func(plumbing.Hash) bool, m *meter) ([]plumbing.Hash, error) {
+func copyObjects(ctx context.Context, src *objectDB, packDir string, roots []plumbing.Hash, skip, have func(plumbing.Hash) bool, m *meter) ([]plumbing.Hash, error) {
 	defer m.done()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -503,7 +537,7 @@ func copyObjects(ctx context.Context, src *objectDB, packDir string, roots []plu
 			}
 		}(i)
 	}
-	w, err := walkObjects(ctx, src.reader(), roots, skip, blobs)
+	w, err := walkObjects(ctx, src.reader(), roots, skip, have, blobs)
 	blobs.close()
 	if err != nil {
 		cancel()
@@ -537,6 +571,7 @@ type walkResult struct {
 	head    []packJob
 	commits []plumbing.Hash
 	total   int
+	had     int // objects left out: the destination has them
 }
 
 // firstErr returns the first error that is not a cancellation, or else the first error:
@@ -556,7 +591,7 @@ func firstErr(errs []error) error {
 
 // walkObjects reads the tags, commits and trees of the closure of roots (see copyObjects)
 // and hands their blobs to blobs.
-func walkObjects(ctx context.Context, r *objReader, roots []plumbing.Hash, skip func(plumbing.Hash) bool, blobs *hashQueue) (walkResult, error) {
+func walkObjects(ctx context.Context, r *objReader, roots []plumbing.Hash, skip, have func(plumbing.Hash) bool, blobs *hashQueue) (walkResult, error) {
 	var w walkResult
 	seen := make(map[plumbing.Hash]bool)
 	var walkTree func(h plumbing.Hash) error
@@ -565,6 +600,10 @@ func walkObjects(ctx context.Context, r *objReader, roots []plumbing.Hash, skip 
 			return nil
 		}
 		seen[h] = true
+		if have != nil && have(h) {
+			w.had++
+			return nil
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -590,6 +629,10 @@ func walkObjects(ctx context.Context, r *objReader, roots []plumbing.Hash, skip 
 			default:
 				if !seen[e.hash] {
 					seen[e.hash] = true
+					if have != nil && have(e.hash) {
+						w.had++
+						continue
+					}
 					blobs.push(e.hash)
 				}
 			}
@@ -636,7 +679,7 @@ func walkObjects(ctx context.Context, r *objReader, roots []plumbing.Hash, skip 
 			break
 		}
 	}
-	w.total = len(seen)
+	w.total = len(seen) - w.had
 	return w, nil
 }
 
@@ -744,15 +787,17 @@ func readBlobs(ctx context.Context, r *objReader, blobs *hashQueue, jobs chan<- 
 	}
 }
 
-// checkCommits makes sure the fetched packs (in packDir) hold each pinned commit and its
-// tree.
-func checkCommits(packDir string, p *gitPin) error {
+// checkCommits makes sure the fetched packs (in packDir) hold each pinned commit, and they
+// or the cached ones its tree.
+func checkCommits(packDir string, cached *objectDB, p *gitPin) error {
 	db, err := openPacks(packDir)
 	if err != nil {
 		return fetchErr(err, "fetch %s: read the fetched objects", p)
 	}
 	defer db.Close()
-	r := db.reader()
+	// A tree may be in the cache already, from another commit.
+	all := &objectDB{packs: append(slices.Clone(db.packs), cached.packs...), bases: db.bases}
+	r := all.reader()
 	for _, h := range p.commits() {
 		t, data, err := r.read(h)
 		if err != nil {
@@ -765,7 +810,7 @@ func checkCommits(packDir string, p *gitPin) error {
 		if err != nil {
 			return fetchErr(err, "fetch %s: commit %s is corrupt", p, h)
 		}
-		if !db.has(tree) {
+		if !all.has(tree) {
 			return fetchErr(nil, "fetch %s: the tree of commit %s is missing", p, h)
 		}
 	}
@@ -818,42 +863,75 @@ func writeBareSkeleton(dir string) error {
 // killed at any moment leaves nothing visible that is incomplete: each pack's index is
 // renamed in before its pack (git and go-git both ignore an index without its pack), the
 // shallow file is replaced next, and the refs that make the commits visible come last.
+// Each step's fsyncs run at once: a crash-safe publish costs three fsync waits, not one
+// per file.
 func publish(tmpPacks, dir string, shallow []plumbing.Hash, p *gitPin) error {
 	packs, err := filepath.Glob(filepath.Join(tmpPacks, "pack-*.pack"))
 	if err != nil {
 		return err
 	}
-	packDir := filepath.Join(dir, "objects", "pack")
+	var files []string // index first, then its pack
 	for _, pack := range packs {
-		idx := strings.TrimSuffix(pack, ".pack") + ".idx"
-		for _, src := range []string{idx, pack} {
-			if err := cache.SyncFile(src); err != nil {
-				return err
-			}
-			if err := os.Rename(src, filepath.Join(packDir, filepath.Base(src))); err != nil {
-				return err
-			}
-		}
+		files = append(files, strings.TrimSuffix(pack, ".pack")+".idx", pack)
 	}
-	if len(packs) > 0 {
-		if err := cache.SyncDir(packDir); err != nil {
-			return err
-		}
-	}
-	if err := addShallow(dir, shallow); err != nil {
+	newShallow, err := shallowFile(dir, shallow)
+	if err != nil {
 		return err
 	}
-	for _, r := range p.refs {
-		if err := writeRef(dir, r.full, r.obj); err != nil {
+	// 1. The new files' data.
+	var steps []func() error
+	for _, f := range files {
+		steps = append(steps, func() error { return cache.SyncFile(f) })
+	}
+	if newShallow != "" {
+		steps = append(steps, func() error { return cache.SyncFile(newShallow) })
+	}
+	if err := parallel(steps...); err != nil {
+		return err
+	}
+	// 2. Their names.
+	packDir := filepath.Join(dir, "objects", "pack")
+	for _, f := range files {
+		if err := os.Rename(f, filepath.Join(packDir, filepath.Base(f))); err != nil {
 			return err
 		}
+	}
+	if newShallow != "" {
+		if err := os.Rename(newShallow, filepath.Join(dir, "shallow")); err != nil {
+			os.Remove(newShallow)
+			return err
+		}
+	}
+	steps = steps[:0]
+	if len(packs) > 0 {
+		steps = append(steps, func() error { return cache.SyncDir(packDir) })
+	}
+	if newShallow != "" {
+		steps = append(steps, func() error { return cache.SyncDir(dir) })
+	}
+	if err := parallel(steps...); err != nil {
+		return err
+	}
+	// 3. The refs.
+	steps = steps[:0]
+	for _, r := range p.refs {
+		steps = append(steps, func() error { return writeRef(dir, r.full, r.obj) })
 	}
 	for _, h := range p.commits() {
-		if err := writeRef(dir, plumbing.ReferenceName(pinRef+h.String()), h); err != nil {
-			return err
-		}
+		steps = append(steps, func() error { return writeRef(dir, plumbing.ReferenceName(pinRef+h.String()), h) })
 	}
-	return nil
+	return parallel(steps...)
+}
+
+// parallel runs fns at once and returns their errors.
+func parallel(fns ...func() error) error {
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, f := range fns {
+		wg.Go(func() { errs[i] = f() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // writeRef writes a loose ref atomically, its content durable before it is visible. The
@@ -910,12 +988,12 @@ func readShallow(dir string) ([]plumbing.Hash, error) {
 	return out, sc.Err()
 }
 
-// addShallow adds commits to dir's shallow file, atomically and durably (before the refs
-// of those commits are written).
-func addShallow(dir string, add []plumbing.Hash) error {
+// shallowFile writes, next to dir's shallow file, a new one that adds commits to it, and
+// returns its name; "" when it would not change.
+func shallowFile(dir string, add []plumbing.Hash) (string, error) {
 	have, err := readShallow(dir)
 	if err != nil {
-		return err
+		return "", err
 	}
 	all := append([]plumbing.Hash(nil), have...)
 	for _, h := range add {
@@ -924,14 +1002,29 @@ func addShallow(dir string, add []plumbing.Hash) error {
 		}
 	}
 	if len(all) == len(have) {
-		return nil
+		return "", nil
 	}
 	lines := make([]string, len(all))
 	for i, h := range all {
 		lines[i] = h.String() + "\n"
 	}
 	sort.Strings(lines)
-	return cache.WriteFile(filepath.Join(dir, "shallow"), []byte(strings.Join(lines, "")), 0o644)
+	f, err := os.CreateTemp(dir, ".tmp-shallow-")
+	if err != nil {
+		return "", err
+	}
+	_, err = f.WriteString(strings.Join(lines, ""))
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
 }
 
 func containsHash(hs []plumbing.Hash, h plumbing.Hash) bool {

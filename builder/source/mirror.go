@@ -104,7 +104,7 @@ func (f *Fetcher) mirrorGit(ctx context.Context, dir string, p *gitPin) error {
 			roots = append(roots, r.obj)
 		}
 	}
-	shallow, err := copyObjects(ctx, src, tmp, roots, have.has, newMeter(f.progress, f.log, p.url, "objects", 0))
+	shallow, err := copyObjects(ctx, src, tmp, roots, have.has, nil, newMeter(f.progress, f.log, p.url, "objects", 0))
 	if err != nil {
 		return fmt.Errorf("mirror %s into %s: %w", p, mdir, err)
 	}

@@ -221,6 +221,12 @@ func (db *objectDB) find(h plumbing.Hash) (*packFile, int) {
 	return nil, -1
 }
 
+// packed says whether the object h is in one of db's packs.
+func (db *objectDB) packed(h plumbing.Hash) bool {
+	p, _ := db.find(h)
+	return p != nil
+}
+
 // has says whether the object h is in db.
 func (db *objectDB) has(h plumbing.Hash) bool {
 	if p, _ := db.find(h); p != nil {

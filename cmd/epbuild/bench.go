@@ -72,7 +72,7 @@ the plugin or CUDA cannot be loaded.`,
 				return err
 			}
 			if asJSON {
-				if werr := writeJSON(app.Out, res); werr != nil {
+				if werr := app.printJSON(res); werr != nil {
 					return werr
 				}
 			} else {
@@ -89,6 +89,7 @@ the plugin or CUDA cannot be loaded.`,
 	f.StringVar(&plugin, "plugin", "", "the net plugin: a path, or a name NCCL resolves (default $NCCL_NET_PLUGIN)")
 	f.BoolVar(&loopback, "loopback", false, "use the install's loopback test plugin")
 	f.StringVar(&mem, "mem", "host", "where the message lives: host or device (CUDA)")
+	_ = cmd.RegisterFlagCompletionFunc("mem", oneOf("host", "device"))
 	f.StringVar(&size, "size", "256M", "message size per iteration (K, M, G suffixes)")
 	f.StringVar(&chunk, "chunk", "512K", "bytes per request")
 	f.IntVar(&window, "window", 0, "requests held at once per comm (default: the request limit)")

@@ -7,11 +7,12 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
-	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/progress"
 	"github.com/epbuild/epbuild/builder/source"
 )
 
@@ -22,7 +23,7 @@ type sourceFlags struct {
 }
 
 func (f *sourceFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringArrayVar(&f.sets, "set", nil, "override a recipe value (repeatable); keys: see `epbuild show --help`")
+	cmd.Flags().StringArrayVar(&f.sets, "set", nil, "override a recipe value: `KEY=VALUE` (repeatable; the keys: epbuild show --help)")
 	cmd.Flags().StringVar(&f.mirror, "mirror", "", "serve every source from this mirror directory, never the network (default $EPBUILD_MIRROR)")
 }
 
@@ -35,15 +36,44 @@ func (app *App) job(name string, f *sourceFlags, ignore []string, allowUndecided
 	}
 	return builder.Open(builder.Options{
 		Library: app.library(), Recipe: name, Sets: f.sets, CacheDir: app.Getenv("EPBUILD_CACHE"), Mirror: mirror,
-		Log: app.Log, Progress: source.ProgressAuto, IgnoreRules: ignore, AllowUndecided: allowUndecided,
+		Log: app.Log, Progress: app.fetchProgress(), IgnoreRules: ignore, AllowUndecided: allowUndecided,
 	})
+}
+
+// fetchProgress: bars on a terminal, log lines elsewhere and always with JSON logs (a
+// bar is not a JSON line).
+func (app *App) fetchProgress() source.ProgressMode {
+	if app.logFormat == "json" {
+		return source.ProgressLines
+	}
+	return source.ProgressAuto
+}
+
+// watchSteps shows the build steps while they run: a live line per step on a terminal
+// (stderr, CI unset), else a heartbeat log line per step every interval. The returned
+// function ends the display.
+func (app *App) watchSteps(every time.Duration) (builder.Watcher, func()) {
+	mode := progress.Detect(app.Err, app.Getenv)
+	if app.logFormat == "json" {
+		mode = progress.Lines
+	}
+	d := progress.New(progress.Options{Mode: mode, Out: app.Err, Log: app.Log, Every: every})
+	if mode != progress.Live {
+		return d, d.Close
+	}
+	// log lines go above the live lines
+	app.Log.SetOutput(struct{ io.Writer }{d.Writer()})
+	return d, func() {
+		d.Close()
+		app.Log.SetOutput(struct{ io.Writer }{app.Err})
+	}
 }
 
 // rulesStopped prints the findings that stop a job (their fixes) before its error.
 func (app *App) rulesStopped(err error) error {
 	var re *builder.RulesError
 	if errors.As(err, &re) {
-		writeFindings(app.Err, re.Findings)
+		app.logFindings(re.Findings)
 	}
 	return err
 }
@@ -59,10 +89,12 @@ func newRecipeCmd(app *App) *cobra.Command {
 		ignore         []string
 		allowUndecided bool
 		rebuildCheck   bool
+		heartbeat      time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "recipe NAME|FILE",
-		Short: "Build a recipe: fetch, patch, build, check, package (the main job)",
+		Use:               "recipe NAME|FILE",
+		ValidArgsFunction: app.completeRecipes(1),
+		Short:             "Build a recipe: fetch, patch, build, check, package (the main job)",
 		Long: `Build a recipe into a checked, installable artifact <recipe>-<plan>.tar.zst:
 resolve the pins, check the compatibility rules (exit 2 on an error-level finding, or on
 an error-level rule that cannot be decided unless --allow-undecided), check the toolchain
@@ -73,6 +105,14 @@ manifest.json and env.sh.
 Every stage's output is stored by key: a rerun with nothing changed does no work, a
 failed run resumes at the stage that failed, and --force[=STAGE] reruns a stage and those
 after it (patch, build, check, package).
+
+While a build step runs, a terminal shows a line per running step with its elapsed time
+and the last line of its log; elsewhere (CI set, stderr not a terminal, --log-format
+json) a log line per running step every --heartbeat. Each step's whole log is kept under
+the cache, <cache>/logs/build-<key>/<step>.log while it runs and after it failed (the
+path is printed; cache gc removes it), and in the build's stored output once it succeeded.
+Ctrl-C (SIGINT) or SIGTERM stops the running step and everything it started, removes the
+stage's temporary directories, and exits 130; finished stages are kept.
 
 Builds are reproducible: the same plan gives the same bytes wherever the cache is and
 whichever machine of the same toolchain builds it. They run in /tmp/epbuild-<component>-<key>
@@ -101,6 +141,14 @@ EPBUILD_REPRO=off turns the measures off, to measure what they cost; nothing els
 			if force != "" {
 				opts.Force = strings.Split(force, ",")
 			}
+			if heartbeat <= 0 {
+				return usageError{fmt.Errorf("--heartbeat %s: give a positive duration, e.g. 30s", heartbeat)}
+			}
+			if !planOnly {
+				var stop func()
+				opts.Watch, stop = app.watchSteps(heartbeat)
+				defer stop()
+			}
 			build := j.Build
 			if rebuildCheck {
 				build = j.BuildAndCheck
@@ -124,7 +172,7 @@ EPBUILD_REPRO=off turns the measures off, to measure what they cost; nothing els
 			}
 			if planOnly {
 				if asJSON {
-					return writeJSON(app.Out, map[string]any{"plan": res.Plan, "stages": res.Stages})
+					return app.printJSON(map[string]any{"plan": res.Plan, "stages": res.Stages})
 				}
 				writePlan(app.Out, res.Plan)
 				fmt.Fprintln(app.Out)
@@ -132,7 +180,7 @@ EPBUILD_REPRO=off turns the measures off, to measure what they cost; nothing els
 				return nil
 			}
 			if asJSON {
-				return writeJSON(app.Out, res)
+				return app.printJSON(res)
 			}
 			writeStages(app.Out, res.Stages, false)
 			fmt.Fprintf(app.Out, "\nartifact %s\nsha256   %s\n", res.Artifact, res.SHA256)
@@ -145,13 +193,14 @@ EPBUILD_REPRO=off turns the measures off, to measure what they cost; nothing els
 	sf.add(cmd)
 	cmd.Flags().StringVarP(&out, "out", "o", "out", "directory for the artifact")
 	cmd.Flags().BoolVar(&planOnly, "plan", false, "print the plan with its stage keys and what is cached; do nothing")
-	cmd.Flags().StringVar(&force, "force", "", "rerun these stages and the ones after them (all, patch, build, check, package)")
+	cmd.Flags().StringVar(&force, "force", "", "rerun `STAGE` (all, patch, build, check, package; a comma-separated list) and the ones after it")
 	cmd.Flags().Lookup("force").NoOptDefVal = "all"
 	cmd.Flags().BoolVar(&allowApplied, "allow-applied", false, "continue when a patch is already in the tree (reported), instead of failing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringArrayVar(&ignore, "ignore-rule", nil, "build despite an error-level finding of this rule id (e.g. to reproduce a known failure); recorded in the manifest")
 	cmd.Flags().BoolVar(&rebuildCheck, "rebuild-check", false, "build the plan a second time from nothing at another place, compare the artifacts, and fail (exit 1) printing the difference when they differ")
 	cmd.Flags().BoolVar(&allowUndecided, "allow-undecided", false, "build although an error-level rule cannot be decided (a commit no history at hand knows); recorded in the manifest")
+	cmd.Flags().DurationVar(&heartbeat, "heartbeat", progress.DefaultEvery, "without a terminal (CI), log a line per running build step this often")
 	return cmd
 }
 
@@ -175,12 +224,14 @@ func writeStages(w io.Writer, ev []builder.StageEvent, planned bool) {
 
 func newFetchCmd(app *App) *cobra.Command {
 	var (
-		sf  sourceFlags
-		out string
+		sf     sourceFlags
+		out    string
+		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "fetch NAME|FILE",
-		Short: "Fetch every pinned source of a recipe into the cache; with --out, lay out workspaces",
+		Use:               "fetch NAME|FILE",
+		ValidArgsFunction: app.completeRecipes(1),
+		Short:             "Fetch every pinned source of a recipe into the cache; with --out, lay out workspaces",
 		Long: `Fetch every pinned source of a recipe into the cache (checked against its pin). With
 --out DIR, each git source becomes a real git checkout at the pinned commit (DIR/<component>)
 and each archive a plain tree.`,
@@ -191,6 +242,25 @@ and each archive a plain tree.`,
 				return err
 			}
 			reps, err := j.Fetch(cmd.Context(), out)
+			if asJSON {
+				if reps == nil {
+					reps = []builder.FetchReport{}
+				}
+				doc := struct {
+					OK         bool                  `json:"ok"`
+					Recipe     string                `json:"recipe"`
+					Components []builder.FetchReport `json:"components"`
+					Error      *errorJSON            `json:"error,omitempty"`
+				}{OK: err == nil, Recipe: j.Plan.Recipe, Components: reps}
+				if err != nil {
+					e := describeError(err, exitCodeOf(err))
+					doc.Error = &e
+				}
+				if werr := app.printJSON(doc); werr != nil {
+					return werr
+				}
+				return err
+			}
 			for _, r := range reps {
 				switch {
 				case r.Python != "":
@@ -206,15 +276,21 @@ and each archive a plain tree.`,
 	}
 	sf.add(cmd)
 	cmd.Flags().StringVar(&out, "out", "", "lay out a workspace per component under this directory")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: each component with its pin and where it went")
 	return cmd
 }
 
 func newMirrorCmd(app *App) *cobra.Command {
-	var sf sourceFlags
+	var (
+		sf     sourceFlags
+		asJSON bool
+	)
 	cmd := &cobra.Command{
-		Use:   "mirror RECIPE... DIR",
-		Short: "Write a mirror holding exactly what these recipes need, for an air-gapped site",
-		Args:  cobra.MinimumNArgs(2),
+		Use: "mirror RECIPE... DIR",
+		// recipes, then the directory: a word that is a path completes file names
+		ValidArgsFunction: app.completeRecipes(-1),
+		Short:             "Write a mirror holding exactly what these recipes need, for an air-gapped site",
+		Args:              cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var jobs []*builder.Job
 			for _, name := range args[:len(args)-1] {
@@ -228,82 +304,14 @@ func newMirrorCmd(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return app.printJSON(rep)
+			}
 			fmt.Fprintf(app.Out, "mirror %s: %d git pins, %d archives\n", rep.Dir, rep.Git, rep.Archives)
 			return nil
 		},
 	}
 	sf.add(cmd)
-	return cmd
-}
-
-func newCacheCmd(app *App) *cobra.Command {
-	open := func() (*cache.Cache, error) {
-		dir := app.Getenv("EPBUILD_CACHE")
-		if dir == "" {
-			var err error
-			if dir, err = cache.DefaultDir(); err != nil {
-				return nil, err
-			}
-		}
-		return cache.Open(dir)
-	}
-	cmd := &cobra.Command{Use: "cache", Short: "Look at and clean the source cache ($EPBUILD_CACHE)"}
-	cmd.AddCommand(&cobra.Command{
-		Use: "ls", Short: "List cached sources", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := open()
-			if err != nil {
-				return err
-			}
-			ents, err := c.List()
-			if err != nil {
-				return err
-			}
-			tw := tabwriter.NewWriter(app.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KIND\tKEY\tSIZE\tLAST USED\tURL")
-			for _, e := range ents {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Kind, e.Key, humanBytes(e.Size), e.LastUsed.Format("2006-01-02 15:04"), e.URL)
-			}
-			return tw.Flush()
-		},
-	}, &cobra.Command{
-		Use: "du", Short: "Print the cache's size", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := open()
-			if err != nil {
-				return err
-			}
-			n, err := c.Usage()
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(app.Out, "%s\t%s\n", humanBytes(n), c.Dir())
-			return nil
-		},
-	})
-	var older string
-	gc := &cobra.Command{
-		Use: "gc", Short: "Remove cached sources unused for a while (--older-than, default 720h)", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := open()
-			if err != nil {
-				return err
-			}
-			d, err := parseDuration(older)
-			if err != nil {
-				return usageError{err}
-			}
-			gone, err := c.GC(cmd.Context(), cache.UnusedFor(d, timeNow()))
-			if err != nil {
-				return err
-			}
-			for _, e := range gone {
-				fmt.Fprintf(app.Out, "removed %s %s (%s)\n", e.Kind, e.Key, humanBytes(e.Size))
-			}
-			return nil
-		},
-	}
-	gc.Flags().StringVar(&older, "older-than", "720h", "remove entries not used for this long (Go duration)")
-	cmd.AddCommand(gc)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

@@ -35,8 +35,9 @@ func newCompatCheckCmd(app *App) *cobra.Command {
 		allowUndecided bool
 	)
 	cmd := &cobra.Command{
-		Use:   "check RECIPE",
-		Short: "Evaluate the rules on a resolved recipe; exit 2 on an error-level finding",
+		Use:               "check RECIPE",
+		ValidArgsFunction: app.completeRecipes(1),
+		Short:             "Evaluate the rules on a resolved recipe; exit 2 on an error-level finding",
 		Long: `Evaluate the compatibility rules on a recipe resolved with its --set overrides (plan stage).
 Errors exit 2 with the rule id and its fix; warnings and advice are printed.
 
@@ -59,16 +60,17 @@ them can decide exits 2 too, naming the question, unless --allow-undecided.
 			plan := j.Plan
 			if asJSON {
 				out := struct {
+					OK        bool             `json:"ok"`
 					Recipe    string           `json:"recipe"`
 					Overrides []string         `json:"overrides,omitempty"`
 					Stage     compat.Stage     `json:"stage"`
 					Findings  []compat.Finding `json:"findings"`
 					Notes     []string         `json:"notes,omitempty"`
-				}{plan.Recipe, sf.sets, compat.StagePlan, fs, plan.Notes}
+				}{verdict == nil, plan.Recipe, sf.sets, compat.StagePlan, fs, plan.Notes}
 				if out.Findings == nil {
 					out.Findings = []compat.Finding{}
 				}
-				if err := writeJSON(app.Out, out); err != nil {
+				if err := app.printJSON(out); err != nil {
 					return err
 				}
 			} else {
@@ -117,6 +119,19 @@ func writeFindings(w io.Writer, fs []compat.Finding) {
 	}
 }
 
+// logFindings says on stderr what stops a job: as text, or as one JSON log record per
+// finding with --log-format json.
+func (app *App) logFindings(fs []compat.Finding) {
+	if app.logFormat != "json" {
+		writeFindings(app.Err, fs)
+		return
+	}
+	for _, f := range fs {
+		app.Log.Error(f.Message, "rule", f.Name(), "severity", f.Severity, "title", f.Title, "unknown", f.Unknown,
+			"because", f.Because, "fix", compat.FixLines(f.Fix))
+	}
+}
+
 func writeFix(w io.Writer, indent string, fx *compat.Fix) {
 	for _, l := range compat.FixLines(fx) {
 		fmt.Fprintf(w, "%sfix: %s\n", indent, l)
@@ -126,8 +141,9 @@ func writeFix(w io.Writer, indent string, fx *compat.Fix) {
 func newCompatExplainCmd(app *App) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "explain ID",
-		Short: "Show a rule: why it exists, when it holds, its fix and its sources",
+		Use:               "explain ID",
+		ValidArgsFunction: completeRuleArg,
+		Short:             "Show a rule: why it exists, when it holds, its fix and its sources",
 		Long: `Print one rule: its stages and severity, why it exists, the condition it checks (as in
 compat/rules.yaml), each case with its own why and fix, the fix, the sources to check it
 against and the host facts it reads. docs/rules.md lists every rule the same way.`,
@@ -142,7 +158,7 @@ against and the host facts it reads. docs/rules.md lists every rule the same way
 				return usageError{fmt.Errorf("no rule %q; `epbuild compat list` shows them (%s)", args[0], strings.Join(rules.IDs(), ", "))}
 			}
 			if asJSON {
-				return writeJSON(app.Out, r)
+				return app.printJSON(r)
 			}
 			facts, err := compat.LoadHostFacts()
 			if err != nil {
@@ -244,7 +260,9 @@ func newCompatListCmd(app *App) *cobra.Command {
 				rows = append(rows, rw)
 			}
 			if asJSON {
-				return writeJSON(app.Out, rows)
+				return app.printJSON(struct {
+					Rules []row `json:"rules"`
+				}{rows})
 			}
 			tw := tabwriter.NewWriter(app.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSEVERITY\tSTAGES\tTITLE")

@@ -52,9 +52,14 @@ func TestCompatCheckNCCLWarns(t *testing.T) {
 		t.Errorf("R18 and its env fix not printed:\n%s", out)
 	}
 	// the same recipe on NCCL 2.21.5 has no R18
-	code, out, _ = run(t, nil, "compat", "check", "ibrc-dualport")
+	code, out, _ = run(t, nil, "compat", "check", "ibrc-dualport", "--set", "nccl.version=2.21.5-1")
 	if code != 0 || strings.Contains(out, "R18") || !strings.Contains(out, "0 errors") {
-		t.Errorf("ibrc-dualport as pinned: exit %d\n%s", code, out)
+		t.Errorf("ibrc-dualport on NCCL 2.21.5-1: exit %d\n%s", code, out)
+	}
+	// on torch's NCCL the version is known at preflight only: R18 is undecided at plan
+	code, out, _ = run(t, nil, "compat", "check", "ibrc-dualport")
+	if code != 0 || !strings.Contains(out, "R18/runtime-connect") || !strings.Contains(out, "could not decide (nccl: no version known)") {
+		t.Errorf("ibrc-dualport on torch's NCCL: exit %d\n%s", code, out)
 	}
 }
 
@@ -124,9 +129,9 @@ func TestCompatListAndExplain(t *testing.T) {
 		}
 	}
 	code, out, _ = run(t, nil, "compat", "list", "--json")
-	var rows []struct{ ID string }
-	if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil || len(rows) < 31 {
-		t.Errorf("list --json: exit %d, %d rules, %v", code, len(rows), err)
+	var list struct{ Rules []struct{ ID string } }
+	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil || len(list.Rules) < 31 {
+		t.Errorf("list --json: exit %d, %d rules, %v", code, len(list.Rules), err)
 	}
 	code, out, _ = run(t, nil, "compat", "explain", "R3")
 	for _, want := range []string{"R3  NVSHMEM >= 3.5.19", "case qp-layout", "before: 29d31c095796f3c8ece47ee9cdcc167051bbeed9", "satisfies: \">=3.5.19\"", "why: NVSHMEM 3.5.19 changed", "sources:\n  - DeepEP #553"} {
@@ -154,14 +159,16 @@ func TestCompatListAndExplain(t *testing.T) {
 func TestCompatExplainEveryRule(t *testing.T) {
 	wired(t, "compat")
 	code, out, _ := run(t, nil, "compat", "list", "--json")
-	var rows []struct {
-		ID    string   `json:"id"`
-		Cases []string `json:"cases"`
+	var list struct {
+		Rules []struct {
+			ID    string   `json:"id"`
+			Cases []string `json:"cases"`
+		} `json:"rules"`
 	}
-	if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil {
+	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil {
 		t.Fatalf("list --json: exit %d %v", code, err)
 	}
-	for _, r := range rows {
+	for _, r := range list.Rules {
 		code, out, errs := run(t, nil, "compat", "explain", r.ID)
 		if code != 0 {
 			t.Fatalf("explain %s: exit %d %s", r.ID, code, errs)

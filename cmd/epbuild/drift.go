@@ -20,8 +20,9 @@ func newDriftCmd(app *App) *cobra.Command {
 		changes bool
 	)
 	cmd := &cobra.Command{
-		Use:   "drift NAME|FILE",
-		Short: "Try every patch set of a recipe on each upstream commit of a range: from which commit does it break, and where",
+		Use:               "drift NAME|FILE",
+		ValidArgsFunction: app.completeRecipes(1),
+		Short:             "Try every patch set of a recipe on each upstream commit of a range: from which commit does it break, and where",
 		Long: `Try every patch set of a recipe on each commit of its component's upstream history and
 print a table: commit, date, and per set clean, offset N (applies only with --max-offset N),
 already applied, conflict FILE:LINE, or file gone FILE (with files of the same name
@@ -60,7 +61,7 @@ with --repo COMPONENT=URL.`,
 				return err
 			}
 			if asJSON {
-				return writeJSON(app.Out, rep)
+				return app.printJSON(rep)
 			}
 			writeDrift(app.Out, rep, changes)
 			return nil

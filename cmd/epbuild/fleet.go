@@ -38,7 +38,7 @@ report cannot be read (named, with line:column for broken JSON).`,
 			}
 			rep := fleet.Compare(nodes)
 			if asJSON {
-				if err := writeJSON(app.Out, struct {
+				if err := app.printJSON(struct {
 					OK  bool     `json:"ok"`
 					Odd []string `json:"odd"`
 					*fleet.Report

@@ -31,7 +31,8 @@ func TestFleetReportCLI(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		_, out, _ := run(t, env, "verify-install", "--prefix", prefix, "--json")
+		// each node names itself in its report, as on a cluster
+		_, out, _ := run(t, nodeEnv("EPBUILD_HOSTNAME", node), "verify-install", "--prefix", prefix, "--json")
 		if err := os.WriteFile(filepath.Join(reports, node+".json"), []byte(out), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -11,12 +11,14 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/smoke"
 )
 
 func newInstallCmd(app *App) *cobra.Command {
@@ -59,7 +61,7 @@ needed is named).`,
 			var ve *builder.InstallVerifyError
 			if errors.As(err, &ve) && ve.Report != nil {
 				if asJSON {
-					_ = writeJSON(app.Out, jsonReport(ve.Report))
+					_ = app.printJSON(jsonReport(ve.Report))
 				} else {
 					writeReport(app.Out, ve.Report)
 				}
@@ -69,7 +71,7 @@ needed is named).`,
 				return err
 			}
 			if asJSON {
-				return writeJSON(app.Out, res)
+				return app.printJSON(res)
 			}
 			r := res.Receipt
 			fmt.Fprintf(app.Out, "installed %s (recipe %s, plan %s)\n", r.Artifact, r.Recipe, r.PlanKey[:min(12, len(r.PlanKey))])
@@ -96,18 +98,29 @@ func newVerifyInstallCmd(app *App) *cobra.Command {
 		python  string
 		hostOn  bool
 		sysroot string
+		hosts   string
 		traffic bool
+		smokeOn bool
+		pes     int
+		timeout time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "verify-install [--prefix DIR] [--json] [--host [--sysroot DIR]] [--traffic -- CMD ARGS...]",
+		Use:   "verify-install [--prefix DIR] [--json] [--host [--sysroot DIR] [--hosts FILE]] [--smoke [--smoke-pes N] [--smoke-timeout D]] [--traffic -- CMD ARGS...]",
 		Short: "Check an installed prefix against its manifest, its recipe's checks and (--host) this host",
 		Long: `Check an installed prefix (default $EPBUILD_PREFIX, which env.sh sets). The manifest
 (install.manifest) is read first; then, by the check engine, target by target:
 
 ` + kindsHelp(check.Files, check.Env, check.Installed, check.Process) + `
+With --smoke (the smoke kind above), the ranks get the install's runtime env plus the
+caller's NVSHMEM_*, FI_* and CUDA_VISIBLE_DEVICES; --smoke-timeout bounds the whole run
+and no process outlives it. Several PEs on one GPU skip the split (NVSHMEM refuses it
+there).
+
 With --host (--sysroot reads a capture instead of /), the node and the compatibility
 rules of the host stage (rule.<id>[/case] results, with the rule's fix), and the
-DEEP_EP_DEVICE_TO_HCA_MAPPING line the PCIe tree implies:
+DEEP_EP_DEVICE_TO_HCA_MAPPING line the PCIe tree implies. The job's nodes, for the
+hostname check, come from --hosts FILE (one host a line) or the Slurm allocation
+(SLURM_JOB_NODELIST):
 
 ` + kindsHelp(check.Host) + `
 With --traffic -- CMD ARGS..., CMD runs with the install's env while the NIC counters are
@@ -123,6 +136,12 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 				return usageError{errors.New("--traffic needs the command after --: verify-install --traffic -- CMD ARGS...")}
 			case !traffic && len(args) > 0:
 				return usageError{fmt.Errorf("unexpected arguments %q (a command to sample needs --traffic -- CMD ARGS...)", args)}
+			case !smokeOn && (cmd.Flags().Changed("smoke-pes") || cmd.Flags().Changed("smoke-timeout")):
+				return usageError{errors.New("--smoke-pes and --smoke-timeout need --smoke")}
+			case pes < 0 || pes > maxSmokePEs:
+				return usageError{fmt.Errorf("--smoke-pes %d: give 1 to %d processes (0: one per GPU)", pes, maxSmokePEs)}
+			case timeout <= 0:
+				return usageError{fmt.Errorf("--smoke-timeout %s: give a duration above zero, such as 2m", timeout)}
 			}
 			return nil
 		},
@@ -133,8 +152,12 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 			if prefix == "" {
 				return usageError{errors.New("verify-install: give --prefix DIR, or source the install's env.sh (it sets EPBUILD_PREFIX)")}
 			}
+			if hosts != "" && !hostOn {
+				return usageError{errors.New("--hosts names the job's nodes for the host checks: give --host too")}
+			}
 			opts := builder.VerifyOptions{Prefix: prefix, Python: python, Environ: builder.CleanEnviron(app.Getenv),
-				Host: hostOn, Sysroot: host.NewSysroot(sysroot), JobEnv: os.Environ()}
+				Host: hostOn, Sysroot: host.NewSysroot(sysroot), JobEnv: os.Environ(), HostsFile: hosts,
+				Smoke: smokeOn, SmokePEs: pes, SmokeTimeout: timeout}
 			if traffic {
 				opts.Traffic = app.trafficCommand(prefix, args)
 			}
@@ -143,7 +166,7 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 				return err
 			}
 			if asJSON {
-				if err := writeJSON(app.Out, jsonReport(rep)); err != nil {
+				if err := app.printJSON(jsonReport(rep)); err != nil {
 					return err
 				}
 			} else {
@@ -161,9 +184,16 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 	f.StringVar(&python, "python", "", "interpreter for the import checks (default: the build's, if here, else python3)")
 	f.BoolVar(&hostOn, "host", false, "also check this host: peer memory, RDMA devices, GPU↔NIC pairing, ...")
 	f.StringVar(&sysroot, "sysroot", "", "read /sys, /proc and /dev under this directory (an extracted capture of epbuild host capture)")
+	f.StringVar(&hosts, "hosts", "", "the job's nodes, one host a line (default: the Slurm allocation), for the hostname check")
 	f.BoolVar(&traffic, "traffic", false, "run the command after -- and report how its NIC traffic spread")
+	f.BoolVar(&smokeOn, "smoke", false, "also run the install's NVSHMEM smoke test on this node (unique-ID init, malloc, put, barrier, team split)")
+	f.IntVar(&pes, "smoke-pes", 0, "smoke test processes (default: one per GPU)")
+	f.DurationVar(&timeout, "smoke-timeout", smoke.DefaultTimeout, "the smoke test's deadline: every process is killed by then")
 	return cmd
 }
+
+// maxSmokePEs bounds --smoke-pes: one node's processes, not a typo's thousands.
+const maxSmokePEs = 256
 
 // trafficCommand runs args with the install's runtime env on top of ours, its output
 // on stderr so that stdout stays the report.
@@ -174,7 +204,9 @@ func (app *App) trafficCommand(prefix string, args []string) func(context.Contex
 			return err
 		}
 		c := exec.CommandContext(ctx, args[0], args[1:]...)
-		c.Env, c.Stdin, c.Stdout, c.Stderr = env, app.In, app.Err, app.Err
+		w := app.childOutput(args[0])
+		defer w.Close()
+		c.Env, c.Stdin, c.Stdout, c.Stderr = env, app.In, w, w
 		if err := c.Run(); err != nil {
 			return fmt.Errorf("%s: %w", strings.Join(args, " "), err)
 		}
@@ -259,7 +291,10 @@ func newHostCmd(app *App) *cobra.Command {
 		Use:   "host",
 		Short: "Check this host for a recipe (peer memory, RDMA, GPU↔NIC pairing), or capture what the checks read",
 	}
-	var hf hostFlags
+	var (
+		hf      hostFlags
+		capJSON bool
+	)
 	capture := &cobra.Command{
 		Use:   "capture OUT.tar.zst",
 		Short: "Record exactly the /sys, /proc and /dev files the host checks read, for --sysroot elsewhere",
@@ -269,7 +304,7 @@ the directory as --sysroot to host check or verify-install --host: the same chec
 results, without the node.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sys, cfg, err := hf.config(app)
+			sys, cfg, err := hf.config(cmd.Context(), app)
 			if err != nil {
 				return err
 			}
@@ -280,11 +315,20 @@ results, without the node.`,
 			if err := writeFileAtomic(args[0], buf.Bytes()); err != nil {
 				return err
 			}
+			if capJSON {
+				return app.printJSON(struct {
+					File      string `json:"file"`
+					Bytes     int    `json:"bytes"`
+					Recipe    string `json:"recipe,omitempty"`
+					Transport string `json:"transport"`
+				}{args[0], buf.Len(), cfg.Recipe, string(cfg.Transport)})
+			}
 			fmt.Fprintf(app.Out, "captured the host state for %s (transport %s) into %s (%s)\n", orDash(cfg.Recipe), cfg.Transport, args[0], humanBytes(int64(buf.Len())))
 			return nil
 		},
 	}
 	hf.add(capture)
+	capture.Flags().BoolVar(&capJSON, "json", false, "print JSON")
 	var asJSON bool
 	var hcf hostFlags
 	check := &cobra.Command{
@@ -292,8 +336,12 @@ results, without the node.`,
 		Short: "Run the host checks alone, for a recipe or an install's plan",
 		Long: `Run the host checks alone. What they ask of the host comes from --recipe NAME, else from
 the install at --prefix (default $EPBUILD_PREFIX), else nothing recipe-specific (transport
-ibrc when the host has RDMA devices, none otherwise). The NCCL a job loads is read from
-python3 (torch, else the nvidia-nccl-* wheel, else NCCL_HOME). Exit 1 when a check fails.
+ibrc when the host has RDMA devices, none otherwise), under the runtime env a job gets
+here (the recipe's, overridden by this environment's). The NCCL a job loads is read from
+python3 (torch, else the nvidia-nccl-* wheel, else NCCL_HOME). The job's nodes come from
+--hosts FILE (one host a line, or Slurm's node[01-04] syntax), else SLURM_JOB_NODELIST
+(expanded by scontrol show hostnames where it runs). Exit 1 when a check fails; 2 for a
+recipe or host list that cannot be read.
 
 ` + kindsHelp(check.Host),
 		Args: cobra.NoArgs,
@@ -307,7 +355,7 @@ python3 (torch, else the nvidia-nccl-* wheel, else NCCL_HOME). Exit 1 when a che
 				return err
 			}
 			if asJSON {
-				err = writeJSON(app.Out, struct {
+				err = app.printJSON(struct {
 					OK bool `json:"ok"`
 					*builder.HostReport
 				}{!rep.Failed(), rep})
@@ -334,19 +382,21 @@ python3 (torch, else the nvidia-nccl-* wheel, else NCCL_HOME). Exit 1 when a che
 
 // hostFlags pick the sysroot and what the host checks ask for.
 type hostFlags struct {
-	sysroot, recipe, prefix string
+	sysroot, recipe, prefix, hosts string
 }
 
 func (f *hostFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.sysroot, "sysroot", "", "read /sys, /proc and /dev under this directory instead of /")
 	cmd.Flags().StringVar(&f.recipe, "recipe", "", "check for this recipe's runtime settings (transport, GID index, mapping, ...)")
 	cmd.Flags().StringVar(&f.prefix, "prefix", "", "check for the plan of the install here (default $EPBUILD_PREFIX, when set)")
+	cmd.Flags().StringVar(&f.hosts, "hosts", "", "the job's nodes, one host a line (default: the Slurm allocation), for the hostname check")
 }
 
 // options says what the host checks ask of this host: the recipe's runtime settings
 // (--recipe), else the plan of the install at --prefix, else nothing recipe-specific.
 func (f *hostFlags) options(app *App) (builder.HostOptions, error) {
-	opts := builder.HostOptions{Sysroot: host.NewSysroot(f.sysroot), Env: builder.CleanEnviron(app.Getenv), JobEnv: os.Environ(), Mapped: -1}
+	opts := builder.HostOptions{Sysroot: host.NewSysroot(f.sysroot), Env: builder.CleanEnviron(app.Getenv), JobEnv: os.Environ(), Mapped: -1,
+		HostsFile: f.hosts}
 	if f.sysroot != "" {
 		if st, err := os.Stat(f.sysroot); err != nil || !st.IsDir() {
 			return opts, usageError{fmt.Errorf("--sysroot %s: not a directory", f.sysroot)}
@@ -378,12 +428,12 @@ func (f *hostFlags) options(app *App) (builder.HostOptions, error) {
 	return opts, nil
 }
 
-func (f *hostFlags) config(app *App) (host.Sysroot, host.Config, error) {
+func (f *hostFlags) config(ctx context.Context, app *App) (host.Sysroot, host.Config, error) {
 	opts, err := f.options(app)
 	if err != nil {
 		return opts.Sysroot, host.Config{}, err
 	}
-	cfg, err := builder.HostConfig(opts.Plan, opts.Toolchain, opts.Sysroot)
+	cfg, err := builder.HostConfigFor(ctx, opts)
 	if err != nil {
 		return opts.Sysroot, cfg, usageError{err}
 	}

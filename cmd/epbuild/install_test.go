@@ -55,6 +55,11 @@ func demoArtifact(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	// the test binary is epbuild itself when a test runs it as a process (signals, a
+	// terminal): see epbuildProcess
+	if os.Getenv("EPBUILD_TEST_MAIN") == "1" {
+		os.Exit(Main(os.Args[1:], Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, os.Getenv))
+	}
 	code := m.Run()
 	if shared.dir != "" {
 		_ = os.RemoveAll(shared.dir)
@@ -149,6 +154,11 @@ func TestInstallAndVerifyCLI(t *testing.T) {
 	if code, _, _ := run(t, env, "verify-install", "--prefix", prefix+".prev"); code != 1 {
 		t.Errorf("the kept previous install (unpatched) verifies: exit %d", code)
 	}
+	// the demo carries no NVSHMEM smoke test: --smoke says so, and fails
+	code, out, _ = run(t, env, "verify-install", "--prefix", prefix, "--smoke")
+	if code != 1 || !strings.Contains(out, "FAIL smoke.run") || !strings.Contains(out, "nvshmem-smoke component") {
+		t.Errorf("verify-install --smoke of an install without the smoke test: exit %d\n%s", code, out)
+	}
 }
 
 func TestInstallCLIBadInput(t *testing.T) {
@@ -190,6 +200,10 @@ func TestInstallCLIBadInput(t *testing.T) {
 		{"verify-install", "--prefix", prefix, "extra"},
 		{"verify-install", "--prefix", prefix, "--traffic"},
 		{"verify-install", "--prefix", prefix, "--bogus"},
+		{"verify-install", "--prefix", prefix, "--smoke-pes", "2"},
+		{"verify-install", "--prefix", prefix, "--smoke", "--smoke-pes", "-1"},
+		{"verify-install", "--prefix", prefix, "--smoke", "--smoke-pes", "100000"},
+		{"verify-install", "--prefix", prefix, "--smoke", "--smoke-timeout", "0s"},
 		{"install", art},
 		{"install", filepath.Join(parent, "absent.tar.zst"), "--prefix", prefix},
 		{"host", "check", "--sysroot", filepath.Join(parent, "absent")},
@@ -210,8 +224,8 @@ func TestHostCLI(t *testing.T) {
 		t.Fatalf("host check: exit %d\n%s", liveCode, errs)
 	}
 	_, liveChecks := decodeReport(t, live)
-	if liveChecks["host.gpus"].ID == "" || liveChecks["host.peermem"].ID == "" {
-		t.Fatalf("host check reports no GPU or peer-memory check: %v", live)
+	if liveChecks["host.gpus"].ID == "" || liveChecks["host.gpu.free-memory"].ID == "" || liveChecks["host.hostnames"].ID == "" {
+		t.Fatalf("host check reports no GPU, free-memory or hostname check: %v", live)
 	}
 	capture := filepath.Join(t.TempDir(), "node.tar.zst")
 	if code, out, errs := run(t, env, "host", "capture", capture, "--recipe", "gcp-b200"); code != 0 || !strings.Contains(out, "transport ibgda") {
@@ -245,6 +259,22 @@ func TestHostCLI(t *testing.T) {
 	_, checks := decodeReport(t, out)
 	if checks["host.gpus"].ID == "" || checks["files"].Status != "pass" {
 		t.Errorf("verify-install --host: exit %d, no host checks or files failed:\n%s", code, out)
+	}
+	// --hosts names the job's nodes: a node listed twice fails the hostname check
+	hosts := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(hosts, []byte("node01\nnode[01-02]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = run(t, env, "verify-install", "--prefix", prefix, "--host", "--sysroot", root, "--hosts", hosts, "--json")
+	_, checks = decodeReport(t, out)
+	if code != 1 || checks["host.hostnames"].Status != "fail" || !strings.Contains(checks["host.hostnames"].Read, "node01 (and node01)") {
+		t.Errorf("verify-install --hosts with a node twice: exit %d\n%s", code, out)
+	}
+	if code, _, errs := run(t, env, "host", "check", "--recipe", "gcp-b200", "--sysroot", root, "--hosts", filepath.Join(root, "absent")); code != 2 || !strings.Contains(errs, "host list") {
+		t.Errorf("host check --hosts with no such file: exit %d\n%s", code, errs)
+	}
+	if code, _, errs := run(t, env, "verify-install", "--prefix", prefix, "--hosts", hosts); code != 2 || !strings.Contains(errs, "give --host too") {
+		t.Errorf("--hosts without --host: exit %d\n%s", code, errs)
 	}
 	// --traffic runs the command with the install's env and samples the NICs around it
 	code, out, errs = run(t, env, "verify-install", "--prefix", prefix, "--sysroot", root, "--json", "--traffic", "--",

@@ -22,8 +22,9 @@ func newMatrixCmd(app *App) *cobra.Command {
 		allowUndecided bool
 	)
 	cmd := &cobra.Command{
-		Use:   "matrix RECIPE",
-		Short: "Print the CI matrix of a recipe: the combinations the rules allow, with their env",
+		Use:               "matrix RECIPE",
+		ValidArgsFunction: app.completeRecipes(1),
+		Short:             "Print the CI matrix of a recipe: the combinations the rules allow, with their env",
 		Long: `Print the cross product of the axes minus the combinations a rule forbids (each
 exclusion with its rule ids), each allowed cell with the env that warn and advice rules
 add and a ready build command. Axes come from --axis COMPONENT=V1,V2 (or a --set key
@@ -33,8 +34,14 @@ A combination for which an error-level rule cannot be decided (a commit no histo
 hand knows) is excluded too, as "R3 undecided", unless --allow-undecided; --mirror adds
 the mirror's repositories to the history that decides.
 
+On a component axis the value bundled keeps the component the recipe takes from the
+Python environment (torch's own NCCL) where the other values build a release of the
+catalogue from source: --axis nccl=bundled,2.21.5-1,2.28.3-1.
+
 Formats: text (default), json (cells and exclusions), github (a strategy.matrix value:
-{"include": [...]}), gitlab (a parallel: matrix: block).`,
+{"include": [...]}), gitlab (a parallel: matrix: block).
+
+epbuild matrix run RECIPE --axis ... builds, installs, verifies and tests each cell here.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch format {
@@ -70,7 +77,7 @@ Formats: text (default), json (cells and exclusions), github (a strategy.matrix 
 			}
 			switch format {
 			case "json":
-				return writeJSON(app.Out, m)
+				return app.printJSON(m)
 			case "github":
 				b, err := m.GitHub()
 				if err != nil {
@@ -123,9 +130,11 @@ Formats: text (default), json (cells and exclusions), github (a strategy.matrix 
 			return nil
 		},
 	}
-	cmd.Flags().StringArrayVar(&axes, "axis", nil, "an axis, COMPONENT=V1,V2,... (repeatable); default: the recipe's matrix: field")
-	cmd.Flags().StringArrayVar(&sets, "set", nil, "override applied to every cell (repeatable)")
+	cmd.AddCommand(newMatrixRunCmd(app))
+	cmd.Flags().StringArrayVar(&axes, "axis", nil, "an axis, COMPONENT=V1,V2,... (bundled: the Python environment's; repeatable); default: the recipe's matrix: field")
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "an override applied to every cell: `KEY=VALUE` (repeatable; the keys: epbuild show --help)")
 	cmd.Flags().StringVar(&format, "format", "text", "output: text, json, github or gitlab")
+	_ = cmd.RegisterFlagCompletionFunc("format", oneOf("text", "json", "github", "gitlab"))
 	cmd.Flags().StringVar(&mirror, "mirror", "", "decide the rules' commit conditions also from the repositories of this mirror (default $EPBUILD_MIRROR)")
 	cmd.Flags().BoolVar(&allowUndecided, "allow-undecided", false, "keep cells for which an error-level rule cannot be decided (excluded by default)")
 	return cmd

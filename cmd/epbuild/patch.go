@@ -20,8 +20,9 @@ func newPatchCmd(app *App) *cobra.Command {
 		maxOffset    int
 	)
 	cmd := &cobra.Command{
-		Use:   "patch NAME|FILE",
-		Short: "Apply (or --check) every patch set of a recipe on fresh workspaces and report each patch",
+		Use:               "patch NAME|FILE",
+		ValidArgsFunction: app.completeRecipes(1),
+		Short:             "Apply (or --check) every patch set of a recipe on fresh workspaces and report each patch",
 		Long: `Apply every patch set of a recipe, in order, on fresh checkouts of its pinned sources,
 and print a line per patch: applied, applied at offset N, already applied, or conflict
 (with the file, hunk, line, the expected and found context, and where the hunk would fit
@@ -42,7 +43,10 @@ with which --max-offset), then the sets' effects.
 				return firstErr
 			}
 			if asJSON {
-				if err := writeJSON(app.Out, reports); err != nil {
+				if err := app.printJSON(struct {
+					OK         bool                  `json:"ok"`
+					Components []builder.PatchReport `json:"components"`
+				}{firstErr == nil, reports}); err != nil {
 					return err
 				}
 				if firstErr != nil {

@@ -39,7 +39,7 @@ Writes <recipe>-<plan>.tar.zst with its .sha256, .manifest.json and (when pushed
 				return err
 			}
 			if f.asJSON {
-				return writeJSON(app.Out, res)
+				return app.printJSON(res)
 			}
 			fmt.Fprintf(app.Out, "pulled    %s (recipe %s, plan %s)\ndigest    %s\nartifact  %s\nsha256    %s\n",
 				res.Ref, res.Recipe, res.PlanKey[:min(12, len(res.PlanKey))], res.Digest, res.Artifact, res.SHA256)

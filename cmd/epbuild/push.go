@@ -75,7 +75,7 @@ with ` + "`oras login`" + ` or ` + "`docker login`" + `.
 				return err
 			}
 			if f.asJSON {
-				return writeJSON(app.Out, res)
+				return app.printJSON(res)
 			}
 			fmt.Fprintf(app.Out, "pushed  %s\ndigest  %s\ntags    %v\n", res.Ref, res.Digest, res.Tags)
 			for _, l := range res.Layers {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -57,7 +58,9 @@ func newListCmd(app *App) *cobra.Command {
 				rows = append(rows, r)
 			}
 			if asJSON {
-				return writeJSON(app.Out, rows)
+				return app.printJSON(struct {
+					Recipes []row `json:"recipes"`
+				}{rows})
 			}
 			tw := tabwriter.NewWriter(app.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tCLUSTER\tPINS\tPATCH SETS")
@@ -84,10 +87,11 @@ func newShowCmd(app *App) *cobra.Command {
 		sets   []string
 	)
 	cmd := &cobra.Command{
-		Use:   "show NAME|FILE",
-		Short: "Print a recipe resolved: overrides applied, patch sets expanded with their pins",
-		Long:  "Print a recipe resolved: overrides applied, patch sets expanded with their pins.\n\n--set keys: " + recipes.SetHelp,
-		Args:  cobra.ExactArgs(1),
+		Use:               "show NAME|FILE",
+		ValidArgsFunction: app.completeRecipes(1),
+		Short:             "Print a recipe resolved: overrides applied, patch sets expanded with their pins",
+		Long:              "Print a recipe resolved: overrides applied, patch sets expanded with their pins.\n\n--set keys: " + recipes.SetHelp,
+		Args:              cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res, err := builder.NewResolver(app.library())
 			if err != nil {
@@ -99,7 +103,7 @@ func newShowCmd(app *App) *cobra.Command {
 			}
 			if asJSON {
 				// where each set was read from is not part of the plan (nor its key)
-				return writeJSON(app.Out, struct {
+				return app.printJSON(struct {
 					*builder.Plan
 					Origins map[string]string `json:"patch-set-origins,omitempty"`
 				}{plan, plan.PatchSetOrigins()})
@@ -109,7 +113,7 @@ func newShowCmd(app *App) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the resolved plan as JSON")
-	cmd.Flags().StringArrayVar(&sets, "set", nil, "override a recipe value, e.g. --set nvshmem.commit=<40-hex> (repeatable)")
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "override a recipe value: `KEY=VALUE`, e.g. nvshmem.commit=<40-hex> (repeatable; the keys are below)")
 	return cmd
 }
 
@@ -188,23 +192,53 @@ func writePlan(w io.Writer, p *builder.Plan) {
 }
 
 func newValidateCmd(app *App) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "validate FILE|NAME...",
 		Short: "Check recipe files: strict YAML, pins, names, references",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Check recipe files (or named recipes): strict YAML, full pins, known names, references,
+paths that stay in their tree. Each problem is reported as file:line:col with the fix;
+exit 2 when a recipe is invalid. --json prints one object with a result per recipe.`,
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: app.completeRecipes(-1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res, err := builder.NewResolver(app.library())
 			if err != nil {
 				return err
 			}
+			type result struct {
+				Recipe string           `json:"recipe"`
+				OK     bool             `json:"ok"`
+				Errors []*recipes.Error `json:"errors,omitempty"`
+			}
+			results := []result{}
 			bad := 0
 			for _, a := range args {
 				if _, err := res.Load(a, nil); err != nil {
-					fmt.Fprintln(app.Err, err)
 					bad++
+					r := result{Recipe: a, Errors: recipeErrors(err)}
+					results = append(results, r)
+					if app.logFormat == "json" {
+						for _, e := range r.Errors {
+							app.Log.Error(e.Msg, "file", e.File, "line", e.Line, "col", e.Col)
+						}
+					} else {
+						fmt.Fprintln(app.Err, err)
+					}
 					continue
 				}
-				fmt.Fprintf(app.Out, "%s: ok\n", a)
+				results = append(results, result{Recipe: a, OK: true})
+				if !asJSON {
+					fmt.Fprintf(app.Out, "%s: ok\n", a)
+				}
+			}
+			if asJSON {
+				if err := app.printJSON(struct {
+					OK      bool     `json:"ok"`
+					Recipes []result `json:"recipes"`
+				}{bad == 0, results}); err != nil {
+					return err
+				}
 			}
 			if bad > 0 {
 				return &exitError{code: exitBadInput, msg: fmt.Sprintf("%d of %d recipes are invalid", bad, len(args))}
@@ -212,6 +246,21 @@ func newValidateCmd(app *App) *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: each recipe with ok and its errors (file, line, col, message)")
+	return cmd
+}
+
+// recipeErrors are the problems err names, each with its place where it has one.
+func recipeErrors(err error) []*recipes.Error {
+	var es recipes.Errors
+	if errors.As(err, &es) {
+		return es
+	}
+	var e *recipes.Error
+	if errors.As(err, &e) {
+		return []*recipes.Error{e}
+	}
+	return []*recipes.Error{{Msg: err.Error()}}
 }
 
 func newSchemaCmd(app *App) *cobra.Command {

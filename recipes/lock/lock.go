@@ -23,7 +23,10 @@ type Plan struct {
 	Toolchain  recipes.Toolchain `json:"toolchain"`
 	Components []Component       `json:"components"`
 	Env        map[string]string `json:"env,omitempty"`
-	Notes      []string          `json:"notes,omitempty"`
+	// Runtime is the recipe's runtime: (what a job asks of each GPU); left out of the
+	// JSON, and so of the key, when the recipe declares nothing.
+	Runtime recipes.Runtime `json:"runtime,omitzero"`
+	Notes   []string        `json:"notes,omitempty"`
 	// Key is the sha256 of the plan's JSON without the key itself.
 	Key string `json:"key"`
 }

@@ -21,13 +21,28 @@
 //   - /proc/sys/kernel/osrelease is the kernel's UTS release ("6.14.0-1007-gcp\n").
 //   - /var/lib/dpkg/status holds one stanza per package: "Package:", "Status: install ok
 //     installed", "Version:" lines, stanzas separated by a blank line (deb-control(5)).
+//   - /proc/driver/nvidia/version: "NVRM version: NVIDIA UNIX Open Kernel Module for
+//     x86_64  <version>  Release Build  (<builder>)  <date>" for the open kernel modules,
+//     "NVRM version: NVIDIA UNIX x86_64 Kernel Module  <version>  <date>" for the
+//     proprietary ones, then "GCC version:  ..." (kernel-open/nvidia/nv-procfs.c).
+//   - /sys/class/net/<if> is a symlink into /sys/devices/.../net/<if> (/sys/devices/virtual
+//     for lo), with operstate ("up", "down", "unknown") and flags ("0x1003": IFF_UP,
+//     IFF_BROADCAST, IFF_MULTICAST) (Documentation/ABI/testing/sysfs-class-net).
+//   - /proc/sys/kernel/hostname ends in a newline; /proc/1/cgroup is "0::/\n" on a cgroup v2
+//     host and "12:pids:/docker/<id>\n..." inside a Docker container on cgroup v1.
+//   - nvidia-smi --query-gpu=index,memory.free --format=csv,noheader,nounits prints one
+//     "<index>, <MiB>" line per GPU; nvidia-smi -q prints "GPU <domain:bus:dev.fn>" at the
+//     left margin and each GPU's "Fabric" section indented, with State, Status, CliqueId
+//     and ClusterUUID (N/A where the GPU has no fabric). A capture keeps a program's
+//     output under /epbuild-commands/<its command line, url.PathEscape'd>.
 //
 // Assumed (plausible, not taken from a real node of that kind):
 //   - the bus numbers, root ports and switch layout of each node; the Broadcom/Intel
 //     bridge IDs; that every GPU/NIC pair of the GCP B200 node sits under its own switch,
 //     and that the p5 node has 4 EFA functions under each GPU's switch;
 //   - the exact list of other parameters in /proc/driver/nvidia/params;
-//   - the nv_mem version string; the GID addresses.
+//   - the nv_mem version string; the GID addresses; /sys/module/nvidia_peermem/version
+//     holding the driver's version (NVSHMEM only asks that it exist).
 //   - /dev/gdrdrv is an empty regular file here (creating a character device needs
 //     privilege); the check only asks that it exist.
 package hostfixture
@@ -35,6 +50,7 @@ package hostfixture
 import (
 	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -224,6 +240,105 @@ func (f *Fixture) Module(name string) {
 	f.Write("/sys/module/"+name+"/initstate", "live\n")
 }
 
+// PeermemModule loads nvidia_peermem: the module with its version attribute, which
+// NVSHMEM 3.3.9 and later look for.
+func (f *Fixture) PeermemModule() {
+	f.Module("nvidia_peermem")
+	f.Write("/sys/module/nvidia_peermem/version", "580.159.04\n")
+}
+
+// NvidiaVersion writes /proc/driver/nvidia/version of driver 580.159.04, open (the open
+// GPU kernel modules) or proprietary.
+func (f *Fixture) NvidiaVersion(open bool) {
+	first := "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Wed Jun 25 17:07:42 UTC 2025"
+	if open {
+		first = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AE18-23-3)  Wed Jun 25 17:27:06 UTC 2025"
+	}
+	f.Write("/proc/driver/nvidia/version", first+"\nGCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04) \n")
+}
+
+// Netdev adds network interface name (under /sys/devices/pci0000:00/0000:00:03.0, or
+// virtual for lo) with its operstate and flags.
+func (f *Fixture) Netdev(name, operstate, flags string) {
+	dev := "/sys/devices/pci0000:00/0000:00:03.0/net/" + name
+	if name == "lo" {
+		dev = "/sys/devices/virtual/net/lo"
+	}
+	f.Write(dev+"/operstate", operstate+"\n")
+	f.Write(dev+"/flags", flags+"\n")
+	f.Link("/sys/class/net/"+name, dev)
+}
+
+// Hostname writes this node's name, /proc/sys/kernel/hostname.
+func (f *Fixture) Hostname(name string) { f.Write("/proc/sys/kernel/hostname", name+"\n") }
+
+// Cgroup writes /proc/1/cgroup.
+func (f *Fixture) Cgroup(content string) { f.Write("/proc/1/cgroup", content) }
+
+// Executable writes an empty executable at host path p (an nvcc the checks look for).
+func (f *Fixture) Executable(p string) {
+	f.t.Helper()
+	f.Write(p, "")
+	if err := os.Chmod(f.Disk(p), 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// IMEXChannel creates /dev/nvidia-caps-imex-channels/channel<n> (an empty file here; a
+// character device on a node).
+func (f *Fixture) IMEXChannel(n int) {
+	f.Write(fmt.Sprintf("/dev/nvidia-caps-imex-channels/channel%d", n), "")
+}
+
+// CommandFile is where a capture keeps the output of argv: /epbuild-commands/ and the
+// command line, url.PathEscape'd (host.CommandPath; a test holds the two together).
+func CommandFile(argv ...string) string {
+	return "/epbuild-commands/" + url.PathEscape(strings.Join(argv, " "))
+}
+
+// Command stands in for a program: its output, as a capture keeps it.
+func (f *Fixture) Command(output string, argv ...string) { f.Write(CommandFile(argv...), output) }
+
+// FreeMemory stands in for nvidia-smi's free-memory query: GPU i has mib[i] MiB free
+// ("[N/A]" for a GPU that cannot say).
+func (f *Fixture) FreeMemory(mib ...string) {
+	var b strings.Builder
+	for i, m := range mib {
+		fmt.Fprintf(&b, "%d, %s\n", i, m)
+	}
+	f.Command(b.String(), "nvidia-smi", "--query-gpu=index,memory.free", "--format=csv,noheader,nounits")
+}
+
+// Fabric is one GPU's Fabric section of nvidia-smi -q.
+type Fabric struct{ State, Status, CliqueID, ClusterUUID string }
+
+// NoFabric is what a GPU outside any NVLink fabric reports.
+var NoFabric = Fabric{"N/A", "N/A", "N/A", "N/A"}
+
+// SMIQuery stands in for nvidia-smi -q on GPUs at these PCI addresses, each with its
+// Fabric section; the other sections are abridged.
+func (f *Fixture) SMIQuery(addrs []string, fabric []Fabric) {
+	var b strings.Builder
+	b.WriteString("\n==============NVSMI LOG==============\n\n")
+	b.WriteString("Timestamp                                 : Tue Nov 24 13:05:11 2026\n")
+	b.WriteString("Driver Version                            : 580.159.04\nCUDA Version                              : 13.0\n\n")
+	fmt.Fprintf(&b, "Attached GPUs                             : %d\n", len(addrs))
+	for i, a := range addrs {
+		fb := fabric[i]
+		fmt.Fprintf(&b, "GPU %s\n", a)
+		b.WriteString("    Product Name                          : NVIDIA H100 80GB HBM3\n")
+		b.WriteString("    Serial Number                         : 1650523012345\n")
+		b.WriteString("    Fabric\n")
+		fmt.Fprintf(&b, "        State                             : %s\n", fb.State)
+		fmt.Fprintf(&b, "        Status                            : %s\n", fb.Status)
+		fmt.Fprintf(&b, "        CliqueId                          : %s\n", fb.CliqueID)
+		fmt.Fprintf(&b, "        ClusterUUID                       : %s\n", fb.ClusterUUID)
+		b.WriteString("        Health\n            Summary                       : N/A\n")
+		b.WriteString("    FB Memory Usage\n        Total                             : 81559 MiB\n        Free                              : 81004 MiB\n")
+	}
+	f.Command(b.String(), "nvidia-smi", "-q")
+}
+
 // Limits writes /proc/self → /proc/4242 and its limits file with the given memlock limits.
 func (f *Fixture) Limits(memlockSoft, memlockHard string) {
 	row := func(name, soft, hard, unit string) string {
@@ -270,7 +385,7 @@ func GCPB200With(t testing.TB, o NodeOpts) string {
 	f := New(t)
 	f.NvidiaParams(o.StreamMemOps, o.RegistryDwords)
 	if o.Peermem {
-		f.Module("nvidia_peermem")
+		f.PeermemModule()
 	}
 	f.Module("nvidia")
 	f.Limits("unlimited", "unlimited")

@@ -1,0 +1,252 @@
+package archive
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// artifactTree writes a tree shaped like an artifact's: components whose names sort before
+// and after "manifest.json", files over several 1 MiB read chunks and several zstd
+// blocks, semi-compressible and text data, empty and executable files, an empty directory
+// and relative symlinks. The same call gives the same tree.
+func artifactTree(t testing.TB, root string) {
+	t.Helper()
+	rng := rand.New(rand.NewChaCha8([32]byte{17}))
+	blob := func(n int) string {
+		b := make([]byte, n)
+		for i := 0; i < n; i += 4096 {
+			end := min(i+4096, n)
+			half := i + (end-i)/2
+			for j := i; j < half; j++ {
+				b[j] = byte(rng.Uint32())
+			}
+			copy(b[half:end], b[max(0, i-rng.IntN(32<<10)):])
+		}
+		return string(b)
+	}
+	text := func(lines int) string {
+		var s strings.Builder
+		for i := range lines {
+			fmt.Fprintf(&s, "static inline int fn_%d(int a) { return a * %d; }\n", i, rng.IntN(1000))
+		}
+		return s.String()
+	}
+	for _, comp := range []string{"alpha", "nvshmem"} {
+		writeFile(t, filepath.Join(root, comp, "lib", "libbig.so"), blob(3<<20+12345), 0o755)
+		writeFile(t, filepath.Join(root, comp, "lib", "libsmall.a"), blob(70000), 0o644)
+		for i := range 40 {
+			writeFile(t, filepath.Join(root, comp, "include", fmt.Sprintf("h%02d.h", i)), text(20+i*7), 0o644)
+		}
+		writeFile(t, filepath.Join(root, comp, "bin", "run.sh"), "#!/bin/sh\nexec true\n", 0o755)
+		writeFile(t, filepath.Join(root, comp, "share", "empty"), "", 0o644)
+		if err := os.MkdirAll(filepath.Join(root, comp, "share", "nothing"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("libbig.so", filepath.Join(root, comp, "lib", "libbig.so.3")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("../lib", filepath.Join(root, comp, "bin", "lib")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(root, "zz-last.txt"), text(3), 0o644)
+}
+
+// manifestOf is a stand-in for the builder's manifest: JSON holding every entry.
+func manifestOf(entries []Entry) ([]byte, error) {
+	b, err := json.MarshalIndent(struct {
+		Files []Entry `json:"files"`
+	}{entries}, "", "  ")
+	return append(b, '\n'), err
+}
+
+// twoPassArtifact is how the package stage made an artifact before it packed in one
+// pass: HashTree for the manifest, then Pack with the manifest and env.sh as extra files.
+func twoPassArtifact(t testing.TB, tree string, env []byte, mtime time.Time) []byte {
+	t.Helper()
+	ctx := context.Background()
+	entries, err := HashTree(ctx, tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries = append(entries, Entry{Path: "env.sh", Type: TypeFile, Mode: 0o755, Size: int64(len(env)), SHA256: sum(env)})
+	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
+	mb, err := manifestOf(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := Pack(ctx, tree, &buf, PackOptions{ModTime: mtime, Level: zstd.SpeedDefault, Extra: []File{
+		{Name: "manifest.json", Mode: 0o644, Data: mb},
+		{Name: "env.sh", Mode: 0o755, Data: env},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// goldenArtifact is the sha256 of the artifact that epbuild's package stage made of
+// artifactTree before packing went to one pass (HashTree, then Pack with one zstd
+// thread). Packing must keep giving these bytes: an artifact is named and pinned by its
+// hash, and the same tree must give the same artifact across epbuild versions. (A new
+// zstd library version that changes its output changes this too: that is a change of
+// artifact bytes and must be a decision, not an accident.)
+const goldenArtifact = "9e5d23b1e133801f1285c5d67a9252e312012e464fa13edd0603e42dcd4783f4"
+
+// TestArtifactBytesUnchanged checks the bytes of an artifact of a fixed tree against the
+// ones the two-pass package stage made.
+func TestArtifactBytesUnchanged(t *testing.T) {
+	tree := filepath.Join(t.TempDir(), "tree")
+	artifactTree(t, tree)
+	env := []byte("export X=1\n")
+	mtime := time.Unix(1700000000, 0)
+	old := twoPassArtifact(t, tree, env, mtime)
+	if got := sum(old); got != goldenArtifact {
+		t.Errorf("two-pass artifact sha256 %s, want %s", got, goldenArtifact)
+	}
+}
+
+// onePassArtifact is how the package stage makes an artifact now: one Pack, the manifest
+// made from the entries Pack hashed.
+func onePassArtifact(t testing.TB, tree string, env []byte, mtime time.Time) ([]byte, *PackReport) {
+	t.Helper()
+	var buf bytes.Buffer
+	rep, err := Pack(context.Background(), tree, &buf, PackOptions{ModTime: mtime, Level: zstd.SpeedDefault,
+		Extra: []File{{Name: "env.sh", Mode: 0o755, Data: env}},
+		Late:  &LateFile{Name: "manifest.json", Mode: 0o644, Data: manifestOf},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes(), rep
+}
+
+// TestOnePassSameBytes: packing in one pass gives the two-pass artifact, byte for byte,
+// with files on both sides of the manifest in the archive; the report's sha256 is that
+// of the bytes written.
+func TestOnePassSameBytes(t *testing.T) {
+	tree := filepath.Join(t.TempDir(), "tree")
+	artifactTree(t, tree)
+	env := []byte("export X=1\n")
+	mtime := time.Unix(1700000000, 0)
+	got, rep := onePassArtifact(t, tree, env, mtime)
+	if s := sum(got); s != goldenArtifact {
+		t.Errorf("one-pass artifact sha256 %s, want %s", s, goldenArtifact)
+	}
+	if rep.SHA256 != sum(got) || rep.Compressed != int64(len(got)) {
+		t.Errorf("report: sha256 %s, %d bytes; wrote %s, %d bytes", rep.SHA256, rep.Compressed, sum(got), len(got))
+	}
+	// The manifest is where the sorted order puts it, between the components.
+	names := make([]string, len(rep.Entries))
+	for i, e := range rep.Entries {
+		names[i] = e.Path
+	}
+	if m, n := slices.Index(names, "manifest.json"), slices.Index(names, "nvshmem"); m < 0 || n < m || slices.Index(names, "alpha") > m {
+		t.Fatalf("manifest.json is not between the components: %v", names)
+	}
+}
+
+// TestLateFileSeesChange: a file after the manifest that changes between its hashing and
+// its packing fails the pack instead of leaving a manifest that does not match the
+// archive; an error making the late file fails it too.
+func TestLateFileSeesChange(t *testing.T) {
+	tree := filepath.Join(t.TempDir(), "tree")
+	artifactTree(t, tree)
+	victim := filepath.Join(tree, "nvshmem", "include", "h05.h")
+	old, err := os.ReadFile(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, change := range []struct {
+		name  string
+		apply func() error
+	}{
+		{"same size, new bytes", func() error {
+			b := bytes.ToUpper(old)
+			return os.WriteFile(victim, b, 0o644)
+		}},
+		{"same bytes written again, mtime put back", func() error {
+			fi, err := os.Stat(victim)
+			if err != nil {
+				return err
+			}
+			now, err := os.ReadFile(victim)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(victim, now, 0o644); err != nil {
+				return err
+			}
+			return os.Chtimes(victim, fi.ModTime(), fi.ModTime())
+		}},
+	} {
+		t.Run(change.name, func(t *testing.T) {
+			_, err := Pack(context.Background(), tree, io.Discard, PackOptions{Late: &LateFile{Name: "manifest.json", Data: func(e []Entry) ([]byte, error) {
+				if err := change.apply(); err != nil {
+					t.Fatal(err)
+				}
+				return manifestOf(e)
+			}}})
+			if err == nil || !strings.Contains(err.Error(), `"nvshmem/include/h05.h": file changed while being packed`) {
+				t.Errorf("got %v, want a change of nvshmem/include/h05.h", err)
+			}
+		})
+	}
+	boom := errors.New("no manifest today")
+	_, err = Pack(context.Background(), tree, io.Discard, PackOptions{Late: &LateFile{Name: "manifest.json", Data: func([]Entry) ([]byte, error) { return nil, boom }}})
+	if !errors.Is(err, boom) {
+		t.Errorf("got %v, want the late file's error", err)
+	}
+}
+
+// TestMountsAsIfLaidOut: packing each component's directory as a mount gives the bytes of
+// packing a tree laid out with them.
+func TestMountsAsIfLaidOut(t *testing.T) {
+	tree := filepath.Join(t.TempDir(), "tree")
+	artifactTree(t, tree)
+	last, err := os.ReadFile(filepath.Join(tree, "zz-last.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	rep, err := Pack(context.Background(), "", &buf, PackOptions{ModTime: time.Unix(1700000000, 0), Level: zstd.SpeedDefault,
+		Mounts: []Mount{{Name: "nvshmem", Dir: filepath.Join(tree, "nvshmem")}, {Name: "alpha", Dir: filepath.Join(tree, "alpha")}},
+		Extra:  []File{{Name: "env.sh", Mode: 0o755, Data: []byte("export X=1\n")}, {Name: "zz-last.txt", Mode: 0o644, Data: last}},
+		Late:   &LateFile{Name: "manifest.json", Mode: 0o644, Data: manifestOf},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sum(buf.Bytes()); got != goldenArtifact || rep.SHA256 != got {
+		t.Errorf("artifact from mounts: sha256 %s (report %s), want %s", got, rep.SHA256, goldenArtifact)
+	}
+
+	for _, bad := range []struct {
+		src    string
+		mounts []Mount
+		want   string
+	}{
+		{tree, []Mount{{Name: "alpha", Dir: filepath.Join(tree, "nvshmem")}}, `mount "alpha"`},
+		{"", []Mount{{Name: "a/b", Dir: tree}}, "one path component"},
+		{"", []Mount{{Name: "..", Dir: tree}}, "one path component"},
+		{"", []Mount{{Name: "x", Dir: filepath.Join(tree, "none")}}, "no such file"},
+	} {
+		_, err := Pack(context.Background(), bad.src, io.Discard, PackOptions{Mounts: bad.mounts})
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("mounts %v: got %v, want %q", bad.mounts, err, bad.want)
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package builder
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/epbuild/epbuild/builder/archive"
+)
+
+// twoPassPackage is the package stage as it was before it packed in one pass: lay out,
+// HashTree for the manifest, Pack with the manifest and env.sh as extra files.
+func twoPassPackage(t *testing.T, r *Runner, p *Plan, res *Result) []byte {
+	t.Helper()
+	ctx := context.Background()
+	sde, err := r.sourceDateEpoch(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := filepath.Join(t.TempDir(), "tree")
+	for _, c := range res.Components {
+		if err := linkTree(c.Prefix, filepath.Join(tree, c.Name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	envsh, err := EnvScript(p, tree, installedComponents(p, res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := archive.HashTree(ctx, tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries = append(entries, archive.Entry{Path: EnvName, Type: archive.TypeFile, Mode: 0o755, Size: int64(len(envsh)), SHA256: sha256Hex([]byte(envsh))})
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
+	plan := *p
+	plan.File = ""
+	m := Manifest{
+		Format: ManifestFormat, Epbuild: r.Version, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
+		SourceDateEpoch: sde, Toolchain: r.Toolchain, Components: res.Components, Env: p.Env, Findings: r.Findings, Files: entries,
+	}
+	mb, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := archive.Pack(ctx, tree, &buf, archive.PackOptions{
+		ModTime: time.Unix(sde, 0),
+		Level:   zstdLevel,
+		Extra: []archive.File{
+			{Name: ManifestName, Mode: 0o644, Data: append(mb, '\n')},
+			{Name: EnvName, Mode: 0o755, Data: []byte(envsh)},
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestPackageStageSameBytes: the one-pass package stage writes the artifact the two-pass
+// stage wrote, byte for byte, for components on both sides of manifest.json in the
+// archive, and its .sha256 file names the artifact's hash.
+func TestPackageStageSameBytes(t *testing.T) {
+	plan, err := mustResolver(t).Resolve("demo", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	res := &Result{Plan: plan}
+	for i, c := range plan.Components {
+		// libdemo sorts before manifest.json, pydemo after it.
+		prefix := filepath.Join(tmp, c.Name)
+		for j := range 30 {
+			p := filepath.Join(prefix, "lib", fmt.Sprintf("m%02d", j%3), fmt.Sprintf("f%02d.py", j))
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			body := strings.Repeat(fmt.Sprintf("x_%d_%d = %d\n", i, j, j*j), 40+j*300)
+			if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.MkdirAll(filepath.Join(prefix, "python"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("m00", filepath.Join(prefix, "lib", "current")); err != nil {
+			t.Fatal(err)
+		}
+		res.Components = append(res.Components, ComponentResult{Name: c.Name, Prefix: prefix, CommitTime: 1700000000 + int64(i)})
+	}
+	store, err := OpenStore(filepath.Join(tmp, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{Store: store, Version: "test", Toolchain: &Toolchain{OS: "linux"}}
+	want := twoPassPackage(t, r, plan, res)
+	out := t.TempDir()
+	if err := r.packageStage(context.Background(), plan, res, out); err != nil {
+		t.Fatal(err)
+	}
+	art := filepath.Join(out, ArtifactName(plan))
+	got, err := os.ReadFile(art)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("artifact differs from the two-pass stage's: %d bytes (sha256 %s), want %d bytes (sha256 %s)", len(got), sha256Hex(got), len(want), sha256Hex(want))
+	}
+	sum, err := ReadSum(art)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum != sha256Hex(got) {
+		t.Errorf("%s.sha256 says %s, the artifact hashes to %s", filepath.Base(art), sum, sha256Hex(got))
+	}
+}
+
+// linkTree mirrors src at dst with hard links (a copy where links fail), as the package
+// stage laid out its tree before it packed the prefixes in place.
+func linkTree(src, dst string) error {
+	buf := make([]byte, 1<<20)
+	return filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		t := filepath.Join(dst, rel)
+		switch {
+		case fi.IsDir():
+			return os.MkdirAll(t, 0o755)
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, t)
+		case fi.Mode().IsRegular():
+			if os.Link(p, t) == nil {
+				return nil
+			}
+			return copyFile(p, t, fi.Mode().Perm(), buf)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,186 @@
+package builder
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/benchcmp"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// TestComparePackage times the whole package stage (lay out, hash every file, manifest,
+// tar.zst, the artifact's sha256) of a 570 MB prefix against `tar --sort=name | zstd -3` on the same tree:
+// with one zstd thread (the same as epbuild's one encoder: its bytes must not depend on
+// the machine) and with -T0, every core.
+func TestComparePackage(t *testing.T) {
+	benchcmp.Skip(t)
+	benchcmp.Need(t, "tar", "zstd")
+	ctx := context.Background()
+	tmp := t.TempDir()
+	prefix := filepath.Join(tmp, "prefix")
+	total := benchcmp.InstallTree(t, prefix, 256, 8000)
+
+	plan, err := mustResolver(t).Resolve("demo", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tree goes under pydemo, which sorts after manifest.json as nvshmem does: its
+	// files are hashed before the manifest is written, the costlier placement. libdemo, as
+	// deepep, sorts before it.
+	small := filepath.Join(tmp, "small")
+	if err := os.MkdirAll(filepath.Join(small, "lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(small, "lib", "libdemo.so"), bytes.Repeat([]byte("demo"), 1<<18), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	comp := plan.Components[1].Name
+	res := &Result{Plan: plan, Components: []ComponentResult{
+		{Name: plan.Components[0].Name, Prefix: small, CommitTime: 1700000000},
+		{Name: comp, Prefix: prefix, CommitTime: 1700000000},
+	}}
+	store, err := OpenStore(filepath.Join(tmp, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{Store: store, Version: "bench", Toolchain: &Toolchain{}}
+	var artifact int64
+	ours := func(tb testing.TB) benchcmp.Sample {
+		dir, err := os.MkdirTemp(tmp, "out-")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		d := benchcmp.Time(tb, func() error { return r.packageStage(ctx, plan, res, dir) })
+		if fi, err := os.Stat(filepath.Join(dir, ArtifactName(plan))); err == nil {
+			artifact = fi.Size()
+		}
+		return d
+	}
+	// The anchor archives the same tree under the same top directory name.
+	anchor := func(threads string) benchcmp.Side {
+		return func(tb testing.TB) benchcmp.Sample {
+			out := filepath.Join(tmp, "anchor.tar.zst")
+			defer os.Remove(out)
+			return benchcmp.Shell(tb, tmp, `tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --transform="s,^prefix,$1,;s,^small,$2," -cf - prefix small | zstd -3 -T$3 -q -f -o "$4"`,
+				comp, plan.Components[0].Name, threads, out)
+		}
+	}
+	rs := benchcmp.CompareMany(t, benchcmp.Rounds(5), ours, anchor("1"), anchor("0"))
+	extra := []string{fmt.Sprintf("bytes=%d", total), fmt.Sprintf("artifact=%d", artifact), fmt.Sprintf("cores=%d", benchcmp.Workers())}
+	rs[0].Print("package", extra...)
+	rs[1].Print("package-t0", extra...)
+}
+
+func mustResolver(t testing.TB) *Resolver {
+	t.Helper()
+	res, err := NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestCompareVerify times verify-install's file check against checking the same sums with
+// `openssl dgst -sha256` (with SHA extensions where the CPU has them, as Go's sha256 does)
+// on as many processes as epbuild has workers, on the same generated 1 GiB tree.
+func TestCompareVerify(t *testing.T) {
+	benchcmp.Skip(t)
+	benchcmp.Need(t, "openssl", "xargs", "sort", "cmp")
+	ctx := context.Background()
+	dir := t.TempDir()
+	const (
+		nfiles   = 256
+		fileSize = 4 << 20
+	)
+	rng := rand.NewChaCha8([32]byte{1})
+	buf := make([]byte, fileSize)
+	for i := range nfiles {
+		p := filepath.Join(dir, fmt.Sprintf("d%02d", i%16), fmt.Sprintf("f%03d.bin", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = rng.Read(buf)
+		if err := os.WriteFile(p, buf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := archive.HashTree(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What `openssl dgst -sha256 -r` prints for the tree, sorted: the anchor's expectation.
+	var lines []string
+	var total int64
+	for _, e := range entries {
+		if e.Type == archive.TypeFile {
+			lines = append(lines, fmt.Sprintf("%s *./%s", e.SHA256, e.Path))
+			total += e.Size
+		}
+	}
+	want := filepath.Join(t.TempDir(), "want")
+	sort := exec.Command("sort", "-k2")
+	sort.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	sort.Env = append(os.Environ(), "LC_ALL=C")
+	sorted, err := sort.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(want, sorted, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	workers := benchcmp.Workers()
+	ours := func(tb testing.TB) benchcmp.Sample {
+		return benchcmp.Time(tb, func() error {
+			problems, _, err := VerifyFiles(ctx, dir, entries)
+			if err == nil && len(problems) > 0 {
+				err = fmt.Errorf("verify: %+v", problems)
+			}
+			return err
+		})
+	}
+	// 32 files a process: its output (under 4 KiB) reaches the pipe in one write, so the
+	// processes' lines do not interleave.
+	anchor := func(tb testing.TB) benchcmp.Sample {
+		return benchcmp.Shell(tb, dir, `find . -type f -print0 | xargs -0 -P "$1" -n 32 openssl dgst -sha256 -r | LC_ALL=C sort -k2 | cmp - "$2"`,
+			fmt.Sprint(workers), want)
+	}
+	benchcmp.Compare(t, benchcmp.Rounds(7), ours, anchor).Print("verify", fmt.Sprintf("bytes=%d", total), fmt.Sprintf("workers=%d", workers))
+}
+
+// TestCompareNoop: a rerun of the demo with everything cached, over the cold run.
+func TestCompareNoop(t *testing.T) {
+	benchcmp.Skip(t)
+	bin := filepath.Join(t.TempDir(), "epbuild")
+	if b, err := exec.Command("go", "build", "-o", bin, "../cmd/epbuild").CombinedOutput(); err != nil {
+		t.Fatalf("build epbuild: %v %s", err, b)
+	}
+	run := func(tb testing.TB, dir string) benchcmp.Sample {
+		cmd := exec.Command(bin, "recipe", "demo", "-o", filepath.Join(dir, "out"), "--log-level", "error")
+		cmd.Env = append(os.Environ(), "EPBUILD_CACHE="+filepath.Join(dir, "cache"))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		return benchcmp.Time(tb, func() error {
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("epbuild recipe demo: %v\n%s", err, out.Bytes())
+			}
+			return nil
+		})
+	}
+	last := t.TempDir()
+	run(t, last)
+	warm := func(tb testing.TB) benchcmp.Sample { return run(tb, last) }
+	cold := func(tb testing.TB) benchcmp.Sample {
+		last = tb.TempDir()
+		return run(tb, last)
+	}
+	benchcmp.Compare(t, benchcmp.Rounds(3), warm, cold).Print("noop")
+}

@@ -1,0 +1,412 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/charmbracelet/log"
+
+	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/compat"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// A stand-in for NCCL, our own code: the version entry point NCCL exports (ncclGetVersion
+// stores NCCL_VERSION_CODE) and nothing else, built by a src/Makefile with NCCL's targets
+// and output layout (../build/lib/libnccl.so.X.Y.Z with its links, ../build/include/nccl.h),
+// so that the recipes' own NCCL steps build it.
+const (
+	ncclFixtureC = `/* stands in for NCCL: ncclGetVersion as NCCL defines it */
+int ncclGetVersion(int *version) {
+  if (version == 0) return 4; /* ncclInvalidArgument */
+  *version = NCCL_FIXTURE_CODE;
+  return 0;
+}
+`
+	ncclFixtureMakefile = `include ../makefiles/version.mk
+BUILDDIR ?= $(abspath ../build)
+CODE := $(shell printf "%d%02d%02d" $(NCCL_MAJOR) $(NCCL_MINOR) $(NCCL_PATCH))
+LIBTARGET := libnccl.so.$(NCCL_MAJOR).$(NCCL_MINOR).$(NCCL_PATCH)
+
+lib: $(BUILDDIR)/include/nccl.h $(BUILDDIR)/lib/$(LIBTARGET)
+
+$(BUILDDIR)/include/nccl.h: ../makefiles/version.mk
+	mkdir -p $(BUILDDIR)/include
+	printf '#define NCCL_MAJOR %s\n#define NCCL_MINOR %s\n#define NCCL_PATCH %s\n#define NCCL_VERSION_CODE %s\n' $(NCCL_MAJOR) $(NCCL_MINOR) $(NCCL_PATCH) $(CODE) > $@
+
+$(BUILDDIR)/lib/$(LIBTARGET): nccl.c ../makefiles/version.mk
+	mkdir -p $(BUILDDIR)/lib
+	gcc -shared -fPIC -DNCCL_FIXTURE_CODE=$(CODE) -Wl,-soname,libnccl.so.$(NCCL_MAJOR) -o $@ nccl.c
+	ln -sf $(LIBTARGET) $(BUILDDIR)/lib/libnccl.so.$(NCCL_MAJOR)
+	ln -sf libnccl.so.$(NCCL_MAJOR) $(BUILDDIR)/lib/libnccl.so
+`
+)
+
+func needTools(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the NCCL fixture needs %s: %v", tool, err)
+		}
+	}
+}
+
+// ncclLib builds the fixture library of version (2.21.5) into dir/lib, with its links
+// and dir/include/nccl.h, as NCCL installs; it returns dir/lib/libnccl.so.2.
+func ncclLib(t *testing.T, dir, version string) string {
+	t.Helper()
+	var major, minor, patch int
+	if _, err := fmt.Sscanf(version, "%d.%d.%d", &major, &minor, &patch); err != nil {
+		t.Fatal(err)
+	}
+	code := major*10000 + minor*100 + patch
+	for _, d := range []string{"lib", "include"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := filepath.Join(t.TempDir(), "nccl.c")
+	writeFile(t, src, ncclFixtureC)
+	target := filepath.Join(dir, "lib", "libnccl.so."+version)
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", fmt.Sprintf("-DNCCL_FIXTURE_CODE=%d", code), "-Wl,-soname,libnccl.so.2", "-o", target, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	for link, to := range map[string]string{"libnccl.so.2": "libnccl.so." + version, "libnccl.so": "libnccl.so.2"} {
+		if err := os.Symlink(to, filepath.Join(dir, "lib", link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(dir, "include", "nccl.h"), fmt.Sprintf("#define NCCL_MAJOR %d\n#define NCCL_MINOR %d\n#define NCCL_PATCH %d\n#define NCCL_VERSION_CODE %d\n", major, minor, patch, code))
+	return filepath.Join(dir, "lib", "libnccl.so.2")
+}
+
+// torchSite is a Python site directory that loads NCCL the way torch's CUDA wheels do:
+// an nvidia-nccl-cu12 wheel of version wheel (its dist-info as pip writes it, the library
+// in nvidia/nccl/lib), and a torch package whose library links libnccl.so.2 (DT_NEEDED)
+// and finds it through DT_RPATH $ORIGIN/../../nvidia/nccl/lib, as torch's wheels are
+// patched (--force-rpath). torch.cuda.nccl.version() asks the copy that library bound.
+// Extra modules (name → Python source) go beside torch.
+func torchSite(t *testing.T, wheel string, modules map[string]string) string {
+	t.Helper()
+	site := t.TempDir()
+	wheelLib := ncclLib(t, filepath.Join(site, "nvidia", "nccl"), wheel)
+	di := "nvidia_nccl_cu12-" + wheel + ".dist-info/"
+	writeFile(t, filepath.Join(site, di+"METADATA"), "Metadata-Version: 2.1\nName: nvidia-nccl-cu12\nVersion: "+wheel+"\n")
+	writeFile(t, filepath.Join(site, di+"RECORD"), "nvidia/nccl/lib/libnccl.so.2,,\n"+di+"METADATA,,\n")
+	torchLib := filepath.Join(site, "torch", "lib", "libtorch_fixture.so")
+	src := filepath.Join(t.TempDir(), "torch.c")
+	writeFile(t, src, "int ncclGetVersion(int *);\nint torch_fixture_nccl_version(void) { int v = 0; ncclGetVersion(&v); return v; }\n")
+	if err := os.MkdirAll(filepath.Dir(torchLib), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", torchLib, src, wheelLib,
+		"-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../../nvidia/nccl/lib").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	writeFile(t, filepath.Join(site, "torch", "__init__.py"), `import ctypes, os, types
+_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libtorch_fixture.so"))
+def _nccl_version():
+    v = _lib.torch_fixture_nccl_version()
+    return (v // 10000, v // 100 % 100, v % 100)
+cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=_nccl_version))
+`)
+	for name, body := range modules {
+		writeFile(t, filepath.Join(site, name+".py"), body)
+	}
+	return site
+}
+
+// The decision the recipes take, shown on the fixture: a library found through DT_RPATH
+// (torch's NCCL) is not replaced by LD_LIBRARY_PATH, and is by LD_PRELOAD, which then
+// leaves one copy mapped.
+func TestPreloadNotLibraryPathReplacesTorchsNCCL(t *testing.T) {
+	needTools(t, "gcc", "python3")
+	site := torchSite(t, "2.28.9", nil)
+	ours := ncclLib(t, t.TempDir(), "2.28.3")
+	base := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
+	mapped := func(env ...string) []string {
+		t.Helper()
+		paths, err := inspect.MappedLibs(context.Background(), "python3", []string{"torch"}, append(base, env...), `libnccl\.so`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return paths
+	}
+	if got := mapped("LD_LIBRARY_PATH=" + filepath.Dir(ours)); len(got) != 1 || !strings.HasPrefix(got[0], site) {
+		t.Errorf("with LD_LIBRARY_PATH torch should still load its wheel's NCCL (DT_RPATH comes first): %v", got)
+	}
+	got := mapped("LD_PRELOAD=" + ours)
+	if len(got) != 1 || !withinResolved(got[0], filepath.Dir(ours)) {
+		t.Errorf("with LD_PRELOAD only the preloaded NCCL should be mapped: %v", got)
+	}
+	v := ProbeNCCL(context.Background(), "python3", append(base, "LD_PRELOAD="+ours), nil)
+	if v.Version != "2.28.3" || !strings.Contains(v.Source, "torch.cuda.nccl.version()") {
+		t.Errorf("torch reports the NCCL it bound: %+v", v)
+	}
+}
+
+// nccl-version reads ncclGetVersion of the library and nccl.h, against the plan's version.
+func TestNCCLVersionCheck(t *testing.T) {
+	needTools(t, "gcc", "python3")
+	prefix := t.TempDir()
+	ncclLib(t, prefix, "2.21.5")
+	run := func(version string) []CheckResult {
+		pc := &PlanComponent{Component: recipes.Component{Name: "nccl", Version: version}}
+		return checkNCCLVersion(context.Background(), &Subject{Component: pc, Root: prefix, Python: "python3"}, "lib/libnccl.so.2")
+	}
+	rs := run("2.21.5-1")
+	if len(rs) != 1 || rs[0].Status != check.Pass || rs[0].Found != "ncclGetVersion 22105 (2.21.5); include/nccl.h 2.21.5" {
+		t.Errorf("2.21.5-1 built: %+v", rs)
+	}
+	if rs := run("2.22.3-1"); len(rs) != 1 || rs[0].Status != check.Fail || !strings.Contains(rs[0].Why, "another release") {
+		t.Errorf("a 2.21.5 library where the plan names 2.22.3-1: %+v", rs)
+	}
+	// a header from another release than the library fails too
+	writeFile(t, filepath.Join(prefix, "include", "nccl.h"), "#define NCCL_MAJOR 2\n#define NCCL_MINOR 22\n#define NCCL_PATCH 3\n")
+	if rs := run("2.21.5-1"); rs[0].Status != check.Fail || !strings.Contains(rs[0].Why, "nccl.h") {
+		t.Errorf("nccl.h of 2.22.3 beside a 2.21.5 library: %+v", rs)
+	}
+	if rs := checkNCCLVersion(context.Background(), &Subject{Component: &PlanComponent{Component: recipes.Component{Name: "nccl", Version: "2.21.5-1"}},
+		Root: prefix, Python: "python3"}, "lib/libnone.so"); rs[0].Status != check.Fail {
+		t.Errorf("no library: %+v", rs)
+	}
+}
+
+// The process check on the copies a job maps: one NCCL, the install's (built here) or the
+// version recorded at build (torch's); two copies, or torch's where the install built its
+// own, fail.
+func TestOneNCCLInTheProcess(t *testing.T) {
+	needTools(t, "gcc", "python3")
+	// a module that also loads the wheel's NCCL by its path, as a second copy would come in
+	second := map[string]string{"second_nccl": `import ctypes, glob, os, torch
+ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "nccl", "lib", "libnccl.so.2*"))[0])
+`}
+	site := torchSite(t, "2.28.9", second)
+	inst := t.TempDir()
+	ours := ncclLib(t, filepath.Join(inst, "nccl"), "2.28.3")
+	base := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
+
+	built := &Plan{Recipe: "t", Components: []PlanComponent{{Component: recipes.Component{Name: "nccl", Version: "2.28.3-1",
+		Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/nccl", Commit: strings.Repeat("a", 40)}}}}}}
+	torchs := &Plan{Recipe: "t", Components: []PlanComponent{{Component: recipes.Component{Name: "nccl",
+		Source: recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nccl-cu12"}}}}}}
+	verify := func(p *Plan, tc *Toolchain, modules []string, env ...string) CheckResult {
+		t.Helper()
+		for _, m := range modules {
+			p.Components = append(p.Components, PlanComponent{Component: recipes.Component{Name: "m" + m, Checks: []recipes.Check{{Import: m}}}})
+		}
+		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: p, Toolchain: tc},
+			prefixes: map[string]string{}, env: append(base, env...), mapped: -1}
+		if p.Components[0].Source.Python == nil {
+			v.prefixes["nccl"] = filepath.Join(inst, "nccl")
+		}
+		rs := v.oneCopy(context.Background(), processLibs(tc))
+		r, ok := check.Find(rs, "process.single-nccl")
+		if !ok {
+			t.Fatalf("no process.single-nccl in %+v", rs)
+		}
+		if n, _ := check.Find(rs, "process.single-nvshmem"); n.Status != check.Skip {
+			t.Errorf("no nvshmem component: %+v", n)
+		}
+		return r
+	}
+	if r := verify(built, nil, nil, "LD_PRELOAD="+ours); r.Status != check.Pass || !strings.Contains(r.Found, inst) {
+		t.Errorf("the install's NCCL preloaded: %+v", r)
+	}
+	if r := verify(built, nil, nil, "LD_LIBRARY_PATH="+filepath.Dir(ours)); r.Status != check.Fail || !strings.Contains(r.Found, "not the install's nccl") || r.Fix == "" {
+		t.Errorf("torch's NCCL where the install built its own: %+v", r)
+	}
+	if r := verify(built, nil, []string{"second_nccl"}, "LD_PRELOAD="+ours); r.Status != check.Fail || !strings.Contains(r.Found, "2 copies") {
+		t.Errorf("two NCCLs mapped: %+v", r)
+	}
+	recorded := &Toolchain{NCCL: &NCCLRuntime{Version: "2.28.9", Source: "torch.cuda.nccl.version()"}}
+	if r := verify(torchs, recorded, nil); r.Status != check.Pass || !strings.Contains(r.Found, "NCCL 2.28.9, as recorded") {
+		t.Errorf("torch's NCCL, as recorded: %+v", r)
+	}
+	older := &Toolchain{NCCL: &NCCLRuntime{Version: "2.27.3"}}
+	if r := verify(torchs, older, nil); r.Status != check.Fail || !strings.Contains(r.Found, "the build recorded 2.27.3") {
+		t.Errorf("torch's NCCL is not the one recorded at build: %+v", r)
+	}
+	// the one-NVSHMEM check is the same check: a process with two copies fails it
+	nvPlan := &Plan{Recipe: "t", Components: []PlanComponent{{Component: recipes.Component{Name: "nvshmem", Version: "3.4.5",
+		Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/nvshmem", Commit: strings.Repeat("b", 40)}}, Patches: []string{"p"}}}}}
+	nvLib := []oneLib{{id: "process.single-nvshmem", component: "nvshmem", pattern: `libnccl\.so`, rule: "R10/one-nvshmem-mapped"}}
+	v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: nvPlan}, prefixes: map[string]string{"nvshmem": filepath.Join(inst, "nccl")},
+		env: append(append([]string(nil), base...), "LD_PRELOAD="+ours), mapped: -1}
+	nvPlan.Components = append(nvPlan.Components, PlanComponent{Component: recipes.Component{Name: "m", Checks: []recipes.Check{{Import: "second_nccl"}}}})
+	if rs := v.oneCopy(context.Background(), nvLib); rs[0].Status != check.Fail || rs[0].Rule != "R10/one-nvshmem-mapped" || v.mapped != 2 {
+		t.Errorf("two copies of a patched library: %+v (mapped %d)", rs, v.mapped)
+	}
+}
+
+// The recipes' own NCCL steps (single-node's) build an NCCL tree into a prefix that the
+// nccl-version check reads, env.sh preloads, and verify-install finds as the one NCCL a
+// job maps; a commit whose NCCL is another release than the plan says fails the check
+// stage.
+func TestNCCLFromSourceEndToEnd(t *testing.T) {
+	needTools(t, "gcc", "python3", "make", "git")
+	// the fixture NCCL repository: v2.21.5-1, then v2.22.3-1
+	work := t.TempDir()
+	gitIn(t, work, "init", "-q", "-b", "master")
+	writeFile(t, filepath.Join(work, "src", "nccl.c"), ncclFixtureC)
+	writeFile(t, filepath.Join(work, "src", "Makefile"), ncclFixtureMakefile)
+	commits := map[string]string{}
+	for _, v := range []string{"2.21.5", "2.22.3"} {
+		f := strings.Split(v, ".")
+		writeFile(t, filepath.Join(work, "makefiles", "version.mk"), fmt.Sprintf("NCCL_MAJOR := %s\nNCCL_MINOR := %s\nNCCL_PATCH := %s\nNCCL_SUFFIX :=\nPKG_REVISION := 1\n", f[0], f[1], f[2]))
+		gitIn(t, work, "add", "-A")
+		gitIn(t, work, "commit", "-q", "-m", "NCCL "+v)
+		gitIn(t, work, "tag", "v"+v+"-1")
+		commits[v] = gitIn(t, work, "rev-parse", "HEAD")
+	}
+	mirror := t.TempDir()
+	gitIn(t, work, "clone", "-q", "--bare", work, filepath.Join(mirror, "example.invalid", "nvidia", "nccl.git"))
+
+	// a recipe whose nccl component has single-node's build steps and preload
+	doc, err := recipes.NewLibrary().Load("single-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, _ := doc.Recipe.Component("nccl")
+	var steps []string
+	for _, st := range sn.Build {
+		var args []string
+		for _, a := range st.Command.Run {
+			args = append(args, fmt.Sprintf("%q", a))
+		}
+		steps = append(steps, "      - command: {run: ["+strings.Join(args, ", ")+"]}")
+	}
+	recipe := filepath.Join(t.TempDir(), "ncclfix.yaml")
+	writeFile(t, recipe, `name: ncclfix
+cluster: test
+description: NCCL from source with the recipes' steps
+components:
+  - name: nccl
+    version: 2.21.5-1
+    source:
+      git: {url: "https://example.invalid/nvidia/nccl", commit: `+commits["2.21.5"]+`}
+    build:
+`+strings.Join(steps, "\n")+`
+    preload: [`+strings.Join(sn.Preload, ", ")+`]
+    checks:
+      - nccl-version: lib/libnccl.so.2
+env:
+  NCCL_NVLS_ENABLE: "0"
+`)
+	cache, out := filepath.Join(t.TempDir(), "cache"), t.TempDir()
+	build := func(sets ...string) (*Result, error) {
+		// no CUDA here: R40 (NCCL < 2.27.3 with CUDA 13) cannot be decided, and needs not be
+		j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: recipe, Sets: sets, CacheDir: cache, Mirror: mirror, Log: log.New(io.Discard),
+			AllowUndecided: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.Build(context.Background(), BuildOptions{OutDir: out, Version: "test", Environ: os.Environ(), Getenv: os.Getenv})
+	}
+	res, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Plan.Env["LD_PRELOAD"]; got != "{{nccl.prefix}}/lib/libnccl.so.2" {
+		t.Errorf("the plan preloads the built NCCL: %q", got)
+	}
+	site := torchSite(t, "2.28.9", nil)
+	prefix := filepath.Join(t.TempDir(), "inst")
+	environ := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
+	if _, err := Install(context.Background(), InstallOptions{Artifact: res.Artifact, Prefix: prefix, Version: "test", Verify: VerifyOptions{Environ: environ}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Verify(context.Background(), VerifyOptions{Prefix: prefix, Environ: environ})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"nccl.nccl-version": "ncclGetVersion 22105 (2.21.5); include/nccl.h 2.21.5", "process.single-nccl": filepath.Join(prefix, "nccl", "lib")} {
+		if c, ok := rep.Check(id); !ok || c.Status != check.Pass || !strings.Contains(c.Found, want) {
+			t.Errorf("%s: %+v (want pass, found %q)", id, c, want)
+		}
+	}
+	if rep.Failed() {
+		t.Errorf("verify-install failed: %s", failedChecks(rep))
+	}
+	// the other release's commit labelled 2.21.5-1: the check stage names the mismatch
+	_, err = build("nccl.commit="+commits["2.22.3"], "nccl.version=2.21.5-1")
+	var cf *ChecksFailed
+	if !errors.As(err, &cf) || !strings.Contains(err.Error(), "nccl.nccl-version") || !strings.Contains(err.Error(), "ncclGetVersion 22203 (2.22.3)") {
+		t.Errorf("2.22.3 built as 2.21.5-1: %v", err)
+	}
+}
+
+// TestUpstreamNCCLReleases reads the catalogued NVIDIA/nccl releases from the mirror: each
+// has the src/Makefile target lib the recipes build and a version.mk of its release (what
+// nccl-version will compare), and R40 fires, with CUDA 13, exactly on the releases whose
+// cudawrap.h still declares the driver entry points with CUDA's unversioned PFN types.
+func TestUpstreamNCCLReleases(t *testing.T) {
+	mirror := os.Getenv("EPBUILD_TEST_MIRROR")
+	if mirror == "" {
+		t.Skip("EPBUILD_TEST_MIRROR is unset: point it at a mirror holding github.com/NVIDIA/nccl.git")
+	}
+	repo := filepath.Join(mirror, "github.com", "NVIDIA", "nccl.git")
+	if _, err := os.Stat(repo); err != nil {
+		t.Skipf("the mirror has no NVIDIA/nccl: %v", err)
+	}
+	show := func(commit, path string) string {
+		t.Helper()
+		out, err := exec.Command("git", "--git-dir", repo, "show", commit+":"+path).Output()
+		if err != nil {
+			t.Fatalf("git show %s:%s: %v", commit, path, err)
+		}
+		return string(out)
+	}
+	res, err := NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := compat.LoadRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unversioned := regexp.MustCompile(`(?m)^#define DECLARE_CUDA_PFN_EXTERN\(symbol\) extern PFN_##symbol pfn_##symbol`)
+	versioned := regexp.MustCompile(`(?m)^#define DECLARE_CUDA_PFN_EXTERN\(symbol,\s*version\) extern PFN_##symbol##_v##version pfn_##symbol`)
+	for _, v := range res.Catalog.Versions("nccl") {
+		p, err := res.Resolve("single-node", []string{"nccl.version=" + v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := p.Component("nccl")
+		commit := c.Source.Git.Commit
+		if !regexp.MustCompile(`(?m)^lib\s*:`).MatchString(show(commit, "src/Makefile")) {
+			t.Errorf("%s: src/Makefile has no target lib", v)
+		}
+		mk := show(commit, "makefiles/version.mk")
+		f := strings.Split(strings.SplitN(v, "-", 2)[0], ".")
+		for i, k := range []string{"NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH"} {
+			if !regexp.MustCompile(`(?m)^` + k + `\s*:=\s*` + f[i] + `\s*$`).MatchString(mk) {
+				t.Errorf("%s: makefiles/version.mk does not say %s %s:\n%s", v, k, f[i], mk)
+			}
+		}
+		wrap := show(commit, "src/include/cudawrap.h")
+		old, cur := unversioned.MatchString(wrap), versioned.MatchString(wrap)
+		if old == cur {
+			t.Fatalf("%s: cudawrap.h declares its PFN types neither way (or both)", v)
+		}
+		facts := PreflightFacts(FactsFromPlan(p), p, &Toolchain{CUDA: "13.0"})
+		fs, err := compat.Evaluate(context.Background(), rules, facts, compat.StagePreflight, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fired := slices.ContainsFunc(fs, func(f compat.Finding) bool { return f.ID == "R40" && !f.Unknown })
+		if fired != old {
+			t.Errorf("%s: cudawrap.h unversioned %v, R40 fired %v", v, old, fired)
+		}
+	}
+}

@@ -1,0 +1,143 @@
+package builder
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/epbuild/epbuild/builder/smoke"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// smokeStandIn prints what epbuild-nvshmem-smoke prints when every step passes (its
+// formats; the details of a real one-PE run on an H100), and leaves each rank's
+// environment in $SMOKE_ENV_DIR.
+const smokeStandIn = `#!/bin/sh
+[ "$1" = --devices ] && { echo 1; exit 0; }
+rank=$2 npes=$4
+[ -n "$SMOKE_ENV_DIR" ] && env > "$SMOKE_ENV_DIR/rank$rank.env"
+step() { printf 'STEP %d %s ok %.1f %s\n' "$rank" "$1" "$2" "$3"; }
+step uid 0.4 "made and published (128 bytes)"
+step init 783.2 "pe $rank of $npes on device 0"
+step version 0 "loaded=3.4.5 built=3.4.5 lib=/site-packages/nvidia/nvshmem/lib/libnvshmem_host.so.3"
+step malloc 0.9 "2097156 bytes"
+step barrier 0.1 "nvshmem_barrier_all"
+step put 0.5 "262144 words and a flag to pe 0, received from pe 0"
+step split 0.3 "team of 1 (start 0, stride 1)"
+printf 'DONE %d 0\n' "$rank"
+`
+
+// verify-install --smoke finds the program in the install and runs it with the env the
+// other checks use (the install's runtime env on a clean base) plus the caller's NVSHMEM
+// settings; without --smoke nothing runs.
+func TestVerifySmoke(t *testing.T) {
+	prefix := freshInstall(t)
+	if rep := mustVerify(t, prefix); rep.Smoke != nil || hasSmokeRow(rep) {
+		t.Fatal("smoke rows without --smoke")
+	}
+	opts := VerifyOptions{Prefix: prefix, Smoke: true, SmokePEs: 2, SmokeTimeout: time.Minute}
+	rep, err := Verify(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := rep.Check("smoke.run"); !ok || c.Status != "fail" || !strings.Contains(c.Found, "nvshmem-smoke component") || c.Fix == "" {
+		t.Errorf("an install without the smoke test: %+v", c)
+	}
+
+	bin := filepath.Join(prefix, "libdemo", "bin", smoke.Binary)
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, []byte(smokeStandIn), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	envDir := t.TempDir()
+	opts.Environ = append(CleanEnviron(os.Getenv), "SMOKE_ENV_DIR="+envDir)
+	opts.JobEnv = []string{"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo", "DEMO_LANE_MAPPING=9:9", "PYTHONPATH=/elsewhere", "FOO=bar"}
+	rep, err = Verify(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, rep, map[string]string{"smoke.run": "pass", "smoke.uid": "pass", "smoke.init": "pass", "smoke.init-time": "pass",
+		"smoke.version": "pass", "smoke.malloc": "pass", "smoke.barrier": "pass", "smoke.put": "pass", "smoke.split": "pass"})
+	if rep.Smoke == nil || len(rep.Smoke.Ranks) != 2 || rep.Smoke.Binary != bin {
+		t.Fatalf("report's smoke run: %+v", rep.Smoke)
+	}
+	if c, _ := rep.Check("smoke.run"); !strings.Contains(c.Read, "the install's runtime env (env.sh) and the caller's NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME") {
+		t.Errorf("smoke.run read %q", c.Read)
+	}
+	for rank := range 2 {
+		b, err := os.ReadFile(filepath.Join(envDir, fmt.Sprintf("rank%d.env", rank)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, "="); ok {
+				got[k] = v
+			}
+		}
+		for k, want := range map[string]string{
+			"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo",      // the caller's NVSHMEM setting
+			"DEMO_LANE_MAPPING":                 "0:2,1:1", // the recipe's runtime env, not the caller's value of a non-NVSHMEM name
+			"FOO":                               "",        // nothing else of the caller's
+		} {
+			if got[k] != want {
+				t.Errorf("rank %d: %s=%q, want %q", rank, k, got[k], want)
+			}
+		}
+		if !strings.HasPrefix(got["LD_LIBRARY_PATH"], filepath.Join(prefix, "libdemo", "lib")) ||
+			!strings.HasPrefix(got["PYTHONPATH"], filepath.Join(prefix, "pydemo", "python")) || strings.Contains(got["PYTHONPATH"], "/elsewhere") {
+			t.Errorf("rank %d: LD_LIBRARY_PATH %q, PYTHONPATH %q: not the install's", rank, got["LD_LIBRARY_PATH"], got["PYTHONPATH"])
+		}
+	}
+}
+
+func hasSmokeRow(rep *VerifyReport) bool {
+	for _, c := range rep.Checks {
+		if strings.HasPrefix(c.ID, "smoke.") {
+			return true
+		}
+	}
+	return false
+}
+
+// What the build recorded is the version the ranks' NVSHMEM must have: the built
+// component's, or the wheel's from the build's toolchain.
+func TestSmokeExpect(t *testing.T) {
+	comp := func(src recipes.Source, version string) PlanComponent {
+		return PlanComponent{Component: recipes.Component{Name: "nvshmem", Version: version, Source: src}}
+	}
+	built := &verifier{m: &Manifest{Plan: &Plan{Components: []PlanComponent{
+		comp(recipes.Source{Git: &recipes.GitSource{URL: "https://github.com/NVIDIA/nvshmem"}}, "3.4.5-0")}}},
+		prefixes: map[string]string{"nvshmem": "/opt/deepep/nvshmem"}}
+	if e := built.smokeExpect(context.Background()); e.Version != "3.4.5-0" || e.LibDir != "/opt/deepep/nvshmem" {
+		t.Errorf("built NVSHMEM: %+v", e)
+	}
+	wheel := &verifier{m: &Manifest{Plan: &Plan{Components: []PlanComponent{
+		comp(recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nvshmem-cu13"}}, "")}},
+		Toolchain: &Toolchain{PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}}}},
+		prefixes: map[string]string{}, opts: VerifyOptions{Python: "python3"}}
+	if e := wheel.smokeExpect(context.Background()); e.Version != "3.4.5" || !strings.Contains(e.From, "nvidia-nvshmem-cu13") {
+		t.Errorf("wheel: %+v", e)
+	}
+	none := &verifier{m: &Manifest{Plan: &Plan{}}}
+	if e := none.smokeExpect(context.Background()); e != (smoke.Expect{}) {
+		t.Errorf("no nvshmem: %+v", e)
+	}
+}
+
+func TestSmokeEnv(t *testing.T) {
+	env, taken := smokeEnv([]string{"PATH=/bin", "NVSHMEM_DISABLE_CUDA_VMM=1", "LD_PRELOAD=/p/lib/x.so"},
+		[]string{"NVSHMEM_DISABLE_CUDA_VMM=1", "NVSHMEM_SYMMETRIC_SIZE=8G", "CUDA_VISIBLE_DEVICES=1", "LD_PRELOAD=/other.so", "FI_PROVIDER=efa"})
+	if strings.Join(taken, ",") != "CUDA_VISIBLE_DEVICES,FI_PROVIDER,NVSHMEM_SYMMETRIC_SIZE" {
+		t.Errorf("taken %v", taken)
+	}
+	if getenvFrom(env, "LD_PRELOAD") != "/p/lib/x.so" || getenvFrom(env, "NVSHMEM_SYMMETRIC_SIZE") != "8G" || getenvFrom(env, "PATH") != "/bin" {
+		t.Errorf("env %v", env)
+	}
+}

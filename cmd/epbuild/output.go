@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/compat"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// schemaVersion is the version of the --json documents: every one is an object that
+// starts with schema_version, epbuild_version and hostname, so that reports from many
+// nodes and many epbuilds can be merged. Bump it when a field changes meaning or goes.
+const schemaVersion = 1
+
+// printJSON writes v, a JSON object, as the command's one JSON document on stdout, with
+// the report header first (a field v already has is left as it is).
+func (app *App) printJSON(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode the result as JSON: %w", err)
+	}
+	b, err = withHeader(b, app.header())
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return fmt.Errorf("encode the result as JSON: %w", err)
+	}
+	out.WriteByte('\n')
+	_, err = app.Out.Write(out.Bytes())
+	return err
+}
+
+// header is what every JSON document starts with.
+func (app *App) header() [][2]any {
+	return [][2]any{{"schema_version", schemaVersion}, {"epbuild_version", epbuildVersion()}, {"hostname", app.hostname()}}
+}
+
+// hostname names this node in reports: $EPBUILD_HOSTNAME (a Kubernetes pod can pass its
+// node's name), else the kernel's.
+func (app *App) hostname() string {
+	if h := app.Getenv("EPBUILD_HOSTNAME"); h != "" {
+		return h
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+// withHeader puts the fields of head that obj lacks at the start of the JSON object obj.
+func withHeader(obj []byte, head [][2]any) ([]byte, error) {
+	obj = bytes.TrimSpace(obj)
+	if len(obj) < 2 || obj[0] != '{' {
+		return nil, fmt.Errorf("encode the result as JSON: a report must be an object, got %.20s", obj)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &fields); err != nil {
+		return nil, fmt.Errorf("encode the result as JSON: %w", err)
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for _, kv := range head {
+		k := kv[0].(string)
+		if _, ok := fields[k]; ok {
+			continue
+		}
+		kb, _ := json.Marshal(k)
+		vb, err := json.Marshal(kv[1])
+		if err != nil {
+			return nil, err
+		}
+		b.Write(kb)
+		b.WriteByte(':')
+		b.Write(vb)
+		b.WriteByte(',')
+	}
+	rest := bytes.TrimSpace(obj[1:])
+	if len(fields) == 0 && b.Len() > 1 {
+		b.Truncate(b.Len() - 1) // the comma before "}"
+	}
+	b.Write(rest)
+	return b.Bytes(), nil
+}
+
+// errorJSON is the error object of a failed command's JSON document.
+type errorJSON struct {
+	// Code is stable for machines: usage, bad_recipe, bad_input, rules, patch_failed,
+	// build_failed, check_failed, missing_tool, no_space, environment, interrupted, failed.
+	Code     string `json:"code"`
+	ExitCode int    `json:"exit_code"`
+	Message  string `json:"message"`
+	// Details, by code: log, component and step (build_failed); errors, each with
+	// file, line, col (bad_recipe); findings (rules); missing (missing_tool); path, need
+	// and free (no_space).
+	Log       string            `json:"log,omitempty"`
+	Component string            `json:"component,omitempty"`
+	Step      string            `json:"step,omitempty"`
+	Errors    []*recipes.Error  `json:"errors,omitempty"`
+	Findings  []compat.Finding  `json:"findings,omitempty"`
+	Missing   []builder.Missing `json:"missing,omitempty"`
+	Path      string            `json:"path,omitempty"`
+	Need      int64             `json:"need,omitempty"`
+	Free      *int64            `json:"free,omitempty"`
+}
+
+// describeError is what a failed command says about err to machines.
+func describeError(err error, code int) errorJSON {
+	e := errorJSON{ExitCode: code, Message: err.Error()}
+	var (
+		intr *interrupted
+		be   *builder.BuildError
+		re   *builder.RulesError
+		pe   *builder.PreflightError
+		ns   *builder.NoSpaceError
+		pa   *builder.PatchError
+		cf   *builder.ChecksFailed
+		rs   recipes.Errors
+		r1   *recipes.Error
+		ue   usageError
+		bue  *builder.UsageError
+	)
+	switch {
+	case errors.As(err, &intr):
+		e.Code = "interrupted"
+		if errors.As(err, &be) {
+			e.Log, e.Component, e.Step = be.Log, be.Component, be.Step
+		}
+	case errors.As(err, &ns):
+		e.Code, e.Path, e.Need = "no_space", ns.Path, ns.Need
+		if ns.Free >= 0 {
+			e.Free = &ns.Free
+		}
+	case errors.As(err, &be):
+		e.Code, e.Log, e.Component, e.Step = "build_failed", be.Log, be.Component, be.Step
+	case errors.As(err, &re):
+		e.Code, e.Findings = "rules", re.Findings
+	case errors.As(err, &pe):
+		e.Code, e.Missing = "missing_tool", pe.Missing
+	case errors.As(err, &pa):
+		e.Code, e.Component = "patch_failed", pa.Component
+		if code == exitBadInput {
+			e.Code = "bad_input"
+		}
+	case errors.As(err, &cf):
+		e.Code = "check_failed"
+	case errors.As(err, &rs):
+		e.Code, e.Errors = "bad_recipe", rs
+	case errors.As(err, &r1):
+		e.Code, e.Errors = "bad_recipe", []*recipes.Error{r1}
+	case errors.As(err, &ue), errors.As(err, &bue), isCobraUsage(err) && code == exitBadInput:
+		e.Code = "usage"
+	case code == exitBadInput:
+		e.Code = "bad_input"
+	case code == exitEnv:
+		e.Code = "environment"
+	default:
+		e.Code = "failed"
+	}
+	return e
+}
+
+// interrupted is the cause of a run stopped by a signal: exit 130, as shells report a
+// command ended by SIGINT.
+type interrupted struct{ sig os.Signal }
+
+func (e *interrupted) Error() string {
+	name := "SIGINT"
+	if e.sig == syscall.SIGTERM {
+		name = "SIGTERM"
+	}
+	return "interrupted by " + name
+}
+
+func (e *interrupted) ExitCode() int { return exitInterrupted }
+
+// countingWriter knows whether anything was written through it (so that a failed
+// command's JSON error document is never a second document on stdout).
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// childOutput is where a program epbuild runs for the user writes (stderr, so that
+// stdout stays the report): as it is, or with --log-format json one log record per line
+// of it, so that stderr stays JSON lines. Close writes a last line without a newline.
+func (app *App) childOutput(program string) io.WriteCloser {
+	if app.logFormat != "json" {
+		return nopCloser{app.Err}
+	}
+	return &lineLogger{log: func(line string) { app.Log.Info(line, "program", program) }}
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// lineLogger logs each whole line written to it.
+type lineLogger struct {
+	mu  sync.Mutex
+	buf []byte
+	log func(string)
+}
+
+func (l *lineLogger) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, b...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.log(strings.TrimRight(string(l.buf[:i]), "\r"))
+		l.buf = l.buf[i+1:]
+	}
+	return len(b), nil
+}
+
+func (l *lineLogger) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) > 0 {
+		l.log(string(l.buf))
+		l.buf = nil
+	}
+	return nil
+}
