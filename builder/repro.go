@@ -294,18 +294,21 @@ func writeNVCCWrappers(work string, t *Toolchain) (nvccWrappers, error) {
 		seed = `[ -n "$out" ] && set -- "--frandom-seed=${out#` + work + `/}" "$@"`
 	}
 	if t.NVCCObjTemp {
-		// only with -c, -dc or -dw; the temporary file's name is written into the object
-		objtemp = `[ -n "$compile" ] && set -- -objtemp "$@"`
+		// only when it compiles (-c, -dc, -dw) an object; the temporary file's name is
+		// written into the object
+		objtemp = `[ -n "$compile" ] && [ -n "$out" ] && set -- -objtemp "$@"`
 	}
-	body := `out= prev= compile=
+	body := `out= prev= compile= only=
 for a in "$@"; do
 	case $prev in -o|--output-file) out=$a ;; esac
 	case $a in
 	--output-file=*) out=${a#--output-file=} ;;
 	-c|--compile|-dc|--device-c|-dw|--device-w) compile=1 ;;
+	-E|--preprocess|-M|-MM|--generate-dependencies|--generate-nonsystem-dependencies) only=1 ;;
 	esac
 	prev=$a
 done
+[ -n "$only" ] && compile=
 ` + seed + `
 ` + objtemp + `
 exec "$nvcc" "$@"

@@ -500,6 +500,9 @@ func TestNVCCWrappers(t *testing.T) {
 		{w.launcher, []string{fake, "-x", "cu", "-dc", "k.cu", "-o", "CMakeFiles/t.dir/k.cu.o"},
 			"-objtemp|--frandom-seed=CMakeFiles/t.dir/k.cu.o|-x|cu|-dc|k.cu|-o|CMakeFiles/t.dir/k.cu.o"},
 		{w.launcher, []string{other, "-shared", "-o", "libt.so"}, "-shared|-o|libt.so"},
+		// NCCL's make: dependencies of a -dc compile, printed, and its version
+		{w.nvcc, []string{"-M", "-dc", "k.cu"}, "-M|-dc|k.cu"},
+		{w.nvcc, []string{"--version"}, "--version"},
 	} {
 		if got := run(c.script, c.args...); got != c.want {
 			t.Errorf("%s %q:\n got %s\nwant %s", filepath.Base(c.script), c.args, got, c.want)
@@ -588,7 +591,9 @@ components:
     version: 1.0.0
     source: {git: {url: "URL", commit: COMMIT}}
     build:
-      - command: {run: [sh, -c, 'env > "$DESTDIR$PREFIX/env.txt" && "$PYTORCH_NVCC" -c "$SRC/k.cu" -o "$SRC/../build/k.o" > "$DESTDIR$PREFIX/nvcc.txt"']}
+      - command:
+          run: [sh, -c, 'env > "$DESTDIR$PREFIX/env.txt" && "$PYTORCH_NVCC" -c "$SRC/k.cu" -o "$SRC/../build/k.o" > "$DESTDIR$PREFIX/nvcc.txt"']
+          env: {NVCC: "{{nvcc}}"}
 `)
 	getenv := func(k string) string {
 		if k == "CUDA_HOME" {
@@ -627,6 +632,7 @@ components:
 		"CUDA_HOME":                    cuda,
 		"PYTORCH_NVCC":                 work + "/.epbuild/nvcc",
 		"CMAKE_CUDA_COMPILER_LAUNCHER": work + "/.epbuild/nvcc-launcher",
+		"NVCC":                         work + "/.epbuild/nvcc", // {{nvcc}}: what NCCL's make takes
 	}
 	if v := gccVersion(t); v != "" && prefixMapFlag("envcheck", work, &Toolchain{GCC: v}) != "" {
 		want["CFLAGS"] = "-DFROM_USER -ffile-prefix-map=" + work + "=envcheck"

@@ -452,7 +452,7 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
 	t := r.Toolchain
-	vars := map[string]string{"prefix": prefix, "jobs": strconv.Itoa(t.Jobs), "cuda.home": t.CUDAHome}
+	vars := map[string]string{"prefix": prefix, "jobs": strconv.Itoa(t.Jobs), "cuda.home": t.CUDAHome, "nvcc": t.NVCC}
 	// what the build may name of the components before it, through stable links when
 	// the measures are on: their paths end up in what it builds (RUNPATH, -I)
 	for _, pc := range p.Components {
@@ -492,6 +492,9 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 		w, err := writeNVCCWrappers(work, t)
 		if err != nil {
 			return fmt.Errorf("build %s: write the nvcc wrappers: %w", c.Name, err)
+		}
+		if w.nvcc != "" {
+			vars["nvcc"] = w.nvcc // a make-based build (NCCL) takes it as NVCC={{nvcc}}
 		}
 		for k, script := range map[string]string{"PYTORCH_NVCC": w.nvcc, "CMAKE_CUDA_COMPILER_LAUNCHER": w.launcher} {
 			switch {
