@@ -95,7 +95,7 @@ func (r *Runner) packageStage(ctx context.Context, p *Plan, res *Result, dir str
 	plan.File = ""
 	m := Manifest{
 		Format: ManifestFormat, Epbuild: r.Version, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
-		SourceDateEpoch: sde, Toolchain: r.Toolchain, Components: comps, Env: p.Env, Findings: r.Findings,
+		SourceDateEpoch: sde, Toolchain: r.Toolchain.Record(), Components: comps, Env: p.Env, Findings: r.Findings,
 		Wheels: wheels,
 	}
 	out := filepath.Join(dir, ArtifactName(p))

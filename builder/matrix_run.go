@@ -51,6 +51,8 @@ type MatrixRunOptions struct {
 	SourceDateEpoch string
 	Environ         []string
 	Getenv          func(string) string
+	// Repro is as for Build: where builds run, whether the measures are on.
+	Repro Repro
 }
 
 // Outcomes of a cell's steps.
@@ -209,7 +211,7 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 	}
 	start := time.Now()
 	res, err := j.Build(ctx, BuildOptions{OutDir: cr.Dir, Version: opts.Version, SourceDateEpoch: opts.SourceDateEpoch,
-		Environ: opts.Environ, Getenv: opts.Getenv})
+		Environ: opts.Environ, Getenv: opts.Getenv, Repro: opts.Repro})
 	cr.BuildSeconds = time.Since(start).Seconds()
 	if res != nil {
 		for _, s := range res.Stages {

@@ -16,6 +16,7 @@ import (
 	"github.com/charmbracelet/log"
 
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/diff"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
@@ -343,6 +344,8 @@ type BuildOptions struct {
 	Getenv func(string) string
 	// PlanOnly computes the stage keys and what is cached, and does no work.
 	PlanOnly bool
+	// Repro: where builds run, and whether the reproducibility measures are on.
+	Repro Repro
 	// Watch shows the build steps while they run (nil: nothing does).
 	Watch Watcher
 }
@@ -352,6 +355,23 @@ type BuildOptions struct {
 // host at once (exit 3), the rules on the probed toolchain, and the stages. The result
 // of PlanOnly has the stage keys and no artifact.
 func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
+	r, err := j.runner(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Store.Close()
+	if opts.PlanOnly {
+		return &Result{Plan: j.Plan, Stages: r.Keys(j.Plan)}, nil
+	}
+	if err := j.preflight(ctx, r); err != nil {
+		return nil, err
+	}
+	return r.Run(ctx, j.Plan)
+}
+
+// runner checks the options and the rules on the plan, probes the toolchain and opens
+// the store: everything a run needs, short of preflight. The caller closes the store.
+func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 	if err := checkSourceDateEpoch(opts.SourceDateEpoch); err != nil {
 		return nil, err
 	}
@@ -385,25 +405,104 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer store.Close()
 	src, err := j.Sources()
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return &Runner{
+		Store: store, Sources: src, Log: j.opts.Log, Toolchain: tc, Environ: opts.Environ,
+		OutDir: opts.OutDir, Force: opts.Force, AllowApplied: opts.AllowApplied, Version: opts.Version,
+		SourceDateEpoch: opts.SourceDateEpoch, Findings: findings, Repro: opts.Repro, Watch: opts.Watch,
+	}, nil
+}
+
+// preflight stops a run whose build host lacks something (exit 3) or that the rules stop
+// on the probed toolchain; the rules' findings join the runner's.
+func (j *Job) preflight(ctx context.Context, r *Runner) error {
+	pre, err := j.Findings(ctx, r.Toolchain)
+	if err := buildHostVerdict(Preflight(j.Plan, r.Toolchain), err); err != nil {
+		return err
+	}
+	r.Findings = append(r.Findings, pre...)
+	return nil
+}
+
+// RebuildCheck is a second build of the plan, at another location, compared with the first.
+type RebuildCheck struct {
+	Equal  bool   `json:"equal"`
+	SHA256 string `json:"sha256"`
+	// Kept is where the second artifact was kept, when it differs from the first.
+	Kept string       `json:"kept,omitempty"`
+	Diff *diff.Report `json:"diff"`
+}
+
+// NotReproducibleError is a rebuild check whose two artifacts differ: the job failed.
+type NotReproducibleError struct {
+	Recipe string
+	Check  *RebuildCheck
+	First  string // the first artifact's sha256
+}
+
+func (e *NotReproducibleError) Error() string {
+	return fmt.Sprintf("rebuild check: a second build of %s at another location gave other bytes (sha256 %s, not %s): %d of %d entries differ; the second artifact is kept at %s; `epbuild diff` compares the two",
+		e.Recipe, e.Check.SHA256[:12], e.First[:12], len(e.Check.Diff.Changes), e.Check.Diff.Entries, e.Check.Kept)
+}
+
+// ExitCode: the job failed.
+func (e *NotReproducibleError) ExitCode() int { return 1 }
+
+// BuildAndCheck builds the plan as Build does (or finds it cached), then builds it a
+// second time from nothing in a stage store of its own at another place in the cache
+// (the fetched sources are shared), compares the two artifacts and fails with
+// *NotReproducibleError when they differ, keeping the second beside the first
+// (OutDir/rebuild/). The result's Rebuild holds the comparison.
+func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, error) {
+	if opts.PlanOnly {
+		return nil, &UsageError{Err: errors.New("--rebuild-check builds: it does not go with --plan")}
+	}
+	r, err := j.runner(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{
-		Store: store, Sources: src, Log: j.opts.Log, Toolchain: tc, Environ: opts.Environ,
-		OutDir: opts.OutDir, Force: opts.Force, AllowApplied: opts.AllowApplied, Version: opts.Version,
-		SourceDateEpoch: opts.SourceDateEpoch, Findings: findings, Watch: opts.Watch,
-	}
-	if opts.PlanOnly {
-		return &Result{Plan: j.Plan, Stages: r.Keys(j.Plan)}, nil
-	}
-	pre, err := j.Findings(ctx, tc)
-	if err := buildHostVerdict(Preflight(j.Plan, tc), err); err != nil {
+	defer r.Store.Close()
+	if err := j.preflight(ctx, r); err != nil {
 		return nil, err
 	}
-	r.Findings = append(r.Findings, pre...)
-	return r.Run(ctx, j.Plan)
+	res, err := r.Run(ctx, j.Plan)
+	if err != nil {
+		return res, err
+	}
+	dir, err := os.MkdirTemp(filepath.Join(r.Store.dir, "tmp"), "rebuild-")
+	if err != nil {
+		return res, fmt.Errorf("rebuild check: %w", err)
+	}
+	defer func() { _ = makeWritable(dir); _ = os.RemoveAll(dir) }()
+	again := *r
+	if again.Store, err = OpenStore(filepath.Join(dir, "elsewhere", "cache")); err != nil {
+		return res, err
+	}
+	defer again.Store.Close()
+	again.OutDir, again.Force = filepath.Join(dir, "out"), nil
+	j.opts.Log.Info("rebuild check: building again from nothing", "store", again.Store.dir)
+	res2, err := again.Run(ctx, j.Plan)
+	if err != nil {
+		return res, fmt.Errorf("rebuild check: the second build failed: %w", err)
+	}
+	rep, err := diff.Compare(ctx, res.Artifact, res2.Artifact, diff.Options{TempDir: dir})
+	if err != nil {
+		return res, fmt.Errorf("rebuild check: %w", err)
+	}
+	res.Rebuild = &RebuildCheck{Equal: rep.Equal, SHA256: res2.SHA256, Diff: rep}
+	if rep.Equal {
+		return res, nil
+	}
+	kept := filepath.Join(filepath.Dir(res.Artifact), "rebuild", filepath.Base(res.Artifact))
+	if err := publishArtifact(res2.Artifact, kept, res2.SHA256); err != nil {
+		return res, fmt.Errorf("rebuild check: keep the second artifact: %w", err)
+	}
+	res.Rebuild.Kept = kept
+	return res, &NotReproducibleError{Recipe: j.Plan.Recipe, Check: res.Rebuild, First: res.SHA256}
 }
 
 // torchNCCL reports whether the plan takes NCCL from the Python environment: the NCCL

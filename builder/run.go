@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"math"
 	"net/url"
 	"os"
@@ -35,9 +37,9 @@ func Stages() []string { return slices.Clone(stageOrder) }
 // Format versions: bump one to invalidate that stage's cached outputs after a change in
 // how epbuild produces them.
 const (
-	patchFormat   = "patch/1"
-	buildFormat   = "build/3"   // 2: CMAKE_*FLAGS quoted for the shell Ninja and make use; 3: python/ holds a .dist-info
-	checkFormat   = "check/2"   // 2: check files that resolve outside the prefix match nothing
+	patchFormat   = "patch/2"   // 2: the newest file time of an archive source
+	buildFormat   = "build/4"   // 2: CMAKE_*FLAGS quoted for the shell Ninja and make use; 3: python/ holds a .dist-info; 4: reproducible (repro.go)
+	checkFormat   = "check/3"   // 2: check files that resolve outside the prefix match nothing; 3: no store paths in results
 	packageFormat = "package/2" // 2: wheels and the SBOM beside the artifact
 )
 
@@ -65,6 +67,8 @@ type Runner struct {
 	SourceDateEpoch string
 	// Findings are the compatibility rules' warnings, recorded in the manifest.
 	Findings []compat.Finding
+	// Repro says where builds run and whether the reproducibility measures are on.
+	Repro Repro
 	// Watch shows the build steps while they run (nil: nothing does).
 	Watch Watcher
 }
@@ -102,6 +106,11 @@ type Result struct {
 	// SBOM is the CycloneDX SBOM beside the artifact; Wheels the wheels (WheelDir).
 	SBOM   string   `json:"sbom,omitempty"`
 	Wheels []string `json:"wheels,omitempty"`
+	// Host is the machine that ran the run: kept here and in the build logs, not in the
+	// artifact.
+	Host *BuildHost `json:"host,omitempty"`
+	// Rebuild is the rebuild check's comparison (BuildAndCheck).
+	Rebuild *RebuildCheck `json:"rebuild,omitempty"`
 }
 
 // Keys computes every stage key of the plan without doing any work (for --plan).
@@ -143,7 +152,7 @@ func (r *Runner) keys(p *Plan) map[string]compKeys {
 			}
 		}
 		if len(c.Build) > 0 {
-			k.build = Key(buildFormat, k.patch, c.Version, c.Build, deps, r.Toolchain.Fingerprint())
+			k.build = Key(buildFormat, k.patch, c.Version, c.Build, deps, r.Toolchain.Fingerprint(), r.Repro.key(), r.SourceDateEpoch)
 		}
 		if k.build != "" {
 			k.check = Key(checkFormat, k.build, c.Checks, c.PatchSets, p.Env, deps)
@@ -178,7 +187,7 @@ func (r *Runner) forced(stage string) bool {
 // Run takes the plan through every stage. It stops at the first failure; a rerun
 // resumes there, since every finished stage is in the store.
 func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
-	res := &Result{Plan: p}
+	res := &Result{Plan: p, Host: r.buildHost()}
 	ks := r.keys(p)
 	prefixes := map[string]string{}
 	trees := map[string]string{}
@@ -205,8 +214,9 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 		cr.Patches, cr.TreeEffects, cr.CommitTime = pj.Sets, pj.Effects, pj.CommitTime
 		trees[c.Name] = cr.Tree
 		if k.build != "" {
+			sde := r.buildTime(pj)
 			err := r.stage(ctx, res, "build", c.Name, k.build, func(dir string) error {
-				return r.buildStage(ctx, p, &c, cr.Tree, k.build, dir, prefixes, trees)
+				return r.buildStage(ctx, p, &c, cr.Tree, k.build, dir, sde, prefixes, trees)
 			}, nil)
 			if err != nil {
 				return res, err
@@ -231,7 +241,7 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 		var cj checkJSON
 		err := r.stage(ctx, res, "check", cr.Name, cr.CheckKey, func(dir string) error {
 			s := &Subject{Plan: p, Component: pc, Root: cr.Prefix, Prefixes: prefixes, Env: env, Python: r.Toolchain.Python}
-			results := checkComponent(ctx, reg, check.Staged, s)
+			results := storeRelative(checkComponent(ctx, reg, check.Staged, s), r.Store.dir, prefixes)
 			for _, x := range results {
 				if !x.OK() {
 					return &ChecksFailed{Where: "the staged prefix of " + cr.Name, Results: results}
@@ -307,6 +317,9 @@ type patchJSON struct {
 	Sets       []*patches.SetResult `json:"sets,omitempty"`
 	Effects    []CheckResult        `json:"effects,omitempty"`
 	CommitTime int64                `json:"commit_time,omitempty"`
+	// SourceTime is the newest file time of an archive source, before patching: its
+	// builds' SOURCE_DATE_EPOCH, where a git source has its commit's time.
+	SourceTime int64 `json:"source_time,omitempty"`
 }
 
 type checkJSON struct {
@@ -398,6 +411,10 @@ func (r *Runner) patchStage(ctx context.Context, c *PlanComponent, dir string) e
 	if err := Materialize(ctx, r.Sources, c, tree); err != nil {
 		return err
 	}
+	var srcTime int64
+	if c.Source.Git == nil {
+		srcTime = newestFileTime(tree)
+	}
 	sets, effects, err := ApplySets(ctx, r.Sources, c, tree, patches.Options{AllowApplied: r.AllowApplied})
 	if err != nil {
 		return err
@@ -407,7 +424,7 @@ func (r *Runner) patchStage(ctx context.Context, c *PlanComponent, dir string) e
 			return &ChecksFailed{Where: "the patched tree of " + c.Name, Results: effects}
 		}
 	}
-	pj := patchJSON{Sets: sets, Effects: effects}
+	pj := patchJSON{Sets: sets, Effects: effects, SourceTime: srcTime}
 	if c.Source.Git != nil {
 		pj.CommitTime = commitTime(tree)
 	}
@@ -430,15 +447,20 @@ func commitTime(tree string) int64 {
 	return cm.Committer.When.Unix()
 }
 
-func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree, key, dir string, prefixes, trees map[string]string) error {
-	work, err := os.MkdirTemp(filepath.Join(r.Store.dir, "tmp"), "work-"+key[:12]+"-")
+func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree, key, dir string, sde int64, prefixes, trees map[string]string) error {
+	if !r.Repro.Off {
+		// what the steps write gets the same modes under any umask: a wheel keeps them
+		defer setUmask(setUmask(0o022))
+	}
+	wd, err := r.acquireWorkDir(ctx, c.Name, key)
 	if err != nil {
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
-	defer func() { _ = makeWritable(work); _ = os.RemoveAll(work) }()
+	defer wd.release()
+	work := wd.path
 	src := filepath.Join(work, "src")
 	if err := copyTree(tree, src); err != nil {
-		return fmt.Errorf("build %s: copy the patched tree: %w", c.Name, err)
+		return r.buildRootFull(fmt.Errorf("build %s: copy the patched tree: %w", c.Name, err))
 	}
 	// The logs live under the cache while the steps run, so that a failed step's whole
 	// log outlives the stage's temporary directory; a finished build keeps them.
@@ -446,20 +468,32 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 	if err != nil {
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
+	// the path the build is told it installs to; the files land under destdir
 	prefix := filepath.Join(r.Store.Path("build", key), "prefix")
+	if !r.Repro.Off {
+		prefix = filepath.Join(work, "prefix")
+	}
 	destdir := filepath.Join(dir, "destdir")
 	if err := os.MkdirAll(destdir+prefix, 0o755); err != nil {
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
 	t := r.Toolchain
-	vars := map[string]string{"prefix": prefix, "jobs": strconv.Itoa(t.Jobs), "cuda.home": t.CUDAHome}
-	for name, pre := range prefixes {
-		vars[name+".prefix"] = pre
-	}
-	for name, tr := range trees {
-		vars[name+".src"] = tr
-	}
+	vars := map[string]string{"prefix": prefix, "jobs": strconv.Itoa(t.Jobs), "cuda.home": t.CUDAHome, "nvcc": t.NVCC}
+	// what the build may name of the components before it, through stable links when
+	// the measures are on: their paths end up in what it builds (RUNPATH, -I)
 	for _, pc := range p.Components {
+		pre, tr := prefixes[pc.Name], trees[pc.Name]
+		if !r.Repro.Off && pc.Source.Python == nil {
+			if pre, tr, err = linkDependency(work, pc.Name, pre, tr); err != nil {
+				return fmt.Errorf("build %s: %w", c.Name, err)
+			}
+		}
+		if pre != "" {
+			vars[pc.Name+".prefix"] = pre
+		}
+		if tr != "" {
+			vars[pc.Name+".src"] = tr
+		}
 		vars[pc.Name+".version"] = pc.Version
 	}
 	base := map[string]string{}
@@ -474,8 +508,35 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 			base["CPATH"] = cpath
 		}
 	}
+	var mapFlag string
+	if !r.Repro.Off {
+		maps.Copy(base, reproEnv(r.Environ, c.Name, work, sde, t))
+		if err := os.Mkdir(filepath.Join(work, "tmp"), 0o755); err != nil {
+			return fmt.Errorf("build %s: %w", c.Name, err)
+		}
+		mapFlag = prefixMapFlag(c.Name, work, t)
+		w, err := writeNVCCWrappers(work, t)
+		if err != nil {
+			return fmt.Errorf("build %s: write the nvcc wrappers: %w", c.Name, err)
+		}
+		if w.nvcc != "" {
+			vars["nvcc"] = w.nvcc // a make-based build (NCCL) takes it as NVCC={{nvcc}}
+		}
+		for k, script := range map[string]string{"PYTORCH_NVCC": w.nvcc, "CMAKE_CUDA_COMPILER_LAUNCHER": w.launcher} {
+			switch {
+			case script == "":
+			case getenvFrom(r.Environ, k) != "":
+				r.Log.Warn("nvcc runs as "+k+" says, without the seed that makes its output reproducible", "component", c.Name)
+			default:
+				base[k] = script
+			}
+		}
+	}
+	if err := writeBuildRecord(logs, buildRecord{Host: r.buildHost(), Dir: work, Env: base}); err != nil {
+		return fmt.Errorf("build %s: %w", c.Name, err)
+	}
 	se := &stepEnv{component: c.Name, src: src, work: work, prefix: prefix, destdir: destdir, logs: logs,
-		env: withEnv(r.Environ, base), jobs: t.Jobs, ninja: t.Ninja != "", python: t.Python, watch: r.Watch}
+		env: withEnv(r.Environ, base), jobs: t.Jobs, ninja: t.Ninja != "", python: t.Python, watch: r.Watch, mapFlag: mapFlag}
 	for i, st := range c.Build {
 		var err error
 		switch {
@@ -487,7 +548,7 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 			err = se.command(ctx, i, st.Command, vars)
 		}
 		if err != nil {
-			return err
+			return r.buildRootFull(err)
 		}
 	}
 	if err := os.Rename(destdir+prefix, filepath.Join(dir, "prefix")); err != nil {
@@ -497,6 +558,100 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 		return fmt.Errorf("build %s: keep the logs: %w", c.Name, err)
 	}
 	return os.RemoveAll(destdir)
+}
+
+// buildTime is a build's SOURCE_DATE_EPOCH: the one given, else its source's time (the
+// pinned commit's, or an archive's newest file's), so that it follows from the pins.
+func (r *Runner) buildTime(pj patchJSON) int64 {
+	if n, err := strconv.ParseInt(r.SourceDateEpoch, 10, 64); err == nil {
+		return n
+	}
+	if pj.CommitTime > 0 {
+		return pj.CommitTime
+	}
+	return pj.SourceTime
+}
+
+// buildRootFull names a full build root as such (exit 3): with the measures on, the
+// build trees are there, not in the cache. As for the cache (Store.noSpace), a step that
+// failed while the root is nearly full counts as having filled it; a full cache is
+// Store.noSpace's to name.
+func (r *Runner) buildRootFull(err error) error {
+	var ns *NoSpaceError
+	if r.Repro.Off || errors.As(err, &ns) {
+		return err
+	}
+	root := r.Repro.root()
+	free, full := fullDisk(root)
+	if !full {
+		return err
+	}
+	return &NoSpaceError{Op: "build in " + root, Path: root, Free: free, Fix: fixBuildRoot, Err: err}
+}
+
+// linkDependency makes work/deps/<name>/prefix and src point at a component's staged
+// prefix and patched tree, and returns those stable paths ("" for what it lacks).
+func linkDependency(work, name, prefix, tree string) (string, string, error) {
+	dir := filepath.Join(work, "deps", name)
+	var outP, outT string
+	for _, l := range []struct {
+		target string
+		link   string
+		out    *string
+	}{{prefix, "prefix", &outP}, {tree, "src", &outT}} {
+		if l.target == "" {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", "", err
+		}
+		p := filepath.Join(dir, l.link)
+		if err := os.Symlink(l.target, p); err != nil {
+			return "", "", err
+		}
+		*l.out = p
+	}
+	return outP, outT, nil
+}
+
+// newestFileTime is the newest modification time of a regular file in a tree, in whole
+// seconds (0 for none). Directories do not count: the extractor made the tree's own.
+func newestFileTime(dir string) int64 {
+	var newest int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if info, err := d.Info(); err == nil && info.ModTime().Unix() > newest {
+			newest = info.ModTime().Unix()
+		}
+		return nil
+	})
+	return newest
+}
+
+// storeRelative writes the components' staged prefixes, which lie in the cache, as the
+// paths they have in the artifact (<component>/...) in the check results the manifest
+// records: where the cache is is the machine's business.
+func storeRelative(rs []CheckResult, store string, prefixes map[string]string) []CheckResult {
+	var pairs []string
+	for _, name := range slices.Sorted(maps.Keys(prefixes)) {
+		if pre := prefixes[name]; pre != "" && strings.HasPrefix(pre, store+string(filepath.Separator)) {
+			pairs = append(pairs, pre+string(filepath.Separator), name+"/", pre, name)
+		}
+	}
+	if len(pairs) == 0 {
+		return rs
+	}
+	rep := strings.NewReplacer(pairs...)
+	out := make([]CheckResult, len(rs))
+	for i, r := range rs {
+		for _, f := range []*string{&r.Read, &r.Expected, &r.Found, &r.Why, &r.Fix} {
+			*f = rep.Replace(*f)
+		}
+		out[i] = r
+	}
+	return out
 }
 
 func getenvFrom(env []string, k string) string {

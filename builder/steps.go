@@ -73,6 +73,9 @@ type stepEnv struct {
 	python    string
 	watch     Watcher              // nil: nothing shows the steps
 	started   map[string]time.Time // when each step's first command started
+	// mapFlag maps the build directory away in what host compilers write (repro.go); the
+	// environment's CFLAGS/CXXFLAGS carry it, and cmake's flags where the recipe sets them.
+	mapFlag string
 }
 
 var templRe = regexp.MustCompile(`\{\{\s*([^{}]*?)\s*\}\}`)
@@ -273,6 +276,14 @@ func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars 
 	}
 	bdir := filepath.Join(s.work, fmt.Sprintf("cmake-build-%d", i))
 	args := []string{"-S", srcDir, "-B", bdir, "-DCMAKE_INSTALL_PREFIX=" + s.prefix, "-DCMAKE_BUILD_TYPE=Release"}
+	if s.mapFlag != "" {
+		// a recipe's CMAKE_C(XX)_FLAGS take the place of CFLAGS/CXXFLAGS: add the map there
+		for _, k := range []string{"CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS"} {
+			if v, ok := opts[k]; ok {
+				opts[k] = strings.TrimSpace(v + " " + s.mapFlag)
+			}
+		}
+	}
 	if s.ninja {
 		args = append(args, "-G", "Ninja")
 	}
@@ -484,7 +495,7 @@ func (s *stepEnv) command(ctx context.Context, i int, st *recipes.CommandStep, v
 	return s.run(ctx, fmt.Sprintf("%02d-command", i), dir, withEnv(s.env, senv), args[0], args[1:]...)
 }
 
-// copyTree copies a directory tree: regular files (modes kept), directories and
+// copyTree copies a directory tree: regular files (0755 or 0644), directories and
 // symlinks (verbatim). Used for build copies of patched trees and build outputs.
 func copyTree(src, dst string) error {
 	buf := make([]byte, 1<<20)
@@ -508,7 +519,13 @@ func copyTree(src, dst string) error {
 			}
 			return os.Symlink(target, t)
 		case info.Mode().IsRegular():
-			return copyFile(p, t, info.Mode().Perm(), buf)
+			// only the exec bit is kept (as an artifact keeps it): a checkout made under
+			// another umask gives the build the same modes
+			perm := fs.FileMode(0o644)
+			if info.Mode().Perm()&0o111 != 0 {
+				perm = 0o755
+			}
+			return copyFile(p, t, perm, buf)
 		}
 		return nil
 	})

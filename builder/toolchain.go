@@ -19,19 +19,25 @@ import (
 	"github.com/epbuild/epbuild/compat"
 )
 
-// Toolchain is what the build host offers, as probed. It goes into the manifest and,
-// through Fingerprint, into every build key.
+// Toolchain is what the build host offers, as probed. It goes into the manifest (as
+// Record gives it) and, through Fingerprint, into every build key.
 type Toolchain struct {
 	OS   string `json:"os"`
 	Arch string `json:"arch"`
-	Jobs int    `json:"jobs"`
+	// Jobs is the core count: the machine's, not the toolchain's (Record leaves it out).
+	Jobs int `json:"jobs,omitempty"`
 
 	CUDAHome string `json:"cuda_home,omitempty"`
 	NVCC     string `json:"nvcc,omitempty"`
 	CUDA     string `json:"cuda,omitempty"`
 	// CCCL is $CUDA_HOME/include/cccl when it exists: CUDA 13 moved cuda/std there (R12).
 	CCCL string `json:"cccl,omitempty"`
+	// NVCCRandomSeed and NVCCObjTemp: this nvcc takes --frandom-seed (CUDA 12.9 and
+	// later) and --objdir-as-tempdir, which make its output reproducible (see repro.go).
+	NVCCRandomSeed bool `json:"nvcc_random_seed,omitempty"`
+	NVCCObjTemp    bool `json:"nvcc_objtemp,omitempty"`
 
+	// Python is the interpreter found on PATH: the machine's (Record leaves it out).
 	Python        string `json:"python,omitempty"`
 	PythonVersion string `json:"python_version,omitempty"`
 	Setuptools    string `json:"setuptools,omitempty"`
@@ -78,23 +84,35 @@ type PythonPackage struct {
 	Dir     string `json:"dir,omitempty"`
 }
 
-// Fingerprint hashes what changes a build's output: compilers and their versions. The
-// Python packages a plan takes from the environment are not in it: a component built
+// Fingerprint hashes what changes a build's output: compilers and their versions, and
+// where the tools live. Not the interpreter's path on PATH (a wrapper, a shim) nor the
+// core count: they change no byte, and the build key goes into the artifact. The Python
+// packages a plan takes from the environment are not in it either: a component built
 // against one depends on its component, whose build key names the package's version and
 // directory; so a matrix cell that builds NCCL instead of taking torch's rebuilds NCCL,
 // not the DeepEP that does not link it.
 func (t *Toolchain) Fingerprint() string {
 	b, _ := json.Marshal(struct {
-		OS, Arch, CUDA, CUDAHome, Python, PythonVersion, Torch, GCC, GXX, CMake string
+		OS, Arch, CUDA, CUDAHome, PythonVersion, Torch, GCC, GXX, CMake string
+		NVCCRandomSeed, NVCCObjTemp                                     bool
 		// empty for plans that need no CMake packages: their keys stay as they were
 		Protobuf       string `json:",omitempty"`
 		ProtobufHeader string `json:",omitempty"`
 		Abseil         string `json:",omitempty"`
 		GTest          string `json:",omitempty"`
-	}{t.OS, t.Arch, t.CUDA, t.CUDAHome, t.Python, t.PythonVersion, t.Torch, t.GCC, t.GXX, t.CMake,
-		t.Protobuf, t.ProtobufHeader, t.Abseil, t.GTest})
+	}{t.OS, t.Arch, t.CUDA, t.CUDAHome, t.PythonVersion, t.Torch, t.GCC, t.GXX, t.CMake,
+		t.NVCCRandomSeed, t.NVCCObjTemp, t.Protobuf, t.ProtobufHeader, t.Abseil, t.GTest})
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
+}
+
+// Record is the toolchain as the manifest keeps it: what identifies the tools (versions,
+// where they live), without what identifies the machine that ran them (the core count,
+// the interpreter found on PATH), which the build log keeps (BuildHost).
+func (t *Toolchain) Record() *Toolchain {
+	c := *t
+	c.Jobs, c.Python = 0, ""
+	return &c
 }
 
 // Prober finds the toolchain. Env is the environment it reads (CUDA_HOME, PATH, ...).
@@ -156,6 +174,9 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 		if m := regexp.MustCompile(`release (\d+\.\d+)`).FindStringSubmatch(out(t.NVCC, "--version")); m != nil {
 			t.CUDA = m[1]
 		}
+		help := out(t.NVCC, "--help")
+		t.NVCCRandomSeed = strings.Contains(help, "--frandom-seed")
+		t.NVCCObjTemp = strings.Contains(help, "--objdir-as-tempdir")
 		if dirExists(filepath.Join(t.CUDAHome, "include", "cccl")) {
 			t.CCCL = filepath.Join(t.CUDAHome, "include", "cccl")
 		}
@@ -528,9 +549,10 @@ func (p *Prober) ProbeCached(ctx context.Context, dir string) *Toolchain {
 	for _, k := range []string{"PATH", "CUDA_HOME", "CUDA_PATH", "LIBFABRIC_HOME", "GDRCOPY_HOME", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME"} {
 		env = append(env, k+"="+p.Getenv(k))
 	}
-	key := Key("probe/1", env, p.Packages, p.Torch)
+	// probe/2: nvcc's reproducibility flags
+	key := Key("probe/2", env, p.Packages, p.Torch)
 	if p.CMakePackages {
-		key = Key("probe/1", env, p.Packages, p.Torch, p.Prefixes)
+		key = Key("probe/2", env, p.Packages, p.Torch, p.Prefixes)
 	}
 	if p.NCCL {
 		key = Key(key, "torch's nccl")

@@ -202,6 +202,7 @@ disk space).`,
 		newBenchCmd(app),
 		newSBOMCmd(app),
 		newModuleCmd(app),
+		newDiffCmd(app),
 	)
 	app.addCompletions(root)
 	return root

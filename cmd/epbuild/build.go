@@ -88,6 +88,7 @@ func newRecipeCmd(app *App) *cobra.Command {
 		asJSON         bool
 		ignore         []string
 		allowUndecided bool
+		rebuildCheck   bool
 		heartbeat      time.Duration
 	)
 	cmd := &cobra.Command{
@@ -114,16 +115,31 @@ json) a log line per running step every --heartbeat. Each step's whole log is ke
 the cache, <cache>/logs/build-<key>/<step>.log while it runs and after it failed (the
 path is printed; cache gc removes it), and in the build's stored output once it succeeded.
 Ctrl-C (SIGINT) or SIGTERM stops the running step and everything it started, removes the
-stage's temporary directories, and exits 130; finished stages are kept.`,
+stage's temporary directories, and exits 130; finished stages are kept.
+
+Builds are reproducible: the same plan gives the same bytes wherever the cache is and
+whichever machine of the same toolchain builds it. They run in /tmp/epbuild-<component>-<key>
+(EPBUILD_BUILD_ROOT moves that root; builds meant to agree need the same one), with the
+build directory mapped away for the host compilers, a seed for nvcc, SOURCE_DATE_EPOCH and
+a fixed locale and time zone. --rebuild-check builds the plan a second time from nothing at
+another place and fails (exit 1), printing the difference, when the two artifacts differ.
+EPBUILD_REPRO=off turns the measures off, to measure what they cost; nothing else.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if rebuildCheck && planOnly {
+				return usageError{errors.New("--rebuild-check builds: it does not go with --plan")}
+			}
+			repro, err := builder.ParseRepro(app.Getenv)
+			if err != nil {
+				return err
+			}
 			j, err := app.job(args[0], &sf, ignore, allowUndecided)
 			if err != nil {
 				return err
 			}
 			opts := builder.BuildOptions{
 				OutDir: out, AllowApplied: allowApplied, Version: version, SourceDateEpoch: app.Getenv("SOURCE_DATE_EPOCH"),
-				Environ: os.Environ(), Getenv: app.Getenv, PlanOnly: planOnly,
+				Environ: os.Environ(), Getenv: app.Getenv, PlanOnly: planOnly, Repro: repro,
 			}
 			if force != "" {
 				opts.Force = strings.Split(force, ",")
@@ -136,7 +152,24 @@ stage's temporary directories, and exits 130; finished stages are kept.`,
 				opts.Watch, stop = app.watchSteps(heartbeat)
 				defer stop()
 			}
-			res, err := j.Build(cmd.Context(), opts)
+			build := j.Build
+			if rebuildCheck {
+				build = j.BuildAndCheck
+			}
+			res, err := build(cmd.Context(), opts)
+			var nr *builder.NotReproducibleError
+			if errors.As(err, &nr) && !asJSON {
+				writeStages(app.Out, res.Stages, false)
+				fmt.Fprintf(app.Out, "\nartifact %s\nsha256   %s\n\nrebuild check: the second build differs\n", res.Artifact, res.SHA256)
+				writeDiff(app.Out, nr.Check.Diff)
+				return err
+			}
+			if errors.As(err, &nr) {
+				if werr := writeJSON(app.Out, res); werr != nil {
+					return werr
+				}
+				return err
+			}
 			if err != nil {
 				return app.rulesStopped(err)
 			}
@@ -154,6 +187,9 @@ stage's temporary directories, and exits 130; finished stages are kept.`,
 			}
 			writeStages(app.Out, res.Stages, false)
 			fmt.Fprintf(app.Out, "\nartifact %s\nsha256   %s\n", res.Artifact, res.SHA256)
+			if res.Rebuild != nil {
+				fmt.Fprintf(app.Out, "rebuild check: a second build from nothing at another place gave the same bytes (%d entries)\n", res.Rebuild.Diff.Entries)
+			}
 			return nil
 		},
 	}
@@ -165,6 +201,7 @@ stage's temporary directories, and exits 130; finished stages are kept.`,
 	cmd.Flags().BoolVar(&allowApplied, "allow-applied", false, "continue when a patch is already in the tree (reported), instead of failing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringArrayVar(&ignore, "ignore-rule", nil, "build despite an error-level finding of this rule id (e.g. to reproduce a known failure); recorded in the manifest")
+	cmd.Flags().BoolVar(&rebuildCheck, "rebuild-check", false, "build the plan a second time from nothing at another place, compare the artifacts, and fail (exit 1) printing the difference when they differ")
 	cmd.Flags().BoolVar(&allowUndecided, "allow-undecided", false, "build although an error-level rule cannot be decided (a commit no history at hand knows); recorded in the manifest")
 	cmd.Flags().DurationVar(&heartbeat, "heartbeat", progress.DefaultEvery, "without a terminal (CI), log a line per running build step this often")
 	return cmd

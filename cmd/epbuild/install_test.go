@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,16 +61,31 @@ func TestMain(m *testing.M) {
 	if os.Getenv("EPBUILD_TEST_MAIN") == "1" {
 		os.Exit(Main(os.Args[1:], Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, os.Getenv))
 	}
+	// builds run in a build root of the tests' own: a build a test kills leaves its
+	// build directory there, not in /tmp
+	root, err := os.MkdirTemp("", "epbuild-cmd-buildroot-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("EPBUILD_BUILD_ROOT", root)
 	code := m.Run()
 	if shared.dir != "" {
 		_ = os.RemoveAll(shared.dir)
 	}
+	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o755)
+		}
+		return nil
+	})
+	_ = os.RemoveAll(root)
 	os.Exit(code)
 }
 
 // nodeEnv is what a node's shell gives epbuild here.
 func nodeEnv(extra ...string) map[string]string {
-	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME")}
+	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"), "EPBUILD_BUILD_ROOT": os.Getenv("EPBUILD_BUILD_ROOT")}
 	for i := 0; i+1 < len(extra); i += 2 {
 		env[extra[i]] = extra[i+1]
 	}

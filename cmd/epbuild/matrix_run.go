@@ -71,12 +71,16 @@ it may name {{prefix}} (the cell's install), {{COMPONENT.prefix}} and {{COMPONEN
 			if !asJSON {
 				testOut = app.Err // the test's output is a log: results stay on stdout
 			}
+			repro, err := builder.ParseRepro(app.Getenv)
+			if err != nil {
+				return err
+			}
 			run, err := builder.RunMatrix(cmd.Context(), builder.MatrixRunOptions{
 				MatrixOptions: builder.MatrixOptions{Axes: ax, Options: builder.Options{
 					Library: app.library(), Recipe: args[0], Sets: sets, CacheDir: app.Getenv("EPBUILD_CACHE"), Mirror: mirror,
 					Log: app.Log, Progress: source.ProgressAuto, IgnoreRules: ignore, AllowUndecided: allowUndecided}},
 				Out: out, Test: test, Metrics: metrics, TestTimeout: testTimeout, TestOutput: testOut,
-				Version: version, SourceDateEpoch: app.Getenv("SOURCE_DATE_EPOCH"), Environ: os.Environ(), Getenv: app.Getenv,
+				Version: version, SourceDateEpoch: app.Getenv("SOURCE_DATE_EPOCH"), Environ: os.Environ(), Getenv: app.Getenv, Repro: repro,
 			})
 			if run == nil {
 				return err

@@ -5,6 +5,8 @@
 #
 #   NVSHMEM_HOME      the NVSHMEM (include/, lib/libnvshmem_host.so.*, lib/libnvshmem_device.a)
 #   CUDA_HOME         the CUDA toolkit (default /usr/local/cuda)
+#   NVCC              the nvcc to run (default $CUDA_HOME/bin/nvcc; epbuild gives its
+#                     reproducible wrapper)
 #   ARCHS             SM numbers, space-separated (default 90)
 #   NVSHMEM_RUNPATH   RUNPATH of the binary (default $NVSHMEM_HOME/lib)
 #   PREFIX, DESTDIR   the binary goes to $DESTDIR$PREFIX/bin/epbuild-nvshmem-smoke
@@ -12,11 +14,12 @@ set -eu
 : "${NVSHMEM_HOME:?set NVSHMEM_HOME to the NVSHMEM to build against}"
 : "${PREFIX:?set PREFIX}"
 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+NVCC="${NVCC:-$CUDA_HOME/bin/nvcc}"
 ARCHS="${ARCHS:-90}"
 NVSHMEM_RUNPATH="${NVSHMEM_RUNPATH:-$NVSHMEM_HOME/lib}"
 here="$(cd "$(dirname "$0")" && pwd)"
 
-[ -x "$CUDA_HOME/bin/nvcc" ] || { echo "build.sh: no nvcc in $CUDA_HOME/bin" >&2; exit 3; }
+[ -x "$NVCC" ] || { echo "build.sh: no nvcc at $NVCC" >&2; exit 3; }
 [ -f "$NVSHMEM_HOME/include/nvshmem.h" ] || { echo "build.sh: no include/nvshmem.h in $NVSHMEM_HOME" >&2; exit 3; }
 [ -f "$NVSHMEM_HOME/lib/libnvshmem_device.a" ] || { echo "build.sh: no lib/libnvshmem_device.a in $NVSHMEM_HOME" >&2; exit 3; }
 host_so=""
@@ -25,7 +28,10 @@ for f in "$NVSHMEM_HOME"/lib/libnvshmem_host.so.*; do
 done
 [ -n "$host_so" ] || { echo "build.sh: no lib/libnvshmem_host.so.* in $NVSHMEM_HOME" >&2; exit 3; }
 
-work="$(mktemp -d "${TMPDIR:-/tmp}/nvshmem-smoke.XXXXXX")"
+# beside the sources, not under a random name: nvcc writes the objects' paths into the
+# binary it links
+work="$here/build"
+rm -rf "$work" && mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
 # a wheel ships only libnvshmem_host.so.<major>: the linker needs a plain name; the
 # binary records the soname (libnvshmem_host.so.3), as DeepEP's extension does
@@ -44,10 +50,10 @@ out="${DESTDIR:-}$PREFIX/bin/epbuild-nvshmem-smoke"
 # link with the host compiler, as DeepEP's extension is built (and so that the
 # RUNPATH, which may hold $ORIGIN, reaches the linker untouched)
 # shellcheck disable=SC2086
-"$CUDA_HOME/bin/nvcc" -std=c++17 -O2 -rdc=true $gencode -I"$NVSHMEM_HOME/include" $cccl \
+"$NVCC" -std=c++17 -O2 -rdc=true $gencode -I"$NVSHMEM_HOME/include" $cccl \
     -c "$here/nvshmem_smoke.cu" -o "$work/smoke.o"
 # shellcheck disable=SC2086
-"$CUDA_HOME/bin/nvcc" -dlink $gencode "$work/smoke.o" -o "$work/smoke_dlink.o" -L"$NVSHMEM_HOME/lib" -lnvshmem_device
+"$NVCC" -dlink $gencode "$work/smoke.o" -o "$work/smoke_dlink.o" -L"$NVSHMEM_HOME/lib" -lnvshmem_device
 "${CXX:-g++}" "$work/smoke.o" "$work/smoke_dlink.o" -o "$out" \
     -L"$work" -L"$NVSHMEM_HOME/lib" -lnvshmem_host -l:libnvshmem_device.a \
     -L"$CUDA_HOME/lib64" -lcudart_static -lpthread -ldl -lrt \

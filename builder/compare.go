@@ -1,0 +1,32 @@
+package builder
+
+import (
+	"context"
+	"path"
+
+	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/diff"
+)
+
+// Diff compares two artifacts or installed prefixes (or one of each): `epbuild diff`. In
+// an installed prefix, what install adds and no build made is left out: the receipt and
+// Python's bytecode caches (as verify-install leaves them out).
+func Diff(ctx context.Context, a, b string) (*diff.Report, error) {
+	return diff.Compare(ctx, a, b, diff.Options{Ignore: installAdded, Normalize: installWritten})
+}
+
+// installWritten reads back what install wrote into a file of the artifact: env.sh
+// names the install's directory and id, which the artifact's copy leaves empty.
+func installWritten(rel string) func([]byte) ([]byte, error) {
+	if rel != EnvName {
+		return nil
+	}
+	return func(b []byte) ([]byte, error) {
+		tmpl, _, err := unbakeEnv(string(b))
+		return []byte(tmpl), err
+	}
+}
+
+func installAdded(rel string, e archive.Entry) bool {
+	return rel == ReceiptName || e.Type == archive.TypeDir && path.Base(rel) == "__pycache__"
+}

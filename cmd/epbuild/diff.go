@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/diff"
+)
+
+func newDiffCmd(app *App) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "diff A B",
+		Short: "Say why two builds differ: two artifacts or two installed prefixes, entry by entry",
+		Long: `Compare two artifacts (.tar.zst) or two installed prefixes (or one of each) and print the
+entries that differ: added (in B only), removed (in A only), content, mode (the exec bit),
+link target, type. For a file whose bytes differ it says what differs inside: for an ELF
+file the sections, and for any file the first printable strings that one side holds and
+the other lacks (a build path, a timestamp).
+
+In an installed prefix, the install receipt and Python's __pycache__ directories are left
+out: install and Python add them, no build does.
+
+Exit codes: 0 the two are equal; 1 they differ; 2 an argument is neither an artifact nor a
+directory, or an artifact cannot be read.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rep, err := builder.Diff(cmd.Context(), args[0], args[1])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if err := writeJSON(app.Out, rep); err != nil {
+					return err
+				}
+			} else {
+				writeDiff(app.Out, rep)
+			}
+			if !rep.Equal {
+				return &exitError{code: exitFailed}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the comparison as JSON")
+	return cmd
+}
+
+// writeDiff prints a comparison: nothing but the count when the two are equal; else one
+// line per entry that differs, with what differs inside it below.
+func writeDiff(w io.Writer, rep *diff.Report) {
+	if rep.Equal {
+		fmt.Fprintf(w, "equal: %d entries\n", rep.Entries)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHANGE\tPATH\tA\tB")
+	for _, c := range rep.Changes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.Join(c.What, ","), c.Path, side(c.A), side(c.B))
+	}
+	tw.Flush()
+	for _, c := range rep.Changes {
+		if len(c.Sections) == 0 && len(c.OnlyA) == 0 && len(c.OnlyB) == 0 && c.Note == "" {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s:\n", c.Path)
+		if len(c.Sections) > 0 {
+			var s []string
+			for _, sc := range c.Sections {
+				s = append(s, fmt.Sprintf("%s (%s)", sc.Name, sc.What))
+			}
+			fmt.Fprintf(w, "  ELF sections: %s\n", strings.Join(s, ", "))
+		}
+		if c.Note != "" {
+			fmt.Fprintf(w, "  %s\n", c.Note)
+		}
+		for _, s := range c.OnlyA {
+			fmt.Fprintf(w, "  only in A: %q\n", s)
+		}
+		for _, s := range c.OnlyB {
+			fmt.Fprintf(w, "  only in B: %q\n", s)
+		}
+	}
+	fmt.Fprintf(w, "\n%d of %d entries differ (%d equal)", len(rep.Changes), rep.Entries, rep.Same)
+	if rep.Ignored > 0 {
+		fmt.Fprintf(w, "; %d install receipt and bytecode entries left out", rep.Ignored)
+	}
+	fmt.Fprintf(w, "\nA: %s\nB: %s\n", rep.A, rep.B)
+}
+
+// side is one side of a change in a table cell: size and short hash, link target, or
+// type and mode.
+func side(e *archive.Entry) string {
+	switch {
+	case e == nil:
+		return "-"
+	case e.Type == archive.TypeSymlink:
+		return "-> " + e.Target
+	case e.Type == archive.TypeDir:
+		return "dir"
+	}
+	return fmt.Sprintf("%s %s %s", e.Mode, humanBytes(e.Size), e.SHA256[:min(12, len(e.SHA256))])
+}
