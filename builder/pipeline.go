@@ -313,6 +313,9 @@ func (j *Job) policy(fs []compat.Finding, stage compat.Stage) error {
 			j.opts.Log.Warn("ignored by --ignore-rule: "+f.Message, "rule", f.ID, "stage", stage)
 		case f.Severity == compat.SeverityError:
 			stop = append(stop, f)
+		case f.Unknown && f.IfDecided == compat.SeverityError && stage == compat.StagePlan && j.askedAgain(f):
+			// the toolchain probe answers it: preflight asks again, and stops there if it must
+			j.opts.Log.Debug("undecided at plan time, asked again at preflight: "+f.Message, "rule", f.Name())
 		case f.Unknown && f.IfDecided == compat.SeverityError && !j.opts.AllowUndecided && !slices.Contains(j.opts.IgnoreRules, f.ID):
 			stop = append(stop, f)
 		case f.Unknown && f.IfDecided == compat.SeverityError:
@@ -325,6 +328,12 @@ func (j *Job) policy(fs []compat.Finding, stage compat.Stage) error {
 		return &RulesError{Recipe: j.Plan.Recipe, Stage: stage, Findings: stop}
 	}
 	return nil
+}
+
+// askedAgain reports whether preflight evaluates f's rule again (with the probed toolchain).
+func (j *Job) askedAgain(f compat.Finding) bool {
+	rules, err := j.Rules()
+	return err == nil && rules.RunsAt(f.ID, f.Case, compat.StagePreflight)
 }
 
 // BuildOptions configure Build.

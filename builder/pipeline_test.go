@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -165,5 +166,37 @@ func TestSetCommitTakesTheCataloguedVersion(t *testing.T) {
 	}
 	if c, _ := j.Plan.Component("deepep"); c.Version != "1.2.1" {
 		t.Errorf("deepep at the recipe's commit: version %q", c.Version)
+	}
+}
+
+// A rule that needs the toolchain (R26, R27: the CUDA the build host has) is undecided at
+// plan time; preflight asks it again with the probed toolchain, so the plan goes on, and
+// preflight decides it.
+func TestPlanDefersToolchainQuestionsToPreflight(t *testing.T) {
+	j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: "single-node", CacheDir: filepath.Join(t.TempDir(), "cache")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := j.Findings(context.Background(), nil)
+	if err != nil {
+		t.Fatalf("plan stage: %v", err)
+	}
+	deferred := 0
+	for _, f := range fs {
+		if f.Unknown && f.IfDecided == compat.SeverityError && (f.ID == "R26" || f.ID == "R27") {
+			deferred++
+		}
+	}
+	if deferred == 0 {
+		t.Fatalf("no undecided R26/R27 at plan time (the test proves nothing): %+v", fs)
+	}
+	// at preflight, on a CUDA 13 host with the cu12 wheel, R27 is decided and stops
+	tc := gpuMachine()
+	tc.PythonPackages["nvidia-nvshmem-cu12"] = PythonPackage{Version: "3.4.5"}
+	tc.PythonPackages["nvidia-nccl-cu12"] = PythonPackage{Version: "2.28.9"}
+	_, err = j.Findings(context.Background(), tc)
+	var re *RulesError
+	if !errors.As(err, &re) || re.Stage != compat.StagePreflight || !slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.ID == "R27" && !f.Unknown }) {
+		t.Fatalf("preflight on CUDA 13 with the cu12 wheel: %v", err)
 	}
 }

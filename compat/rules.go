@@ -240,6 +240,23 @@ func (rs *Rules) Get(id string) (Rule, bool) {
 	return Rule{}, false
 }
 
+// RunsAt reports whether the rule id (its case name, "" for a rule without cases) is
+// evaluated at stage: a question left open at plan time that preflight asks again, with
+// the probed toolchain, can wait for it.
+func (rs *Rules) RunsAt(id, caseName string, stage Stage) bool {
+	r, ok := rs.Get(id)
+	if !ok {
+		return false
+	}
+	stages := r.Stages
+	for _, c := range r.Cases {
+		if c.Name == caseName && len(c.Stages) > 0 {
+			stages = c.Stages
+		}
+	}
+	return slices.Contains(stages, stage)
+}
+
 // IDs lists the rule ids in file order.
 func (rs *Rules) IDs() []string {
 	ids := make([]string, len(rs.rules))
