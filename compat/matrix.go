@@ -115,7 +115,7 @@ type FactsFunc func(sets []string) (Facts, error)
 
 // BuildMatrix evaluates every combination of the axes at plan stage: a combination with
 // an error-level finding, or (unless allowUndecided) an error-level rule that could not
-// be decided, is excluded with its rule ids; the others become cells carrying the env
+// be decided and that preflight does not ask again, is excluded with its rule ids; the others become cells carrying the env
 // their warn and advice findings' fixes add. With no axes there is one cell, the recipe
 // itself.
 func BuildMatrix(ctx context.Context, recipe string, axes []Axis, base []string, rules *Rules, anc Ancestry, facts FactsFunc, allowUndecided bool) (*Matrix, error) {
@@ -144,7 +144,9 @@ func BuildMatrix(ctx context.Context, recipe string, axes []Axis, base []string,
 		if err != nil {
 			return nil, fmt.Errorf("matrix cell %s: %w", strings.Join(name, " "), err)
 		}
-		und := Undecided(fs)
+		// a question the plan cannot answer but preflight asks again (the build host's
+		// CUDA, say) does not exclude a cell: the cell's build decides it
+		und := slices.DeleteFunc(Undecided(fs), func(x Finding) bool { return rules.RunsAt(x.ID, x.Case, StagePreflight) })
 		if allowUndecided {
 			und = nil
 		}

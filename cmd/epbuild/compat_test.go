@@ -330,3 +330,38 @@ func TestUpstreamCompatCheckDecidesFromTheMirror(t *testing.T) {
 		t.Errorf("with the mirror: exit %d\n%s\n%s", code, out, errs)
 	}
 }
+
+// single-node pins no CUDA beyond ">=12.3": R26 and R27 cannot be decided at plan time,
+// but preflight asks them again with the build host's CUDA, so the matrix keeps the cells
+// (the cell's build decides), while an unknown commit, which only the plan asks about,
+// still excludes its cell (above).
+func TestMatrixKeepsCellsPreflightDecides(t *testing.T) {
+	wired(t, "matrix")
+	env := map[string]string{"EPBUILD_CACHE": t.TempDir()}
+	code, out, errs := run(t, env, "matrix", "single-node", "--axis", "nccl=bundled,2.28.3-1", "--format", "json")
+	var m struct {
+		Cells []struct {
+			Name     string
+			Findings []struct {
+				ID      string
+				Unknown bool
+			}
+		}
+		Excluded []struct{ Name string }
+	}
+	if err := json.Unmarshal([]byte(out), &m); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v\n%s", code, err, errs)
+	}
+	if len(m.Cells) != 2 || len(m.Excluded) != 0 {
+		t.Fatalf("want both cells kept: %+v", m)
+	}
+	undecided := 0
+	for _, f := range m.Cells[0].Findings {
+		if f.Unknown && (f.ID == "R26" || f.ID == "R27") {
+			undecided++
+		}
+	}
+	if undecided == 0 {
+		t.Errorf("no undecided R26/R27 in the cell's findings (the test proves nothing): %+v", m.Cells[0])
+	}
+}
