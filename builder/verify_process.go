@@ -65,6 +65,19 @@ func processLibs(tc *Toolchain) []oneLib {
 			why: "the NCCL the matrix cell and the manifest name must be the one jobs run: torch loads its own through DT_RPATH " +
 				"unless the install's is preloaded, and a second copy leaves two NCCLs in one process",
 			fix: "its LD_PRELOAD loads the install's NCCL before torch's; remove the extra NCCL from the job's environment",
+			secondOK: func(v *verifier, pc *PlanComponent, paths []string) (bool, string) {
+				// torch's __init__ also loads its wheel's NCCL by path (a second mapping), but
+				// libtorch's DT_NEEDED libnccl.so.2 was bound to the preloaded install's copy,
+				// which came first with that soname: torch reports the version it calls
+				if pc.Source.Python != nil || !preloadsFrom(v.env, v.prefixes[pc.Name]) || pc.Version == "" {
+					return false, ""
+				}
+				n := ProbeNCCL(context.Background(), v.python(), v.env, nil)
+				if n.Version == "" || !sameCore(n.Version, pc.Version) {
+					return false, ""
+				}
+				return true, fmt.Sprintf("torch maps its wheel's copy too, but calls the install's: torch.cuda.nccl.version() is %s, the NCCL built here", n.Version)
+			},
 			carried: func(prefix string) bool {
 				m, _ := filepath.Glob(filepath.Join(prefix, "lib", "libnccl.so*"))
 				return len(m) > 0

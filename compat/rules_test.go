@@ -382,7 +382,12 @@ func ruleTable() []ruleCase {
 
 		{"R10", "NVSHMEM_DIR unset", P, buildEnv("deepep", "NVSHMEM_DIR", ""), "nvshmem-dir/error"},
 		{"R10", "torch 2.10 without LD_PRELOAD", P, env("LD_PRELOAD", ""), "preload/warn"},
-		{"R10", "two NVSHMEMs mapped", H, host("nvshmem.host-libs-mapped", "2"), "one-nvshmem-mapped/error"},
+		{"R10", "two NVSHMEMs mapped, the unpatched one built preloaded (torch maps its own too)", H, host("nvshmem.host-libs-mapped", "2"), ""},
+		{"R10", "two NVSHMEMs mapped, a patched one preloaded", H, all(host("nvshmem.host-libs-mapped", "2"), patches("nvshmem", "ibrc-dualport-nvshmem")), "one-nvshmem-mapped/error"},
+		{"R10", "two NVSHMEMs mapped, another patch set", H, all(host("nvshmem.host-libs-mapped", "2"), patches("nvshmem", "site-fix")), "one-nvshmem-mapped/error"},
+		{"R10", "two NVSHMEMs mapped, nothing preloaded", H, all(host("nvshmem.host-libs-mapped", "2"), env("LD_PRELOAD", "")), "one-nvshmem-mapped/error"},
+		{"R10", "two NVSHMEMs mapped, another library preloaded", H, all(host("nvshmem.host-libs-mapped", "2"), env("LD_PRELOAD", "/opt/x/libfoo.so")), "one-nvshmem-mapped/error"},
+		{"R10", "no NVSHMEM mapped", H, host("nvshmem.host-libs-mapped", "0"), ""},
 		{"R10", "the loaded NVSHMEM is not the one built", H, host("nvshmem.loaded-matches-build", "no"), "loaded-version/error"},
 		{"R10", "two mapped, neither the one built", H, all(host("nvshmem.host-libs-mapped", "2"), host("nvshmem.loaded-matches-build", "no")), "one-nvshmem-mapped/error,loaded-version/error"},
 		{"R10", "the wheel, nothing set", P, single, ""},
