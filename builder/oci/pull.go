@@ -246,7 +246,7 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (*PullResult, er
 	}
 	res.Recipe, res.PlanKey, res.SHA256, res.Manifest = m.Recipe, m.PlanKey, sum, m
 	res.Artifact = filepath.Join(dir, f.name)
-	c.logf("pulled", "ref", ref.String(), "artifact", res.Artifact)
+	c.debugf("pulled", "ref", ref.String(), "artifact", res.Artifact)
 	return res, nil
 }
 

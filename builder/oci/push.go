@@ -189,7 +189,7 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 		res.Tags = append(res.Tags, t)
 	}
 	res.Ref = ref.WithTag(m.PlanKey).String()
-	c.logf("pushed", "ref", res.Ref, "digest", res.Digest)
+	c.debugf("pushed", "ref", res.Ref, "digest", res.Digest)
 	return res, nil
 }
 

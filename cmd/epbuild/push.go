@@ -22,9 +22,11 @@ func (f *ociFlags) add(cmd *cobra.Command) {
 
 // client builds the registry client: credentials from $DOCKER_CONFIG/config.json, else
 // ~/.docker/config.json, with their credential helpers, as docker and oras read them.
-func (f *ociFlags) client(app *App) (*oci.Client, error) {
+func (f *ociFlags) client(app *App) (*oci.Client, error) { return app.ociClient(f.plainHTTP) }
+
+func (app *App) ociClient(plainHTTP bool) (*oci.Client, error) {
 	return oci.New(oci.Options{
-		PlainHTTP: f.plainHTTP, DockerConfig: oci.DockerConfigPath(app.Getenv),
+		PlainHTTP: plainHTTP, DockerConfig: oci.DockerConfigPath(app.Getenv),
 		UserAgent: "epbuild/" + version, Log: app.Log,
 	})
 }
