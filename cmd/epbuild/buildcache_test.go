@@ -160,6 +160,13 @@ func TestSharedBuildCacheFallsBack(t *testing.T) {
 		t.Errorf("--force: exit %d\n%s\n%s", code, o, e)
 	}
 
+	// a rebuild check that agrees pushes
+	rrepo := "oci://" + reg.Addr + "/epbuild/checked"
+	code, o, e = run(t, env, "recipe", "demo", "-o", t.TempDir(), "--rebuild-check", "--cache-to", rrepo, "--plain-http")
+	if code != 0 || !strings.Contains(o, "pushed   "+rrepo+":") {
+		t.Errorf("--rebuild-check --cache-to: exit %d\n%s\n%s", code, o, e)
+	}
+
 	// a registry that is down: warnings, a build here, exit 0
 	reg.Stop()
 	code, o, e = run(t, env, "recipe", "demo", "-o", out, "--cache-from", repo, "--cache-to", repo, "--plain-http", "--json")
