@@ -231,8 +231,8 @@ come from the Docker config and its credential helpers, as for push and pull.`,
 	cmd.Flags().BoolVar(&rebuildCheck, "rebuild-check", false, "build the plan a second time from nothing at another place, compare the artifacts, and fail (exit 1) printing the difference when they differ")
 	cmd.Flags().BoolVar(&allowUndecided, "allow-undecided", false, "build although an error-level rule cannot be decided (a commit no history at hand knows); recorded in the manifest")
 	cmd.Flags().DurationVar(&heartbeat, "heartbeat", progress.DefaultEvery, "without a terminal (CI), log a line per running build step this often")
-	cmd.Flags().StringVar(&cacheFrom, "cache-from", "", "take the artifact from the shared build cache `oci://REGISTRY/REPO` when it has the plan; a registry that fails: a warning, and a build here")
-	cmd.Flags().StringVar(&cacheTo, "cache-to", "", "push the artifact to the shared build cache `oci://REGISTRY/REPO` after a successful build; a push that fails is a warning, not a failed build")
+	cmd.Flags().StringVar(&cacheFrom, "cache-from", "", "take the artifact from the shared build cache `REPO` (oci://REGISTRY/REPO) when it has the plan; a registry that fails: a warning, and a build here")
+	cmd.Flags().StringVar(&cacheTo, "cache-to", "", "push the artifact to the shared build cache `REPO` (oci://REGISTRY/REPO) after a successful build; a push that fails is a warning, not a failed build")
 	cmd.Flags().BoolVar(&plainHTTP, "plain-http", false, "speak HTTP to the build cache registries: only for a registry on this machine")
 	return cmd
 }
