@@ -35,7 +35,10 @@ const wheelsName = "wheels.json"
 
 // WheelDir is the directory beside the artifact that holds its wheels:
 // <recipe>-<plan>.wheels (recipes of one DeepEP version would clash in one directory).
-func WheelDir(p *Plan) string { return strings.TrimSuffix(ArtifactName(p), ".tar.zst") + ".wheels" }
+func WheelDir(p *Plan) string { return WheelDirOf(ArtifactName(p)) }
+
+// WheelDirOf is the wheel directory beside the artifact of that file name.
+func WheelDirOf(artifact string) string { return strings.TrimSuffix(artifact, ".tar.zst") + ".wheels" }
 
 // wantsWheel reports whether a component asks for a wheel (python-extension wheel: true).
 func wantsWheel(c *PlanComponent) bool {

@@ -1,7 +1,6 @@
 package builder
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -336,24 +335,16 @@ func logInfo(l *log.Logger, msg string, kv ...any) {
 
 // checkArtifactSum hashes the artifact and compares it with ARTIFACT.sha256 when present.
 func checkArtifactSum(art string) (string, error) {
+	want, err := sumBeside(art)
+	if err != nil {
+		return "", err
+	}
 	sum, err := fileSHA256(art)
 	if err != nil {
 		return "", &BadArtifactError{Artifact: art, Err: err}
 	}
-	b, err := os.ReadFile(art + ".sha256")
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return sum, nil
-	case err != nil:
-		return "", &BadArtifactError{Artifact: art, Err: err}
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 || len(f[0]) != 64 {
-		return "", &BadArtifactError{Artifact: art, Err: fmt.Errorf("%s.sha256 holds no sha256", filepath.Base(art))}
-	}
-	if !strings.EqualFold(f[0], sum) {
-		return "", &BadArtifactError{Artifact: art, Err: fmt.Errorf("its sha256 is %s, %s.sha256 says %s: truncated or damaged in transfer; copy it again",
-			sum, filepath.Base(art), strings.ToLower(f[0]))}
+	if want != "" && sum != want {
+		return "", sumMismatch(art, sum, want)
 	}
 	return sum, nil
 }
@@ -522,8 +513,7 @@ func globEscape(s string) string {
 // the entries before it are decompressed and discarded, within a budget proportional
 // to the artifact's size, so that a bomb is refused cheaply.
 func readArtifactManifest(ctx context.Context, art string, size int64) (*Manifest, []byte, error) {
-	budget := max(minManifestBudget, min(archive.DefaultMaxBytes, maxManifestRatio*size))
-	raw, err := archive.ReadMember(ctx, art, ManifestName, maxManifestSize, archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: budget})
+	raw, err := archive.ReadMember(ctx, art, ManifestName, maxManifestSize, archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifestBudget(size)})
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", ManifestName)}
@@ -603,7 +593,8 @@ func existingDir(dir string) string {
 }
 
 // stageArtifact extracts the artifact into tree (which must not exist), stopping once
-// it holds more than m declares, and checks the tree against m: the manifest extracted
+// it holds more than m declares, and checks the tree against m as it is written (each
+// file hashed in the extraction's one read of it, checkTree): the manifest extracted
 // must be the one read before, every entry must match it. A failure leaves no tree.
 func stageArtifact(ctx context.Context, art, tree string, m *Manifest, raw []byte) (err error) {
 	defer func() {
@@ -612,49 +603,15 @@ func stageArtifact(ctx context.Context, art, tree string, m *Manifest, raw []byt
 			_ = os.RemoveAll(tree)
 		}
 	}()
-	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: declaredBytes(m, raw), MaxEntries: len(m.Files) + 16}
-	if _, err := archive.ExtractFile(ctx, art, tree, opts); err != nil {
-		var xe *archive.ExtractError
-		switch {
-		case errors.Is(err, archive.ErrLimit):
-			return &BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than its manifest declares (%d files, %s), extraction stopped: %w",
-				countFiles(m), byteCount(declaredBytes(m, raw)-tarSlack), err)}
-		case errors.As(err, &xe) && xe.Kind != nil:
-			return &BadArtifactError{Artifact: art, Err: err}
-		case ctx.Err() != nil:
-			return fmt.Errorf("install %s: %w", art, ctx.Err())
-		case isNoSpace(err):
-			return err // the caller says where and how much
-		}
-		// an I/O error here is as likely the archive's (a truncated zstd frame) as ours;
-		// nothing was installed either way
-		return &BadArtifactError{Artifact: art, Err: err}
-	}
-	got, err := os.ReadFile(filepath.Join(tree, ManifestName))
-	if err != nil || !bytes.Equal(got, raw) {
-		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than one %s, and they differ", ManifestName)}
-	}
-	problems, st, err := VerifyFiles(ctx, tree, m.Files)
+	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: declaredBytes(m, raw), MaxEntries: maxEntries(m), Hash: true}
+	rep, err := archive.ExtractFile(ctx, art, tree, opts)
 	if err != nil {
-		return fmt.Errorf("install %s: %w", art, err)
-	}
-	// nothing has run Python here: bytecode came from the archive, beside its manifest
-	for _, rel := range st.Bytecode {
-		problems = append(problems, FileProblem{Path: rel, Kind: ProblemExtra, Found: "Python bytecode its manifest does not list"})
-	}
-	if len(problems) > 0 {
-		const show = 10
-		var lines []string
-		for i, p := range problems {
-			if i == show {
-				lines = append(lines, fmt.Sprintf("... and %d more", len(problems)-show))
-				break
-			}
-			lines = append(lines, fmt.Sprintf("%s %s: expected %s, found %s", p.Kind, p.Path, orNone(p.Expected), orNone(p.Found)))
+		if ctx.Err() != nil {
+			return fmt.Errorf("install %s: %w", art, ctx.Err())
 		}
-		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("%d entries differ from its manifest:\n  - %s", len(problems), strings.Join(lines, "\n  - "))}
+		return readError(ctx, art, err, m, raw)
 	}
-	return nil
+	return checkTree(art, m, raw, rep.Tree)
 }
 
 func countFiles(m *Manifest) int {

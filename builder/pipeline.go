@@ -357,13 +357,22 @@ type BuildOptions struct {
 	Repro Repro
 	// Watch shows the build steps while they run (nil: nothing does).
 	Watch Watcher
+	// CacheFrom is the shared build cache looked in before any stage; CacheTo the one a
+	// successful build is stored in (buildcache.go). nil: none.
+	CacheFrom, CacheTo ArtifactCache
 }
 
 // Build runs the main job in its order: the rules on the plan (a plan they stop is bad
 // input), the toolchain probe, then (unless PlanOnly) everything missing from the build
 // host at once (exit 3), the rules on the probed toolchain, and the stages. The result
-// of PlanOnly has the stage keys and no artifact.
+// of PlanOnly has the stage keys and no artifact. With CacheFrom, a plan the cache holds
+// is taken from it before the probe, and no stage runs; with CacheTo, a successful
+// build is stored there. Neither fails the build (buildcache.go).
 func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
+	var cached CacheReport
+	if res, err := j.fromCache(ctx, opts, &cached); res != nil || err != nil {
+		return withCache(res, err, j.toCache(ctx, opts, res, &cached), &cached)
+	}
 	r, err := j.runner(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -375,7 +384,11 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 	if err := j.preflight(ctx, r); err != nil {
 		return nil, err
 	}
-	return r.Run(ctx, j.Plan)
+	res, err := r.Run(ctx, j.Plan)
+	if err != nil || (opts.CacheFrom == nil && opts.CacheTo == nil) {
+		return res, err
+	}
+	return withCache(res, nil, j.toCache(ctx, opts, res, &cached), &cached)
 }
 
 // runner checks the options and the rules on the plan, probes the toolchain and opens
@@ -465,7 +478,8 @@ func (e *NotReproducibleError) ExitCode() int { return 1 }
 // second time from nothing in a stage store of its own at another place in the cache
 // (the fetched sources are shared), compares the two artifacts and fails with
 // *NotReproducibleError when they differ, keeping the second beside the first
-// (OutDir/rebuild/). The result's Rebuild holds the comparison.
+// (OutDir/rebuild/). The result's Rebuild holds the comparison. It does not look in
+// CacheFrom (it is a build); an artifact that built the same twice goes to CacheTo.
 func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, error) {
 	if opts.PlanOnly {
 		return nil, &UsageError{Err: errors.New("--rebuild-check builds: it does not go with --plan")}
@@ -504,7 +518,8 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 	}
 	res.Rebuild = &RebuildCheck{Equal: rep.Equal, SHA256: res2.SHA256, Diff: rep}
 	if rep.Equal {
-		return res, nil
+		var cached CacheReport // an artifact that builds the same twice is worth sharing
+		return withCache(res, nil, j.toCache(ctx, opts, res, &cached), &cached)
 	}
 	kept := filepath.Join(filepath.Dir(res.Artifact), "rebuild", filepath.Base(res.Artifact))
 	if err := publishArtifact(res2.Artifact, kept, res2.SHA256); err != nil {

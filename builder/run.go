@@ -80,6 +80,10 @@ type StageEvent struct {
 	Key       string  `json:"key"`
 	Cached    bool    `json:"cached"`
 	Seconds   float64 `json:"seconds"`
+	// From is the shared build cache the stage's output came from (--cache-from); ""
+	// for this machine's store. Its package row's key is the plan key, the artifact's
+	// tag there.
+	From string `json:"from,omitempty"`
 }
 
 // ComponentResult is what the stages produced for one component.
@@ -111,6 +115,8 @@ type Result struct {
 	Host *BuildHost `json:"host,omitempty"`
 	// Rebuild is the rebuild check's comparison (BuildAndCheck).
 	Rebuild *RebuildCheck `json:"rebuild,omitempty"`
+	// Cache is what the shared build cache did (--cache-from, --cache-to).
+	Cache *CacheReport `json:"cache,omitempty"`
 }
 
 // Keys computes every stage key of the plan without doing any work (for --plan).

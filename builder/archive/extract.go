@@ -6,8 +6,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -44,6 +47,13 @@ type ExtractOptions struct {
 	MaxBytes int64
 	// MaxEntries caps the number of entries read; 0 means DefaultMaxEntries.
 	MaxEntries int
+	// Hash computes every regular file's sha256 as its data streams by, and lists the
+	// tree extracted in the report's Tree: a check of the tree against a manifest needs
+	// no second read of what was written.
+	Hash bool
+	// Member, when set, hands one regular file's bytes to a function in the same pass
+	// (tar formats only).
+	Member *MemberHook
 }
 
 // ExtractReport counts what ExtractFile did.
@@ -54,6 +64,10 @@ type ExtractReport struct {
 	Dirs      int // directories created, implicit parents included
 	Symlinks  int
 	Hardlinks int
+	// Tree is what the destination holds (with Hash, and always from Scan), sorted by
+	// path: each entry's type and the mode extraction gave it, each regular file's size
+	// and sha256 (a hard link is the file it links to), each symlink's target.
+	Tree []Entry
 }
 
 const (
@@ -117,6 +131,9 @@ func ExtractFile(ctx context.Context, archivePath, dest string, opts ExtractOpti
 	if err != nil {
 		return nil, err
 	}
+	if x.opts.Hash {
+		x.rep.Tree = x.listing()
+	}
 	if err := root.Close(); err != nil {
 		return nil, fmt.Errorf("extract %s: %w", name, err)
 	}
@@ -153,6 +170,9 @@ func newExtractor(ctx context.Context, archivePath string, opts ExtractOptions) 
 	}
 	if x.opts.MaxEntries <= 0 {
 		x.opts.MaxEntries = DefaultMaxEntries
+	}
+	if x.opts.Member != nil && x.opts.Format == FormatZip {
+		return nil, fmt.Errorf("extract %s: a member hook reads tar archives only", name)
 	}
 	return x, nil
 }
@@ -245,13 +265,15 @@ type extractor struct {
 	ctx     context.Context
 	archive string
 	opts    ExtractOptions
-	root    *os.Root
+	root    *os.Root // nil: a scan, which writes nothing and keeps only the tree
 	tree    tree
 	dirs    map[string]dirMeta // every directory, with the mode and mtime to set at the end
 	prefix  []string           // what is known so far of the components StripComponents drops
 	lastDir string             // parent most recently checked, to skip re-checking siblings
 	buf     []byte
 	rep     ExtractReport
+	sum     hash.Hash // with Hash: reset for each regular file
+	member  memberState
 }
 
 func (x *extractor) errf(entry string, kind error, fix, format string, args ...any) error {
@@ -270,6 +292,11 @@ func (x *extractor) tarFile(archivePath string) error {
 		return x.ioErr("", err)
 	}
 	defer f.Close()
+	return x.tarReader(f)
+}
+
+// tarReader extracts (or scans) the compressed tar stream f.
+func (x *extractor) tarReader(f io.Reader) error {
 	r, closeFn, err := x.decompressor(f)
 	if err != nil {
 		return err
@@ -490,6 +517,9 @@ func (x *extractor) handle(h *header, data io.Reader) error {
 	if err != nil {
 		return x.errf(h.name, ErrUnsafe, fixUnsafe, "%w", err)
 	}
+	if err := x.memberEntry(h, rel); err != nil {
+		return err
+	}
 	rel, skip, err := x.strip(h, rel)
 	if err != nil || skip {
 		return err
@@ -558,7 +588,7 @@ func (x *extractor) prepare(h *header, rel string) (bool, error) {
 			p := strings.Join(parts[:i+1], "/")
 			n, ok := x.tree[p]
 			if !ok {
-				if err := x.root.Mkdir(p, 0o700); err != nil {
+				if err := x.mkdirAt(p); err != nil {
 					return false, x.ioErr(h.name, err)
 				}
 				x.tree[p] = node{kind: nodeDir}
@@ -589,8 +619,10 @@ func (x *extractor) prepare(h *header, rel string) (bool, error) {
 	}
 	// A later entry of the same name wins, as with tar; unlink first so a symlink is
 	// replaced, not followed.
-	if err := x.root.Remove(rel); err != nil {
-		return false, x.ioErr(h.name, err)
+	if x.root != nil {
+		if err := x.root.Remove(rel); err != nil {
+			return false, x.ioErr(h.name, err)
+		}
 	}
 	delete(x.tree, rel)
 	return false, nil
@@ -602,7 +634,7 @@ func (x *extractor) mkdir(h *header, rel string) error {
 		return err
 	}
 	if !exists {
-		if err := x.root.Mkdir(rel, 0o700); err != nil {
+		if err := x.mkdirAt(rel); err != nil {
 			return x.ioErr(h.name, err)
 		}
 		x.tree[rel] = node{kind: nodeDir}
@@ -624,23 +656,43 @@ func (x *extractor) writeFile(h *header, rel string, data io.Reader) error {
 	if _, err := x.prepare(h, rel); err != nil {
 		return err
 	}
-	// O_EXCL: prepare cleared the name, so anything there now is not ours to write into.
-	f, err := x.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return x.ioErr(h.name, err)
+	mode := (h.perm & 0o755) | 0o600
+	var (
+		w io.Writer = io.Discard
+		f *os.File
+	)
+	if x.root != nil {
+		// O_EXCL: prepare cleared the name, so anything there now is not ours to write into.
+		var err error
+		if f, err = x.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+			return x.ioErr(h.name, err)
+		}
+		w = f
 	}
-	x.tree[rel] = node{kind: nodeFile}
+	x.tree[rel] = node{kind: nodeFile, mode: mode}
+	if x.opts.Hash {
+		if x.sum == nil {
+			x.sum = sha256.New()
+		}
+		x.sum.Reset()
+		w = teeWriter(w, x.sum)
+	}
+	if x.member.reading {
+		w = teeWriter(w, &x.member.data)
+	}
 	// Grow the buffer to the largest file seen, up to copyBufSize: small archives (and the
 	// fuzzer) should not pay for zeroing a megabyte.
 	if want := min(copyBufSize, max(h.size+1, 32<<10)); int64(len(x.buf)) < want {
 		x.buf = make([]byte, want)
 	}
-	n, rerr, werr := x.copyData(f, io.LimitReader(data, h.size+1))
-	if werr == nil {
-		werr = f.Chmod((h.perm & 0o755) | 0o600)
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
+	n, rerr, werr := x.copyData(w, io.LimitReader(data, h.size+1))
+	if f != nil {
+		if werr == nil {
+			werr = f.Chmod(mode)
+		}
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
 	}
 	switch {
 	case werr != nil:
@@ -650,14 +702,17 @@ func (x *extractor) writeFile(h *header, rel string, data io.Reader) error {
 	case n != h.size:
 		return x.errf(h.name, ErrCorrupt, fixCorrupt, "data is %d bytes, the header says %d", n, h.size)
 	}
-	if !h.mtime.IsZero() {
+	if x.opts.Hash {
+		x.tree[rel] = node{kind: nodeFile, mode: mode, size: n, sum: hex.EncodeToString(x.sum.Sum(nil))}
+	}
+	if x.root != nil && !h.mtime.IsZero() {
 		if err := x.root.Chtimes(rel, h.mtime, h.mtime); err != nil {
 			return x.ioErr(h.name, err)
 		}
 	}
 	x.rep.Files++
 	x.rep.Bytes += n
-	return nil
+	return x.memberRead(h)
 }
 
 // copyData copies r to w through the extractor's buffer, checking for cancellation between
@@ -700,10 +755,14 @@ func (x *extractor) symlink(h *header, rel string) error {
 	if _, err := x.prepare(h, rel); err != nil {
 		return err
 	}
+	x.tree[rel] = node{kind: nodeSymlink, target: h.link}
+	if x.root == nil {
+		x.rep.Symlinks++
+		return nil
+	}
 	if err := x.root.Symlink(h.link, rel); err != nil {
 		return x.ioErr(h.name, err)
 	}
-	x.tree[rel] = node{kind: nodeSymlink, target: h.link}
 	if !h.mtime.IsZero() {
 		if err := lchtimes(x.root, rel, h.mtime); err != nil {
 			return x.ioErr(h.name, err)
@@ -735,10 +794,13 @@ func (x *extractor) hardlink(h *header, rel string) error {
 	if _, err := x.prepare(h, rel); err != nil {
 		return err
 	}
-	if err := x.root.Link(target, rel); err != nil {
-		return x.ioErr(h.name, err)
+	if x.root != nil {
+		if err := x.root.Link(target, rel); err != nil {
+			return x.ioErr(h.name, err)
+		}
 	}
-	x.tree[rel] = node{kind: nodeFile}
+	// the same file: its mode, size and hash
+	x.tree[rel] = x.tree[target]
 	x.rep.Hardlinks++
 	return nil
 }
@@ -758,6 +820,9 @@ func (x *extractor) finish() error {
 			return x.errf(p, ErrUnsafe, fixUnsafe,
 				"symlink target %q leads outside the destination through other symlinks", x.tree[p].target)
 		}
+	}
+	if x.root == nil {
+		return nil
 	}
 	dirs := make([]string, 0, len(x.dirs))
 	for p := range x.dirs {

@@ -3,6 +3,9 @@ package archive
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -75,13 +78,28 @@ func FuzzExtract(f *testing.F) {
 		wantWork := []string{name}
 		for strip := range 2 {
 			dest := filepath.Join(work, fmt.Sprintf("out%d", strip))
-			_, err := ExtractFile(context.Background(), filepath.Join(work, name), dest,
-				ExtractOptions{StripComponents: strip, MaxBytes: 1 << 20, MaxEntries: 1000})
+			opts := ExtractOptions{StripComponents: strip, MaxBytes: 1 << 20, MaxEntries: 1000, Hash: true}
+			rep, err := ExtractFile(context.Background(), filepath.Join(work, name), dest, opts)
 			if err != nil {
 				absent(t, dest)
 			} else {
 				wantWork = append(wantWork, filepath.Base(dest))
 				checkInside(t, dest)
+				if got := walkTree(t, dest); !slices.Equal(rep.Tree, got) {
+					t.Fatalf("the extraction's Tree differs from what it wrote:\n%v\n%v", rep.Tree, got)
+				}
+			}
+			if name == "f.tar" {
+				// a scan reads the same tree, or refuses the archive for the same reason
+				srep, serr := Scan(context.Background(), bytes.NewReader(data), name, opts)
+				switch {
+				case (err == nil) != (serr == nil):
+					t.Fatalf("extraction: %v; scan: %v", err, serr)
+				case err == nil && !slices.Equal(rep.Tree, srep.Tree):
+					t.Fatalf("the scan's Tree differs from the extraction's:\n%v\n%v", srep.Tree, rep.Tree)
+				case err != nil && errorClass(err) != errorClass(serr):
+					t.Fatalf("extraction: %v; scan: %v", err, serr)
+				}
 			}
 			if got := listDir(t, base); !slices.Equal(got, []string{"outside", "work"}) {
 				t.Fatalf("base holds %v", got)
@@ -141,4 +159,52 @@ func checkInside(t *testing.T, dest string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// errorClass is the Err* class of an extraction error (nil for I/O).
+func errorClass(err error) error {
+	for _, k := range []error{ErrUnsafe, ErrLimit, ErrCorrupt, ErrUnsupported, ErrLayout} {
+		if errors.Is(err, k) {
+			return k
+		}
+	}
+	return nil
+}
+
+// walkTree lists an extracted tree from the file system, as Tree describes it: the
+// exact permission bits, each file's size and sha256, each symlink's target.
+func walkTree(t *testing.T, dir string) []Entry {
+	t.Helper()
+	var out []Entry
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		e := Entry{Path: filepath.ToSlash(rel), Mode: info.Mode().Perm()}
+		switch info.Mode().Type() {
+		case fs.ModeDir:
+			e.Type = TypeDir
+		case fs.ModeSymlink:
+			e.Type, e.Mode = TypeSymlink, 0o777
+			e.Target, _ = os.Readlink(p)
+		default:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256(b)
+			e.Type, e.Size, e.SHA256 = TypeFile, int64(len(b)), hex.EncodeToString(sum[:])
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -97,6 +98,19 @@ func TestExtractHostile(t *testing.T) {
 			absent(t, dest)
 			if got := listDir(t, base); strings.Join(got, ",") != strings.Join(before, ",") {
 				t.Fatalf("next to the work dir: %v, before: %v", got, before)
+			}
+			if format != FormatZip {
+				// a scan refuses it the same way, reading the same bytes
+				f, err := os.Open(arc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, serr := Scan(context.Background(), f, name, c.opts)
+				f.Close()
+				if !errors.Is(serr, c.kind) || !strings.HasPrefix(fmt.Sprint(serr), "extract "+name+": ") ||
+					c.entry != "" && !strings.Contains(serr.Error(), strconquote(c.entry)) {
+					t.Fatalf("scan: got %v; want class %v naming %s and entry %q", serr, c.kind, name, c.entry)
+				}
 			}
 			if got := listDir(t, work); len(got) != 1 {
 				t.Fatalf("work dir holds %v, want only the archive", got)

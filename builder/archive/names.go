@@ -2,6 +2,7 @@ package archive
 
 import (
 	"errors"
+	"io/fs"
 	"path"
 	"strings"
 )
@@ -61,7 +62,10 @@ const (
 
 type node struct {
 	kind   nodeKind
-	target string // symlinks only
+	target string      // symlinks only
+	mode   fs.FileMode // regular files: the mode extraction gives them
+	size   int64       // regular files, when hashed
+	sum    string      // regular files, when hashed: sha256, hex
 }
 
 // tree records what has been created, so that later entries can be checked against it

@@ -13,6 +13,7 @@
 //	<recipe>-<plan>.tar.zst.manifest.json   MediaTypeManifest  its manifest.json (read without the artifact)
 //	<recipe>-<plan>.tar.zst.cdx.json        MediaTypeSBOM      its CycloneDX SBOM, when beside the artifact
 //	<recipe>-<plan>.tar.zst.sha256          MediaTypeSHA256    its sha256 line
+//	<recipe>-<plan>.wheels/<wheel>.whl      MediaTypeWheel     each wheel its manifest lists, when beside it
 //
 // The manifest's annotations carry the recipe, the plan key, the pins (a JSON array of
 // Pin) and the epbuild that built it; org.opencontainers.image.created is
@@ -21,13 +22,19 @@
 //
 // # The cache API
 //
-// A build cache (epbuild recipe --cache-from/--cache-to) needs three calls, all on a
-// *Client from New(Options{PlainHTTP: ..., DockerConfig: ..., UserAgent: ..., Log: ...}),
-// with ref from ParseRef("oci://REGISTRY/REPO"):
+// The shared build cache (epbuild recipe --cache-from/--cache-to) is BuildCache, the
+// builder.ArtifactCache of a repository: NewBuildCache(c, "oci://REGISTRY/REPO"), on a
+// *Client from New(Options{PlainHTTP: ..., DockerConfig: ..., UserAgent: ..., Log: ...}).
+// The builder owns the policy (builder/buildcache.go); BuildCache makes these calls:
 //
 //	found, err := c.Lookup(ctx, ref, plan.Key)          // one manifest request; absent = false, nil
 //	res, err := c.PullPlan(ctx, ref, plan.Key, outDir)  // → res.Artifact, checked as install checks it
 //	res, err := c.Push(ctx, artifactPath, ref, oci.PushOptions{})  // after a successful build
+//
+// Pull checks the artifact as it downloads: a reader follows the file being written and
+// feeds builder.CheckArtifactStream, which decompresses the archive once and hashes each
+// entry against the manifest without writing anything; push runs builder.CheckArtifact
+// (the same check, reading the file once) beside the upload.
 //
 // Errors carry exit codes (ExitCode() int): *UnreachableError and *AuthError are 3 (the
 // environment lacks the registry or the credentials: a cache should log them and build

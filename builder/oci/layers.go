@@ -19,6 +19,8 @@ const (
 	// MediaTypeSBOM is CycloneDX's registered JSON type.
 	MediaTypeSBOM   = "application/vnd.cyclonedx+json"
 	MediaTypeSHA256 = "application/vnd.epbuild.sha256.v1+text"
+	// MediaTypeWheel is a wheel the artifact's manifest lists (one layer each).
+	MediaTypeWheel = "application/vnd.epbuild.wheel.v1+zip"
 )
 
 // Annotation keys on the OCI manifest, beside org.opencontainers.image.created. Layers
@@ -46,6 +48,10 @@ type Layer struct {
 	// Generated layers are made by push when their file is absent beside the artifact:
 	// the manifest from inside the artifact, the .sha256 from its hash.
 	Generated bool
+	// PerWheel layers are one per wheel the artifact's manifest lists, each the file of
+	// that name in the wheel directory beside the artifact (builder.WheelDirOf), titled
+	// "<dir>/<file>" (oras pull writes it there too); Suffix is "".
+	PerWheel bool
 }
 
 // Layers is every layer an epbuild artifact can have, in the order the OCI manifest
@@ -57,8 +63,12 @@ func Layers() []Layer {
 		{Suffix: ".manifest.json", MediaType: MediaTypeManifest, Required: true, Generated: true},
 		{Suffix: ".cdx.json", MediaType: MediaTypeSBOM},
 		{Suffix: ".sha256", MediaType: MediaTypeSHA256, Required: true, Generated: true},
+		{MediaType: MediaTypeWheel, PerWheel: true},
 	}
 }
+
+// wheelTitle is the title of the layer of wheel file beside the artifact named name.
+func wheelTitle(name, file string) string { return builder.WheelDirOf(name) + "/" + file }
 
 // Pin is one source of the build, as the pins annotation lists it.
 type Pin struct {

@@ -127,7 +127,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 	if err := os.WriteFile(art+".cdx.json", sbom, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, raw, sum, err := builder.CheckArtifact(context.Background(), art, "")
+	m, raw, sum, err := builder.CheckArtifact(context.Background(), art)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestPullRunsInstallsChecks(t *testing.T) {
 		t.Fatalf("push of an artifact that differs from its manifest: %v", err)
 	}
 
-	m, raw, _, err := builder.CheckArtifact(ctx, art, "")
+	m, raw, _, err := builder.CheckArtifact(ctx, art)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,5 +453,80 @@ func TestCredentialsFromDockerConfig(t *testing.T) {
 	}
 	if _, err := newClient(t, Options{PlainHTTP: true, DockerConfig: helped}).PullPlan(ctx, ref, res.PlanKey, t.TempDir()); err != nil {
 		t.Errorf("pull with a credential helper: %v", err)
+	}
+}
+
+// Wheels travel with the artifact: one layer each, titled with the wheel directory a
+// build writes, checked against the manifest's record on push and on pull.
+func TestPushPullWheels(t *testing.T) {
+	reg := ocitest.Start(t, ocitest.Options{})
+	art := demoArtifact(t)
+	name := filepath.Base(art)
+	wd := builder.WheelDirOf(name)
+	ents, err := os.ReadDir(filepath.Join(filepath.Dir(demoBuild.art), wd))
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("the demo build's wheels: %v %v", ents, err)
+	}
+	whl := ents[0].Name()
+	wheel := mustRead(t, filepath.Join(filepath.Dir(demoBuild.art), wd, whl))
+	if err := os.Mkdir(filepath.Join(filepath.Dir(art), wd), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	beside := filepath.Join(filepath.Dir(art), wd, whl)
+	if err := os.WriteFile(beside, wheel, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := newClient(t, Options{PlainHTTP: true})
+	ref := mustRef(t, "oci://"+reg.Addr+"/epbuild/wheels")
+	res, err := c.Push(ctx, art, ref, PushOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := res.Layers[len(res.Layers)-1]
+	if len(res.Layers) != 4 || last.MediaType != MediaTypeWheel || last.Title != wd+"/"+whl || last.Digest != digest.FromBytes(wheel).String() {
+		t.Errorf("pushed layers %+v: want the wheel last, titled %s/%s", res.Layers, wd, whl)
+	}
+	out := filepath.Join(t.TempDir(), "pulled")
+	pr, err := c.PullPlan(ctx, ref, res.PlanKey, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := filepath.Join(out, wd, whl); !slices.Equal(pr.Wheels, []string{got}) || !bytes.Equal(mustRead(t, got), wheel) || pr.Files[len(pr.Files)-1] != pr.Artifact {
+		t.Errorf("pulled wheels %v, files %v", pr.Wheels, pr.Files)
+	}
+
+	// a wheel other than the one the manifest records is not pushed
+	if err := os.WriteFile(beside, append(bytes.Clone(wheel), 0), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Push(ctx, art, mustRef(t, "oci://"+reg.Addr+"/epbuild/other"), PushOptions{})
+	if exitCode(err) != 2 || !strings.Contains(err.Error(), whl) || !strings.Contains(err.Error(), "the manifest records") {
+		t.Errorf("push of a wheel the manifest does not record: %v", err)
+	}
+
+	// an OCI artifact with a wheel layer the manifest does not record: pull refuses it
+	om, _ := manifestOf(t, reg, "epbuild/wheels", res.PlanKey)
+	repo, err := c.repository(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := []byte("PK not a wheel anyone built")
+	d := ocispec.Descriptor{MediaType: MediaTypeWheel, Digest: digest.FromBytes(evil), Size: int64(len(evil)),
+		Annotations: map[string]string{ocispec.AnnotationTitle: wd + "/evil-1.0-py3-none-any.whl"}}
+	if _, err := pushIfAbsent(ctx, repo, d, evil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oras.PackManifest(ctx, tagPusher{Repository: repo, tag: res.PlanKey}, oras.PackManifestVersion1_1, ArtifactType,
+		oras.PackManifestOptions{Layers: append(om.Layers, d), ManifestAnnotations: om.Annotations}); err != nil {
+		t.Fatal(err)
+	}
+	out = filepath.Join(t.TempDir(), "refused")
+	_, err = c.PullPlan(ctx, ref, res.PlanKey, out)
+	if !errors.As(err, new(*ContentError)) || !strings.Contains(err.Error(), "evil-1.0-py3-none-any.whl") {
+		t.Fatalf("pull of an unrecorded wheel: %v", err)
+	}
+	if ents, _ := os.ReadDir(out); len(ents) != 0 {
+		t.Errorf("a refused pull left %v", ents)
 	}
 }

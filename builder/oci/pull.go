@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/content"
@@ -27,6 +28,12 @@ type PullResult struct {
 	SHA256   string        `json:"sha256"`
 	Files    []string      `json:"files"` // every file written, the artifact last
 	Layers   []LayerResult `json:"layers"`
+	// SBOM is the path of the CycloneDX SBOM, when the OCI artifact carries it; Wheels
+	// the paths of the wheels it carries (the manifest's Wheels list them all).
+	SBOM   string   `json:"sbom,omitempty"`
+	Wheels []string `json:"wheels,omitempty"`
+	// Manifest is the artifact's manifest, as checked.
+	Manifest *builder.Manifest `json:"-"`
 }
 
 // maxManifest bounds the OCI manifest read into memory; an epbuild one is about 2 KiB.
@@ -36,7 +43,8 @@ const maxManifest = 4 << 20
 type fetched struct {
 	desc     ocispec.Descriptor
 	manifest ocispec.Manifest
-	layers   map[string]ocispec.Descriptor // by media type
+	layers   map[string]ocispec.Descriptor // by media type, the per-wheel ones aside
+	wheels   []ocispec.Descriptor          // in the manifest's order
 	name     string                        // the artifact's file name
 }
 
@@ -74,8 +82,13 @@ func (c *Client) fetchManifest(ctx context.Context, repo *remote.Repository, ref
 		known[l.MediaType] = l
 	}
 	for _, d := range m.Layers {
-		if _, ok := known[d.MediaType]; !ok {
+		l, ok := known[d.MediaType]
+		switch {
+		case !ok:
 			c.debugf("skipping a layer this epbuild does not know", "media_type", d.MediaType)
+			continue
+		case l.PerWheel:
+			f.wheels = append(f.wheels, d)
 			continue
 		}
 		if _, dup := f.layers[d.MediaType]; dup {
@@ -91,7 +104,20 @@ func (c *Client) fetchManifest(ctx context.Context, repo *remote.Repository, ref
 	if !plainName(f.name) || !strings.HasSuffix(f.name, artifactSuffix) {
 		return nil, bad("artifact layer title %q is not a plain <recipe>-<plan>%s file name", f.name, artifactSuffix)
 	}
+	dir := builder.WheelDirOf(f.name) + "/"
+	seen := map[string]bool{}
+	for _, d := range f.wheels {
+		t := d.Annotations[ocispec.AnnotationTitle]
+		file, ok := strings.CutPrefix(t, dir)
+		if !ok || !plainName(file) || !strings.HasSuffix(file, ".whl") || seen[file] {
+			return nil, bad("wheel layer titled %q: want one %s<name>.whl per wheel", t, dir)
+		}
+		seen[file] = true
+	}
 	for _, l := range Layers() {
+		if l.PerWheel {
+			continue
+		}
 		d, ok := f.layers[l.MediaType]
 		switch {
 		case !ok && l.Required:
@@ -120,11 +146,14 @@ func isPlanKey(s string) bool {
 }
 
 // Pull fetches the artifact at ref (a tag, typically a plan key, or a digest) into dir
-// and checks it before anything appears there: every layer against its digest, the
-// .sha256 against the artifact's, then install's checks (builder.CheckArtifact: every
-// entry against the manifest the artifact carries), the manifest layer against that
-// manifest and the annotations against both. It writes <artifact>.tar.zst, .sha256,
-// .manifest.json and .cdx.json (when pushed) into dir, each replacing a file of that name.
+// and checks it before anything appears there: every layer against its digest; the
+// artifact, as it downloads, with install's checks (builder.CheckArtifactStream: every
+// entry against the manifest the artifact carries, in one pass that writes nothing
+// but the download); the .sha256 against the artifact's digest, the manifest layer
+// against the manifest inside, each wheel against the manifest's record of it, and the
+// annotations against both. It writes <artifact>.tar.zst, .sha256, .manifest.json,
+// .cdx.json and the wheel directory (as far as they were pushed) into dir, each file
+// replacing one of that name, the artifact last.
 func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (*PullResult, error) {
 	if ref.Reference == "" {
 		return nil, &RefError{Ref: ref.String(), Err: errors.New("pull needs a tag (the plan key) or a digest: oci://REGISTRY/REPO:TAG")}
@@ -147,32 +176,29 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (*PullResult, er
 	defer os.RemoveAll(tmp)
 
 	res := &PullResult{Ref: ref.String(), Digest: f.desc.Digest.String()}
-	var names []string
-	for _, l := range Layers() {
+	art := filepath.Join(tmp, f.name)
+	artDesc := f.layers[MediaTypeArtifact]
+	m, raw, err := c.fetchArtifact(ctx, repo, ref, artDesc, art)
+	if err != nil {
+		return nil, err
+	}
+	res.Layers = append(res.Layers, layerResult(artDesc, false))
+	names := []string{f.name}
+	for _, l := range Layers()[1:] {
 		d, ok := f.layers[l.MediaType]
 		if !ok {
 			continue
 		}
 		title := f.name + l.Suffix
-		if err := c.fetchBlob(ctx, repo, ref, d, filepath.Join(tmp, title)); err != nil {
+		if err := c.fetchBlob(ctx, repo, ref, d, filepath.Join(tmp, title), nil); err != nil {
 			return nil, err
 		}
 		names = append(names, title)
 		res.Layers = append(res.Layers, layerResult(d, false))
 	}
-	art := filepath.Join(tmp, f.name)
-	artDigest := f.layers[MediaTypeArtifact].Digest
 	sum, _ := sumBeside(art)
-	if sum != artDigest.Encoded() {
-		return nil, &ContentError{Ref: ref, What: f.name + ".sha256", Err: fmt.Errorf("says %q, the artifact layer is %s", sum, artDigest)}
-	}
-	m, raw, _, err := builder.CheckArtifact(ctx, art, tmp)
-	var be *builder.BadArtifactError
-	if errors.As(err, &be) {
-		return nil, &ContentError{Ref: ref, What: f.name, Err: fmt.Errorf("the artifact is unusable: %w", be.Err)}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pull %s: %w", ref, err)
+	if sum != artDesc.Digest.Encoded() {
+		return nil, &ContentError{Ref: ref, What: f.name + ".sha256", Err: fmt.Errorf("says %q, the artifact layer is %s", sum, artDesc.Digest)}
 	}
 	mb, err := os.ReadFile(art + ".manifest.json")
 	if err != nil {
@@ -186,28 +212,210 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (*PullResult, er
 		return nil, &ContentError{Ref: ref, What: "the OCI manifest's annotations", Err: fmt.Errorf("say recipe %q plan %q, the artifact's manifest recipe %q plan %q",
 			ann[AnnotationRecipe], ann[AnnotationPlanKey], m.Recipe, m.PlanKey)}
 	}
-	// the artifact goes last: whoever sees it sees its .sha256 beside it
-	for i := len(names) - 1; i >= 0; i-- {
-		if names[i] == f.name {
-			names = append(append(names[:i:i], names[i+1:]...), f.name)
-			break
+	wheels, err := c.fetchWheels(ctx, repo, ref, f, m, tmp)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range wheels {
+		res.Layers = append(res.Layers, layerResult(w, false))
+	}
+	if len(wheels) > 0 {
+		if err := os.MkdirAll(filepath.Join(dir, builder.WheelDirOf(f.name)), 0o755); err != nil {
+			return nil, fmt.Errorf("pull %s: %w", ref, err)
 		}
 	}
-	for _, n := range names {
-		dst := filepath.Join(dir, n)
-		if err := os.Rename(filepath.Join(tmp, n), dst); err != nil {
+	// the wheels first and the artifact last: whoever sees the artifact sees everything
+	// beside it
+	var order []string
+	for _, w := range wheels {
+		order = append(order, w.Annotations[ocispec.AnnotationTitle])
+	}
+	order = append(append(order, names[1:]...), f.name)
+	for _, n := range order {
+		dst := filepath.Join(dir, filepath.FromSlash(n))
+		if err := os.Rename(filepath.Join(tmp, filepath.FromSlash(n)), dst); err != nil {
 			return nil, fmt.Errorf("pull %s: move %s into place: %w", ref, n, err)
 		}
 		res.Files = append(res.Files, dst)
+		switch {
+		case strings.HasSuffix(n, ".whl"):
+			res.Wheels = append(res.Wheels, dst)
+		case n == f.name+builder.SBOMSuffix:
+			res.SBOM = dst
+		}
 	}
-	res.Recipe, res.PlanKey, res.SHA256 = m.Recipe, m.PlanKey, sum
+	res.Recipe, res.PlanKey, res.SHA256, res.Manifest = m.Recipe, m.PlanKey, sum, m
 	res.Artifact = filepath.Join(dir, f.name)
-	c.logf("pulled", "ref", ref.String(), "artifact", res.Artifact)
+	c.debugf("pulled", "ref", ref.String(), "artifact", res.Artifact)
 	return res, nil
 }
 
-// fetchBlob downloads one layer to path, verifying its size and digest as it streams.
-func (c *Client) fetchBlob(ctx context.Context, repo *remote.Repository, ref Ref, d ocispec.Descriptor, path string) error {
+// fetchArtifact downloads the artifact layer to path and checks it as it arrives: a
+// reader follows the download through the file being written (the page cache holds
+// what it has not read yet: the download never waits for the check) and gives the
+// bytes to install's checks, which read them once and write nothing. The download
+// always runs to its end, so that bytes other than the digest names are called that,
+// rather than a damaged archive.
+func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref Ref, d ocispec.Descriptor, path string) (*builder.Manifest, []byte, error) {
+	w := newWritten()
+	type verdict struct {
+		m   *builder.Manifest
+		raw []byte
+		err error
+	}
+	done := make(chan verdict, 1)
+	go func() {
+		f, err := w.open(path)
+		if err != nil {
+			done <- verdict{err: err}
+			return
+		}
+		defer f.Close()
+		m, raw, err := builder.CheckArtifactStream(ctx, &follower{f: f, w: w}, path, d.Size)
+		done <- verdict{m, raw, err}
+	}()
+	err := c.fetchBlob(ctx, repo, ref, d, path, w)
+	w.finish(err)
+	v := <-done
+	if err != nil {
+		return nil, nil, err
+	}
+	var be *builder.BadArtifactError
+	if errors.As(v.err, &be) {
+		return nil, nil, &ContentError{Ref: ref, What: filepath.Base(path), Err: fmt.Errorf("the artifact is unusable: %w", be.Err)}
+	}
+	if v.err != nil {
+		return nil, nil, fmt.Errorf("pull %s: %w", ref, v.err)
+	}
+	return v.m, v.raw, nil
+}
+
+// written is how far a download has written its file, for a follower to read up to.
+type written struct {
+	mu      sync.Mutex
+	more    *sync.Cond
+	n       int64
+	created bool  // the file exists
+	done    bool  // the download ended
+	err     error // how, when it failed
+}
+
+func newWritten() *written {
+	w := &written{}
+	w.more = sync.NewCond(&w.mu)
+	return w
+}
+
+// created: the download's file exists (fetchBlob calls it once it made the file).
+func (w *written) fileCreated() {
+	w.mu.Lock()
+	w.created = true
+	w.mu.Unlock()
+	w.more.Broadcast()
+}
+
+// Write counts bytes the download has written to its file (it gets them after the file).
+func (w *written) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.n += int64(len(p))
+	w.mu.Unlock()
+	w.more.Broadcast()
+	return len(p), nil
+}
+
+func (w *written) finish(err error) {
+	w.mu.Lock()
+	w.done, w.err = true, err
+	w.mu.Unlock()
+	w.more.Broadcast()
+}
+
+// open opens the download's file once it exists.
+func (w *written) open(path string) (*os.File, error) {
+	w.mu.Lock()
+	for !w.created && !w.done {
+		w.more.Wait()
+	}
+	created, err := w.created, w.err
+	w.mu.Unlock()
+	if !created {
+		if err == nil {
+			err = errors.New("the download wrote nothing")
+		}
+		return nil, err
+	}
+	return os.Open(path)
+}
+
+// follower reads a file as far as its download has written it, waiting for more until
+// the download ends; then EOF, or the download's error.
+type follower struct {
+	f   *os.File
+	w   *written
+	off int64
+}
+
+func (r *follower) Read(p []byte) (int, error) {
+	r.w.mu.Lock()
+	for r.off >= r.w.n && !r.w.done {
+		r.w.more.Wait()
+	}
+	avail, done, err := r.w.n-r.off, r.w.done, r.w.err
+	r.w.mu.Unlock()
+	if avail <= 0 {
+		if done && err != nil {
+			return 0, err
+		}
+		return 0, io.EOF
+	}
+	n, rerr := r.f.ReadAt(p[:min(int64(len(p)), avail)], r.off)
+	r.off += int64(n)
+	if rerr == io.EOF && n > 0 {
+		rerr = nil
+	}
+	return n, rerr
+}
+
+// fetchWheels downloads the wheel layers into tmp's wheel directory, each checked
+// against its digest and against the manifest's record of that wheel (name, size,
+// sha256). A manifest wheel the OCI artifact does not carry is logged: the artifact was
+// pushed without it.
+func (c *Client) fetchWheels(ctx context.Context, repo *remote.Repository, ref Ref, f *fetched, m *builder.Manifest, tmp string) ([]ocispec.Descriptor, error) {
+	if len(f.wheels) == 0 && len(m.Wheels) == 0 {
+		return nil, nil
+	}
+	want := map[string]builder.WheelFile{}
+	for _, w := range m.Wheels {
+		want[w.File] = w
+	}
+	wd := builder.WheelDirOf(f.name)
+	if err := os.Mkdir(filepath.Join(tmp, wd), 0o755); err != nil {
+		return nil, fmt.Errorf("pull %s: %w", ref, err)
+	}
+	have := map[string]bool{}
+	for _, d := range f.wheels {
+		title := d.Annotations[ocispec.AnnotationTitle]
+		file := strings.TrimPrefix(title, wd+"/")
+		w, ok := want[file]
+		if !ok || d.Digest.Encoded() != w.SHA256 || d.Size != w.Size {
+			return nil, &ContentError{Ref: ref, What: title, Err: fmt.Errorf("the artifact's manifest records no such wheel (%s, %d bytes)", d.Digest, d.Size)}
+		}
+		if err := c.fetchBlob(ctx, repo, ref, d, filepath.Join(tmp, wd, file), nil); err != nil {
+			return nil, err
+		}
+		have[file] = true
+	}
+	for _, w := range m.Wheels {
+		if !have[w.File] {
+			c.logf("the registry's copy does not carry a wheel its manifest lists", "ref", ref.String(), "wheel", w.File)
+		}
+	}
+	return f.wheels, nil
+}
+
+// fetchBlob downloads one layer to path, verifying its size and digest as it streams;
+// also, when not nil, learns how far the file is written.
+func (c *Client) fetchBlob(ctx context.Context, repo *remote.Repository, ref Ref, d ocispec.Descriptor, path string, also *written) error {
 	title := filepath.Base(path)
 	rc, err := repo.Fetch(ctx, d)
 	if err != nil {
@@ -218,8 +426,13 @@ func (c *Client) fetchBlob(ctx context.Context, repo *remote.Repository, ref Ref
 	if err != nil {
 		return fmt.Errorf("pull %s: %w", ref, err)
 	}
+	var w io.Writer = out
+	if also != nil {
+		also.fileCreated()
+		w = io.MultiWriter(out, also)
+	}
 	vr := content.NewVerifyReader(rc, d)
-	_, err = io.CopyBuffer(out, vr, make([]byte, 1<<20))
+	_, err = io.CopyBuffer(w, vr, make([]byte, 1<<20))
 	if err == nil {
 		err = vr.Verify()
 	}

@@ -101,7 +101,7 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 	defer stopUp()
 	defer stopChck()
 	wg.Go(func() {
-		m, raw, _, checkErr = builder.CheckArtifact(checkCtx, art, "")
+		m, raw, _, checkErr = builder.CheckArtifact(checkCtx, art)
 		if checkErr != nil {
 			stopUp()
 		}
@@ -128,6 +128,17 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 
 	layers := []ocispec.Descriptor{artDesc}
 	for _, l := range Layers()[1:] {
+		if l.PerWheel {
+			ws, err := c.pushWheels(ctx, repo, ref, art, m)
+			if err != nil {
+				return nil, err
+			}
+			for _, w := range ws {
+				layers = append(layers, w.desc)
+				res.Layers = append(res.Layers, layerResult(w.desc, w.existed))
+			}
+			continue
+		}
 		data, err := c.sidecar(art, l, raw, artDesc.Digest)
 		if err != nil {
 			return nil, err
@@ -178,7 +189,7 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 		res.Tags = append(res.Tags, t)
 	}
 	res.Ref = ref.WithTag(m.PlanKey).String()
-	c.logf("pushed", "ref", res.Ref, "digest", res.Digest)
+	c.debugf("pushed", "ref", res.Ref, "digest", res.Digest)
 	return res, nil
 }
 
@@ -274,6 +285,67 @@ func (c *Client) sidecar(art string, l Layer, manifest []byte, sum digest.Digest
 		}
 	}
 	return b, nil
+}
+
+type pushedWheel struct {
+	desc    ocispec.Descriptor
+	existed bool
+}
+
+// pushWheels uploads the wheels the artifact's manifest lists that lie in the wheel
+// directory beside it (as epbuild recipe writes them), each checked against the
+// manifest's record (size and sha256) first. A wheel that is not there is logged and
+// left out: pull then says so, and a build cache builds rather than serve an artifact
+// without its wheels.
+func (c *Client) pushWheels(ctx context.Context, repo *remote.Repository, ref Ref, art string, m *builder.Manifest) ([]pushedWheel, error) {
+	name := filepath.Base(art)
+	var out []pushedWheel
+	for _, w := range m.Wheels {
+		title := wheelTitle(name, w.File)
+		p := filepath.Join(filepath.Dir(art), filepath.FromSlash(title))
+		if !plainName(w.File) {
+			return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("its manifest lists a wheel %q that is not a plain file name", w.File)}
+		}
+		st, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			c.logf("not pushed: a wheel the manifest lists is not beside the artifact", "wheel", title)
+			continue
+		}
+		if err != nil || !st.Mode().IsRegular() {
+			if err == nil {
+				err = errors.New("not a regular file")
+			}
+			return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("wheel %s: %w", title, err)}
+		}
+		sum, err := hashFile(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if sum != w.SHA256 || st.Size() != w.Size {
+			return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("wheel %s: %d bytes, sha256 %s; the manifest records %d bytes, sha256 %s: copy the wheel directory again with the artifact",
+				title, st.Size(), sum, w.Size, w.SHA256)}
+		}
+		d := ocispec.Descriptor{MediaType: MediaTypeWheel, Digest: digest.NewDigestFromEncoded(digest.SHA256, sum), Size: w.Size,
+			Annotations: map[string]string{ocispec.AnnotationTitle: title}}
+		existed, err := repo.Exists(ctx, d)
+		if err == nil && !existed {
+			err = pushFile(ctx, repo, d, p)
+		}
+		if err != nil {
+			return nil, classify(ref, "push "+title, err)
+		}
+		out = append(out, pushedWheel{desc: d, existed: existed})
+	}
+	return out, nil
+}
+
+func pushFile(ctx context.Context, repo *remote.Repository, d ocispec.Descriptor, p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return repo.Push(ctx, d, f)
 }
 
 // pushIfAbsent uploads a small blob unless the registry has it.

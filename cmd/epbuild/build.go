@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/oci"
 	"github.com/epbuild/epbuild/builder/progress"
 	"github.com/epbuild/epbuild/builder/source"
 )
@@ -90,6 +91,9 @@ func newRecipeCmd(app *App) *cobra.Command {
 		allowUndecided bool
 		rebuildCheck   bool
 		heartbeat      time.Duration
+		cacheFrom      string
+		cacheTo        string
+		plainHTTP      bool
 	)
 	cmd := &cobra.Command{
 		Use:               "recipe NAME|FILE",
@@ -123,11 +127,25 @@ whichever machine of the same toolchain builds it. They run in /tmp/epbuild-<com
 build directory mapped away for the host compilers, a seed for nvcc, SOURCE_DATE_EPOCH and
 a fixed locale and time zone. --rebuild-check builds the plan a second time from nothing at
 another place and fails (exit 1), printing the difference, when the two artifacts differ.
-EPBUILD_REPRO=off turns the measures off, to measure what they cost; nothing else.`,
+EPBUILD_REPRO=off turns the measures off, to measure what they cost; nothing else.
+
+A shared build cache (docs/fleet.md): --cache-from oci://REGISTRY/REPO looks the plan key
+up there first, after the rules on the plan. When the registry has it, the artifact is
+pulled and checked as install checks it and written to --out as a build writes it (the
+artifact, its .sha256, its SBOM and its wheels): no stage runs here and the toolchain is
+not probed, so a node without compilers can take it. --force builds here. A registry that
+cannot be reached, refuses the credentials or holds an artifact that fails a check is a
+warning, and the build runs here. --cache-to oci://REGISTRY/REPO pushes the artifact after
+a successful build, tagged with its plan key (as epbuild push does); a push that fails is a
+warning with the reason, not a failed build: the exit code is the build's. Credentials
+come from the Docker config and its credential helpers, as for push and pull.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if rebuildCheck && planOnly {
 				return usageError{errors.New("--rebuild-check builds: it does not go with --plan")}
+			}
+			if rebuildCheck && cacheFrom != "" {
+				return usageError{errors.New("--rebuild-check builds the plan twice here: it does not go with --cache-from")}
 			}
 			repro, err := builder.ParseRepro(app.Getenv)
 			if err != nil {
@@ -143,6 +161,9 @@ EPBUILD_REPRO=off turns the measures off, to measure what they cost; nothing els
 			}
 			if force != "" {
 				opts.Force = strings.Split(force, ",")
+			}
+			if opts.CacheFrom, opts.CacheTo, err = app.buildCaches(cacheFrom, cacheTo, plainHTTP); err != nil {
+				return err
 			}
 			if heartbeat <= 0 {
 				return usageError{fmt.Errorf("--heartbeat %s: give a positive duration, e.g. 30s", heartbeat)}
@@ -187,6 +208,12 @@ EPBUILD_REPRO=off turns the measures off, to measure what they cost; nothing els
 			}
 			writeStages(app.Out, res.Stages, false)
 			fmt.Fprintf(app.Out, "\nartifact %s\nsha256   %s\n", res.Artifact, res.SHA256)
+			if c := res.Cache; c != nil && c.Hit {
+				fmt.Fprintf(app.Out, "from     %s\n", c.Fetched)
+			}
+			if c := res.Cache; c != nil && c.Stored != "" {
+				fmt.Fprintf(app.Out, "pushed   %s\n", c.Stored)
+			}
 			if res.Rebuild != nil {
 				fmt.Fprintf(app.Out, "rebuild check: a second build from nothing at another place gave the same bytes (%d entries)\n", res.Rebuild.Diff.Entries)
 			}
@@ -204,7 +231,34 @@ EPBUILD_REPRO=off turns the measures off, to measure what they cost; nothing els
 	cmd.Flags().BoolVar(&rebuildCheck, "rebuild-check", false, "build the plan a second time from nothing at another place, compare the artifacts, and fail (exit 1) printing the difference when they differ")
 	cmd.Flags().BoolVar(&allowUndecided, "allow-undecided", false, "build although an error-level rule cannot be decided (a commit no history at hand knows); recorded in the manifest")
 	cmd.Flags().DurationVar(&heartbeat, "heartbeat", progress.DefaultEvery, "without a terminal (CI), log a line per running build step this often")
+	cmd.Flags().StringVar(&cacheFrom, "cache-from", "", "take the artifact from the shared build cache `REPO` (oci://REGISTRY/REPO) when it has the plan; a registry that fails: a warning, and a build here")
+	cmd.Flags().StringVar(&cacheTo, "cache-to", "", "push the artifact to the shared build cache `REPO` (oci://REGISTRY/REPO) after a successful build; a push that fails is a warning, not a failed build")
+	cmd.Flags().BoolVar(&plainHTTP, "plain-http", false, "speak HTTP to the build cache registries: only for a registry on this machine")
 	return cmd
+}
+
+// buildCaches opens the shared build caches of --cache-from and --cache-to (nil when not
+// given), with the credentials push and pull use. A bad reference is bad input.
+func (app *App) buildCaches(from, to string, plainHTTP bool) (builder.ArtifactCache, builder.ArtifactCache, error) {
+	if from == "" && to == "" {
+		return nil, nil, nil
+	}
+	c, err := app.ociClient(plainHTTP)
+	if err != nil {
+		return nil, nil, err
+	}
+	var caches [2]builder.ArtifactCache
+	for i, ref := range []string{from, to} {
+		if ref == "" {
+			continue
+		}
+		bc, err := oci.NewBuildCache(c, ref)
+		if err != nil {
+			return nil, nil, err
+		}
+		caches[i] = bc
+	}
+	return caches[0], caches[1], nil
 }
 
 func writeStages(w io.Writer, ev []builder.StageEvent, planned bool) {
@@ -213,6 +267,8 @@ func writeStages(w io.Writer, ev []builder.StageEvent, planned bool) {
 	for _, e := range ev {
 		state := "done"
 		switch {
+		case e.From != "":
+			state = "from " + e.From
 		case e.Cached:
 			state = "cached"
 		case planned:

@@ -17,11 +17,13 @@ func newPullCmd(app *App) *cobra.Command {
 		Use:   "pull oci://REGISTRY/REPO:TAG|@DIGEST [-o DIR]",
 		Short: "Fetch an artifact from an OCI registry and check it as install does",
 		Long: `Fetch the epbuild artifact at TAG (a plan key, as push tags it) or DIGEST into DIR, and
-check it before anything appears there: every layer against its digest, the .sha256
-against the artifact, then install's checks (every file against the manifest the artifact
-carries), the manifest layer against that manifest and the annotations against both.
-Writes <recipe>-<plan>.tar.zst with its .sha256, .manifest.json and (when pushed)
-.cdx.json; then: epbuild install DIR/<recipe>-<plan>.tar.zst --prefix PREFIX.
+check it before anything appears there: every layer against its digest, install's checks
+on the artifact as it downloads (the archive decompressed once, every entry hashed against
+the manifest the artifact carries, nothing extracted), the .sha256 against the artifact,
+the manifest layer against that manifest, each wheel against the manifest's record and
+the annotations against both. Writes <recipe>-<plan>.tar.zst with its .sha256,
+.manifest.json and (when pushed) .cdx.json and <recipe>-<plan>.wheels/; then:
+epbuild install DIR/<recipe>-<plan>.tar.zst --prefix PREFIX.
 
 ` + ociExitCodes,
 		Args: cobra.ExactArgs(1),

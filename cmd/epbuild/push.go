@@ -22,9 +22,11 @@ func (f *ociFlags) add(cmd *cobra.Command) {
 
 // client builds the registry client: credentials from $DOCKER_CONFIG/config.json, else
 // ~/.docker/config.json, with their credential helpers, as docker and oras read them.
-func (f *ociFlags) client(app *App) (*oci.Client, error) {
+func (f *ociFlags) client(app *App) (*oci.Client, error) { return app.ociClient(f.plainHTTP) }
+
+func (app *App) ociClient(plainHTTP bool) (*oci.Client, error) {
 	return oci.New(oci.Options{
-		PlainHTTP: f.plainHTTP, DockerConfig: oci.DockerConfigPath(app.Getenv),
+		PlainHTTP: plainHTTP, DockerConfig: oci.DockerConfigPath(app.Getenv),
 		UserAgent: "epbuild/" + version, Log: app.Log,
 	})
 }
@@ -37,11 +39,12 @@ func newPushCmd(app *App) *cobra.Command {
 	var f ociFlags
 	cmd := &cobra.Command{
 		Use:   "push ARTIFACT oci://REGISTRY/REPO[:TAG]",
-		Short: "Store an artifact, its manifest, SBOM and .sha256 in an OCI registry, tagged by plan key",
+		Short: "Store an artifact, its manifest, SBOM, .sha256 and wheels in an OCI registry, tagged by plan key",
 		Long: `Store ARTIFACT (<recipe>-<plan>.tar.zst) in an OCI registry as one OCI artifact (artifact
 type ` + oci.ArtifactType + `): the artifact, its manifest.json, its CycloneDX SBOM
-(ARTIFACT.cdx.json, when it lies beside it) and its .sha256, each a layer titled with its
-file name. Annotations carry the recipe, the plan key, the pins and the epbuild that built
+(ARTIFACT.cdx.json, when it lies beside it), its .sha256 and the wheels its manifest lists
+(<recipe>-<plan>.wheels/, when beside it, each checked against the manifest), each a layer
+titled with its file name. Annotations carry the recipe, the plan key, the pins and the epbuild that built
 it. It is tagged with the plan key (and with TAG when given): the key a build cache looks
 up. The artifact gets install's checks while it uploads; the tag is set only when both
 succeeded. The OCI manifest is reproducible: its created time is SOURCE_DATE_EPOCH, else
