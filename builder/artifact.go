@@ -69,6 +69,14 @@ func (r *Runner) sourceDateEpoch(res *Result) (int64, error) {
 // packageStage writes env.sh and the manifest and packs them with the staged prefixes,
 // each under its component's name, reproducibly into dir/<artifact>.
 func (r *Runner) packageStage(ctx context.Context, p *Plan, res *Result, dir string) error {
+	return r.pack(ctx, p, res, dir, func() ([]ComponentResult, error) { return res.Components, nil })
+}
+
+// pack is packageStage with the components' results as the manifest records them
+// coming from checked, which pack calls when it reaches the manifest, after the files
+// before it: Run packs the prefixes while the checks run. An error from checked stops
+// the pack; res's components give the prefixes and times.
+func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, checked func() ([]ComponentResult, error)) error {
 	sde, err := r.sourceDateEpoch(res)
 	if err != nil {
 		return err
@@ -95,7 +103,7 @@ func (r *Runner) packageStage(ctx context.Context, p *Plan, res *Result, dir str
 	plan.File = ""
 	m := Manifest{
 		Format: ManifestFormat, Epbuild: r.Version, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
-		SourceDateEpoch: sde, Toolchain: r.Toolchain.Record(), Components: comps, Env: p.Env, Findings: r.Findings,
+		SourceDateEpoch: sde, Toolchain: r.Toolchain.Record(), Env: p.Env, Findings: r.Findings,
 		Wheels: wheels,
 	}
 	out := filepath.Join(dir, ArtifactName(p))
@@ -111,7 +119,11 @@ func (r *Runner) packageStage(ctx context.Context, p *Plan, res *Result, dir str
 		Level:   zstdLevel,
 		Extra:   []archive.File{{Name: EnvName, Mode: 0o755, Data: []byte(envsh)}},
 		Late: &archive.LateFile{Name: ManifestName, Mode: 0o644, Data: func(entries []archive.Entry) ([]byte, error) {
-			m.Files = entries
+			comps, err := checked()
+			if err != nil {
+				return nil, err
+			}
+			m.Components, m.Files = comps, entries
 			mb, err := json.MarshalIndent(m, "", "  ")
 			if err != nil {
 				return nil, fmt.Errorf("encode manifest: %w", err)

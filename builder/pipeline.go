@@ -17,6 +17,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/diff"
+	"github.com/epbuild/epbuild/builder/inspect"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
@@ -377,7 +378,7 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer r.Store.Close()
+	defer r.Close()
 	if opts.PlanOnly {
 		return &Result{Plan: j.Plan, Stages: r.Keys(j.Plan)}, nil
 	}
@@ -391,8 +392,10 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 	return withCache(res, nil, j.toCache(ctx, opts, res, &cached), &cached)
 }
 
-// runner checks the options and the rules on the plan, probes the toolchain and opens
-// the store: everything a run needs, short of preflight. The caller closes the store.
+// runner checks the options and the rules on the plan, opens the store, starts the
+// patch stages (unless PlanOnly) and probes the toolchain meanwhile: everything a run
+// needs, short of preflight, which decides before anything is built. The caller closes
+// the runner.
 func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 	if err := checkSourceDateEpoch(opts.SourceDateEpoch); err != nil {
 		return nil, err
@@ -420,9 +423,6 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	prober := &Prober{Getenv: getenv, Packages: pkgs, Torch: j.Plan.Toolchain.Torch != "",
-		CMakePackages: NeedsCMakePackages(j.Plan), Prefixes: CMakePrefixPath(j.Plan), NCCL: torchNCCL(j.Plan)}
-	tc := prober.ProbeCached(ctx, filepath.Join(c.Dir(), "toolchain"))
 	store, err := OpenStore(c.Dir())
 	if err != nil {
 		return nil, err
@@ -432,11 +432,28 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 		store.Close()
 		return nil, err
 	}
-	return &Runner{
-		Store: store, Sources: src, Log: j.opts.Log, Toolchain: tc, Environ: opts.Environ,
+	r := &Runner{
+		Store: store, Sources: src, Log: j.opts.Log, Environ: opts.Environ,
 		OutDir: opts.OutDir, Force: opts.Force, AllowApplied: opts.AllowApplied, Version: opts.Version,
 		SourceDateEpoch: opts.SourceDateEpoch, Findings: findings, Repro: opts.Repro, Watch: opts.Watch,
-	}, nil
+	}
+	probeCtx, stop := context.WithCancel(ctx)
+	if !opts.PlanOnly {
+		r.startPatches(ctx, j.Plan)
+		// The probe's Python runs (torch's NCCL imports torch) and the import checks share
+		// the bytecode they compile: compiling torch is most of an import of it.
+		if dir, err := os.MkdirTemp("", "epbuild-pycache-"); err == nil {
+			r.pycache = dir
+			probeCtx = inspect.WithBytecodeDir(probeCtx, dir)
+		}
+	}
+	prober := &Prober{Getenv: getenv, Packages: pkgs, Torch: j.Plan.Toolchain.Torch != "",
+		CMakePackages: NeedsCMakePackages(j.Plan), Prefixes: CMakePrefixPath(j.Plan), NCCL: torchNCCL(j.Plan)}
+	// what only the manifest needs of the toolchain (torch's NCCL) is still asked while
+	// preflight decides and the builds run: Run takes it before the package stage
+	tc, finish := prober.ProbeLater(probeCtx, filepath.Join(c.Dir(), "toolchain"))
+	r.Toolchain, r.probing = tc, &probing{stop: stop, finish: finish}
+	return r, nil
 }
 
 // preflight stops a run whose build host lacks something (exit 3) or that the rules stop
@@ -488,7 +505,7 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 	if err != nil {
 		return nil, err
 	}
-	defer r.Store.Close()
+	defer r.Close()
 	if err := j.preflight(ctx, r); err != nil {
 		return nil, err
 	}
@@ -506,7 +523,7 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 		return res, err
 	}
 	defer again.Store.Close()
-	again.OutDir, again.Force = filepath.Join(dir, "out"), nil
+	again.OutDir, again.Force, again.early, again.probing = filepath.Join(dir, "out"), nil, nil, nil
 	j.opts.Log.Info("rebuild check: building again from nothing", "store", again.Store.dir)
 	res2, err := again.Run(ctx, j.Plan)
 	if err != nil {

@@ -10,6 +10,6 @@ func mountedNoexec(dir string) bool {
 }
 
 // setUmask sets the process's umask and returns the one before. The umask belongs to the
-// process: it is set only while a build stage runs, which nothing else in epbuild does
-// at the same time.
+// process: it is set only while the builds run (Runner.buildAll), all of them wanting
+// the same, and nothing else in epbuild runs then.
 func setUmask(mask int) int { return unix.Umask(mask) }

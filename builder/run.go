@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/charmbracelet/log"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/inspect"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
@@ -71,6 +73,31 @@ type Runner struct {
 	Repro Repro
 	// Watch shows the build steps while they run (nil: nothing does).
 	Watch Watcher
+
+	// early is the patch stages Build started before preflight (startPatches): Run
+	// takes their outcome.
+	early *patchPhase
+	// pycache is where the Python runs of the run (the probe's, the import checks') keep
+	// the bytecode they compile ("": each run its own).
+	pycache string
+	// probing is the part of the toolchain probe still running (Prober.ProbeLater): Run
+	// waits for it before the package stage records the toolchain.
+	probing *probing
+}
+
+// probing is a toolchain probe's last question, under way.
+type probing struct {
+	stop   context.CancelFunc
+	finish func()
+}
+
+// toolchainDone waits for the probe's last answer (it completes r.Toolchain).
+func (r *Runner) toolchainDone() {
+	if pr := r.probing; pr != nil {
+		r.probing = nil
+		pr.finish()
+		pr.stop()
+	}
 }
 
 // StageEvent records one stage of one component.
@@ -148,7 +175,7 @@ func (r *Runner) keys(p *Plan) map[string]compKeys {
 			out[c.Name] = k
 			continue
 		}
-		k.patch = Key(patchFormat, c.Source, c.PatchSets)
+		k.patch = patchKey(&c)
 		deps := map[string]string{}
 		for _, d := range c.Depends {
 			deps[d] = out[d].build
@@ -190,82 +217,94 @@ func (r *Runner) forced(stage string) bool {
 	return false
 }
 
-// Run takes the plan through every stage. It stops at the first failure; a rerun
-// resumes there, since every finished stage is in the store.
+// Run takes the plan through every stage, each as soon as what it reads is there:
+//
+//   - the patch stages, one component after the other (Build starts them before
+//     preflight, beside the toolchain probe: they need no toolchain; see startPatches);
+//   - the builds, each once the builds it depends on are done: builds that do not depend
+//     on each other run at the same time and share the cores (jobs.go);
+//   - the checks, once every component is built (imports need the whole runtime env),
+//     beside the package stage, which packs the prefixes meanwhile and writes the
+//     manifest, which holds the check results, once they are in.
+//
+// The first failure stops the work under way (the stopped builds' logs stay, no stage
+// output is half written) and is what Run returns; a rerun resumes there, since every
+// finished stage is in the store. Result.Stages is in plan order whatever finished
+// first: each component's patch and build, then the checks, then the package.
 func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 	res := &Result{Plan: p, Host: r.buildHost()}
+	rec := &stageRecord{}
+	defer func() { res.Stages = rec.ordered(p) }()
 	ks := r.keys(p)
-	prefixes := map[string]string{}
-	trees := map[string]string{}
-	for _, c := range p.Components {
-		c := c
-		k := ks[c.Name]
-		cr := ComponentResult{Name: c.Name, PatchKey: k.patch, BuildKey: k.build, CheckKey: k.check}
-		if c.Source.Python != nil {
-			cr.Prefix = r.Toolchain.PythonPackages[c.Source.Python.Package].Dir
-			prefixes[c.Name] = cr.Prefix
-			res.Components = append(res.Components, cr)
-			continue
-		}
-		// patch: a checkout (or unpacked archive) with the patch sets applied and their
-		// effects proven on the tree
-		var pj patchJSON
-		err := r.stage(ctx, res, "patch", c.Name, k.patch, func(dir string) error {
-			return r.patchStage(ctx, &c, dir)
-		}, func(dir string) error { return ReadJSON(dir, "patch.json", &pj) })
-		if err != nil {
-			return res, err
-		}
-		cr.Tree = filepath.Join(r.Store.Path("patch", k.patch), "tree")
-		cr.Patches, cr.TreeEffects, cr.CommitTime = pj.Sets, pj.Effects, pj.CommitTime
-		trees[c.Name] = cr.Tree
-		if k.build != "" {
-			sde := r.buildTime(pj)
-			err := r.stage(ctx, res, "build", c.Name, k.build, func(dir string) error {
-				return r.buildStage(ctx, p, &c, cr.Tree, k.build, dir, sde, prefixes, trees)
-			}, nil)
-			if err != nil {
-				return res, err
-			}
-			cr.Prefix = filepath.Join(r.Store.Path("build", k.build), "prefix")
-			prefixes[c.Name] = cr.Prefix
-		}
-		res.Components = append(res.Components, cr)
+
+	var outs []patchOut
+	var err error
+	if ph := r.early; ph != nil && ph.plan == p {
+		r.early = nil
+		<-ph.done
+		ph.stop()
+		outs, err = ph.outs, ph.err
+		rec.add(ph.events...)
+	} else {
+		var events []StageEvent
+		outs, events, err = r.patchAll(ctx, p)
+		rec.add(events...)
 	}
-	// check, once every component is built: imports need the whole runtime env
+	comps := make([]ComponentResult, len(p.Components))
+	prefixes := map[string]string{}
+	for i, c := range p.Components {
+		k := ks[c.Name]
+		comps[i] = ComponentResult{Name: c.Name, PatchKey: k.patch, BuildKey: k.build, CheckKey: k.check}
+		if c.Source.Python != nil {
+			comps[i].Prefix = r.Toolchain.PythonPackages[c.Source.Python.Package].Dir
+			prefixes[c.Name] = comps[i].Prefix
+		} else if o := outs[i]; o.tree != "" {
+			comps[i].Tree, comps[i].Patches, comps[i].TreeEffects, comps[i].CommitTime = o.tree, o.pj.Sets, o.pj.Effects, o.pj.CommitTime
+		}
+	}
+	res.Components = comps
+	if err != nil {
+		return res, err
+	}
+	if err := r.buildAll(ctx, p, outs, comps, prefixes, rec); err != nil {
+		return res, err
+	}
+	r.toolchainDone() // the manifest records it
+
 	env, err := RuntimeEnv(p, prefixes, r.Environ)
 	if err != nil {
 		return res, err
 	}
-	reg := Checks()
-	for i := range res.Components {
-		cr := &res.Components[i]
-		pc, _ := p.Component(cr.Name)
-		if cr.CheckKey == "" {
-			continue
-		}
-		var cj checkJSON
-		err := r.stage(ctx, res, "check", cr.Name, cr.CheckKey, func(dir string) error {
-			s := &Subject{Plan: p, Component: pc, Root: cr.Prefix, Prefixes: prefixes, Env: env, Python: r.Toolchain.Python}
-			results := storeRelative(checkComponent(ctx, reg, check.Staged, s), r.Store.dir, prefixes)
-			for _, x := range results {
-				if !x.OK() {
-					return &ChecksFailed{Where: "the staged prefix of " + cr.Name, Results: results}
-				}
-			}
-			return WriteJSON(dir, "check.json", checkJSON{Results: results})
-		}, func(dir string) error { return ReadJSON(dir, "check.json", &cj) })
-		if err != nil {
-			return res, err
-		}
-		cr.Checks = cj.Results
-	}
+	// The package stage packs a copy of what it needs now; the check goroutines fill in
+	// comps, which its manifest takes once they are done.
+	pres := *res
+	pres.Components = slices.Clone(comps)
+	checked := make(chan struct{})
+	var checkErr error
+	go func() {
+		defer close(checked)
+		checkErr = r.checkAll(ctx, p, comps, prefixes, env, rec)
+	}()
 	pk := r.packageKey(p, ks)
-	err = r.stage(ctx, res, "package", "", pk, func(dir string) error {
-		return r.packageStage(ctx, p, res, dir)
+	pkgErr := r.stage(ctx, rec, "package", "", pk, func(dir string) error {
+		return r.pack(ctx, p, &pres, dir, func() ([]ComponentResult, error) {
+			select {
+			case <-checked:
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+			if checkErr != nil {
+				return nil, errors.New("the checks failed")
+			}
+			return comps, nil
+		})
 	}, nil)
-	if err != nil {
-		return res, err
+	<-checked
+	if checkErr != nil {
+		return res, checkErr // what stopped the package stage, if it did
+	}
+	if pkgErr != nil {
+		return res, pkgErr
 	}
 	art := filepath.Join(r.Store.Path("package", pk), ArtifactName(p))
 	sum, err := ReadSum(art)
@@ -287,8 +326,298 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 	return res, nil
 }
 
+// patchOut is what a component's patch stage left: its tree and record.
+type patchOut struct {
+	tree string
+	pj   patchJSON
+}
+
+// patchKey is the key of a component's patch stage: its source and patch sets.
+func patchKey(c *PlanComponent) string { return Key(patchFormat, c.Source, c.PatchSets) }
+
+// patchAll runs the patch stage of every component with a tree, in plan order, and
+// stops at the first failure. One at a time: each is mostly a fetch, and fetches share
+// the terminal's progress bars.
+func (r *Runner) patchAll(ctx context.Context, p *Plan) ([]patchOut, []StageEvent, error) {
+	rec := &stageRecord{}
+	outs := make([]patchOut, len(p.Components))
+	for i := range p.Components {
+		c := &p.Components[i]
+		if c.Source.Python != nil {
+			continue
+		}
+		key := patchKey(c)
+		var pj patchJSON
+		err := r.stage(ctx, rec, "patch", c.Name, key, func(dir string) error {
+			return r.patchStage(ctx, c, dir)
+		}, func(dir string) error { return ReadJSON(dir, "patch.json", &pj) })
+		if err != nil {
+			return outs, rec.events, err
+		}
+		outs[i] = patchOut{tree: filepath.Join(r.Store.Path("patch", key), "tree"), pj: pj}
+	}
+	return outs, rec.events, nil
+}
+
+// patchPhase is the patch stages of a run, started before preflight.
+type patchPhase struct {
+	plan   *Plan
+	stop   context.CancelFunc
+	done   chan struct{}
+	outs   []patchOut
+	events []StageEvent
+	err    error
+}
+
+// startPatches starts the patch stages of p in the background; Run takes their outcome
+// (a failure too: it is said after preflight, which decides first), and Close stops
+// them when the run ends before (preflight failed). They need no toolchain, so they
+// run while it is probed; nothing is built before preflight passes.
+func (r *Runner) startPatches(ctx context.Context, p *Plan) {
+	ctx, cancel := context.WithCancel(ctx)
+	ph := &patchPhase{plan: p, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(ph.done)
+		ph.outs, ph.events, ph.err = r.patchAll(ctx, p)
+	}()
+	r.early = ph
+}
+
+// Close stops the work the runner started that a Run did not take (the patch stages,
+// the probe's last question), waits for it, removes the run's bytecode directory, and
+// closes the store.
+func (r *Runner) Close() error {
+	if ph := r.early; ph != nil {
+		r.early = nil
+		ph.stop()
+		<-ph.done
+	}
+	if pr := r.probing; pr != nil {
+		r.probing = nil
+		pr.stop()
+		pr.finish()
+	}
+	if r.pycache != "" {
+		_ = os.RemoveAll(r.pycache)
+		r.pycache = ""
+	}
+	return r.Store.Close()
+}
+
+// buildAll runs the build stages: each once the builds of its dependencies are done,
+// those ready together at the same time with a share of the jobs each (jobs.go). It
+// fills in the prefixes of what it built. The first failure stops the builds running
+// (their logs stay under the cache) and starts no other.
+func (r *Runner) buildAll(ctx context.Context, p *Plan, outs []patchOut, comps []ComponentResult, prefixes map[string]string, rec *stageRecord) error {
+	var pending []int
+	built := map[string]bool{}
+	for i, cr := range comps {
+		if cr.BuildKey == "" || p.Components[i].Source.Python != nil {
+			built[cr.Name] = true // a Python package, or a tree with nothing to build
+		} else {
+			pending = append(pending, i)
+		}
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	trees := map[string]string{}
+	for i, o := range outs {
+		if o.tree != "" {
+			trees[p.Components[i].Name] = o.tree
+		}
+	}
+	if !r.Repro.Off {
+		// what the steps write gets the same modes under any umask (a wheel keeps them);
+		// the umask is the process's: it is set while the builds run, and nothing else
+		// does then
+		defer setUmask(setUmask(0o022))
+	}
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	type ended struct {
+		i, jobs int
+		err     error
+	}
+	ends := make(chan ended)
+	total := max(r.Toolchain.Jobs, 1)
+	held, running := 0, 0
+	var first error
+	for {
+		var ready []int
+		if first == nil {
+			rest := pending[:0:0]
+			for _, i := range pending {
+				if slices.ContainsFunc(p.Components[i].Depends, func(d string) bool { return !built[d] }) {
+					rest = append(rest, i)
+				} else {
+					ready = append(ready, i)
+				}
+			}
+			pending = rest
+		}
+		weights := make([]int, len(ready))
+		for k, i := range ready {
+			weights[k] = compileUnits(comps[i].Tree)
+		}
+		shares := shareJobs(total-held, weights)
+		for k, i := range ready {
+			c := &p.Components[i]
+			// what the build may name: its dependencies (all of them built by now)
+			depPrefixes, depTrees := map[string]string{}, map[string]string{}
+			for _, d := range dependencies(p, c) {
+				if v := prefixes[d]; v != "" {
+					depPrefixes[d] = v
+				}
+				if v := trees[d]; v != "" {
+					depTrees[d] = v
+				}
+			}
+			key, tree, sde, jobs := comps[i].BuildKey, comps[i].Tree, r.buildTime(outs[i].pj), shares[k]
+			if len(ready) > 1 || running > 0 {
+				r.Log.Debug("jobs", "component", c.Name, "jobs", jobs, "of", total)
+			}
+			held += jobs
+			running++
+			go func() {
+				err := r.stage(ctx, rec, "build", c.Name, key, func(dir string) error {
+					return r.buildStage(ctx, p, c, tree, key, dir, sde, jobs, depPrefixes, depTrees)
+				}, nil)
+				ends <- ended{i, jobs, err}
+			}()
+		}
+		if running == 0 {
+			if first == nil && len(pending) > 0 {
+				return fmt.Errorf("%s: the builds of %d components wait for each other (a dependency cycle)", p.Recipe, len(pending))
+			}
+			return first
+		}
+		e := <-ends
+		running--
+		held -= e.jobs
+		name := p.Components[e.i].Name
+		switch {
+		case e.err == nil:
+			built[name] = true
+			comps[e.i].Prefix = filepath.Join(r.Store.Path("build", comps[e.i].BuildKey), "prefix")
+			prefixes[name] = comps[e.i].Prefix
+		case first == nil:
+			first = e.err
+			stop(fmt.Errorf("build %s failed", name))
+		default:
+			r.Log.Warn("stopped", "stage", "build "+name, "because", context.Cause(ctx), "error", e.err)
+		}
+	}
+}
+
+// dependencies lists the components c depends on, directly or not, in plan order.
+func dependencies(p *Plan, c *PlanComponent) []string {
+	want := map[string]bool{}
+	var visit func(*PlanComponent)
+	visit = func(c *PlanComponent) {
+		for _, d := range c.Depends {
+			if !want[d] {
+				want[d] = true
+				if dc, ok := p.Component(d); ok {
+					visit(dc)
+				}
+			}
+		}
+	}
+	visit(c)
+	var out []string
+	for _, pc := range p.Components {
+		if want[pc.Name] {
+			out = append(out, pc.Name)
+		}
+	}
+	return out
+}
+
+// checkAll runs the check stages of the built components, at the same time (an import
+// check takes seconds), and fills in their results; the error is the first failure in
+// plan order. The Python runs share the run's bytecode directory, where the probe left
+// what it compiled of torch.
+func (r *Runner) checkAll(ctx context.Context, p *Plan, comps []ComponentResult, prefixes map[string]string, env []string, rec *stageRecord) error {
+	if r.pycache != "" {
+		ctx = inspect.WithBytecodeDir(ctx, r.pycache)
+	}
+	reg := Checks()
+	errs := make([]error, len(comps))
+	var wg sync.WaitGroup
+	for i := range comps {
+		cr := &comps[i]
+		if cr.CheckKey == "" {
+			continue
+		}
+		pc, _ := p.Component(cr.Name)
+		wg.Go(func() {
+			var cj checkJSON
+			errs[i] = r.stage(ctx, rec, "check", cr.Name, cr.CheckKey, func(dir string) error {
+				s := &Subject{Plan: p, Component: pc, Root: cr.Prefix, Prefixes: prefixes, Env: env, Python: r.Toolchain.Python}
+				results := storeRelative(checkComponent(ctx, reg, check.Staged, s), r.Store.dir, prefixes)
+				for _, x := range results {
+					if !x.OK() {
+						return &ChecksFailed{Where: "the staged prefix of " + cr.Name, Results: results}
+					}
+				}
+				return WriteJSON(dir, "check.json", checkJSON{Results: results})
+			}, func(dir string) error { return ReadJSON(dir, "check.json", &cj) })
+			cr.Checks = cj.Results
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stageRecord collects the stage events of a run from the goroutines that run them.
+type stageRecord struct {
+	mu     sync.Mutex
+	events []StageEvent
+}
+
+func (s *stageRecord) add(ev ...StageEvent) {
+	s.mu.Lock()
+	s.events = append(s.events, ev...)
+	s.mu.Unlock()
+}
+
+// ordered is the events in plan order, as a run one stage at a time would have them:
+// each component's patch then build, then the checks in component order, then the
+// package.
+func (s *stageRecord) ordered(p *Plan) []StageEvent {
+	s.mu.Lock()
+	out := slices.Clone(s.events)
+	s.mu.Unlock()
+	index := map[string]int{}
+	for i, c := range p.Components {
+		index[c.Name] = i
+	}
+	rank := func(e StageEvent) [3]int {
+		switch e.Stage {
+		case "patch":
+			return [3]int{0, index[e.Component], 0}
+		case "build":
+			return [3]int{0, index[e.Component], 1}
+		case "check":
+			return [3]int{1, index[e.Component], 0}
+		}
+		return [3]int{2, 0, 0}
+	}
+	slices.SortStableFunc(out, func(a, b StageEvent) int {
+		ra, rb := rank(a), rank(b)
+		return slices.Compare(ra[:], rb[:])
+	})
+	return out
+}
+
 // stage runs one stage through the store, logging whether it was cached.
-func (r *Runner) stage(ctx context.Context, res *Result, stage, comp, key string, make func(dir string) error, load func(dir string) error) error {
+func (r *Runner) stage(ctx context.Context, rec *stageRecord, stage, comp, key string, make func(dir string) error, load func(dir string) error) error {
 	if r.forced(stage) && r.Store.Has(stage, key) {
 		if err := r.Store.Forget(stage, key); err != nil {
 			return err
@@ -307,7 +636,7 @@ func (r *Runner) stage(ctx context.Context, res *Result, stage, comp, key string
 		return err
 	}
 	ev := StageEvent{Stage: stage, Component: comp, Key: key, Cached: cached, Seconds: time.Since(start).Seconds()}
-	res.Stages = append(res.Stages, ev)
+	rec.add(ev)
 	if cached {
 		r.Log.Debug("cached", "stage", what, "key", key[:12])
 	} else {
@@ -453,11 +782,9 @@ func commitTime(tree string) int64 {
 	return cm.Committer.When.Unix()
 }
 
-func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree, key, dir string, sde int64, prefixes, trees map[string]string) error {
-	if !r.Repro.Off {
-		// what the steps write gets the same modes under any umask: a wheel keeps them
-		defer setUmask(setUmask(0o022))
-	}
+// buildStage builds a component into dir with jobs jobs. prefixes and trees are those of
+// the components it may name (its dependencies). The caller sets the umask (buildAll).
+func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree, key, dir string, sde int64, jobs int, prefixes, trees map[string]string) error {
 	wd, err := r.acquireWorkDir(ctx, c.Name, key)
 	if err != nil {
 		return fmt.Errorf("build %s: %w", c.Name, err)
@@ -484,9 +811,9 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
 	t := r.Toolchain
-	vars := map[string]string{"prefix": prefix, "jobs": strconv.Itoa(t.Jobs), "cuda.home": t.CUDAHome, "nvcc": t.NVCC}
-	// what the build may name of the components before it, through stable links when
-	// the measures are on: their paths end up in what it builds (RUNPATH, -I)
+	vars := map[string]string{"prefix": prefix, "jobs": strconv.Itoa(jobs), "cuda.home": t.CUDAHome, "nvcc": t.NVCC}
+	// what the build may name of its dependencies, through stable links when the
+	// measures are on: their paths end up in what it builds (RUNPATH, -I)
 	for _, pc := range p.Components {
 		pre, tr := prefixes[pc.Name], trees[pc.Name]
 		if !r.Repro.Off && pc.Source.Python == nil {
@@ -542,7 +869,7 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
 	se := &stepEnv{component: c.Name, src: src, work: work, prefix: prefix, destdir: destdir, logs: logs,
-		env: withEnv(r.Environ, base), jobs: t.Jobs, ninja: t.Ninja != "", python: t.Python, watch: r.Watch, mapFlag: mapFlag}
+		env: withEnv(r.Environ, base), jobs: jobs, ninja: t.Ninja != "", python: t.Python, watch: r.Watch, mapFlag: mapFlag}
 	for i, st := range c.Build {
 		var err error
 		switch {

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/epbuild/epbuild/compat"
@@ -155,6 +156,10 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 	}
 	firstVer := func(s string) string { return verRe.FindString(s) }
 
+	// The tools are asked at the same time: each question is a process of its own, and
+	// the slowest (torch's NCCL: importing torch) takes as long as the rest together. Each
+	// goroutine fills fields of its own.
+	var wg sync.WaitGroup
 	// CUDA: $CUDA_HOME, $CUDA_PATH, nvcc on PATH, /usr/local/cuda.
 	for _, h := range []string{p.Getenv("CUDA_HOME"), p.Getenv("CUDA_PATH")} {
 		if h != "" && fileExists(filepath.Join(h, "bin", "nvcc")) {
@@ -171,44 +176,44 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 	}
 	if t.CUDAHome != "" {
 		t.NVCC = filepath.Join(t.CUDAHome, "bin", "nvcc")
-		if m := regexp.MustCompile(`release (\d+\.\d+)`).FindStringSubmatch(out(t.NVCC, "--version")); m != nil {
-			t.CUDA = m[1]
-		}
-		help := out(t.NVCC, "--help")
-		t.NVCCRandomSeed = strings.Contains(help, "--frandom-seed")
-		t.NVCCObjTemp = strings.Contains(help, "--objdir-as-tempdir")
+		wg.Go(func() {
+			if m := regexp.MustCompile(`release (\d+\.\d+)`).FindStringSubmatch(out(t.NVCC, "--version")); m != nil {
+				t.CUDA = m[1]
+			}
+		})
+		wg.Go(func() {
+			help := out(t.NVCC, "--help")
+			t.NVCCRandomSeed = strings.Contains(help, "--frandom-seed")
+			t.NVCCObjTemp = strings.Contains(help, "--objdir-as-tempdir")
+		})
 		if dirExists(filepath.Join(t.CUDAHome, "include", "cccl")) {
 			t.CCCL = filepath.Join(t.CUDAHome, "include", "cccl")
 		}
 	}
 	if t.Python = look("python3"); t.Python != "" {
-		t.probePython(out, p.Packages, p.Torch)
+		wg.Go(func() { t.probePython(out, p.Packages, p.Torch) })
 		if p.NCCL {
-			var env []string
-			for _, k := range []string{"PATH", "HOME", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX"} {
-				if v := p.Getenv(k); v != "" {
-					env = append(env, k+"="+v)
+			wg.Go(func() {
+				if n := ProbeNCCL(ctx, t.Python, p.pythonEnv(), nil); n.Version != "" {
+					t.NCCL = &n
 				}
-			}
-			if n := ProbeNCCL(ctx, t.Python, env, nil); n.Version != "" {
-				t.NCCL = &n
-			}
+			})
 		}
 	}
-	if gcc := look("gcc"); gcc != "" {
-		t.GCC = firstVer(firstLine(out(gcc, "--version")))
-	}
-	if gxx := look("g++"); gxx != "" {
-		t.GXX = firstVer(firstLine(out(gxx, "--version")))
-	}
-	if c := look("cmake"); c != "" {
-		t.CMake = firstVer(firstLine(out(c, "--version")))
-	}
-	if n := look("ninja"); n != "" {
-		t.Ninja = firstVer(out(n, "--version"))
-	}
-	if g := look("git"); g != "" {
-		t.Git = firstVer(out(g, "--version"))
+	for _, v := range []struct {
+		tool  string
+		field *string
+		first bool // the version is on the first line (gcc's has others further down)
+	}{{"gcc", &t.GCC, true}, {"g++", &t.GXX, true}, {"cmake", &t.CMake, true}, {"ninja", &t.Ninja, false}, {"git", &t.Git, false}} {
+		if path := look(v.tool); path != "" {
+			wg.Go(func() {
+				s := out(path, "--version")
+				if v.first {
+					s = firstLine(s)
+				}
+				*v.field = firstVer(s)
+			})
+		}
 	}
 	for _, h := range []string{"/usr/include", "/usr/local/include", "/opt/rdma-core/include"} {
 		hdr := filepath.Join(h, "infiniband", "mlx5dv.h")
@@ -237,6 +242,7 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 		// the system prefixes come after CMAKE_PREFIX_PATH, as CMake searches
 		t.probeCMakePackages(append(slices.Clone(p.Prefixes), "/usr/local", "/usr"))
 	}
+	wg.Wait()
 	return t
 }
 
@@ -541,42 +547,107 @@ type probeCache struct {
 	Toolchain  *Toolchain        `json:"toolchain"`
 }
 
+// pythonEnv is the environment the NCCL question runs python3 with.
+func (p *Prober) pythonEnv() []string {
+	var env []string
+	for _, k := range []string{"PATH", "HOME", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX"} {
+		if v := p.Getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
 // ProbeCached returns the probe stored in dir while nothing it depended on changed, and
 // probes (and stores) otherwise: probing runs python3 and every compiler, which would
 // dominate a rerun that has nothing else to do.
 func (p *Prober) ProbeCached(ctx context.Context, dir string) *Toolchain {
+	t, finish := p.ProbeLater(ctx, dir)
+	finish()
+	return t
+}
+
+// ProbeLater is ProbeCached that leaves running the one slow question that no decision
+// before the build needs: which NCCL torch loads (Toolchain.NCCL, which the manifest
+// records and nothing checks at preflight) imports torch, seconds from a cold start.
+// finish waits for it, fills in t.NCCL and stores the probe; until finish has returned
+// nothing may read t.NCCL or copy t. An answer cut short by ctx is not stored.
+func (p *Prober) ProbeLater(ctx context.Context, dir string) (t *Toolchain, finish func()) {
+	key, file := p.cacheFile(dir)
+	if t := loadProbe(file, key); t != nil {
+		return t, func() {}
+	}
+	quick := *p
+	quick.NCCL = false
+	t = quick.Probe(ctx)
+	var nccl *NCCLRuntime
+	stopped := false
+	done := make(chan struct{})
+	if p.NCCL && t.Python != "" {
+		env := p.pythonEnv()
+		go func() {
+			defer close(done)
+			if n := ProbeNCCL(ctx, t.Python, env, nil); n.Version != "" {
+				nccl = &n
+			}
+			stopped = ctx.Err() != nil
+		}()
+	} else {
+		close(done)
+	}
+	var once sync.Once
+	return t, func() {
+		once.Do(func() {
+			<-done
+			t.NCCL = nccl
+			if !stopped {
+				p.storeProbe(dir, file, key, t)
+			}
+		})
+	}
+}
+
+// cacheFile is the key of a probe with p's questions in this environment, and the file
+// in dir that stores it.
+func (p *Prober) cacheFile(dir string) (key, file string) {
 	var env []string
 	for _, k := range []string{"PATH", "CUDA_HOME", "CUDA_PATH", "LIBFABRIC_HOME", "GDRCOPY_HOME", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME"} {
 		env = append(env, k+"="+p.Getenv(k))
 	}
 	// probe/2: nvcc's reproducibility flags
-	key := Key("probe/2", env, p.Packages, p.Torch)
+	key = Key("probe/2", env, p.Packages, p.Torch)
 	if p.CMakePackages {
 		key = Key("probe/2", env, p.Packages, p.Torch, p.Prefixes)
 	}
 	if p.NCCL {
 		key = Key(key, "torch's nccl")
 	}
-	file := filepath.Join(dir, "probe-"+key[:16]+".json")
+	return key, filepath.Join(dir, "probe-"+key[:16]+".json")
+}
+
+// loadProbe is the probe stored in file under key while nothing it depended on changed,
+// else nil.
+func loadProbe(file, key string) *Toolchain {
 	var pc probeCache
-	if b, err := os.ReadFile(file); err == nil && json.Unmarshal(b, &pc) == nil && pc.Key == key && pc.Toolchain != nil {
-		ok := true
-		for path, want := range pc.Validators {
-			if statSig(path) != want {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return pc.Toolchain
+	b, err := os.ReadFile(file)
+	if err != nil || json.Unmarshal(b, &pc) != nil || pc.Key != key || pc.Toolchain == nil {
+		return nil
+	}
+	for path, want := range pc.Validators {
+		if statSig(path) != want {
+			return nil
 		}
 	}
-	t := p.Probe(ctx)
+	return pc.Toolchain
+}
+
+// storeProbe stores t in file under key with what it depended on.
+func (p *Prober) storeProbe(dir, file, key string, t *Toolchain) {
 	// a probe that could not read python3 says nothing lasting: ask again next time
 	if t.Python != "" && t.PythonVersion == "" {
-		return t
+		return
 	}
-	pc = probeCache{Key: key, Toolchain: t, Validators: map[string]string{}}
+	pc := probeCache{Key: key, Toolchain: t, Validators: map[string]string{}}
 	paths := append([]string{}, t.sitePackages...)
 	for _, tool := range []string{"python3", "gcc", "g++", "cmake", "ninja", "git", "nvcc", "mpicc"} {
 		if lp, err := exec.LookPath(tool); err == nil {
@@ -602,7 +673,6 @@ func (p *Prober) ProbeCached(ctx context.Context, dir string) *Toolchain {
 			_ = os.Rename(tmp, file)
 		}
 	}
-	return t
 }
 
 // statSig is a file's identity for cache validation: size and mtime, or "absent".

@@ -113,6 +113,13 @@ Every stage's output is stored by key: a rerun with nothing changed does no work
 failed run resumes at the stage that failed, and --force[=STAGE] reruns a stage and those
 after it (patch, build, check, package).
 
+The patch stages run while the toolchain is probed (nothing is built before preflight
+passes); builds that do not depend on each other run at the same time, the builds that
+start together splitting the cores ({{jobs}}, MAX_JOBS) by their C, C++ and CUDA files;
+the checks run beside the package stage. The first failure stops the builds beside it
+(their logs are kept). The stage table and the artifact do not depend on what finished
+first.
+
 While a build step runs, a terminal shows a line per running step with its elapsed time
 and the last line of its log; elsewhere (CI set, stderr not a terminal, --log-format
 json) a log line per running step every --heartbeat. Each step's whole log is kept under
