@@ -24,14 +24,16 @@ mkdir -p "$WORK"
 now() { date +%s.%N; }
 secs() { python3 -c 'import sys; print("%.1f" % (float(sys.argv[2]) - float(sys.argv[1])))' "$1" "$2"; }
 
-# By hand: clone, check out, apply the PR, then what epbuild's step runs (the CCCL path of
+# By hand: fetch the pinned commit (an epbuild mirror holds it under refs/epbuild/, not a
+# branch), check out, apply the PR, then what epbuild's step runs (the CCCL path of
 # R12, the recipe's arch, every core).
 hand() {
 	local d=$WORK/hand t0 t1
 	rm -rf "$d" && mkdir -p "$d/egg"
 	t0=$(now)
-	git clone -q "$REPO" "$d/DeepEP"
-	git -C "$d/DeepEP" checkout -q "$BASE"
+	git init -q "$d/DeepEP"
+	git -C "$d/DeepEP" fetch -q --depth 1 "$REPO" "$BASE"
+	git -C "$d/DeepEP" checkout -q FETCH_HEAD
 	git -C "$REPO" diff "$BASE" "$PR" | git -C "$d/DeepEP" apply
 	(cd "$d/DeepEP" && CPATH="$CUDA_HOME/include/cccl${CPATH:+:$CPATH}" TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=$(nproc) \
 		python3 setup.py egg_info --egg-base ../egg build --build-lib ../lib --build-temp ../tmp >"$d/build.log" 2>&1) ||
