@@ -236,6 +236,20 @@ ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidi
 	if r := verify(built, nil, []string{"second_nccl"}, "LD_LIBRARY_PATH="+filepath.Dir(ours)); r.Status != check.Fail {
 		t.Errorf("two NCCLs mapped, torch bound to its own: %+v", r)
 	}
+	// torch 2.11 as measured: the preload maps a second copy, torch calls its wheel's
+	// (here through a handle on the wheel's library, which dlsym searches first)
+	writeFile(t, filepath.Join(site, "torch", "__init__.py"), `import ctypes, glob, os, types
+_nccl = ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(__file__), "..", "nvidia", "nccl", "lib", "libnccl.so.2"))[0])
+def _nccl_version():
+    v = ctypes.c_int(0)
+    _nccl.ncclGetVersion(ctypes.byref(v))
+    return (v.value // 10000, v.value // 100 % 100, v.value % 100)
+cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=_nccl_version))
+`)
+	if r := verify(built, nil, nil, "LD_PRELOAD="+ours); r.Status != check.Fail || !strings.Contains(r.Found, "2 copies") ||
+		!strings.Contains(r.Found, "torch.cuda.nccl.version() is 2.28.9: torch calls its own NCCL, not the install's 2.28.3-1 (R41)") {
+		t.Errorf("two NCCLs mapped, torch calling its own through a handle: %+v", r)
+	}
 	recorded := &Toolchain{NCCL: &NCCLRuntime{Version: "2.28.9", Source: "torch.cuda.nccl.version()"}}
 	if r := verify(torchs, recorded, nil); r.Status != check.Pass || !strings.Contains(r.Found, "NCCL 2.28.9, as recorded") {
 		t.Errorf("torch's NCCL, as recorded: %+v", r)

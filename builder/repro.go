@@ -49,7 +49,7 @@ import (
 const DefaultBuildRoot = "/tmp"
 
 // reproFormat names the measures: a change in them changes the build keys.
-const reproFormat = "repro/1"
+const reproFormat = "repro/2"
 
 // Repro says how builds are kept reproducible.
 type Repro struct {

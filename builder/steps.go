@@ -421,6 +421,9 @@ func (s *stepEnv) pythonExtension(ctx context.Context, i int, st *recipes.Python
 	if _, ok := senv["MAX_JOBS"]; !ok {
 		senv["MAX_JOBS"] = strconv.Itoa(s.jobs)
 	}
+	if err := s.keepPythonCFLAGS(ctx, senv); err != nil {
+		return fmt.Errorf("build %s: %w", s.component, err)
+	}
 	env := withEnv(s.env, senv)
 	step := fmt.Sprintf("%02d-python-extension", i)
 	blib := filepath.Join(s.work, "pybuild-lib")
@@ -445,6 +448,39 @@ func (s *stepEnv) pythonExtension(ctx context.Context, i int, st *recipes.Python
 		return fmt.Errorf("build %s: package metadata: %w", s.component, err)
 	}
 	s.logf(step, "wrote python/%s (%s %s, tag %s)", w.Dir, w.Name, w.Version, w.Tag)
+	return nil
+}
+
+// keepPythonCFLAGS keeps the interpreter's own compiler flags when the measures put the
+// prefix map in CFLAGS/CXXFLAGS and the user set neither: setuptools 72 and later take an
+// environment's CFLAGS in place of sysconfig's ("-DNDEBUG -g -O2 -Wall"), not after them,
+// so the map alone would build without -g and without -DNDEBUG (measured on the GPU
+// machine: DeepEP's extension lost its 11 MiB of debug sections). Older setuptools append
+// the environment's flags, and then sysconfig's come twice, which changes nothing.
+func (s *stepEnv) keepPythonCFLAGS(ctx context.Context, senv map[string]string) error {
+	if s.mapFlag == "" {
+		return nil
+	}
+	var todo []string
+	for _, k := range []string{"CFLAGS", "CXXFLAGS"} {
+		if _, set := senv[k]; !set && getenvFrom(s.env, k) == s.mapFlag {
+			todo = append(todo, k)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, s.python, "-c", `import sysconfig; print(sysconfig.get_config_var("CFLAGS") or "")`)
+	cmd.Env = s.env
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("ask %s for its CFLAGS: %w: %s", s.python, err, strings.TrimSpace(errb.String()))
+	}
+	sys := strings.Join(strings.Fields(out.String()), " ")
+	for _, k := range todo {
+		senv[k] = strings.TrimSpace(sys + " " + s.mapFlag)
+	}
 	return nil
 }
 

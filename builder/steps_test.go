@@ -239,3 +239,51 @@ func TestCheckFilesStayInThePrefix(t *testing.T) {
 		t.Errorf("lib/lib*.so matched %q", found)
 	}
 }
+
+// Under the reproducibility measures a python-extension step keeps the interpreter's own
+// compiler flags (-g, -DNDEBUG): setuptools 72 and later put an environment's CFLAGS in
+// their place, so CFLAGS holding the prefix map alone would drop them. A user's CFLAGS
+// are theirs and stay as they are.
+func TestPythonStepKeepsInterpreterCFLAGS(t *testing.T) {
+	sysOut, err := exec.Command("python3", "-c", `import sysconfig; print(sysconfig.get_config_var("CFLAGS") or "")`).Output()
+	if err != nil {
+		t.Skip("no python3")
+	}
+	sys := strings.Join(strings.Fields(string(sysOut)), " ")
+	if sys == "" {
+		t.Skip("this python3 has no CFLAGS of its own: nothing to keep")
+	}
+	const mapFlag = "-ffile-prefix-map=/tmp/epbuild-fixture-0123456789ab=fixture"
+	for _, tc := range []struct {
+		name, user string
+		want       string
+	}{
+		{"measures only", "", sys + " " + mapFlag},
+		{"user CFLAGS", "-O1 " + mapFlag, "-O1 " + mapFlag},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestStep(t, false)
+			s.mapFlag = mapFlag
+			cflags := mapFlag
+			if tc.user != "" {
+				cflags = tc.user
+			}
+			s.env = append(slices.DeleteFunc(slices.Clone(s.env), func(kv string) bool {
+				return strings.HasPrefix(kv, "CFLAGS=") || strings.HasPrefix(kv, "CXXFLAGS=")
+			}), "CFLAGS="+cflags, "CXXFLAGS="+mapFlag)
+			out := filepath.Join(t.TempDir(), "flags")
+			writeFile(t, filepath.Join(s.src, "setup.py"), "import os\nfrom setuptools import setup\n"+
+				"open(os.environ['OUT'], 'w').write(os.environ['CFLAGS'] + '\\n' + os.environ['CXXFLAGS'])\n"+
+				"setup(name='fixture', version='1', py_modules=['fixture'])\n")
+			writeFile(t, filepath.Join(s.src, "fixture.py"), "X = 1\n")
+			if err := s.pythonExtension(context.Background(), 0, &recipes.PythonExtensionStep{Env: map[string]string{"OUT": out}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := os.ReadFile(out)
+			got := strings.Split(string(b), "\n")
+			if len(got) != 2 || got[0] != tc.want || got[1] != sys+" "+mapFlag {
+				t.Errorf("setup.py saw CFLAGS, CXXFLAGS %q; want %q, %q", got, tc.want, sys+" "+mapFlag)
+			}
+		})
+	}
+}

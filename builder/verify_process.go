@@ -44,7 +44,8 @@ type oneLib struct {
 	// recorded judges the one copy mapped when the component comes from the Python
 	// environment: ok, and what was read (nil: any single copy passes)
 	recorded func(ctx context.Context, v *verifier, path string) (ok bool, found string)
-	// secondOK: a second copy that is not a broken process (a warning, with why)
+	// secondOK: a second copy that is not a broken process (a warning, with why); why
+	// may also say what makes it one
 	secondOK func(v *verifier, pc *PlanComponent, paths []string) (bool, string)
 }
 
@@ -73,8 +74,12 @@ func processLibs(tc *Toolchain) []oneLib {
 					return false, ""
 				}
 				n := ProbeNCCL(context.Background(), v.python(), v.env, nil)
-				if n.Version == "" || !sameCore(n.Version, pc.Version) {
+				switch {
+				case n.Version == "":
 					return false, ""
+				case !sameCore(n.Version, pc.Version):
+					// measured with torch 2.11: the preload does not take torch's calls (R41)
+					return false, fmt.Sprintf("torch.cuda.nccl.version() is %s: torch calls its own NCCL, not the install's %s (R41)", n.Version, pc.Version)
 				}
 				return true, fmt.Sprintf("torch maps its wheel's copy too, but calls the install's: torch.cuda.nccl.version() is %s, the NCCL built here", n.Version)
 			},
@@ -220,8 +225,11 @@ func (v *verifier) judgeCopies(ctx context.Context, c VerifyCheck, l oneLib, pc 
 			c.Status = check.Fail
 		}
 	case c.Status == check.Fail && len(paths) > 1 && l.secondOK != nil:
-		if ok, why := l.secondOK(v, pc, paths); ok {
+		ok, why := l.secondOK(v, pc, paths)
+		if ok {
 			c.Status = check.Warn
+		}
+		if why != "" {
 			c.Found += "; " + why
 		}
 	}

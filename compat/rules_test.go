@@ -605,6 +605,13 @@ func ruleTable() []ruleCase {
 		{"R40", "NCCL 2.21.5-1 from git, only nccl.h generated (gcp-a3-tcpx)", F, all(ncclGit, cuda("13.0"), nccl("2.21.5-1"),
 			ncclMake("sh", "-c", `make -C src BUILDDIR="$DESTDIR$PREFIX" "$DESTDIR$PREFIX/include/nccl.h"`)), ""},
 		{"R40", "NCCL 2.21.5-1 from git, CUDA 13.0, at plan stage", P, all(ncclLib, nccl("2.21.5-1")), ""},
+
+		{"R41", "NCCL 2.28.3-1 from git beside torch 2.11 (measured)", F, all(ncclLib, nccl("2.28.3-1"), torch("2.11.0+cu130")), "/error"},
+		{"R41", "NCCL 2.28.3-1 from an archive beside torch 2.11", F, all(ncclLib, nccl("2.28.3-1"), ncclFrom("archive"), torch("2.11.0+cu130")), "/error"},
+		{"R41", "torch's NCCL wheel, torch 2.11", F, all(ncclLib, nccl("2.28.9"), ncclFrom("python"), torch("2.11.0+cu130")), ""},
+		{"R41", "NCCL from git beside torch 2.10: not measured, verify-install asks torch", F, all(ncclLib, nccl("2.28.3-1")), ""},
+		{"R41", "NCCL from git, only nccl.h generated (gcp-a3-tcpx), torch 2.11", F, all(ncclGit, cuda("13.0"), nccl("2.21.5-1"), torch("2.11.0+cu130"),
+			ncclMake("sh", "-c", `make -C src BUILDDIR="$DESTDIR$PREFIX" "$DESTDIR$PREFIX/include/nccl.h"`)), ""},
 	}
 }
 
