@@ -27,6 +27,8 @@ the other lacks (a build path, a timestamp).
 In an installed prefix, the install receipt and Python's __pycache__ directories are left
 out: install and Python add them, no build does.
 
+Two equal builds print nothing (as diff(1)); --json prints the comparison either way.
+
 Exit codes: 0 the two are equal; 1 they differ; 2 an argument is neither an artifact nor a
 directory, or an artifact cannot be read.`,
 		Args: cobra.ExactArgs(2),
@@ -52,11 +54,11 @@ directory, or an artifact cannot be read.`,
 	return cmd
 }
 
-// writeDiff prints a comparison: nothing but the count when the two are equal; else one
-// line per entry that differs, with what differs inside it below.
+// writeDiff prints a comparison: nothing when the two are equal (scripts test the exit
+// code, people read silence as diff(1) taught them); else one line per entry that
+// differs, with what differs inside it below.
 func writeDiff(w io.Writer, rep *diff.Report) {
 	if rep.Equal {
-		fmt.Fprintf(w, "equal: %d entries\n", rep.Entries)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -31,12 +31,13 @@ func epbuildProcess(t *testing.T, env []string, args ...string) *exec.Cmd {
 }
 
 // slowRecipe writes a recipe whose build step runs until the file ctl/go appears,
-// printing a tick a line, with a grandchild (a long sleep) in the background; both
+// printing a tick a line (tick 0 before the pids are all written, so that a test that
+// waits for them finds output in the log), with a grandchild (a long sleep) in the background; both
 // record their pids in ctl. variant makes a recipe with another build key.
 func slowRecipe(t *testing.T, dir, ctl, variant string) {
 	t.Helper()
 	script := `echo $$ > "$CTL/sh.pid.tmp" && mv "$CTL/sh.pid.tmp" "$CTL/sh.pid"; ` +
-		`sleep 300 & echo $! > "$CTL/sleep.pid.tmp" && mv "$CTL/sleep.pid.tmp" "$CTL/sleep.pid"; ` +
+		`echo "tick 0"; sleep 300 & echo $! > "$CTL/sleep.pid.tmp" && mv "$CTL/sleep.pid.tmp" "$CTL/sleep.pid"; ` +
 		`i=0; while [ ! -e "$CTL/go" ]; do i=$((i+1)); echo "tick $i"; sleep 0.05; done; kill $!; echo finished`
 	body := fmt.Sprintf(`name: slow-%[1]s
 cluster: test
@@ -174,7 +175,7 @@ func TestInterruptStopsTheBuild(t *testing.T) {
 	if !strings.Contains(stderr, "step 01-command stopped: interrupted by SIGINT") || m == nil || strings.Contains(stderr, "signal: killed") {
 		t.Fatalf("stderr:\n%s", stderr)
 	}
-	if b, err := os.ReadFile(m[1]); err != nil || !strings.Contains(string(b), "tick 1\n") {
+	if b, err := os.ReadFile(m[1]); err != nil || !strings.Contains(string(b), "tick 0\n") {
 		t.Errorf("the step's log %s: %v %q", m[1], err, b)
 	}
 	if !strings.HasPrefix(m[1], filepath.Join(cacheDir, "logs")+"/") {
