@@ -172,26 +172,14 @@ func unbakeEnv(text string) (string, envBaked, error) {
 	return strings.Join(lines, ""), b, nil
 }
 
-// singleQuoted reads a value shellQuote wrote.
+// singleQuoted reads a value shellQuote wrote: shellValue's reader, without the
+// prefix and inherited pieces an exported variable's value may hold (no double quote).
 func singleQuoted(s string) (string, bool) {
-	var out strings.Builder
-	for s != "" {
-		switch {
-		case strings.HasPrefix(s, `\'`):
-			out.WriteByte('\'')
-			s = s[2:]
-		case s[0] == '\'':
-			end := strings.IndexByte(s[1:], '\'')
-			if end < 0 {
-				return "", false
-			}
-			out.WriteString(s[1 : 1+end])
-			s = s[end+2:]
-		default:
-			return "", false
-		}
+	if strings.Contains(s, `"`) {
+		return "", false
 	}
-	return out.String(), true
+	v, err := shellValue(s, "", "")
+	return v, err == nil
 }
 
 // newEnvID is a fresh install id: env.sh checks that the prefix written in it still holds

@@ -227,7 +227,7 @@ func writeMirror(ctx context.Context, f *source.Fetcher, dir string, gits []sour
 		if err := os.MkdirAll(pyDir, 0o755); err != nil {
 			return fmt.Errorf("mirror %s: %w", rep.Dir, err)
 		}
-		if err := writeFileAtomic(filepath.Join(pyDir, requirementsTxt), []byte(requirementsFile(needs))); err != nil {
+		if err := WriteFileAtomic(filepath.Join(pyDir, requirementsTxt), []byte(requirementsFile(needs))); err != nil {
 			return fmt.Errorf("mirror %s: %w", rep.Dir, err)
 		}
 		py, req := filepath.Join(rep.Dir, mirrorPythonDir), filepath.Join(rep.Dir, mirrorPythonDir, requirementsTxt)
@@ -239,7 +239,7 @@ func writeMirror(ctx context.Context, f *source.Fetcher, dir string, gits []sour
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, MirrorIndexName), append(b, '\n')); err != nil {
+	if err := WriteFileAtomic(filepath.Join(dir, MirrorIndexName), append(b, '\n')); err != nil {
 		return fmt.Errorf("mirror %s: %w", rep.Dir, err)
 	}
 	return nil
@@ -325,8 +325,9 @@ func shellWord(s string) string {
 	return shellQuote(s)
 }
 
-// writeFileAtomic writes b to path through a temporary sibling.
-func writeFileAtomic(path string, b []byte) error {
+// WriteFileAtomic writes b to path (mode 0644) through a temporary sibling, so that path
+// is either absent, as it was, or whole: nothing half-written is ever seen there.
+func WriteFileAtomic(path string, b []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

@@ -17,12 +17,29 @@ import (
 // child process of its own, so that nothing outlives the test. Where the test cannot
 // make one (not root, no user namespaces), it says so and skips.
 func TestFullDisk(t *testing.T) {
-	if os.Getenv("EPBUILD_TEST_CHILD") == "fulldisk" {
-		fullDiskChild(t)
+	out, ok := inMountNamespace(t, "TestFullDisk", "fulldisk", fullDiskChild)
+	if !ok {
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFullDisk$", "-test.v")
-	cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD=fulldisk", "GORACE=atexit_sleep_ms=0", "TMPDIR="+t.TempDir())
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "nospace_test.go") {
+			t.Log(strings.TrimSpace(l))
+		}
+	}
+}
+
+// inMountNamespace runs child in a copy of this test binary, in a mount namespace of its
+// own (so that the tmpfs mounts it makes outlive nothing), and returns its output. In
+// that copy it runs child and reports false; where no namespace can be made, or the copy
+// skipped, the test skips.
+func inMountNamespace(t *testing.T, test, name string, child func(*testing.T)) (string, bool) {
+	t.Helper()
+	if os.Getenv("EPBUILD_TEST_CHILD") == name {
+		child(t)
+		return "", false
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v")
+	cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD="+name, "GORACE=atexit_sleep_ms=0", "TMPDIR="+t.TempDir())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	out, err := cmd.CombinedOutput()
 	var se *os.SyscallError
@@ -34,11 +51,7 @@ func TestFullDisk(t *testing.T) {
 	case strings.Contains(string(out), "--- SKIP"):
 		t.Skipf("the child skipped:\n%s", out)
 	}
-	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, "nospace_test.go") {
-			t.Log(strings.TrimSpace(l))
-		}
-	}
+	return string(out), true
 }
 
 // smallFS mounts a tmpfs of size (mount's syntax: 64k) at a new directory.

@@ -149,6 +149,16 @@ func (j *Job) Ancestry() (compat.Ancestry, error) {
 	return compat.ChainAncestry(j.history, j.repos()), nil
 }
 
+// rulesAndAncestry is what compat.Evaluate and compat.BuildMatrix need besides facts.
+func (j *Job) rulesAndAncestry() (*compat.Rules, compat.Ancestry, error) {
+	rules, err := j.Rules()
+	if err != nil {
+		return nil, nil, err
+	}
+	anc, err := j.Ancestry()
+	return rules, anc, err
+}
+
 // Rules are the compatibility rules the job is judged by.
 func (j *Job) Rules() (*compat.Rules, error) {
 	if j.rules == nil {
@@ -278,11 +288,7 @@ func (j *Job) Findings(ctx context.Context, tc *Toolchain) ([]compat.Finding, er
 		}
 	}
 	if b, err := os.ReadFile(keep); keep == "" || err != nil || json.Unmarshal(b, &fs) != nil {
-		rules, err := j.Rules()
-		if err != nil {
-			return nil, err
-		}
-		anc, err := j.Ancestry()
+		rules, anc, err := j.rulesAndAncestry()
 		if err != nil {
 			return nil, err
 		}
@@ -291,8 +297,7 @@ func (j *Job) Findings(ctx context.Context, tc *Toolchain) ([]compat.Finding, er
 		}
 		if decided(fs) && keep != "" {
 			if b, err := json.Marshal(fs); err == nil && os.MkdirAll(filepath.Dir(keep), 0o755) == nil {
-				_ = os.WriteFile(keep+".tmp", b, 0o644)
-				_ = os.Rename(keep+".tmp", keep)
+				_ = WriteFileAtomic(keep, b) // a cache: a failed write only costs a re-evaluation
 			}
 		}
 	}
@@ -722,11 +727,7 @@ func BuildMatrix(ctx context.Context, opts MatrixOptions) (*compat.Matrix, error
 			axes = append(axes, x)
 		}
 	}
-	rules, err := j.Rules()
-	if err != nil {
-		return nil, err
-	}
-	anc, err := j.Ancestry()
+	rules, anc, err := j.rulesAndAncestry()
 	if err != nil {
 		return nil, err
 	}

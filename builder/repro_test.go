@@ -379,23 +379,7 @@ func TestBuildRoot(t *testing.T) {
 // fills up during the build is named as full (exit 3). Real tmpfs mounts, in a mount
 // namespace of a child process (as TestFullDisk makes them).
 func TestBuildRootMounts(t *testing.T) {
-	if os.Getenv("EPBUILD_TEST_CHILD") == "rootmounts" {
-		buildRootMountsChild(t)
-		return
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBuildRootMounts$", "-test.v")
-	cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD=rootmounts", "GORACE=atexit_sleep_ms=0", "TMPDIR="+t.TempDir())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	out, err := cmd.CombinedOutput()
-	var se *os.SyscallError
-	switch {
-	case errors.As(err, &se) || errors.Is(err, syscall.EPERM):
-		t.Skipf("cannot make a mount namespace here to mount a file system in: %v", err)
-	case err != nil:
-		t.Fatalf("the child: %v\n%s", err, out)
-	case strings.Contains(string(out), "--- SKIP"):
-		t.Skipf("the child skipped:\n%s", out)
-	}
+	inMountNamespace(t, "TestBuildRootMounts", "rootmounts", buildRootMountsChild)
 }
 
 func buildRootMountsChild(t *testing.T) {

@@ -470,14 +470,11 @@ func (s *stepEnv) keepPythonCFLAGS(ctx context.Context, senv map[string]string) 
 	if len(todo) == 0 {
 		return nil
 	}
-	cmd := exec.CommandContext(ctx, s.python, "-c", `import sysconfig; print(sysconfig.get_config_var("CFLAGS") or "")`)
-	cmd.Env = s.env
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("ask %s for its CFLAGS: %w: %s", s.python, err, strings.TrimSpace(errb.String()))
+	out, err := s.askPython(ctx, s.env, "its CFLAGS", `import sysconfig; print(sysconfig.get_config_var("CFLAGS") or "")`)
+	if err != nil {
+		return err
 	}
-	sys := strings.Join(strings.Fields(out.String()), " ")
+	sys := strings.Join(strings.Fields(out), " ")
 	for _, k := range todo {
 		senv[k] = strings.TrimSpace(sys + " " + s.mapFlag)
 	}
@@ -486,18 +483,27 @@ func (s *stepEnv) keepPythonCFLAGS(ctx context.Context, senv map[string]string) 
 
 // pythonTags asks the build's interpreter for its wheel tags.
 func (s *stepEnv) pythonTags(ctx context.Context, env []string) (wheel.Tags, error) {
-	cmd := exec.CommandContext(ctx, s.python, "-c", wheel.TagScript)
+	var t wheel.Tags
+	out, err := s.askPython(ctx, env, "its wheel tags", wheel.TagScript)
+	if err != nil {
+		return t, err
+	}
+	if err := json.Unmarshal([]byte(out), &t); err != nil {
+		return t, fmt.Errorf("ask %s for its wheel tags: %w (it printed %q)", s.python, err, out)
+	}
+	return t, nil
+}
+
+// askPython runs a short program in the build's interpreter and returns what it printed.
+func (s *stepEnv) askPython(ctx context.Context, env []string, what, program string) (string, error) {
+	cmd := exec.CommandContext(ctx, s.python, "-c", program)
 	cmd.Env = env
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	var t wheel.Tags
 	if err := cmd.Run(); err != nil {
-		return t, fmt.Errorf("ask %s for its wheel tags: %w: %s", s.python, err, strings.TrimSpace(errb.String()))
+		return "", fmt.Errorf("ask %s for %s: %w: %s", s.python, what, err, strings.TrimSpace(errb.String()))
 	}
-	if err := json.Unmarshal([]byte(out.String()), &t); err != nil {
-		return t, fmt.Errorf("ask %s for its wheel tags: %w (it printed %q)", s.python, err, out.String())
-	}
-	return t, nil
+	return out.String(), nil
 }
 
 // logf adds a line of epbuild's own to a step's log.

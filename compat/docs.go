@@ -40,26 +40,11 @@ func FixLines(f *Fix) []string {
 // HostKeys lists the host facts a rule's conditions read, in order of first use.
 func (r Rule) HostKeys() []string {
 	var out []string
-	var walk func(c *Cond)
-	walk = func(c *Cond) {
-		if c == nil {
-			return
-		}
-		for i := range c.All {
-			walk(&c.All[i])
-		}
-		for i := range c.Any {
-			walk(&c.Any[i])
-		}
-		walk(c.Not)
+	r.eachCond(func(c *Cond) {
 		if c.Host != nil && !slices.Contains(out, c.Host.Key) {
 			out = append(out, c.Host.Key)
 		}
-	}
-	walk(r.When)
-	for i := range r.Cases {
-		walk(r.Cases[i].When)
-	}
+	})
 	return out
 }
 

@@ -618,6 +618,17 @@ func (d *yamlDoc) checkKey(p string, k *KeyCond, host bool) {
 // sources know them.
 func (r Rule) Commits() []string {
 	var out []string
+	r.eachCond(func(c *Cond) {
+		if c.Commit != nil {
+			out = append(out, c.Commit.Before+c.Commit.AtOrAfter)
+		}
+	})
+	return out
+}
+
+// eachCond calls f on every condition of the rule and its cases, each node after those
+// below it.
+func (r Rule) eachCond(f func(*Cond)) {
 	var walk func(c *Cond)
 	walk = func(c *Cond) {
 		if c == nil {
@@ -630,15 +641,12 @@ func (r Rule) Commits() []string {
 			walk(&c.Any[i])
 		}
 		walk(c.Not)
-		if c.Commit != nil {
-			out = append(out, c.Commit.Before+c.Commit.AtOrAfter)
-		}
+		f(c)
 	}
 	walk(r.When)
 	for i := range r.Cases {
 		walk(r.Cases[i].When)
 	}
-	return out
 }
 
 // Line is the rule's line in its file, for editors and explain.

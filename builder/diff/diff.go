@@ -279,6 +279,19 @@ func under(p string, dirs []string) bool {
 	return false
 }
 
+// readBoth reads the two files compared.
+func readBoth(a, b string) ([]byte, []byte, error) {
+	ba, err := os.ReadFile(a)
+	if err != nil {
+		return nil, nil, fmt.Errorf("diff: %w", err)
+	}
+	bb, err := os.ReadFile(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("diff: %w", err)
+	}
+	return ba, bb, nil
+}
+
 // explain fills in what differs inside two files of different content.
 func explain(c *Change, a, b string, n int) error {
 	ea, eb := inspect.IsELF(a), inspect.IsELF(b)
@@ -288,13 +301,9 @@ func explain(c *Change, a, b string, n int) error {
 	if ea != eb {
 		c.Note = "an ELF file on one side only"
 	}
-	ba, err := os.ReadFile(a)
+	ba, bb, err := readBoth(a, b)
 	if err != nil {
-		return fmt.Errorf("diff: %w", err)
-	}
-	bb, err := os.ReadFile(b)
-	if err != nil {
-		return fmt.Errorf("diff: %w", err)
+		return err
 	}
 	c.OnlyA, c.OnlyB = differingStrings(ba, bb, n)
 	return nil
@@ -376,13 +385,9 @@ func explainELF(c *Change, a, b string, n int) error {
 	if len(c.Sections) == 0 {
 		// the bytes differ outside every section: the ELF or program headers, padding
 		c.Note = "every section is equal: the ELF headers, program headers or the bytes between sections differ"
-		ba, err := os.ReadFile(a)
+		ba, bb, err := readBoth(a, b)
 		if err != nil {
-			return fmt.Errorf("diff: %w", err)
-		}
-		bb, err := os.ReadFile(b)
-		if err != nil {
-			return fmt.Errorf("diff: %w", err)
+			return err
 		}
 		bytesA, bytesB = [][]byte{ba}, [][]byte{bb}
 	}

@@ -108,31 +108,58 @@ func (r *Node) checkFreeMemory(ctx context.Context) check.Result {
 // gpuHeader starts a GPU's part of nvidia-smi -q: "GPU 00000000:18:00.0".
 var gpuHeader = regexp.MustCompile(`^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$`)
 
-// fabricSections reads each GPU's Fabric section of nvidia-smi -q (its direct "Key : Value"
-// lines: State, Status, CliqueId, ClusterUUID), in the order the GPUs are listed; a GPU
-// whose report has none gets an empty map.
-func fabricSections(b []byte) []map[string]string {
-	var out []map[string]string
+// fabricPart is what a line of nvidia-smi -q is to the fabric fact.
+type fabricPart int
+
+const (
+	fabricOther   fabricPart = iota
+	fabricGPU                // a GPU's header
+	fabricHeading            // "Fabric", opening the section
+	fabricInside             // a line of a Fabric section (blank ones too)
+)
+
+// walkFabric calls f on each line of nvidia-smi -q with what it is: a Fabric section
+// runs from its heading to the first non-blank line indented no deeper than it.
+func walkFabric(b []byte, f func(line, trimmed string, part fabricPart)) {
 	in, depth := false, 0
 	for _, line := range strings.Split(string(b), "\n") {
 		trimmed := strings.TrimSpace(line)
 		indent := len(line) - len(strings.TrimLeft(line, " "))
 		switch {
 		case gpuHeader.MatchString(line):
-			out = append(out, map[string]string{})
 			in = false
-		case len(out) > 0 && trimmed == "Fabric":
+			f(line, trimmed, fabricGPU)
+		case trimmed == "Fabric":
 			in, depth = true, indent
+			f(line, trimmed, fabricHeading)
 		case in && trimmed != "" && indent <= depth:
 			in = false
-		case in && trimmed != "":
+			f(line, trimmed, fabricOther)
+		case in:
+			f(line, trimmed, fabricInside)
+		default:
+			f(line, trimmed, fabricOther)
+		}
+	}
+}
+
+// fabricSections reads each GPU's Fabric section of nvidia-smi -q (its direct "Key : Value"
+// lines: State, Status, CliqueId, ClusterUUID), in the order the GPUs are listed; a GPU
+// whose report has none gets an empty map.
+func fabricSections(b []byte) []map[string]string {
+	var out []map[string]string
+	walkFabric(b, func(_, trimmed string, part fabricPart) {
+		switch {
+		case part == fabricGPU:
+			out = append(out, map[string]string{})
+		case part == fabricInside && len(out) > 0:
 			if k, v, ok := strings.Cut(trimmed, ":"); ok && strings.TrimSpace(v) != "" {
 				if _, seen := out[len(out)-1][strings.TrimSpace(k)]; !seen {
 					out[len(out)-1][strings.TrimSpace(k)] = strings.TrimSpace(v)
 				}
 			}
 		}
-	}
+	})
 	return out
 }
 
@@ -140,21 +167,11 @@ func fabricSections(b []byte) []map[string]string {
 // their Fabric sections, so a capture holds no serial numbers.
 func fabricLines(b []byte) []byte {
 	var keep []string
-	in, depth := false, 0
-	for _, line := range strings.Split(string(b), "\n") {
-		trimmed := strings.TrimSpace(line)
-		indent := len(line) - len(strings.TrimLeft(line, " "))
-		switch {
-		case gpuHeader.MatchString(line):
-			keep, in = append(keep, line), false
-		case trimmed == "Fabric":
-			keep, in, depth = append(keep, line), true, indent
-		case in && trimmed != "" && indent <= depth:
-			in = false
-		case in:
+	walkFabric(b, func(line, _ string, part fabricPart) {
+		if part != fabricOther {
 			keep = append(keep, line)
 		}
-	}
+	})
 	return []byte(strings.Join(keep, "\n") + "\n")
 }
 

@@ -299,16 +299,7 @@ func (s Sysroot) Resolve(p string) (string, error) {
 
 // ReadFile reads a host file through the sysroot and records its bytes.
 func (s Sysroot) ReadFile(p string) ([]byte, error) {
-	r, err := s.resolve(p, true)
-	if err != nil {
-		return nil, hostErr("read", p, err)
-	}
-	b, err := os.ReadFile(s.onDisk(r))
-	if err != nil {
-		return nil, hostErr("read", p, err)
-	}
-	s.add(r, entry{kind: kindFile, data: b})
-	return b, nil
+	return s.ReadFileKeeping(p, func(b []byte) []byte { return b })
 }
 
 // ReadFileKeeping reads a host file whole but records only keep(its bytes): for a large

@@ -318,7 +318,7 @@ same checks, the same results, without the node.`,
 			if err := host.Capture(cmd.Context(), sys, cfg, &buf); err != nil {
 				return err
 			}
-			if err := writeFileAtomic(args[0], buf.Bytes()); err != nil {
+			if err := builder.WriteFileAtomic(args[0], buf.Bytes()); err != nil {
 				return err
 			}
 			if capJSON {
@@ -450,30 +450,6 @@ func (f *hostFlags) config(ctx context.Context, app *App) (host.Sysroot, host.Co
 		return opts.Sysroot, cfg, func() {}, usageError{err}
 	}
 	return opts.Sysroot, cfg, done, nil
-}
-
-// writeFileAtomic writes b to path through a temporary sibling, so that path is either
-// absent or whole.
-func writeFileAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // kindsHelp lists the check kinds of the targets, from the engine's registry, so that the

@@ -72,7 +72,7 @@ Exit codes: 0 done; 2 bad input (no install at the prefix, a bad --as or --forma
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 				return fmt.Errorf("module: %w", err)
 			}
-			if err := writeFileAtomic(path, b); err != nil {
+			if err := builder.WriteFileAtomic(path, b); err != nil {
 				return err
 			}
 			if err := os.Chmod(path, 0o644); err != nil {
