@@ -374,11 +374,7 @@ func WriteJSON(dir, name string, v any) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", name, err)
 	}
-	tmp := filepath.Join(dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	return os.Rename(tmp, filepath.Join(dir, name))
+	return WriteFileAtomic(filepath.Join(dir, name), append(b, '\n'))
 }
 
 // ReadJSON reads dir/name into v.

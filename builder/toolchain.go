@@ -667,10 +667,9 @@ func (p *Prober) storeProbe(dir, file, key string, t *Toolchain) {
 		}
 	}
 	if b, err := json.Marshal(pc); err == nil {
-		_ = os.MkdirAll(dir, 0o755)
-		tmp := file + ".tmp"
-		if os.WriteFile(tmp, b, 0o644) == nil {
-			_ = os.Rename(tmp, file)
+		// a cache: runs at the same time each write a whole file of their own
+		if os.MkdirAll(dir, 0o755) == nil {
+			_ = WriteFileAtomic(file, b)
 		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -278,11 +277,7 @@ func newSchemaCmd(app *App) *cobra.Command {
 				_, err = app.Out.Write(b)
 				return err
 			}
-			tmp := out + ".tmp"
-			if err := os.WriteFile(tmp, b, 0o644); err != nil {
-				return fmt.Errorf("write schema %s: %w", out, err)
-			}
-			return os.Rename(tmp, out)
+			return builder.WriteFileAtomic(out, b)
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this file instead of stdout")
