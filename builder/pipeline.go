@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/charmbracelet/log"
 
@@ -387,9 +388,11 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 	if opts.PlanOnly {
 		return &Result{Plan: j.Plan, Stages: r.Keys(j.Plan)}, nil
 	}
+	t := time.Now()
 	if err := j.preflight(ctx, r); err != nil {
 		return nil, err
 	}
+	j.opts.Log.Debug("preflight passed", "seconds", since(t))
 	res, err := r.Run(ctx, j.Plan)
 	if err != nil || (opts.CacheFrom == nil && opts.CacheTo == nil) {
 		return res, err
@@ -410,10 +413,12 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 			return nil, &UsageError{Err: fmt.Errorf("--force=%s: use all, patch, build, check or package", f)}
 		}
 	}
+	t := time.Now()
 	findings, err := j.Findings(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
+	j.opts.Log.Debug("rules decided on the plan", "seconds", since(t))
 	c, err := j.Cache()
 	if err != nil {
 		return nil, err
@@ -456,8 +461,10 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 		CMakePackages: NeedsCMakePackages(j.Plan), Prefixes: CMakePrefixPath(j.Plan), NCCL: torchNCCL(j.Plan)}
 	// what only the manifest needs of the toolchain (torch's NCCL) is still asked while
 	// preflight decides and the builds run: Run takes it before the package stage
+	t = time.Now()
 	tc, finish := prober.ProbeLater(probeCtx, filepath.Join(c.Dir(), "toolchain"))
 	r.Toolchain, r.probing = tc, &probing{stop: stop, finish: finish}
+	j.opts.Log.Debug("probed the toolchain", "seconds", since(t))
 	return r, nil
 }
 
@@ -740,3 +747,6 @@ func BuildMatrix(ctx context.Context, opts MatrixOptions) (*compat.Matrix, error
 	}
 	return compat.BuildMatrix(ctx, opts.Recipe, axes, opts.Sets, rules, anc, facts, opts.AllowUndecided)
 }
+
+// since is the seconds since t, to the millisecond: the debug log's timings.
+func since(t time.Time) float64 { return float64(time.Since(t).Milliseconds()) / 1000 }

@@ -241,7 +241,9 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 	var err error
 	if ph := r.early; ph != nil && ph.plan == p {
 		r.early = nil
+		t := time.Now()
 		<-ph.done
+		r.Log.Debug("waited for the patch stages", "seconds", since(t))
 		ph.stop()
 		outs, err = ph.outs, ph.err
 		rec.add(ph.events...)

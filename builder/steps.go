@@ -432,16 +432,25 @@ func (s *stepEnv) pythonExtension(ctx context.Context, i int, st *recipes.Python
 	if err := os.MkdirAll(egg, 0o755); err != nil {
 		return fmt.Errorf("build %s: %w", s.component, err)
 	}
+	// the interpreter's wheel tags do not depend on the build: asked while it runs
+	var tags wheel.Tags
+	var tagsErr error
+	asked := make(chan struct{})
+	go func() {
+		defer close(asked)
+		tags, tagsErr = s.pythonTags(ctx, env)
+	}()
 	if err := s.run(ctx, step, s.src, env, s.python, "setup.py", "egg_info", "--egg-base", egg, "build", "--build-lib", blib, "--build-temp", btmp); err != nil {
+		<-asked
 		return err
 	}
 	dst := filepath.Join(s.destdir+s.prefix, "python")
 	if err := copyTree(blib, dst); err != nil {
+		<-asked
 		return fmt.Errorf("build %s: install python package: %w", s.component, err)
 	}
-	tags, err := s.pythonTags(ctx, env)
-	if err != nil {
-		return fmt.Errorf("build %s: %w", s.component, err)
+	if <-asked; tagsErr != nil {
+		return fmt.Errorf("build %s: %w", s.component, tagsErr)
 	}
 	w, err := wheel.WriteDistInfo(dst, egg, s.src, tags)
 	if err != nil {

@@ -267,8 +267,19 @@ if WANT_TORCH:
         if local.startswith("cu") and local[2:].isdigit() and len(local) >= 5:
             r["torch"] = v; r["torch_cuda"] = local[2:-1] + "." + local[-1]
         else:
-            import torch
-            r["torch"] = torch.__version__; r["torch_cuda"] = torch.version.cuda or ""
+            # torch/version.py alone (it imports typing): a wheel whose version does not
+            # name its CUDA (2.11.0) would otherwise import torch, seconds on the critical path
+            tv = None
+            try:
+                spec = importlib.util.find_spec("torch")
+                f = list(spec.submodule_search_locations)[0] + "/version.py"
+                vs = importlib.util.spec_from_file_location("_epbuild_torch_version", f)
+                tv = importlib.util.module_from_spec(vs); vs.loader.exec_module(tv)
+                str(tv.__version__)
+            except Exception:
+                import torch
+                tv = torch.version
+            r["torch"] = str(tv.__version__); r["torch_cuda"] = tv.cuda or ""
     except Exception: pass
 for dist, mod in PKGS:
     try:

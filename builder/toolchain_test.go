@@ -91,3 +91,34 @@ func TestProbeTorchFromMetadata(t *testing.T) {
 		t.Fatalf("torch %q cuda %q, want 2.11.0+cu130 and 13.0", tc.Torch, tc.TorchCUDA)
 	}
 }
+
+// A torch whose metadata does not name its CUDA (the GPU machine's says 2.11.0) is read
+// from torch/version.py, as torch.__version__ and torch.version.cuda would say, without
+// importing torch: importing it took 5 to 8 s there, before any build could start.
+func TestProbeTorchFromVersionFile(t *testing.T) {
+	site := t.TempDir()
+	files := map[string]string{
+		"torch-2.11.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\n",
+		"torch/__init__.py":               "raise ImportError('imported')\n",
+		// as torch's build writes it
+		"torch/version.py": "from typing import Optional\n\n__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip', 'xpu']\n" +
+			"__version__ = '2.11.0+cu130'\ndebug = False\ncuda: Optional[str] = '13.0'\ngit_version = '70d99e998b2bd0a5b6f1ab2b1bd3b9f1e6e0a3f4'\nhip: Optional[str] = None\nxpu: Optional[str] = None\n",
+	}
+	for name, body := range files {
+		p := filepath.Join(site, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PYTHONPATH", site)
+	tc := (&Prober{Getenv: os.Getenv, Torch: true}).Probe(context.Background())
+	if tc.Python == "" {
+		t.Skip("no python3 here")
+	}
+	if tc.Torch != "2.11.0+cu130" || tc.TorchCUDA != "13.0" {
+		t.Fatalf("torch %q cuda %q, want 2.11.0+cu130 and 13.0 from torch/version.py", tc.Torch, tc.TorchCUDA)
+	}
+}

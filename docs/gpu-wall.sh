@@ -6,7 +6,7 @@
 # script prints every run, the medians and their ratio (target: at most 1.05), and where
 # epbuild's time went in its last run. See docs/validation.md.
 #
-#   MIRROR=dir [EPBUILD=path/to/epbuild] [ROUNDS=2] [WORK=dir] bash docs/gpu-wall.sh
+#   MIRROR=dir [EPBUILD=path/to/epbuild] [ROUNDS=2] [FIRST=epbuild|hand] [WORK=dir] bash docs/gpu-wall.sh
 #
 # ARGS replaces the extra arguments of epbuild recipe (default: the CUDA 13 wheels).
 # One round takes about twice the DeepEP build (about 100 s each on an H100).
@@ -14,6 +14,7 @@ set -euo pipefail
 : "${MIRROR:?set MIRROR to the mirror directory (epbuild mirror single-node DIR)}"
 EPBUILD=${EPBUILD:-epbuild}
 ROUNDS=${ROUNDS:-2}
+FIRST=${FIRST:-epbuild} # which side runs first in the first round (they alternate)
 WORK=${WORK:-$PWD/gpu-wall}
 ARGS=${ARGS:---set nvshmem.package=nvidia-nvshmem-cu13 --set nccl.package=nvidia-nccl-cu13}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -58,8 +59,10 @@ ours() {
 }
 
 declare -a E H
+off=0
+[ "$FIRST" = hand ] && off=1
 for ((i = 0; i < ROUNDS; i++)); do
-	if ((i % 2 == 0)); then
+	if (((i + off) % 2 == 0)); then
 		e=$(ours); h=$(hand)
 	else
 		h=$(hand); e=$(ours)
