@@ -2,7 +2,6 @@ package archive
 
 import (
 	"archive/tar"
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -137,11 +136,13 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 		return nil, fmt.Errorf("pack %s: %w", srcDir, err)
 	}
 
-	// zstd writes each block (about 30 KB) as it is done: gather them into fewer writes.
-	bw := bufio.NewWriterSize(w, 1<<20)
-	cw := &countWriter{w: bw, h: sha256.New()}
+	// zstd writes each block (about 30 KB) as it is done, from its entropy coder's
+	// goroutine: gather them into big writes, hashed and written on a goroutine of their
+	// own, so that neither the write nor the artifact's sha256 holds up the encoder.
+	cw := newOutWriter(w, sha256.New())
 	zw, err := zstd.NewWriter(cw, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(zstdPipeline))
 	if err != nil {
+		cw.Close()
 		return nil, fmt.Errorf("pack %s: start zstd encoder: %w", srcDir, err)
 	}
 	tw := tar.NewWriter(zw)
@@ -166,6 +167,7 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 			d := Entry{Type: TypeDir, Mode: 0o755}
 			if err := tw.WriteHeader(hdr(strings.Join(parts[:i+1], "/"), &d)); err != nil {
 				zw.Close()
+				cw.Close()
 				return nil, fmt.Errorf("pack %s: write prefix %q: %w", srcDir, prefix, err)
 			}
 		}
@@ -189,8 +191,9 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 	if zerr := zw.Close(); err == nil {
 		err = zerr
 	}
-	if err == nil {
-		err = bw.Flush()
+	// Close waits for the last write whatever happened.
+	if werr := cw.Close(); err == nil {
+		err = werr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pack %s: %w", srcDir, err)
@@ -289,19 +292,79 @@ func PackFile(ctx context.Context, srcDir, dest string, opts PackOptions) (*Pack
 	return rep, nil
 }
 
-type countWriter struct {
-	w io.Writer
-	h hash.Hash // of what was written; nil: none
-	n int64
+// outWriter gathers what it is given into outBufSize chunks that a goroutine of its own
+// hashes and writes to w, in order. Write and Close are called from one goroutine at a
+// time (zstd's writes are sequential); n and h are final after Close.
+type outWriter struct {
+	w    io.Writer
+	h    hash.Hash
+	n    int64 // bytes written to w
+	buf  []byte
+	full chan []byte // to the writing goroutine; closed by Close
+	free chan []byte
+	done chan struct{} // closed when the goroutine has returned
+	err  atomic.Pointer[error]
 }
 
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	if c.h != nil {
-		c.h.Write(p[:n])
+const (
+	outBufSize = 1 << 20
+	outBufs    = 4
+)
+
+func newOutWriter(w io.Writer, h hash.Hash) *outWriter {
+	o := &outWriter{w: w, h: h, full: make(chan []byte, outBufs), free: make(chan []byte, outBufs), done: make(chan struct{})}
+	for range outBufs - 1 {
+		o.free <- make([]byte, 0, outBufSize)
 	}
-	c.n += int64(n)
-	return n, err
+	o.buf = make([]byte, 0, outBufSize)
+	go func() {
+		defer close(o.done)
+		for b := range o.full {
+			if o.err.Load() == nil {
+				n, err := o.w.Write(b)
+				o.h.Write(b[:n])
+				o.n += int64(n)
+				if err != nil {
+					o.err.Store(&err)
+				}
+			}
+			o.free <- b[:0]
+		}
+	}()
+	return o
+}
+
+func (o *outWriter) Write(p []byte) (int, error) {
+	if e := o.err.Load(); e != nil {
+		return 0, *e
+	}
+	n := len(p)
+	for len(p) > 0 {
+		k := copy(o.buf[len(o.buf):cap(o.buf)], p)
+		o.buf, p = o.buf[:len(o.buf)+k], p[k:]
+		if len(o.buf) == cap(o.buf) {
+			o.full <- o.buf
+			o.buf = <-o.free
+		}
+	}
+	return n, nil
+}
+
+// Close writes what is left and waits for the goroutine; it returns the first error of
+// a write to w.
+func (o *outWriter) Close() error {
+	if o.buf != nil {
+		if len(o.buf) > 0 {
+			o.full <- o.buf
+		}
+		o.buf = nil
+		close(o.full)
+	}
+	<-o.done
+	if e := o.err.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // streamer feeds the items to the archive writer: one goroutine reads (and hashes) files
