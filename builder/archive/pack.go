@@ -96,10 +96,11 @@ func classify(kind error, format string, args ...any) error {
 type item struct {
 	Entry
 	src   string // file on disk; empty for directories, symlinks and extra files
-	data  []byte // extra files only
+	data  []byte // extra files, and small files kept from their read ahead
 	late  bool   // the LateFile: data comes when the archive reaches it
 	ahead bool   // hashed ahead of packing (it comes after the late file)
 	ident ident  // of src when it was hashed ahead
+	kept  bool   // hashed ahead and its bytes kept in data: not read again
 }
 
 // Pack writes the tree at srcDir (empty: none) with opts.Mounts as a reproducible tar.zst
@@ -385,9 +386,10 @@ func (s *streamer) run(ctx context.Context, header func(i int) error, data func(
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type msg struct {
-		idx int
-		b   []byte // nil: start of item idx
-		err error
+		idx    int
+		b      []byte // nil: start of item idx
+		pooled bool   // b is from free: give it back
+		err    error
 	}
 	msgs := make(chan msg, readAhead)
 	free := make(chan []byte, readAhead)
@@ -441,13 +443,16 @@ func (s *streamer) run(ctx context.Context, header func(i int) error, data func(
 			if it.Type != TypeFile {
 				continue
 			}
-			if it.src == "" {
+			if it.src == "" || it.kept {
 				if it.late {
 					sum := sha256.Sum256(it.data)
 					it.SHA256 = hex.EncodeToString(sum[:])
 				}
 				if len(it.data) > 0 && !send(msg{idx: i, b: it.data}) {
 					return
+				}
+				if it.kept {
+					it.data = nil // the message holds it until it is written
 				}
 				continue
 			}
@@ -456,7 +461,7 @@ func (s *streamer) run(ctx context.Context, header func(i int) error, data func(
 				h.Reset()
 				hh = h
 			}
-			if err := readFile(ctx, it, hh, free, func(b []byte) bool { return send(msg{idx: i, b: b}) }); err != nil {
+			if err := readFile(ctx, it, hh, free, func(b []byte) bool { return send(msg{idx: i, b: b, pooled: true}) }); err != nil {
 				send(msg{idx: i, err: err})
 				return
 			}
@@ -481,7 +486,7 @@ func (s *streamer) run(ctx context.Context, header func(i int) error, data func(
 			if err = data(m.b); err != nil {
 				err = fmt.Errorf("entry %q: write data: %w", s.items[m.idx].Path, err)
 			}
-			if s.items[m.idx].src != "" {
+			if m.pooled {
 				free <- m.b[:cap(m.b)]
 			}
 		}
@@ -516,10 +521,18 @@ func (s *streamer) makeLate(it *item) error {
 	return nil
 }
 
-// hashAhead hashes the files after the late file on runtime.NumCPU() workers, recording
-// what each file was (ident) when its read began; readFile checks it again after its own
-// read, so that a file changed in between fails the pack instead of leaving a manifest that
-// lies.
+// Small files hashed ahead are kept in memory, up to keepBudget bytes in all, and packed
+// from there: opening and reading a file again costs more than its hashing when it is a
+// few KB (headers), and the bytes packed are then the very bytes hashed.
+const (
+	keepMax    = 64 << 10
+	keepBudget = 128 << 20
+)
+
+// hashAhead hashes the files after the late file on runtime.NumCPU() workers. A small
+// file's bytes are kept (see keepMax); for the others it records what each file was
+// (ident) when its read began, and readFile checks it again after its own read, so that a
+// file changed in between fails the pack instead of leaving a manifest that lies.
 func (s *streamer) hashAhead(ctx context.Context) error {
 	var idx []int
 	for i := s.late + 1; i < len(s.items); i++ {
@@ -527,6 +540,8 @@ func (s *streamer) hashAhead(ctx context.Context) error {
 			idx = append(idx, i)
 		}
 	}
+	var budget atomic.Int64
+	budget.Store(keepBudget)
 	return forEach(ctx, idx, func(i int, h hash.Hash, buf []byte) error {
 		it := &s.items[i]
 		f, err := os.Open(it.src)
@@ -537,6 +552,20 @@ func (s *streamer) hashAhead(ctx context.Context) error {
 		fi, err := f.Stat()
 		if err != nil {
 			return fmt.Errorf("entry %q: %w", it.Path, err)
+		}
+		if it.Size <= keepMax && fi.Size() == it.Size && budget.Add(-it.Size) >= 0 {
+			// one read of size+1 bytes: the short count is the end of the file
+			data := make([]byte, it.Size+1)
+			n, err := io.ReadFull(f, data)
+			switch {
+			case err == nil || int64(n) != it.Size:
+				return fmt.Errorf("entry %q: file changed while being packed (%d bytes or more, was %d); do not modify the tree during packing", it.Path, n, it.Size)
+			case err != io.ErrUnexpectedEOF && err != io.EOF:
+				return fmt.Errorf("entry %q: read: %w", it.Path, err)
+			}
+			sum := sha256.Sum256(data[:n])
+			it.SHA256, it.ahead, it.kept, it.data = hex.EncodeToString(sum[:]), true, true, data[:n:n]
+			return nil
 		}
 		sum, n, err := hashOpen(ctx, f, fi, h, buf)
 		if err != nil {
@@ -883,7 +912,7 @@ func HashFile(ctx context.Context, name string, h hash.Hash, buf []byte) (string
 
 // hashOpen hashes the open file f, fi its fstat, like HashFile.
 func hashOpen(ctx context.Context, f *os.File, fi fs.FileInfo, h hash.Hash, buf []byte) (string, int64, error) {
-	if !fi.Mode().IsRegular() {
+	if !fi.Mode().IsRegular() || fi.Size() < mapMin {
 		return hashReader(ctx, f, h, buf)
 	}
 	h.Reset()
