@@ -277,16 +277,26 @@ func (e *RulesError) ExitCode() int {
 // them), with a *RulesError when they stop the job. Findings with every condition decided
 // are kept in the cache, so a rerun does not evaluate the rules again.
 func (j *Job) Findings(ctx context.Context, tc *Toolchain) ([]compat.Finding, error) {
+	return j.findings(ctx, tc, false)
+}
+
+// findings is Findings; with run, for a run that goes on to open the cache, the findings
+// are kept even where the cache does not exist yet (it is made for them), unless they stop
+// the run: the first rerun after a cold run then finds them.
+func (j *Job) findings(ctx context.Context, tc *Toolchain, run bool) ([]compat.Finding, error) {
 	facts, stage := FactsFromPlan(j.Plan), compat.StagePlan
 	if tc != nil {
 		facts, stage = PreflightFacts(facts, j.Plan, tc), compat.StagePreflight
 	}
 	var fs []compat.Finding
-	keep := "" // only in a cache that exists: a rule check creates none
+	keep, exists := "", false // kept only in a cache that exists, or that a run makes: a rule check creates none
 	if dir, err := j.cacheDir(); err == nil {
-		if _, err := os.Stat(dir); err == nil {
-			keep = filepath.Join(dir, "compat", Key("compat/2", compat.DataDigest(), facts, stage, j.opts.Rules != nil)+".json")
-		}
+		keep = filepath.Join(dir, "compat", Key("compat/2", compat.DataDigest(), facts, stage, j.opts.Rules != nil)+".json")
+		_, err := os.Stat(dir)
+		exists = err == nil
+	}
+	if !exists && !run {
+		keep = ""
 	}
 	if b, err := os.ReadFile(keep); keep == "" || err != nil || json.Unmarshal(b, &fs) != nil {
 		rules, anc, err := j.rulesAndAncestry()
@@ -296,11 +306,13 @@ func (j *Job) Findings(ctx context.Context, tc *Toolchain) ([]compat.Finding, er
 		if fs, err = compat.Evaluate(ctx, rules, facts, stage, anc); err != nil {
 			return nil, fmt.Errorf("check %s against the compatibility rules: %w", j.Plan.Recipe, err)
 		}
-		if decided(fs) && keep != "" {
+		perr := j.policy(fs, stage)
+		if decided(fs) && keep != "" && (exists || perr == nil) {
 			if b, err := json.Marshal(fs); err == nil && os.MkdirAll(filepath.Dir(keep), 0o755) == nil {
 				_ = WriteFileAtomic(keep, b) // a cache: a failed write only costs a re-evaluation
 			}
 		}
+		return fs, perr
 	}
 	return fs, j.policy(fs, stage)
 }
@@ -414,7 +426,7 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 		}
 	}
 	t := time.Now()
-	findings, err := j.Findings(ctx, nil)
+	findings, err := j.findings(ctx, nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -471,7 +483,7 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 // preflight stops a run whose build host lacks something (exit 3) or that the rules stop
 // on the probed toolchain; the rules' findings join the runner's.
 func (j *Job) preflight(ctx context.Context, r *Runner) error {
-	pre, err := j.Findings(ctx, r.Toolchain)
+	pre, err := j.findings(ctx, r.Toolchain, true)
 	if err := buildHostVerdict(Preflight(j.Plan, r.Toolchain), err); err != nil {
 		return err
 	}

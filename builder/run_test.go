@@ -184,3 +184,27 @@ func TestDemoKilled(t *testing.T) {
 	}
 	t.Logf("%d of %d runs killed midway", killed, trials)
 }
+
+// A cold run into a cache that does not exist yet keeps its rule findings (plan and
+// preflight) there, so that the first rerun does not evaluate the rules again; asking for
+// the findings alone creates no cache.
+func TestColdRunKeepsFindings(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: "demo", CacheDir: dir, Log: log.New(io.Discard)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Findings(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("Findings alone made the cache %s: %v", dir, err)
+	}
+	if _, err := demoRun(t, dir, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := filepath.Glob(filepath.Join(dir, "compat", "*.json"))
+	if err != nil || len(kept) != 2 {
+		t.Fatalf("after a cold run the cache keeps findings %v (%v), want the plan's and preflight's", kept, err)
+	}
+}

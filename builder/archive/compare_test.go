@@ -1,13 +1,18 @@
 package archive
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/benchcmp"
+	"github.com/klauspost/compress/zstd"
 )
 
 // TestCompareHash times HashTree against `openssl dgst -sha256` on as many processes as
@@ -29,6 +34,62 @@ func TestCompareHash(t *testing.T) {
 			fmt.Sprint(workers), fmt.Sprint(8004/(4*workers)+1))
 	}
 	benchcmp.Compare(t, benchcmp.Rounds(5), ours, anchor).Print("hash", fmt.Sprintf("bytes=%d", total), fmt.Sprintf("workers=%d", workers))
+}
+
+// TestCompareEncoder times the zstd encoder alone, as Pack runs it (the same level and
+// options), on a tar file of the package comparison's tree, against `zstd -3 -T1` on the
+// same file, and against the package comparison's anchor (`tar | zstd -3 -T1` of the
+// tree): the floor under the package stage's ratio, since Pack's bytes pin its encoder.
+func TestCompareEncoder(t *testing.T) {
+	benchcmp.Skip(t)
+	benchcmp.Need(t, "tar", "zstd")
+	tmp := t.TempDir()
+	total := benchcmp.InstallTree(t, filepath.Join(tmp, "prefix"), 256, 8000)
+	tarball := filepath.Join(tmp, "tree.tar")
+	if out, err := exec.Command("tar", "-C", tmp, "--sort=name", "-cf", tarball, "prefix").CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v\n%s", err, out)
+	}
+	out := filepath.Join(tmp, "out.zst")
+	ours := func(tb testing.TB) benchcmp.Sample {
+		return benchcmp.Time(tb, func() error {
+			in, err := os.Open(tarball)
+			if err != nil {
+				return err
+			}
+			defer in.Close()
+			f, err := os.Create(out)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			// Pack's own writer: big writes, on a goroutine of their own.
+			cw := newOutWriter(f, sha256.New())
+			zw, err := zstd.NewWriter(cw, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(zstdPipeline))
+			if err != nil {
+				cw.Close()
+				return err
+			}
+			_, err = io.Copy(zw, in)
+			if zerr := zw.Close(); err == nil {
+				err = zerr
+			}
+			if cerr := cw.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		})
+	}
+	anchor := func(tb testing.TB) benchcmp.Sample {
+		return benchcmp.Shell(tb, tmp, `zstd -3 -T1 -q -f -o "$2" "$1"`, tarball, out+".anchor")
+	}
+	// The package comparison's anchor: what the encoder alone is to it bounds what the
+	// whole stage can be.
+	tarZstd := func(tb testing.TB) benchcmp.Sample {
+		return benchcmp.Shell(tb, tmp, `tar --sort=name -cf - prefix | zstd -3 -T1 -q -f -o "$1"`, out+".tar-zstd")
+	}
+	rs := benchcmp.CompareMany(t, benchcmp.Rounds(5), ours, anchor, tarZstd)
+	rs[0].Print("encoder", fmt.Sprintf("bytes=%d", total))
+	rs[1].Print("encoder-vs-package-anchor", fmt.Sprintf("bytes=%d", total))
 }
 
 // benchInstallTree writes a 64 MiB + 2000-header tree for one benchmark (b.Loop runs the
@@ -71,6 +132,38 @@ func BenchmarkExtract(b *testing.B) {
 		dest := filepath.Join(b.TempDir(), "x")
 		b.StartTimer()
 		if _, err := ExtractFile(context.Background(), art, dest, ExtractOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEncoder is the floor under BenchmarkPack: the zstd encoder alone, as Pack runs
+// it, on a tar of the same tree held in memory.
+func BenchmarkEncoder(b *testing.B) {
+	tree, _ := benchInstallTree(b)
+	var tarball bytes.Buffer
+	if _, err := Pack(context.Background(), tree, &tarball, PackOptions{Prefix: "p", ModTime: fixedTime}); err != nil {
+		b.Fatal(err)
+	}
+	dec, err := zstd.NewReader(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dec.Close()
+	raw, err := dec.DecodeAll(tarball.Bytes(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		zw, err := zstd.NewWriter(io.Discard, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(zstdPipeline))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := zw.Write(raw); err != nil {
+			b.Fatal(err)
+		}
+		if err := zw.Close(); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -161,21 +161,27 @@ func TestOnePassSameBytes(t *testing.T) {
 
 // TestLateFileSeesChange: a file after the manifest that changes between its hashing and
 // its packing fails the pack instead of leaving a manifest that does not match the
-// archive; an error making the late file fails it too.
+// archive (a big file, read again to be packed); a small file is packed from the bytes
+// hashed, so that the archive holds what the manifest says whatever happened to the file
+// since; an error making the late file fails the pack.
 func TestLateFileSeesChange(t *testing.T) {
 	tree := filepath.Join(t.TempDir(), "tree")
 	artifactTree(t, tree)
-	victim := filepath.Join(tree, "nvshmem", "include", "h05.h")
+	victim := filepath.Join(tree, "nvshmem", "lib", "libbig.so")
 	old, err := os.ReadFile(victim)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(old) <= keepMax {
+		t.Fatalf("%s: %d bytes, want a file too big to be kept", victim, len(old))
 	}
 	for _, change := range []struct {
 		name  string
 		apply func() error
 	}{
 		{"same size, new bytes", func() error {
-			b := bytes.ToUpper(old)
+			b := slices.Clone(old)
+			b[len(b)/2] ^= 0xff
 			return os.WriteFile(victim, b, 0o644)
 		}},
 		{"same bytes written again, mtime put back", func() error {
@@ -200,11 +206,41 @@ func TestLateFileSeesChange(t *testing.T) {
 				}
 				return manifestOf(e)
 			}}})
-			if err == nil || !strings.Contains(err.Error(), `"nvshmem/include/h05.h": file changed while being packed`) {
-				t.Errorf("got %v, want a change of nvshmem/include/h05.h", err)
+			if err == nil || !strings.Contains(err.Error(), `"nvshmem/lib/libbig.so": file changed while being packed`) {
+				t.Errorf("got %v, want a change of nvshmem/lib/libbig.so", err)
 			}
 		})
 	}
+
+	t.Run("small file kept", func(t *testing.T) {
+		small := filepath.Join(tree, "nvshmem", "include", "h05.h")
+		before, err := os.ReadFile(small)
+		if err != nil {
+			t.Fatal(err)
+		}
+		art := filepath.Join(t.TempDir(), "a.tar.zst")
+		_, err = PackFile(context.Background(), tree, art, PackOptions{Late: &LateFile{Name: "manifest.json", Data: func(e []Entry) ([]byte, error) {
+			if err := os.WriteFile(small, bytes.ToUpper(before), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return manifestOf(e)
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadMember(context.Background(), art, "nvshmem/include/h05.h", 1<<20, ExtractOptions{Format: FormatTarZst})
+		if err != nil || !bytes.Equal(got, before) {
+			t.Fatalf("packed h05.h: %d bytes (%v), want the %d bytes hashed", len(got), err, len(before))
+		}
+		mb, err := ReadMember(context.Background(), art, "manifest.json", 1<<20, ExtractOptions{Format: FormatTarZst})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := sum(before); !strings.Contains(string(mb), want) {
+			t.Errorf("the manifest does not record h05.h's packed bytes (sha256 %s)", want)
+		}
+	})
+
 	boom := errors.New("no manifest today")
 	_, err = Pack(context.Background(), tree, io.Discard, PackOptions{Late: &LateFile{Name: "manifest.json", Data: func([]Entry) ([]byte, error) { return nil, boom }}})
 	if !errors.Is(err, boom) {

@@ -2,7 +2,6 @@ package archive
 
 import (
 	"archive/tar"
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -97,10 +96,11 @@ func classify(kind error, format string, args ...any) error {
 type item struct {
 	Entry
 	src   string // file on disk; empty for directories, symlinks and extra files
-	data  []byte // extra files only
+	data  []byte // extra files, and small files kept from their read ahead
 	late  bool   // the LateFile: data comes when the archive reaches it
 	ahead bool   // hashed ahead of packing (it comes after the late file)
 	ident ident  // of src when it was hashed ahead
+	kept  bool   // hashed ahead and its bytes kept in data: not read again
 }
 
 // Pack writes the tree at srcDir (empty: none) with opts.Mounts as a reproducible tar.zst
@@ -137,11 +137,13 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 		return nil, fmt.Errorf("pack %s: %w", srcDir, err)
 	}
 
-	// zstd writes each block (about 30 KB) as it is done: gather them into fewer writes.
-	bw := bufio.NewWriterSize(w, 1<<20)
-	cw := &countWriter{w: bw, h: sha256.New()}
+	// zstd writes each block (about 30 KB) as it is done, from its entropy coder's
+	// goroutine: gather them into big writes, hashed and written on a goroutine of their
+	// own, so that neither the write nor the artifact's sha256 holds up the encoder.
+	cw := newOutWriter(w, sha256.New())
 	zw, err := zstd.NewWriter(cw, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(zstdPipeline))
 	if err != nil {
+		cw.Close()
 		return nil, fmt.Errorf("pack %s: start zstd encoder: %w", srcDir, err)
 	}
 	tw := tar.NewWriter(zw)
@@ -166,6 +168,7 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 			d := Entry{Type: TypeDir, Mode: 0o755}
 			if err := tw.WriteHeader(hdr(strings.Join(parts[:i+1], "/"), &d)); err != nil {
 				zw.Close()
+				cw.Close()
 				return nil, fmt.Errorf("pack %s: write prefix %q: %w", srcDir, prefix, err)
 			}
 		}
@@ -189,8 +192,9 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 	if zerr := zw.Close(); err == nil {
 		err = zerr
 	}
-	if err == nil {
-		err = bw.Flush()
+	// Close waits for the last write whatever happened.
+	if werr := cw.Close(); err == nil {
+		err = werr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pack %s: %w", srcDir, err)
@@ -289,19 +293,79 @@ func PackFile(ctx context.Context, srcDir, dest string, opts PackOptions) (*Pack
 	return rep, nil
 }
 
-type countWriter struct {
-	w io.Writer
-	h hash.Hash // of what was written; nil: none
-	n int64
+// outWriter gathers what it is given into outBufSize chunks that a goroutine of its own
+// hashes and writes to w, in order. Write and Close are called from one goroutine at a
+// time (zstd's writes are sequential); n and h are final after Close.
+type outWriter struct {
+	w    io.Writer
+	h    hash.Hash
+	n    int64 // bytes written to w
+	buf  []byte
+	full chan []byte // to the writing goroutine; closed by Close
+	free chan []byte
+	done chan struct{} // closed when the goroutine has returned
+	err  atomic.Pointer[error]
 }
 
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	if c.h != nil {
-		c.h.Write(p[:n])
+const (
+	outBufSize = 1 << 20
+	outBufs    = 4
+)
+
+func newOutWriter(w io.Writer, h hash.Hash) *outWriter {
+	o := &outWriter{w: w, h: h, full: make(chan []byte, outBufs), free: make(chan []byte, outBufs), done: make(chan struct{})}
+	for range outBufs - 1 {
+		o.free <- make([]byte, 0, outBufSize)
 	}
-	c.n += int64(n)
-	return n, err
+	o.buf = make([]byte, 0, outBufSize)
+	go func() {
+		defer close(o.done)
+		for b := range o.full {
+			if o.err.Load() == nil {
+				n, err := o.w.Write(b)
+				o.h.Write(b[:n])
+				o.n += int64(n)
+				if err != nil {
+					o.err.Store(&err)
+				}
+			}
+			o.free <- b[:0]
+		}
+	}()
+	return o
+}
+
+func (o *outWriter) Write(p []byte) (int, error) {
+	if e := o.err.Load(); e != nil {
+		return 0, *e
+	}
+	n := len(p)
+	for len(p) > 0 {
+		k := copy(o.buf[len(o.buf):cap(o.buf)], p)
+		o.buf, p = o.buf[:len(o.buf)+k], p[k:]
+		if len(o.buf) == cap(o.buf) {
+			o.full <- o.buf
+			o.buf = <-o.free
+		}
+	}
+	return n, nil
+}
+
+// Close writes what is left and waits for the goroutine; it returns the first error of
+// a write to w.
+func (o *outWriter) Close() error {
+	if o.buf != nil {
+		if len(o.buf) > 0 {
+			o.full <- o.buf
+		}
+		o.buf = nil
+		close(o.full)
+	}
+	<-o.done
+	if e := o.err.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // streamer feeds the items to the archive writer: one goroutine reads (and hashes) files
@@ -322,9 +386,10 @@ func (s *streamer) run(ctx context.Context, header func(i int) error, data func(
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type msg struct {
-		idx int
-		b   []byte // nil: start of item idx
-		err error
+		idx    int
+		b      []byte // nil: start of item idx
+		pooled bool   // b is from free: give it back
+		err    error
 	}
 	msgs := make(chan msg, readAhead)
 	free := make(chan []byte, readAhead)
@@ -378,13 +443,16 @@ func (s *streamer) run(ctx context.Context, header func(i int) error, data func(
 			if it.Type != TypeFile {
 				continue
 			}
-			if it.src == "" {
+			if it.src == "" || it.kept {
 				if it.late {
 					sum := sha256.Sum256(it.data)
 					it.SHA256 = hex.EncodeToString(sum[:])
 				}
 				if len(it.data) > 0 && !send(msg{idx: i, b: it.data}) {
 					return
+				}
+				if it.kept {
+					it.data = nil // the message holds it until it is written
 				}
 				continue
 			}
@@ -393,7 +461,7 @@ func (s *streamer) run(ctx context.Context, header func(i int) error, data func(
 				h.Reset()
 				hh = h
 			}
-			if err := readFile(ctx, it, hh, free, func(b []byte) bool { return send(msg{idx: i, b: b}) }); err != nil {
+			if err := readFile(ctx, it, hh, free, func(b []byte) bool { return send(msg{idx: i, b: b, pooled: true}) }); err != nil {
 				send(msg{idx: i, err: err})
 				return
 			}
@@ -418,7 +486,7 @@ func (s *streamer) run(ctx context.Context, header func(i int) error, data func(
 			if err = data(m.b); err != nil {
 				err = fmt.Errorf("entry %q: write data: %w", s.items[m.idx].Path, err)
 			}
-			if s.items[m.idx].src != "" {
+			if m.pooled {
 				free <- m.b[:cap(m.b)]
 			}
 		}
@@ -453,10 +521,18 @@ func (s *streamer) makeLate(it *item) error {
 	return nil
 }
 
-// hashAhead hashes the files after the late file on runtime.NumCPU() workers, recording
-// what each file was (ident) when its read began; readFile checks it again after its own
-// read, so that a file changed in between fails the pack instead of leaving a manifest that
-// lies.
+// Small files hashed ahead are kept in memory, up to keepBudget bytes in all, and packed
+// from there: opening and reading a file again costs more than its hashing when it is a
+// few KB (headers), and the bytes packed are then the very bytes hashed.
+const (
+	keepMax    = 64 << 10
+	keepBudget = 128 << 20
+)
+
+// hashAhead hashes the files after the late file on runtime.NumCPU() workers. A small
+// file's bytes are kept (see keepMax); for the others it records what each file was
+// (ident) when its read began, and readFile checks it again after its own read, so that a
+// file changed in between fails the pack instead of leaving a manifest that lies.
 func (s *streamer) hashAhead(ctx context.Context) error {
 	var idx []int
 	for i := s.late + 1; i < len(s.items); i++ {
@@ -464,6 +540,8 @@ func (s *streamer) hashAhead(ctx context.Context) error {
 			idx = append(idx, i)
 		}
 	}
+	var budget atomic.Int64
+	budget.Store(keepBudget)
 	return forEach(ctx, idx, func(i int, h hash.Hash, buf []byte) error {
 		it := &s.items[i]
 		f, err := os.Open(it.src)
@@ -475,7 +553,21 @@ func (s *streamer) hashAhead(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("entry %q: %w", it.Path, err)
 		}
-		sum, n, err := hashReader(ctx, f, h, buf)
+		if it.Size <= keepMax && fi.Size() == it.Size && budget.Add(-it.Size) >= 0 {
+			// one read of size+1 bytes: the short count is the end of the file
+			data := make([]byte, it.Size+1)
+			n, err := io.ReadFull(f, data)
+			switch {
+			case err == nil || int64(n) != it.Size:
+				return fmt.Errorf("entry %q: file changed while being packed (%d bytes or more, was %d); do not modify the tree during packing", it.Path, n, it.Size)
+			case err != io.ErrUnexpectedEOF && err != io.EOF:
+				return fmt.Errorf("entry %q: read: %w", it.Path, err)
+			}
+			sum := sha256.Sum256(data[:n])
+			it.SHA256, it.ahead, it.kept, it.data = hex.EncodeToString(sum[:]), true, true, data[:n:n]
+			return nil
+		}
+		sum, n, err := hashOpen(ctx, f, fi, h, buf)
 		if err != nil {
 			return fmt.Errorf("entry %q: read: %w", it.Path, err)
 		}
@@ -802,14 +894,46 @@ func HashTree(ctx context.Context, dir string) ([]Entry, error) {
 	return out, nil
 }
 
-// HashFile streams one file through h (reset first) with buf, checking ctx between
-// chunks, and returns the hex digest and the bytes read.
+// HashFile hashes one file through h (reset first), a big one through a mapping of it, a
+// small one read with buf, checking ctx between chunks, and returns the hex digest and the
+// bytes hashed.
 func HashFile(ctx context.Context, name string, h hash.Hash, buf []byte) (string, int64, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return "", 0, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", 0, err
+	}
+	return hashOpen(ctx, f, fi, h, buf)
+}
+
+// hashOpen hashes the open file f, fi its fstat, like HashFile.
+func hashOpen(ctx context.Context, f *os.File, fi fs.FileInfo, h hash.Hash, buf []byte) (string, int64, error) {
+	if !fi.Mode().IsRegular() || fi.Size() < mapMin {
+		return hashReader(ctx, f, h, buf)
+	}
+	h.Reset()
+	ok, err := hashMapped(ctx, f, fi.Size(), h)
+	if err != nil {
+		return "", 0, err
+	}
+	if ok {
+		// A mapping holds the size the file had at the fstat: a file that changed size
+		// since is read instead, as if it had never been mapped.
+		now, err := f.Stat()
+		if err != nil {
+			return "", 0, err
+		}
+		if now.Size() == fi.Size() {
+			return hex.EncodeToString(h.Sum(nil)), fi.Size(), nil
+		}
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", 0, err
+	}
 	return hashReader(ctx, f, h, buf)
 }
 
