@@ -185,7 +185,7 @@ func TestComparePushPull(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.fetchBlob(ctx, r, ref, f.layers[MediaTypeArtifact], filepath.Join(dir, f.name), nil); err != nil {
+		if err := c.fetchBlob(ctx, r, ref, f.layers[MediaTypeArtifact], filepath.Join(dir, f.name)); err != nil {
 			t.Fatal(err)
 		}
 		return time.Since(start)
