@@ -175,8 +175,8 @@ func download(ctx context.Context, rc io.Reader, out io.Writer, f *fanOut, size 
 		}
 		n, err := io.ReadFull(rc, b[:min(int64(len(b)), left)])
 		if n > 0 {
-			if _, werr := (smallWrites{out}).Write(b[:n]); werr != nil {
-				return &writeError{werr}
+			if _, err := (smallWrites{out}).Write(b[:n]); err != nil {
+				return err
 			}
 			f.send(b[:n])
 			left -= int64(n)
@@ -198,7 +198,7 @@ func download(ctx context.Context, rc io.Reader, out io.Writer, f *fanOut, size 
 	return nil
 }
 
-// smallWrites writes to w in pieces of writeSize.
+// smallWrites writes to w in pieces of writeSize; a failure is a *writeError.
 type smallWrites struct{ w io.Writer }
 
 func (s smallWrites) Write(p []byte) (int, error) {
@@ -207,7 +207,7 @@ func (s smallWrites) Write(p []byte) (int, error) {
 		m, err := s.w.Write(p[:min(len(p), writeSize)])
 		n += m
 		if err != nil {
-			return n, err
+			return n, &writeError{err}
 		}
 		p = p[m:]
 	}
