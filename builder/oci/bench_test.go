@@ -108,12 +108,12 @@ func findOras() string {
 
 // TestComparePushPull measures epbuild push and pull of a 1 GiB artifact against oras
 // push and pull of the same file to the same loopback registry (curl of the blob when
-// oras is not installed), alternating, 5 rounds: medians, minimums and CPU times (this
-// process's for epbuild, the tool's for the anchor; the registry's on neither side).
-// epbuild does more: push runs
-// install's checks on the artifact beside the upload, pull runs them as the download
-// arrives (every entry decompressed once and hashed against the manifest, nothing
-// extracted); pull-fetch is pull's transfer alone, the same work as oras pull.
+// oras is not installed), 5 rounds (EPBUILD_BENCH_ROUNDS), the order rotated each round:
+// medians, minimums and CPU times (this process's for epbuild, the tool's for the
+// anchor; the registry's on neither side). epbuild does more: push runs install's
+// checks on the artifact beside the upload, pull runs them as the download arrives
+// (every entry decompressed once and hashed against the manifest, nothing extracted);
+// pull-fetch is pull's transfer alone, the same work as oras pull.
 func TestComparePushPull(t *testing.T) {
 	if os.Getenv("EPBUILD_BENCH") == "" {
 		t.Skip("set EPBUILD_BENCH=1 to measure")
@@ -186,28 +186,39 @@ func TestComparePushPull(t *testing.T) {
 		})
 	}
 	var ePush, aPush, ePull, aPull, eFetch []benchcmp.Sample
-	for i := range 5 {
+	for i := range benchcmp.Rounds(5) {
 		// fresh repositories each round: neither tool finds the blob already there
 		erepo, arepo := fmt.Sprintf("bench/epbuild-%d", i), fmt.Sprintf("bench/anchor-%d", i)
-		aPush = append(aPush, anchorPush(arepo))
 		var res *PushResult
-		ePush = append(ePush, benchcmp.Time(t, func() (err error) {
-			res, err = c.Push(ctx, art, mustRef(t, "oci://"+reg.Addr+"/"+erepo), PushOptions{})
-			return err
-		}))
-
-		dir := t.TempDir()
-		aPull = append(aPull, anchorPull(arepo, dir))
-		_ = os.RemoveAll(dir)
-		dir = t.TempDir()
-		ePull = append(ePull, benchcmp.Time(t, func() error {
-			_, err := c.PullPlan(ctx, mustRef(t, "oci://"+reg.Addr+"/"+erepo), res.PlanKey, dir)
-			return err
-		}))
-		_ = os.RemoveAll(dir)
-		dir = t.TempDir()
-		eFetch = append(eFetch, fetchOnly(erepo, res.PlanKey, dir))
-		_ = os.RemoveAll(dir)
+		// the order rotates each round, as benchcmp's comparisons do: no side always runs
+		// in another's wake (the writeback of the last push, a file just removed)
+		pushes := []func(){
+			func() { aPush = append(aPush, anchorPush(arepo)) },
+			func() {
+				ePush = append(ePush, benchcmp.Time(t, func() (err error) {
+					res, err = c.Push(ctx, art, mustRef(t, "oci://"+reg.Addr+"/"+erepo), PushOptions{})
+					return err
+				}))
+			},
+		}
+		for k := range pushes {
+			pushes[(i+k)%len(pushes)]()
+		}
+		pulls := []func(dir string){
+			func(dir string) { aPull = append(aPull, anchorPull(arepo, dir)) },
+			func(dir string) {
+				ePull = append(ePull, benchcmp.Time(t, func() error {
+					_, err := c.PullPlan(ctx, mustRef(t, "oci://"+reg.Addr+"/"+erepo), res.PlanKey, dir)
+					return err
+				}))
+			},
+			func(dir string) { eFetch = append(eFetch, fetchOnly(erepo, res.PlanKey, dir)) },
+		}
+		for k := range pulls {
+			dir := t.TempDir()
+			pulls[(i+k)%len(pulls)](dir)
+			_ = os.RemoveAll(dir)
+		}
 	}
 	for _, m := range []struct {
 		name string
