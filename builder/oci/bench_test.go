@@ -8,13 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/benchcmp"
 	"github.com/epbuild/epbuild/builder/oci/ocitest"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -106,18 +106,14 @@ func findOras() string {
 	return ""
 }
 
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 // TestComparePushPull measures epbuild push and pull of a 1 GiB artifact against oras
 // push and pull of the same file to the same loopback registry (curl of the blob when
-// oras is not installed), alternating, 5 rounds, medians. epbuild does more: push runs
-// install's checks on the artifact beside the upload, pull runs them as the download
-// arrives (every entry decompressed once and hashed against the manifest, nothing
-// extracted); pull-fetch is pull's transfer alone, the same work as oras pull.
+// oras is not installed), 5 rounds (EPBUILD_BENCH_ROUNDS), the order rotated each round:
+// medians, minimums and CPU times (this process's for epbuild, the tool's for the
+// anchor; the registry's on neither side). epbuild does more: push runs install's
+// checks on the artifact beside the upload, pull runs them as the download arrives
+// (every entry decompressed once and hashed against the manifest, nothing extracted);
+// pull-fetch is pull's transfer alone, the same work as oras pull.
 func TestComparePushPull(t *testing.T) {
 	if os.Getenv("EPBUILD_BENCH") == "" {
 		t.Skip("set EPBUILD_BENCH=1 to measure")
@@ -134,25 +130,27 @@ func TestComparePushPull(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, Options{PlainHTTP: true})
 	sum, _ := sumBeside(art)
-	run := func(name string, args ...string) time.Duration {
+	run := func(name string, args ...string) benchcmp.Sample {
 		cmd := exec.Command(name, args...)
 		cmd.Dir = filepath.Dir(art)
 		start := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("%s %q: %v\n%s", name, args, err, out)
 		}
-		return time.Since(start)
+		return benchcmp.Sample{Wall: time.Since(start), CPU: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	}
-	anchorPush := func(repo string) time.Duration {
+	anchorPush := func(repo string) benchcmp.Sample {
 		if oras != "" {
 			return run(oras, "push", "--plain-http", "--artifact-type", ArtifactType, reg.Addr+"/"+repo+":bench", filepath.Base(art)+":"+MediaTypeArtifact)
 		}
 		// the registry's two-step upload: a session, then the bytes with their digest
 		start := time.Now()
-		out, err := exec.Command("curl", "-sf", "-X", "POST", "-D", "-", "-o", "/dev/null", "http://"+reg.Addr+"/v2/"+repo+"/blobs/uploads/").Output()
+		post := exec.Command("curl", "-sf", "-X", "POST", "-D", "-", "-o", "/dev/null", "http://"+reg.Addr+"/v2/"+repo+"/blobs/uploads/")
+		out, err := post.Output()
 		if err != nil {
 			t.Fatal(err)
 		}
+		first := benchcmp.Sample{Wall: time.Since(start), CPU: post.ProcessState.UserTime() + post.ProcessState.SystemTime()}
 		var loc string
 		for _, l := range strings.Split(string(out), "\n") {
 			if k, v, ok := strings.Cut(l, ":"); ok && strings.EqualFold(k, "location") {
@@ -163,10 +161,9 @@ func TestComparePushPull(t *testing.T) {
 		if strings.Contains(loc, "?") {
 			sep = "&"
 		}
-		run("curl", "-sf", "-X", "PUT", "-H", "Content-Type: application/octet-stream", "-T", art, loc+sep+"digest=sha256:"+sum)
-		return time.Since(start)
+		return first.Add(run("curl", "-sf", "-X", "PUT", "-H", "Content-Type: application/octet-stream", "-T", art, loc+sep+"digest=sha256:"+sum))
 	}
-	anchorPull := func(repo, dir string) time.Duration {
+	anchorPull := func(repo, dir string) benchcmp.Sample {
 		if oras != "" {
 			return run(oras, "pull", "--plain-http", "-o", dir, reg.Addr+"/"+repo+":bench")
 		}
@@ -174,53 +171,59 @@ func TestComparePushPull(t *testing.T) {
 	}
 	// fetchOnly is pull's transfer alone: the OCI manifest and the artifact, digests
 	// verified as they stream, as oras pull does; no install checks
-	fetchOnly := func(repo, planKey, dir string) time.Duration {
+	fetchOnly := func(repo, planKey, dir string) benchcmp.Sample {
 		ref := mustRef(t, "oci://"+reg.Addr+"/"+repo+":"+planKey)
-		start := time.Now()
-		r, err := c.repository(ref)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := c.fetchManifest(ctx, r, ref)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.fetchBlob(ctx, r, ref, f.layers[MediaTypeArtifact], filepath.Join(dir, f.name), nil); err != nil {
-			t.Fatal(err)
-		}
-		return time.Since(start)
+		return benchcmp.Time(t, func() error {
+			r, err := c.repository(ref)
+			if err != nil {
+				return err
+			}
+			f, err := c.fetchManifest(ctx, r, ref)
+			if err != nil {
+				return err
+			}
+			return c.fetchBlob(ctx, r, ref, f.layers[MediaTypeArtifact], filepath.Join(dir, f.name))
+		})
 	}
-	var ePush, aPush, ePull, aPull, eFetch []time.Duration
-	for i := range 5 {
+	var ePush, aPush, ePull, aPull, eFetch []benchcmp.Sample
+	for i := range benchcmp.Rounds(5) {
 		// fresh repositories each round: neither tool finds the blob already there
 		erepo, arepo := fmt.Sprintf("bench/epbuild-%d", i), fmt.Sprintf("bench/anchor-%d", i)
-		aPush = append(aPush, anchorPush(arepo))
-		start := time.Now()
-		res, err := c.Push(ctx, art, mustRef(t, "oci://"+reg.Addr+"/"+erepo), PushOptions{})
-		if err != nil {
-			t.Fatal(err)
+		var res *PushResult
+		// the order rotates each round, as benchcmp's comparisons do: no side always runs
+		// in another's wake (the writeback of the last push, a file just removed)
+		pushes := []func(){
+			func() { aPush = append(aPush, anchorPush(arepo)) },
+			func() {
+				ePush = append(ePush, benchcmp.Time(t, func() (err error) {
+					res, err = c.Push(ctx, art, mustRef(t, "oci://"+reg.Addr+"/"+erepo), PushOptions{})
+					return err
+				}))
+			},
 		}
-		ePush = append(ePush, time.Since(start))
-
-		dir := t.TempDir()
-		aPull = append(aPull, anchorPull(arepo, dir))
-		_ = os.RemoveAll(dir)
-		dir = t.TempDir()
-		start = time.Now()
-		if _, err := c.PullPlan(ctx, mustRef(t, "oci://"+reg.Addr+"/"+erepo), res.PlanKey, dir); err != nil {
-			t.Fatal(err)
+		for k := range pushes {
+			pushes[(i+k)%len(pushes)]()
 		}
-		ePull = append(ePull, time.Since(start))
-		_ = os.RemoveAll(dir)
-		dir = t.TempDir()
-		eFetch = append(eFetch, fetchOnly(erepo, res.PlanKey, dir))
-		_ = os.RemoveAll(dir)
+		pulls := []func(dir string){
+			func(dir string) { aPull = append(aPull, anchorPull(arepo, dir)) },
+			func(dir string) {
+				ePull = append(ePull, benchcmp.Time(t, func() error {
+					_, err := c.PullPlan(ctx, mustRef(t, "oci://"+reg.Addr+"/"+erepo), res.PlanKey, dir)
+					return err
+				}))
+			},
+			func(dir string) { eFetch = append(eFetch, fetchOnly(erepo, res.PlanKey, dir)) },
+		}
+		for k := range pulls {
+			dir := t.TempDir()
+			pulls[(i+k)%len(pulls)](dir)
+			_ = os.RemoveAll(dir)
+		}
 	}
 	for _, m := range []struct {
 		name string
-		e, a []time.Duration
+		e, a []benchcmp.Sample
 	}{{"push", ePush, aPush}, {"pull", ePull, aPull}, {"pull-fetch", eFetch, aPull}} {
-		e, a := median(m.e), median(m.a)
-		fmt.Printf("BENCH %s ratio=%.2f epbuild_s=%.3f anchor_s=%.3f anchor=%q bytes=%d\n", m.name, e.Seconds()/a.Seconds(), e.Seconds(), a.Seconds(), anchor, st.Size())
+		benchcmp.Result{Ours: m.e, Anchor: m.a}.Print(m.name, fmt.Sprintf("anchor=%q", anchor), fmt.Sprintf("bytes=%d", st.Size()))
 	}
 }

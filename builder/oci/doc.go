@@ -31,10 +31,11 @@
 //	res, err := c.PullPlan(ctx, ref, plan.Key, outDir)  // → res.Artifact, checked as install checks it
 //	res, err := c.Push(ctx, artifactPath, ref, oci.PushOptions{})  // after a successful build
 //
-// Pull checks the artifact as it downloads: a reader follows the file being written and
-// feeds builder.CheckArtifactStream, which decompresses the archive once and hashes each
-// entry against the manifest without writing anything; push runs builder.CheckArtifact
-// (the same check, reading the file once) beside the upload.
+// Pull checks the artifact as it downloads: the download hands its buffers to two
+// goroutines (stream.go), one hashing the blob against its digest, one feeding
+// builder.CheckArtifactStream, which decompresses the archive once and hashes each entry
+// against the manifest without writing anything; push runs builder.CheckArtifact (the
+// same check, reading the file once) beside the upload.
 //
 // Errors carry exit codes (ExitCode() int): *UnreachableError and *AuthError are 3 (the
 // environment lacks the registry or the credentials: a cache should log them and build

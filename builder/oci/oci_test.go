@@ -279,6 +279,44 @@ func TestPullRefusesATamperedBlob(t *testing.T) {
 	}
 }
 
+// The registry's copy of the artifact is cut short, or has bytes appended: pull refuses
+// it and leaves nothing behind. (oras-go refuses a Content-Length other than the
+// descriptor's size before any byte arrives; the download's own size check, for a
+// registry that sends no length, is TestDownloadSizeAndErrors'.)
+func TestPullRefusesABlobOfAnotherSize(t *testing.T) {
+	reg := ocitest.Start(t, ocitest.Options{})
+	art := demoArtifact(t)
+	ctx := context.Background()
+	c := newClient(t, Options{PlainHTTP: true})
+	for _, tc := range []struct {
+		name   string
+		change func([]byte) []byte
+	}{
+		{"short", func(b []byte) []byte { return b[:len(b)-100] }},
+		{"long", func(b []byte) []byte { return append(b, "trailing"...) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ref := mustRef(t, "oci://"+reg.Addr+"/epbuild/"+tc.name)
+			res, err := c.Push(ctx, art, ref, PushOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			blob := reg.Blob(res.Layers[0].Digest)
+			if err := os.WriteFile(blob, tc.change(mustRead(t, blob)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(t.TempDir(), "pulled")
+			_, err = c.PullPlan(ctx, ref, res.PlanKey, out)
+			if err == nil || !strings.Contains(err.Error(), filepath.Base(art)) {
+				t.Fatalf("pull of a blob of another size: %v (exit %d)", err, exitCode(err))
+			}
+			if ents, _ := os.ReadDir(out); len(ents) != 0 {
+				t.Errorf("a refused pull left %v", ents)
+			}
+		})
+	}
+}
+
 // An artifact whose digests are all right but whose content differs from the manifest it
 // carries (pushed around epbuild's own push, which refuses it): pull runs install's checks.
 func TestPullRunsInstallsChecks(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/registry/remote"
@@ -190,7 +190,7 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (*PullResult, er
 			continue
 		}
 		title := f.name + l.Suffix
-		if err := c.fetchBlob(ctx, repo, ref, d, filepath.Join(tmp, title), nil); err != nil {
+		if err := c.fetchBlob(ctx, repo, ref, d, filepath.Join(tmp, title)); err != nil {
 			return nil, err
 		}
 		names = append(names, title)
@@ -250,130 +250,69 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (*PullResult, er
 	return res, nil
 }
 
-// fetchArtifact downloads the artifact layer to path and checks it as it arrives: a
-// reader follows the download through the file being written (the page cache holds
-// what it has not read yet: the download never waits for the check) and gives the
-// bytes to install's checks, which read them once and write nothing. The download
-// always runs to its end, so that bytes other than the digest names are called that,
-// rather than a damaged archive.
+// fetchArtifact downloads the artifact layer to path and checks it as it arrives: the
+// download hands what it reads to two goroutines beside it (fanOut), one hashing the
+// blob against its digest, one running install's checks (builder.CheckArtifactStream:
+// every entry decompressed once and hashed against the manifest the artifact carries,
+// nothing written). The download always runs to its end, and its verdict comes first,
+// then the digest's, then the checks': bytes other than the digest names are called
+// that, rather than a damaged archive.
 func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref Ref, d ocispec.Descriptor, path string) (*builder.Manifest, []byte, error) {
-	w := newWritten()
+	title := filepath.Base(path)
+	if err := d.Digest.Validate(); err != nil {
+		return nil, nil, &ContentError{Ref: ref, What: "the OCI manifest", Err: fmt.Errorf("layer %s: %w", title, err)}
+	}
+	rc, err := repo.Fetch(ctx, d)
+	if err != nil {
+		return nil, nil, classify(ref, "fetch "+title, err)
+	}
+	defer rc.Close()
+	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pull %s: %w", ref, err)
+	}
+	fan := newFanOut(2, chunkSize, chunksHeld)
+	hashed := make(chan error, 1)
+	go func() {
+		h := d.Digest.Algorithm().Hash()
+		_, err := io.Copy(h, fan.reader(0))
+		if err == nil && digest.NewDigest(d.Digest.Algorithm(), h) != d.Digest {
+			err = content.ErrMismatchedDigest
+		}
+		hashed <- err
+	}()
 	type verdict struct {
 		m   *builder.Manifest
 		raw []byte
 		err error
 	}
-	done := make(chan verdict, 1)
+	checked := make(chan verdict, 1)
 	go func() {
-		f, err := w.open(path)
-		if err != nil {
-			done <- verdict{err: err}
-			return
-		}
-		defer f.Close()
-		m, raw, err := builder.CheckArtifactStream(ctx, &follower{f: f, w: w}, path, d.Size)
-		done <- verdict{m, raw, err}
+		r := fan.reader(1)
+		m, raw, err := builder.CheckArtifactStream(ctx, r, path, d.Size)
+		r.drain()
+		checked <- verdict{m, raw, err}
 	}()
-	err := c.fetchBlob(ctx, repo, ref, d, path, w)
-	w.finish(err)
-	v := <-done
+	err = download(ctx, rc, out, fan, d.Size)
+	fan.close(err)
+	herr, v := <-hashed, <-checked
+	if cerr := out.Close(); err == nil && cerr != nil {
+		err = &writeError{cerr}
+	}
+	if err == nil {
+		err = herr
+	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, blobError(ref, title, d, err)
 	}
 	var be *builder.BadArtifactError
 	if errors.As(v.err, &be) {
-		return nil, nil, &ContentError{Ref: ref, What: filepath.Base(path), Err: fmt.Errorf("the artifact is unusable: %w", be.Err)}
+		return nil, nil, &ContentError{Ref: ref, What: title, Err: fmt.Errorf("the artifact is unusable: %w", be.Err)}
 	}
 	if v.err != nil {
 		return nil, nil, fmt.Errorf("pull %s: %w", ref, v.err)
 	}
 	return v.m, v.raw, nil
-}
-
-// written is how far a download has written its file, for a follower to read up to.
-type written struct {
-	mu      sync.Mutex
-	more    *sync.Cond
-	n       int64
-	created bool  // the file exists
-	done    bool  // the download ended
-	err     error // how, when it failed
-}
-
-func newWritten() *written {
-	w := &written{}
-	w.more = sync.NewCond(&w.mu)
-	return w
-}
-
-// created: the download's file exists (fetchBlob calls it once it made the file).
-func (w *written) fileCreated() {
-	w.mu.Lock()
-	w.created = true
-	w.mu.Unlock()
-	w.more.Broadcast()
-}
-
-// Write counts bytes the download has written to its file (it gets them after the file).
-func (w *written) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	w.n += int64(len(p))
-	w.mu.Unlock()
-	w.more.Broadcast()
-	return len(p), nil
-}
-
-func (w *written) finish(err error) {
-	w.mu.Lock()
-	w.done, w.err = true, err
-	w.mu.Unlock()
-	w.more.Broadcast()
-}
-
-// open opens the download's file once it exists.
-func (w *written) open(path string) (*os.File, error) {
-	w.mu.Lock()
-	for !w.created && !w.done {
-		w.more.Wait()
-	}
-	created, err := w.created, w.err
-	w.mu.Unlock()
-	if !created {
-		if err == nil {
-			err = errors.New("the download wrote nothing")
-		}
-		return nil, err
-	}
-	return os.Open(path)
-}
-
-// follower reads a file as far as its download has written it, waiting for more until
-// the download ends; then EOF, or the download's error.
-type follower struct {
-	f   *os.File
-	w   *written
-	off int64
-}
-
-func (r *follower) Read(p []byte) (int, error) {
-	r.w.mu.Lock()
-	for r.off >= r.w.n && !r.w.done {
-		r.w.more.Wait()
-	}
-	avail, done, err := r.w.n-r.off, r.w.done, r.w.err
-	r.w.mu.Unlock()
-	if avail <= 0 {
-		if done && err != nil {
-			return 0, err
-		}
-		return 0, io.EOF
-	}
-	n, rerr := r.f.ReadAt(p[:min(int64(len(p)), avail)], r.off)
-	r.off += int64(n)
-	if rerr == io.EOF && n > 0 {
-		rerr = nil
-	}
-	return n, rerr
 }
 
 // fetchWheels downloads the wheel layers into tmp's wheel directory, each checked
@@ -400,7 +339,7 @@ func (c *Client) fetchWheels(ctx context.Context, repo *remote.Repository, ref R
 		if !ok || d.Digest.Encoded() != w.SHA256 || d.Size != w.Size {
 			return nil, &ContentError{Ref: ref, What: title, Err: fmt.Errorf("the artifact's manifest records no such wheel (%s, %d bytes)", d.Digest, d.Size)}
 		}
-		if err := c.fetchBlob(ctx, repo, ref, d, filepath.Join(tmp, wd, file), nil); err != nil {
+		if err := c.fetchBlob(ctx, repo, ref, d, filepath.Join(tmp, wd, file)); err != nil {
 			return nil, err
 		}
 		have[file] = true
@@ -413,9 +352,8 @@ func (c *Client) fetchWheels(ctx context.Context, repo *remote.Repository, ref R
 	return f.wheels, nil
 }
 
-// fetchBlob downloads one layer to path, verifying its size and digest as it streams;
-// also, when not nil, learns how far the file is written.
-func (c *Client) fetchBlob(ctx context.Context, repo *remote.Repository, ref Ref, d ocispec.Descriptor, path string, also *written) error {
+// fetchBlob downloads one layer to path, verifying its size and digest as it streams.
+func (c *Client) fetchBlob(ctx context.Context, repo *remote.Repository, ref Ref, d ocispec.Descriptor, path string) error {
 	title := filepath.Base(path)
 	rc, err := repo.Fetch(ctx, d)
 	if err != nil {
@@ -426,22 +364,27 @@ func (c *Client) fetchBlob(ctx context.Context, repo *remote.Repository, ref Ref
 	if err != nil {
 		return fmt.Errorf("pull %s: %w", ref, err)
 	}
-	var w io.Writer = out
-	if also != nil {
-		also.fileCreated()
-		w = io.MultiWriter(out, also)
-	}
 	vr := content.NewVerifyReader(rc, d)
-	_, err = io.CopyBuffer(w, vr, make([]byte, 1<<20))
+	_, err = io.CopyBuffer(smallWrites{out}, vr, make([]byte, chunkSize))
 	if err == nil {
 		err = vr.Verify()
 	}
 	if cerr := out.Close(); err == nil && cerr != nil {
-		return fmt.Errorf("pull %s: write %s: %w", ref, title, cerr)
+		err = &writeError{cerr}
 	}
+	if err != nil {
+		return blobError(ref, title, d, err)
+	}
+	return nil
+}
+
+// blobError explains a failed download of layer d (title): a write of ours, bytes
+// other than the digest names (exit 2), or the registry's failure.
+func blobError(ref Ref, title string, d ocispec.Descriptor, err error) error {
+	var we *writeError
 	switch {
-	case err == nil:
-		return nil
+	case errors.As(err, &we):
+		return fmt.Errorf("pull %s: write %s: %w", ref, title, we.err)
 	case errors.Is(err, content.ErrMismatchedDigest), errors.Is(err, content.ErrTrailingData), errors.Is(err, io.ErrUnexpectedEOF):
 		return &ContentError{Ref: ref, What: title, Err: fmt.Errorf("%w: the registry served other bytes than its manifest names (%s): its copy is damaged or was changed", err, d.Digest)}
 	}
