@@ -35,6 +35,7 @@ type objectDB struct {
 type packFile struct {
 	path  string
 	f     *os.File
+	data  []byte // the pack mapped into memory; nil: read with ReadAt
 	size  int64
 	n     int
 	fan   []byte // 256 big-endian counts
@@ -128,7 +129,7 @@ func (db *objectDB) add(dir string, depth int) error {
 func (db *objectDB) Close() error {
 	var errs []error
 	for _, p := range db.packs {
-		errs = append(errs, p.f.Close())
+		errs = append(errs, unmapPack(p.data), p.f.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -170,6 +171,7 @@ func openPack(name string) (*packFile, error) {
 		p.f.Close()
 		return nil, err
 	}
+	p.data = mapPack(p.f, p.size)
 	return p, nil
 }
 
@@ -270,14 +272,16 @@ type packEntry struct {
 	ref  plumbing.Hash
 }
 
-func (r *objReader) entry(p *packFile, off int64) (packEntry, error) {
-	e := packEntry{off: off}
+func (r *objReader) entry(p *packFile, off int64) (e packEntry, err error) {
+	e.off = off
 	b := &e.hdr
 	if off < 12 || off >= p.size-20 {
 		return e, fmt.Errorf("pack %s: object offset %d out of range", p.path, off)
 	}
-	n, err := p.f.ReadAt(b[:], off)
-	if n == 0 && err != nil {
+	var n int
+	if p.data != nil {
+		n = copy(b[:], p.data[off:])
+	} else if n, err = p.f.ReadAt(b[:], off); n == 0 && err != nil {
 		return e, fmt.Errorf("pack %s: %w", p.path, err)
 	}
 	bad := fmt.Errorf("pack %s: bad object header at %d", p.path, off)
@@ -348,6 +352,17 @@ func (r *objReader) inflater(src io.Reader) (io.Reader, error) {
 // it has room), and where the stream ends (the zlib checksum checked).
 func (r *objReader) inflate(p *packFile, off, size int64, dst []byte) ([]byte, int64, error) {
 	avail := p.size - 20 - off
+	if p.data != nil {
+		if avail <= 0 {
+			return nil, 0, fmt.Errorf("pack %s: object data at %d runs past the end", p.path, off)
+		}
+		buf := p.data[off : p.size-20]
+		data, err := r.inflateFrom(buf, size, dst)
+		if err != nil {
+			return nil, 0, fmt.Errorf("pack %s: object data at %d: %w", p.path, off, err)
+		}
+		return data, off + int64(len(buf)-r.br.Len()), nil
+	}
 	est := size + size/8 + 64
 	for {
 		if est > avail {
@@ -363,24 +378,7 @@ func (r *objReader) inflate(p *packFile, off, size int64, dst []byte) ([]byte, i
 		if n, err := p.f.ReadAt(buf, off); n < len(buf) {
 			return nil, 0, fmt.Errorf("pack %s: %w", p.path, err)
 		}
-		r.br.Reset(buf)
-		data := dst[:0]
-		if int64(cap(dst)) < size {
-			data = make([]byte, size)
-		}
-		data = data[:size]
-		zr, err := r.inflater(&r.br)
-		if err == nil {
-			_, err = io.ReadFull(zr, data)
-		}
-		if err == nil {
-			var one [1]byte
-			if k, e := zr.Read(one[:]); k != 0 {
-				err = errors.New("more data than its header says")
-			} else if e != io.EOF {
-				err = e
-			}
-		}
+		data, err := r.inflateFrom(buf, size, dst)
 		if err == nil {
 			return data, off + int64(len(buf)-r.br.Len()), nil
 		}
@@ -390,6 +388,30 @@ func (r *objReader) inflate(p *packFile, off, size int64, dst []byte) ([]byte, i
 		}
 		return nil, 0, fmt.Errorf("pack %s: object data at %d: %w", p.path, off, err)
 	}
+}
+
+// inflateFrom inflates the zlib stream at the start of buf that holds size bytes (into dst
+// when it has room) and checks that it ends there; r.br is left past its end.
+func (r *objReader) inflateFrom(buf []byte, size int64, dst []byte) ([]byte, error) {
+	r.br.Reset(buf)
+	data := dst[:0]
+	if int64(cap(dst)) < size {
+		data = make([]byte, size)
+	}
+	data = data[:size]
+	zr, err := r.inflater(&r.br)
+	if err == nil {
+		_, err = io.ReadFull(zr, data)
+	}
+	if err == nil {
+		var one [1]byte
+		if k, e := zr.Read(one[:]); k != 0 {
+			err = errors.New("more data than its header says")
+		} else if e != io.EOF {
+			err = e
+		}
+	}
+	return data, err
 }
 
 // read returns the type and content of the object h. The content is valid until the next
@@ -526,7 +548,11 @@ func (r *objReader) stream(h plumbing.Hash) (plumbing.ObjectType, int64, io.Read
 			return 0, 0, nil, err
 		}
 		if e.typ != packOFSDelta && e.typ != packREFDelta {
-			zr, err := r.inflater(bufio.NewReaderSize(io.NewSectionReader(p.f, e.data, p.size-20-e.data), 64<<10))
+			var src io.Reader = bufio.NewReaderSize(io.NewSectionReader(p.f, e.data, p.size-20-e.data), 64<<10)
+			if p.data != nil {
+				src = bytes.NewReader(p.data[e.data : p.size-20])
+			}
+			zr, err := r.inflater(src)
 			if err != nil {
 				return 0, 0, nil, fmt.Errorf("pack %s: object data at %d: %w", p.path, e.data, err)
 			}
@@ -572,7 +598,7 @@ func (e *exactReader) Read(b []byte) (int, error) {
 }
 
 // rawObject reads the object h for copying into another pack: raw is what to append to
-// that pack (fresh memory), data the content (valid until the next call on r), checked to
+// that pack (fresh memory, or the mapped pack's: valid while the objectDB is open), data the content (valid until the next call on r), checked to
 // hash to h. An object stored whole in a pack is copied as it is packed (its bytes checked
 // against the index's CRC too); others (deltas, loose objects) are compressed again, whole.
 func (r *objReader) rawObject(h plumbing.Hash) (t plumbing.ObjectType, data, raw []byte, err error) {
@@ -594,10 +620,14 @@ func (r *objReader) rawObject(h plumbing.Hash) (t plumbing.ObjectType, data, raw
 			t = e.typ
 			var end int64
 			if data, end, err = r.inflate(p, e.data, e.size, r.scratchFor(e.size)); err == nil {
-				hl := int(e.data - off)
-				raw = make([]byte, end-off)
-				copy(raw, e.hdr[:hl])
-				copy(raw[hl:], r.buf[:end-e.data])
+				if p.data != nil {
+					raw = p.data[off:end:end]
+				} else {
+					hl := int(e.data - off)
+					raw = make([]byte, end-off)
+					copy(raw, e.hdr[:hl])
+					copy(raw[hl:], r.buf[:end-e.data])
+				}
 				if crc32.ChecksumIEEE(raw) != p.crc(i) {
 					err = fmt.Errorf("pack %s: object %s does not match the CRC in its index", p.path, h)
 				}
