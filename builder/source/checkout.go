@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -198,11 +197,10 @@ func planWorktree(ctx context.Context, r *objReader, root string, commit plumbin
 				return fmt.Errorf("tree %s: refusing entry %q in %q", h, e.name, d.rel)
 			}
 			rel := path.Join(d.rel, e.name)
-			abs := filepath.Join(d.abs, e.name)
 			ie := &index.Entry{Name: rel, Hash: e.hash, Mode: e.mode}
 			switch e.mode {
 			case filemode.Dir:
-				sub := &wtDir{rel: rel, abs: abs}
+				sub := &wtDir{rel: rel, abs: filepath.Join(d.abs, e.name), name: e.name}
 				d.subdirs = append(d.subdirs, sub)
 				w.tasks++
 				if err := walk(e.hash, sub); err != nil {
@@ -219,7 +217,7 @@ func planWorktree(ctx context.Context, r *objReader, root string, commit plumbin
 				seenBlob[e.hash] = true
 				w.blobs++
 			}
-			d.items = append(d.items, wtItem{abs: abs, entry: ie})
+			d.items = append(d.items, wtItem{name: e.name, entry: ie})
 			w.entries = append(w.entries, ie)
 		}
 		w.tasks += (len(d.items) - 1) / wtChunk
@@ -237,7 +235,7 @@ func planWorktree(ctx context.Context, r *objReader, root string, commit plumbin
 // system, and the kernel serialises creations in one directory, not across directories.
 func (w *worktree) write(ctx context.Context, newSource func() blobSource) error {
 	wr := &wtWriter{queue: make(chan wtTask, w.tasks)}
-	wr.push(wtTask{dir: w.top, root: true})
+	wr.push(wtTask{dir: w.top})
 	go func() {
 		wr.pending.Wait()
 		close(wr.queue)
@@ -320,21 +318,22 @@ const inlineLimit = 4 << 20
 
 // wtDir is a directory of a checkout with what goes in it.
 type wtDir struct {
-	rel, abs string
-	items    []wtItem
-	subdirs  []*wtDir
+	rel, abs, name string
+	items          []wtItem
+	subdirs        []*wtDir
 }
 
-// wtItem is a file, symlink or submodule of a checkout; its index entry gets the stat data.
+// wtItem is a file, symlink or submodule of a checkout (name, in its directory); its
+// index entry gets the stat data.
 type wtItem struct {
-	abs   string
+	name  string
 	entry *index.Entry
 }
 
-// wtTask is a directory to create and fill, or (chunk > 0) a further share of its items.
+// wtTask is a directory to fill (its subdirectories made, its first items written), or
+// (chunk > 0) a further share of its items.
 type wtTask struct {
 	dir   *wtDir
-	root  bool // the directory exists already
 	chunk int
 }
 
@@ -353,13 +352,16 @@ func (w *wtWriter) fail(err error) { w.failed.CompareAndSwap(nil, &err) }
 
 func (w *wtWriter) run(src blobSource, t wtTask) error {
 	d := t.dir
+	dh, err := openDirHandle(d.abs) // made by its parent's task
+	if err != nil {
+		return err
+	}
+	defer dh.close()
 	if t.chunk == 0 {
-		if !t.root {
-			if err := os.Mkdir(d.abs, 0o755); err != nil {
-				return err
-			}
-		}
 		for _, s := range d.subdirs {
+			if err := dh.mkdir(s.name); err != nil {
+				return fmt.Errorf("%s: %w", s.rel, err)
+			}
 			w.push(wtTask{dir: s})
 		}
 		for c := 1; c*wtChunk < len(d.items); c++ {
@@ -368,7 +370,7 @@ func (w *wtWriter) run(src blobSource, t wtTask) error {
 	}
 	end := min((t.chunk+1)*wtChunk, len(d.items))
 	for _, it := range d.items[t.chunk*wtChunk : end] {
-		if err := writeItem(src, it); err != nil {
+		if err := writeItem(src, dh, it); err != nil {
 			return fmt.Errorf("%s: %w", it.entry.Name, err)
 		}
 	}
@@ -376,14 +378,15 @@ func (w *wtWriter) run(src blobSource, t wtTask) error {
 }
 
 // writeItem writes one file, symlink or (empty, as git leaves one that is not
-// initialised) submodule directory and fills its index entry.
-func writeItem(src blobSource, it wtItem) error {
+// initialised) submodule directory into d and fills its index entry.
+func writeItem(src blobSource, d dirHandle, it wtItem) error {
 	e := it.entry
 	switch e.Mode {
 	case filemode.Submodule:
-		if err := os.Mkdir(it.abs, 0o755); err != nil {
+		if err := d.mkdir(it.name); err != nil {
 			return err
 		}
+		return d.lstat(it.name, e)
 	case filemode.Symlink:
 		target, rd, err := src.blob(e.Hash)
 		if err == nil && rd != nil {
@@ -392,21 +395,17 @@ func writeItem(src blobSource, it wtItem) error {
 		if err != nil {
 			return err
 		}
-		if err := os.Symlink(string(target), it.abs); err != nil {
-			return err
-		}
-	default:
-		perm := fs.FileMode(0o644)
-		if e.Mode == filemode.Executable {
-			perm = 0o755
-		}
-		fi, err := writeBlobFile(src, e.Hash, it.abs, perm)
-		if err != nil {
-			return err
-		}
-		return fillEntry(e, fi)
+		return d.symlink(string(target), it.name, e)
 	}
-	return statEntry(e, it.abs)
+	perm := uint32(0o644)
+	if e.Mode == filemode.Executable {
+		perm = 0o755
+	}
+	data, rd, err := src.blob(e.Hash)
+	if err != nil {
+		return err
+	}
+	return d.writeFile(it.name, perm, data, rd, e)
 }
 
 func readBlob(r *objReader, h plumbing.Hash) ([]byte, error) {
@@ -415,51 +414,4 @@ func readBlob(r *objReader, h plumbing.Hash) ([]byte, error) {
 		err = fmt.Errorf("object %s is a %s, not a blob", h, t)
 	}
 	return data, err
-}
-
-// writeBlobFile creates abs with the content of the blob h and returns its stat data.
-func writeBlobFile(src blobSource, h plumbing.Hash, abs string, perm fs.FileMode) (fs.FileInfo, error) {
-	data, rd, err := src.blob(h)
-	if err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(abs, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-	if err != nil {
-		return nil, err
-	}
-	if rd != nil {
-		_, err = io.Copy(f, rd)
-	} else {
-		_, err = f.Write(data)
-	}
-	var fi fs.FileInfo
-	if err == nil {
-		fi, err = f.Stat() // closing changes no time stamp
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return fi, err
-}
-
-// statEntry fills the index's stat fields, so that git trusts the file without rehashing.
-func statEntry(e *index.Entry, abs string) error {
-	fi, err := os.Lstat(abs)
-	if err != nil {
-		return err
-	}
-	return fillEntry(e, fi)
-}
-
-func fillEntry(e *index.Entry, fi fs.FileInfo) error {
-	e.ModifiedAt = fi.ModTime()
-	if e.Mode != filemode.Submodule {
-		e.Size = uint32(fi.Size())
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return errors.New("stat " + fi.Name() + ": no system stat")
-	}
-	fillStat(e, st)
-	return nil
 }
