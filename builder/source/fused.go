@@ -12,7 +12,8 @@ import (
 // copyCheckout is copyObjects and a checkout of commit into root in one pass: the trees are
 // walked (the pack's objects counted and the checkout planned), then the checkout's
 // workers write the tree, each blob inflated once: checked against its id, appended to the
-// new pack in packDir and written to its files. Blobs that cached has are read from it
+// new pack in packDir and written to its files. A blob stored as a delta on another object
+// of the new pack is copied as that delta, not compressed again. Blobs that cached has are read from it
 // and not copied; the blobs of other roots that the checkout does not use are copied
 // after it. Blobs over inlineLimit, streamed rather than held, are inflated a second time
 // to be written.
@@ -33,8 +34,18 @@ func copyCheckout(ctx context.Context, src, cached *objectDB, packDir string, ro
 	}
 	m.set(0, int64(walked.total))
 	pending := make(map[plumbing.Hash]bool) // blobs to copy, until one is taken
+	packed := make(map[plumbing.Hash]bool)  // what the new pack holds: deltas on them are kept
+	for _, j := range walked.head {
+		packed[j.h] = true
+	}
 	for h, ok := blobs.pop(); ok; h, ok = blobs.pop() {
-		pending[h] = true
+		pending[h], packed[h] = true, true
+	}
+	inPack := func(h plumbing.Hash) bool { return packed[h] }
+	reader := func() *objReader {
+		r := src.reader()
+		r.inPack = inPack
+		return r
 	}
 
 	pw, err := newPackWriter(packDir, walked.total)
@@ -59,11 +70,11 @@ func copyCheckout(ctx context.Context, src, cached *objectDB, packDir string, ro
 		return false
 	}
 	err = wt.write(ctx, func() blobSource {
-		return &copySource{src: src.reader(), cached: dbSource{cached.reader()}, take: take, sink: sink}
+		return &copySource{src: reader(), cached: dbSource{cached.reader()}, take: take, sink: sink}
 	})
 	if err == nil {
 		// The blobs of other roots (extra refs), not in the checkout.
-		s := &copySource{src: src.reader(), sink: sink}
+		s := &copySource{src: reader(), sink: sink}
 		for h := range pending {
 			if err = s.copy(h); err != nil {
 				break

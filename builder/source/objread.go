@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 
@@ -43,6 +44,9 @@ type packFile struct {
 	crcs  []byte // n CRC-32s of the packed bytes
 	offs  []byte // n 31-bit offsets, or indexes into large
 	large []byte // 64-bit offsets
+
+	revOnce sync.Once
+	rev     []int32 // the objects' index positions in pack order, for hashAt
 }
 
 // Pack object types, as git numbers them (plumbing.ObjectType uses the same values).
@@ -213,6 +217,38 @@ func (p *packFile) offset(i int) (int64, error) {
 
 func (p *packFile) crc(i int) uint32 { return binary.BigEndian.Uint32(p.crcs[4*i:]) }
 
+// hashAt returns the id of the object whose entry starts at off. The reverse index it
+// searches is built on first use (what git keeps in a .rev file).
+func (p *packFile) hashAt(off int64) (plumbing.Hash, bool) {
+	p.revOnce.Do(func() {
+		offs := make([]int64, p.n)
+		rev := make([]int32, p.n)
+		for i := range p.n {
+			o, err := p.offset(i)
+			if err != nil {
+				return // a bad index: no reverse lookups
+			}
+			offs[i], rev[i] = o, int32(i)
+		}
+		sort.Slice(rev, func(a, b int) bool { return offs[rev[a]] < offs[rev[b]] })
+		p.rev = rev
+	})
+	k := sort.Search(len(p.rev), func(k int) bool {
+		o, _ := p.offset(int(p.rev[k]))
+		return o >= off
+	})
+	if k == len(p.rev) {
+		return plumbing.ZeroHash, false
+	}
+	if o, _ := p.offset(int(p.rev[k])); o != off {
+		return plumbing.ZeroHash, false
+	}
+	var h plumbing.Hash
+	i := int(p.rev[k])
+	copy(h[:], p.names[20*i:20*i+20])
+	return h, true
+}
+
 // find says where h is packed (nil: not in a pack).
 func (db *objectDB) find(h plumbing.Hash) (*packFile, int) {
 	for _, p := range db.packs {
@@ -257,6 +293,13 @@ type objReader struct {
 	buf     []byte // packed bytes
 	scratch []byte // content handed out until the next call
 	delta   []byte // a delta being applied
+	// deltaEnd is where the zlib stream of the last delta that readAt applied at depth 0
+	// ends.
+	deltaEnd int64
+	// inPack, when set, names the objects of the pack that rawObject copies into: a
+	// delta whose base goes there too is copied as it is, not resolved and compressed
+	// again.
+	inPack func(plumbing.Hash) bool
 }
 
 func (db *objectDB) reader() *objReader { return &objReader{db: db} }
@@ -474,9 +517,12 @@ func (r *objReader) readAt(p *packFile, off int64, depth int, keep bool) (plumbi
 	if err != nil {
 		return 0, nil, err
 	}
-	delta, _, err := r.inflate(p, e.data, e.size, r.delta)
+	delta, dend, err := r.inflate(p, e.data, e.size, r.delta)
 	if err != nil {
 		return 0, nil, err
+	}
+	if depth == 0 {
+		r.deltaEnd = dend
 	}
 	if cap(delta) <= inlineLimit {
 		r.delta = delta
@@ -615,7 +661,9 @@ func (r *objReader) rawObject(h plumbing.Hash) (t plumbing.ObjectType, data, raw
 			return 0, nil, nil, err
 		}
 		if e.typ == packOFSDelta || e.typ == packREFDelta {
-			t, data, err = r.readAt(p, off, 0, false)
+			if t, data, err = r.readAt(p, off, 0, false); err == nil {
+				raw, err = r.rawDelta(p, i, e)
+			}
 		} else {
 			t = e.typ
 			var end int64
@@ -644,6 +692,46 @@ func (r *objReader) rawObject(h plumbing.Hash) (t plumbing.ObjectType, data, raw
 		raw = r.deflate(t, data)
 	}
 	return t, data, raw, nil
+}
+
+// rawDelta returns the delta e (the object at index i of p, just applied by readAt) as a
+// REF_DELTA entry for the pack that r.inPack names, its zlib stream copied as it is, when
+// its base goes into that pack from the very entry the delta names; nil otherwise. Only
+// mapped packs: the stream is read where it lies. A base in that pack from elsewhere (the
+// same object in another source pack) could close a cycle of deltas.
+func (r *objReader) rawDelta(p *packFile, i int, e packEntry) ([]byte, error) {
+	if r.inPack == nil || p.data == nil {
+		return nil, nil
+	}
+	base, ok := e.ref, true
+	if e.typ == packOFSDelta {
+		base, ok = p.hashAt(e.base)
+	}
+	if !ok || !r.inPack(base) {
+		return nil, nil
+	}
+	if e.typ == packREFDelta {
+		bp, bi := r.db.find(base)
+		if bp != p {
+			return nil, nil
+		}
+		if boff, err := p.offset(bi); err != nil || boff == e.off {
+			return nil, nil
+		}
+	} else if bp, bi := r.db.find(base); bp != p {
+		return nil, nil
+	} else if boff, err := p.offset(bi); err != nil || boff != e.base {
+		return nil, nil
+	}
+	packed := p.data[e.off:r.deltaEnd]
+	if crc32.ChecksumIEEE(packed) != p.crc(i) {
+		return nil, fmt.Errorf("pack %s: object at %d does not match the CRC in its index", p.path, e.off)
+	}
+	stream := p.data[e.data:r.deltaEnd]
+	hdr := packHeader(packREFDelta, e.size)
+	raw := make([]byte, 0, len(hdr)+20+len(stream))
+	raw = append(append(append(raw, hdr...), base[:]...), stream...)
+	return raw, nil
 }
 
 // deflate packs content whole: the pack header and a fast zlib stream.
