@@ -17,7 +17,7 @@ import (
 // form git uses: loose, packed whole, as offset and as ref deltas, behind alternates; a
 // delta on another object of the commit stays a delta in the copy, from packs. The
 // tree has an executable, a symlink, an empty file, a submodule, nested directories, a
-// directory larger than one checkout task and a blob larger than inlineLimit (streamed).
+// directory of 133 files and a blob larger than inlineLimit (streamed).
 func TestMirrorObjectForms(t *testing.T) {
 	work := t.TempDir()
 	runGit(t, work, "init", "-q", "-b", "main")
@@ -34,7 +34,7 @@ func TestMirrorObjectForms(t *testing.T) {
 		"src/other.cu":         strings.Repeat("__device__ int f() { return 1; }\n", 300),
 		"docs/guide/index.txt": "guide\n",
 	}
-	for i := 0; i < 2*wtChunk+5; i++ {
+	for i := 0; i < 133; i++ {
 		files["many/f"+string(rune('a'+i%26))+strings.Repeat("x", i/26)+".txt"] = strings.Repeat("many\n", i)
 	}
 	for p, c := range files {
