@@ -644,9 +644,11 @@ func (e *exactReader) Read(b []byte) (int, error) {
 }
 
 // rawObject reads the object h for copying into another pack: raw is what to append to
-// that pack (fresh memory, or the mapped pack's: valid while the objectDB is open), data the content (valid until the next call on r), checked to
-// hash to h. An object stored whole in a pack is copied as it is packed (its bytes checked
-// against the index's CRC too); others (deltas, loose objects) are compressed again, whole.
+// that pack (fresh memory, or the mapped pack's: valid while the objectDB is open), data
+// the content (valid until the next call on r), checked to hash to h. An object stored
+// whole in a pack is copied as it is packed (its bytes checked against the index's CRC
+// too), and so is a delta on an object of the other pack (see rawDelta); others (deltas,
+// loose objects) are compressed again, whole.
 func (r *objReader) rawObject(h plumbing.Hash) (t plumbing.ObjectType, data, raw []byte, err error) {
 	p, i := r.db.find(h)
 	if p == nil {
