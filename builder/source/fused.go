@@ -12,7 +12,8 @@ import (
 // copyCheckout is copyObjects and a checkout of commit into root in one pass: the trees are
 // walked (the pack's objects counted and the checkout planned), then the checkout's
 // workers write the tree, each blob inflated once: checked against its id, appended to the
-// new pack in packDir and written to its files. Blobs that cached has are read from it
+// new pack in packDir and written to its files. A blob stored as a delta on another object
+// of the new pack is copied as that delta, not compressed again. Blobs that cached has are read from it
 // and not copied; the blobs of other roots that the checkout does not use are copied
 // after it. Blobs over inlineLimit, streamed rather than held, are inflated a second time
 // to be written.
@@ -21,8 +22,6 @@ import (
 // index entries hold the files' stat data.
 func copyCheckout(ctx context.Context, src, cached *objectDB, packDir string, roots []plumbing.Hash, commit plumbing.Hash, root string, m *meter) ([]plumbing.Hash, *worktree, error) {
 	defer m.done()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	blobs := newHashQueue()
 	walked, err := walkObjects(ctx, src.reader(), roots, nil, cached.packed, blobs)
 	blobs.close()
@@ -35,33 +34,30 @@ func copyCheckout(ctx context.Context, src, cached *objectDB, packDir string, ro
 	}
 	m.set(0, int64(walked.total))
 	pending := make(map[plumbing.Hash]bool) // blobs to copy, until one is taken
+	packed := make(map[plumbing.Hash]bool)  // what the new pack holds: deltas on them are kept
+	for _, j := range walked.head {
+		packed[j.h] = true
+	}
 	for h, ok := blobs.pop(); ok; h, ok = blobs.pop() {
-		pending[h] = true
+		pending[h], packed[h] = true, true
+	}
+	inPack := func(h plumbing.Hash) bool { return packed[h] }
+	reader := func() *objReader {
+		r := src.reader()
+		r.inPack = inPack
+		return r
 	}
 
 	pw, err := newPackWriter(packDir, walked.total)
 	if err != nil {
 		return nil, nil, err
 	}
-	jobs := make(chan packJob, 64)
-	werr := make(chan error, 1)
-	go func() {
-		var err error
-		for j := range jobs {
-			if err == nil {
-				if err = pw.addJob(j); err != nil {
-					cancel()
-				}
-				m.set(m.cur.Load()+1, -1)
-			}
-			if j.done != nil {
-				close(j.done)
-			}
-		}
-		werr <- err
-	}()
+	sink := &packSink{pw: pw, m: m}
 	for _, j := range walked.head {
-		jobs <- j
+		if err := sink.add(j); err != nil {
+			pw.abort()
+			return nil, nil, err
+		}
 	}
 	var mu sync.Mutex
 	take := func(h plumbing.Hash) bool {
@@ -74,19 +70,18 @@ func copyCheckout(ctx context.Context, src, cached *objectDB, packDir string, ro
 		return false
 	}
 	err = wt.write(ctx, func() blobSource {
-		return &copySource{ctx: ctx, src: src.reader(), cached: dbSource{cached.reader()}, take: take, jobs: jobs}
+		return &copySource{src: reader(), cached: dbSource{cached.reader()}, take: take, sink: sink}
 	})
 	if err == nil {
 		// The blobs of other roots (extra refs), not in the checkout.
-		s := &copySource{ctx: ctx, src: src.reader(), jobs: jobs}
+		s := &copySource{src: reader(), sink: sink}
 		for h := range pending {
 			if err = s.copy(h); err != nil {
 				break
 			}
 		}
 	}
-	close(jobs)
-	if err = firstErr([]error{<-werr, err}); err != nil {
+	if err != nil {
 		pw.abort()
 		return nil, nil, err
 	}
@@ -96,16 +91,35 @@ func copyCheckout(ctx context.Context, src, cached *objectDB, packDir string, ro
 	return walked.commits, wt, nil
 }
 
+// packSink appends the objects that a checkout's workers read to one pack, each in the
+// worker that read it: handing each blob to a writer goroutine cost a wake-up per blob,
+// more than appending it (a copy, a CRC and the pack's SHA-1 over its packed bytes).
+type packSink struct {
+	mu  sync.Mutex
+	pw  *packWriter
+	m   *meter
+	err error // the first failure; the pack is then abandoned
+}
+
+func (s *packSink) add(j packJob) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = s.pw.addJob(j)
+		s.m.set(s.m.cur.Load()+1, -1)
+	}
+	return s.err
+}
+
 // copySource serves a checkout's blobs while copying them: a blob taken from the copy's
-// list is read from the mirror (checked against its id) and sent to the pack writer; a
+// list is read from the mirror (checked against its id) and appended to the new pack; a
 // cached one is read from the cache; one taken already (two paths, one content) is read
 // again.
 type copySource struct {
-	ctx    context.Context
 	src    *objReader
 	cached dbSource
 	take   func(plumbing.Hash) bool
-	jobs   chan<- packJob
+	sink   *packSink
 }
 
 func (s *copySource) blob(h plumbing.Hash) ([]byte, io.Reader, error) {
@@ -128,13 +142,13 @@ func (s *copySource) blob(h plumbing.Hash) ([]byte, io.Reader, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("object %s: %w", h, err)
 	}
-	if err := s.send(j); err != nil {
+	if err := s.sink.add(j); err != nil {
 		return nil, nil, err
 	}
 	return data, nil, nil
 }
 
-// copy sends the blob h to the pack writer, streaming it when it is large.
+// copy appends the blob h to the pack, streaming it when it is large.
 func (s *copySource) copy(h plumbing.Hash) error {
 	if size, ok := s.src.wholeSize(h); ok && size > inlineLimit {
 		// Large: streamed into the writer, which hashes it on the way.
@@ -142,25 +156,11 @@ func (s *copySource) copy(h plumbing.Hash) error {
 		if err != nil {
 			return fmt.Errorf("object %s: %w", h, err)
 		}
-		j := packJob{h: h, t: t, size: size, r: rd, done: make(chan struct{})}
-		if err := s.send(j); err != nil {
-			return err
-		}
-		<-j.done
-		return nil
+		return s.sink.add(packJob{h: h, t: t, size: size, r: rd})
 	}
 	j, _, err := s.src.packJob(h)
 	if err != nil {
 		return fmt.Errorf("object %s: %w", h, err)
 	}
-	return s.send(j)
-}
-
-func (s *copySource) send(j packJob) error {
-	select {
-	case s.jobs <- j:
-		return nil
-	case <-s.ctx.Done():
-		return s.ctx.Err()
-	}
+	return s.sink.add(j)
 }

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 
@@ -35,6 +36,7 @@ type objectDB struct {
 type packFile struct {
 	path  string
 	f     *os.File
+	data  []byte // the pack mapped into memory; nil: read with ReadAt
 	size  int64
 	n     int
 	fan   []byte // 256 big-endian counts
@@ -42,6 +44,9 @@ type packFile struct {
 	crcs  []byte // n CRC-32s of the packed bytes
 	offs  []byte // n 31-bit offsets, or indexes into large
 	large []byte // 64-bit offsets
+
+	revOnce sync.Once
+	rev     []int32 // the objects' index positions in pack order, for hashAt
 }
 
 // Pack object types, as git numbers them (plumbing.ObjectType uses the same values).
@@ -128,7 +133,7 @@ func (db *objectDB) add(dir string, depth int) error {
 func (db *objectDB) Close() error {
 	var errs []error
 	for _, p := range db.packs {
-		errs = append(errs, p.f.Close())
+		errs = append(errs, unmapPack(p.data), p.f.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -170,6 +175,7 @@ func openPack(name string) (*packFile, error) {
 		p.f.Close()
 		return nil, err
 	}
+	p.data = mapPack(p.f, p.size)
 	return p, nil
 }
 
@@ -210,6 +216,38 @@ func (p *packFile) offset(i int) (int64, error) {
 }
 
 func (p *packFile) crc(i int) uint32 { return binary.BigEndian.Uint32(p.crcs[4*i:]) }
+
+// hashAt returns the id of the object whose entry starts at off. The reverse index it
+// searches is built on first use (what git keeps in a .rev file).
+func (p *packFile) hashAt(off int64) (plumbing.Hash, bool) {
+	p.revOnce.Do(func() {
+		offs := make([]int64, p.n)
+		rev := make([]int32, p.n)
+		for i := range p.n {
+			o, err := p.offset(i)
+			if err != nil {
+				return // a bad index: no reverse lookups
+			}
+			offs[i], rev[i] = o, int32(i)
+		}
+		sort.Slice(rev, func(a, b int) bool { return offs[rev[a]] < offs[rev[b]] })
+		p.rev = rev
+	})
+	k := sort.Search(len(p.rev), func(k int) bool {
+		o, _ := p.offset(int(p.rev[k]))
+		return o >= off
+	})
+	if k == len(p.rev) {
+		return plumbing.ZeroHash, false
+	}
+	if o, _ := p.offset(int(p.rev[k])); o != off {
+		return plumbing.ZeroHash, false
+	}
+	var h plumbing.Hash
+	i := int(p.rev[k])
+	copy(h[:], p.names[20*i:20*i+20])
+	return h, true
+}
 
 // find says where h is packed (nil: not in a pack).
 func (db *objectDB) find(h plumbing.Hash) (*packFile, int) {
@@ -255,6 +293,13 @@ type objReader struct {
 	buf     []byte // packed bytes
 	scratch []byte // content handed out until the next call
 	delta   []byte // a delta being applied
+	// deltaEnd is where the zlib stream of the last delta that readAt applied at depth 0
+	// ends.
+	deltaEnd int64
+	// inPack, when set, names the objects of the pack that rawObject copies into: a
+	// delta whose base goes there too is copied as it is, not resolved and compressed
+	// again.
+	inPack func(plumbing.Hash) bool
 }
 
 func (db *objectDB) reader() *objReader { return &objReader{db: db} }
@@ -270,14 +315,16 @@ type packEntry struct {
 	ref  plumbing.Hash
 }
 
-func (r *objReader) entry(p *packFile, off int64) (packEntry, error) {
-	e := packEntry{off: off}
+func (r *objReader) entry(p *packFile, off int64) (e packEntry, err error) {
+	e.off = off
 	b := &e.hdr
 	if off < 12 || off >= p.size-20 {
 		return e, fmt.Errorf("pack %s: object offset %d out of range", p.path, off)
 	}
-	n, err := p.f.ReadAt(b[:], off)
-	if n == 0 && err != nil {
+	var n int
+	if p.data != nil {
+		n = copy(b[:], p.data[off:])
+	} else if n, err = p.f.ReadAt(b[:], off); n == 0 && err != nil {
 		return e, fmt.Errorf("pack %s: %w", p.path, err)
 	}
 	bad := fmt.Errorf("pack %s: bad object header at %d", p.path, off)
@@ -348,6 +395,17 @@ func (r *objReader) inflater(src io.Reader) (io.Reader, error) {
 // it has room), and where the stream ends (the zlib checksum checked).
 func (r *objReader) inflate(p *packFile, off, size int64, dst []byte) ([]byte, int64, error) {
 	avail := p.size - 20 - off
+	if p.data != nil {
+		if avail <= 0 {
+			return nil, 0, fmt.Errorf("pack %s: object data at %d runs past the end", p.path, off)
+		}
+		buf := p.data[off : p.size-20]
+		data, err := r.inflateFrom(buf, size, dst)
+		if err != nil {
+			return nil, 0, fmt.Errorf("pack %s: object data at %d: %w", p.path, off, err)
+		}
+		return data, off + int64(len(buf)-r.br.Len()), nil
+	}
 	est := size + size/8 + 64
 	for {
 		if est > avail {
@@ -363,24 +421,7 @@ func (r *objReader) inflate(p *packFile, off, size int64, dst []byte) ([]byte, i
 		if n, err := p.f.ReadAt(buf, off); n < len(buf) {
 			return nil, 0, fmt.Errorf("pack %s: %w", p.path, err)
 		}
-		r.br.Reset(buf)
-		data := dst[:0]
-		if int64(cap(dst)) < size {
-			data = make([]byte, size)
-		}
-		data = data[:size]
-		zr, err := r.inflater(&r.br)
-		if err == nil {
-			_, err = io.ReadFull(zr, data)
-		}
-		if err == nil {
-			var one [1]byte
-			if k, e := zr.Read(one[:]); k != 0 {
-				err = errors.New("more data than its header says")
-			} else if e != io.EOF {
-				err = e
-			}
-		}
+		data, err := r.inflateFrom(buf, size, dst)
 		if err == nil {
 			return data, off + int64(len(buf)-r.br.Len()), nil
 		}
@@ -390,6 +431,30 @@ func (r *objReader) inflate(p *packFile, off, size int64, dst []byte) ([]byte, i
 		}
 		return nil, 0, fmt.Errorf("pack %s: object data at %d: %w", p.path, off, err)
 	}
+}
+
+// inflateFrom inflates the zlib stream at the start of buf that holds size bytes (into dst
+// when it has room) and checks that it ends there; r.br is left past its end.
+func (r *objReader) inflateFrom(buf []byte, size int64, dst []byte) ([]byte, error) {
+	r.br.Reset(buf)
+	data := dst[:0]
+	if int64(cap(dst)) < size {
+		data = make([]byte, size)
+	}
+	data = data[:size]
+	zr, err := r.inflater(&r.br)
+	if err == nil {
+		_, err = io.ReadFull(zr, data)
+	}
+	if err == nil {
+		var one [1]byte
+		if k, e := zr.Read(one[:]); k != 0 {
+			err = errors.New("more data than its header says")
+		} else if e != io.EOF {
+			err = e
+		}
+	}
+	return data, err
 }
 
 // read returns the type and content of the object h. The content is valid until the next
@@ -452,9 +517,12 @@ func (r *objReader) readAt(p *packFile, off int64, depth int, keep bool) (plumbi
 	if err != nil {
 		return 0, nil, err
 	}
-	delta, _, err := r.inflate(p, e.data, e.size, r.delta)
+	delta, dend, err := r.inflate(p, e.data, e.size, r.delta)
 	if err != nil {
 		return 0, nil, err
+	}
+	if depth == 0 {
+		r.deltaEnd = dend
 	}
 	if cap(delta) <= inlineLimit {
 		r.delta = delta
@@ -526,7 +594,11 @@ func (r *objReader) stream(h plumbing.Hash) (plumbing.ObjectType, int64, io.Read
 			return 0, 0, nil, err
 		}
 		if e.typ != packOFSDelta && e.typ != packREFDelta {
-			zr, err := r.inflater(bufio.NewReaderSize(io.NewSectionReader(p.f, e.data, p.size-20-e.data), 64<<10))
+			var src io.Reader = bufio.NewReaderSize(io.NewSectionReader(p.f, e.data, p.size-20-e.data), 64<<10)
+			if p.data != nil {
+				src = bytes.NewReader(p.data[e.data : p.size-20])
+			}
+			zr, err := r.inflater(src)
 			if err != nil {
 				return 0, 0, nil, fmt.Errorf("pack %s: object data at %d: %w", p.path, e.data, err)
 			}
@@ -572,9 +644,11 @@ func (e *exactReader) Read(b []byte) (int, error) {
 }
 
 // rawObject reads the object h for copying into another pack: raw is what to append to
-// that pack (fresh memory), data the content (valid until the next call on r), checked to
-// hash to h. An object stored whole in a pack is copied as it is packed (its bytes checked
-// against the index's CRC too); others (deltas, loose objects) are compressed again, whole.
+// that pack (fresh memory, or the mapped pack's: valid while the objectDB is open), data
+// the content (valid until the next call on r), checked to hash to h. An object stored
+// whole in a pack is copied as it is packed (its bytes checked against the index's CRC
+// too), and so is a delta on an object of the other pack (see rawDelta); others (deltas,
+// loose objects) are compressed again, whole.
 func (r *objReader) rawObject(h plumbing.Hash) (t plumbing.ObjectType, data, raw []byte, err error) {
 	p, i := r.db.find(h)
 	if p == nil {
@@ -589,15 +663,21 @@ func (r *objReader) rawObject(h plumbing.Hash) (t plumbing.ObjectType, data, raw
 			return 0, nil, nil, err
 		}
 		if e.typ == packOFSDelta || e.typ == packREFDelta {
-			t, data, err = r.readAt(p, off, 0, false)
+			if t, data, err = r.readAt(p, off, 0, false); err == nil {
+				raw, err = r.rawDelta(p, i, e)
+			}
 		} else {
 			t = e.typ
 			var end int64
 			if data, end, err = r.inflate(p, e.data, e.size, r.scratchFor(e.size)); err == nil {
-				hl := int(e.data - off)
-				raw = make([]byte, end-off)
-				copy(raw, e.hdr[:hl])
-				copy(raw[hl:], r.buf[:end-e.data])
+				if p.data != nil {
+					raw = p.data[off:end:end]
+				} else {
+					hl := int(e.data - off)
+					raw = make([]byte, end-off)
+					copy(raw, e.hdr[:hl])
+					copy(raw[hl:], r.buf[:end-e.data])
+				}
 				if crc32.ChecksumIEEE(raw) != p.crc(i) {
 					err = fmt.Errorf("pack %s: object %s does not match the CRC in its index", p.path, h)
 				}
@@ -614,6 +694,46 @@ func (r *objReader) rawObject(h plumbing.Hash) (t plumbing.ObjectType, data, raw
 		raw = r.deflate(t, data)
 	}
 	return t, data, raw, nil
+}
+
+// rawDelta returns the delta e (the object at index i of p, just applied by readAt) as a
+// REF_DELTA entry for the pack that r.inPack names, its zlib stream copied as it is, when
+// its base goes into that pack from the very entry the delta names; nil otherwise. Only
+// mapped packs: the stream is read where it lies. A base in that pack from elsewhere (the
+// same object in another source pack) could close a cycle of deltas.
+func (r *objReader) rawDelta(p *packFile, i int, e packEntry) ([]byte, error) {
+	if r.inPack == nil || p.data == nil {
+		return nil, nil
+	}
+	base, ok := e.ref, true
+	if e.typ == packOFSDelta {
+		base, ok = p.hashAt(e.base)
+	}
+	if !ok || !r.inPack(base) {
+		return nil, nil
+	}
+	if e.typ == packREFDelta {
+		bp, bi := r.db.find(base)
+		if bp != p {
+			return nil, nil
+		}
+		if boff, err := p.offset(bi); err != nil || boff == e.off {
+			return nil, nil
+		}
+	} else if bp, bi := r.db.find(base); bp != p {
+		return nil, nil
+	} else if boff, err := p.offset(bi); err != nil || boff != e.base {
+		return nil, nil
+	}
+	packed := p.data[e.off:r.deltaEnd]
+	if crc32.ChecksumIEEE(packed) != p.crc(i) {
+		return nil, fmt.Errorf("pack %s: object at %d does not match the CRC in its index", p.path, e.off)
+	}
+	stream := p.data[e.data:r.deltaEnd]
+	hdr := packHeader(packREFDelta, e.size)
+	raw := make([]byte, 0, len(hdr)+20+len(stream))
+	raw = append(append(append(raw, hdr...), base[:]...), stream...)
+	return raw, nil
 }
 
 // deflate packs content whole: the pack header and a fast zlib stream.

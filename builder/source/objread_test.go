@@ -14,9 +14,10 @@ import (
 )
 
 // TestMirrorObjectForms checks out a commit from mirrors that store its objects in each
-// form git uses: loose, packed whole, as offset and as ref deltas, behind alternates. The
+// form git uses: loose, packed whole, as offset and as ref deltas, behind alternates; a
+// delta on another object of the commit stays a delta in the copy, from packs. The
 // tree has an executable, a symlink, an empty file, a submodule, nested directories, a
-// directory larger than one checkout task and a blob larger than inlineLimit (streamed).
+// directory of 133 files and a blob larger than inlineLimit (streamed).
 func TestMirrorObjectForms(t *testing.T) {
 	work := t.TempDir()
 	runGit(t, work, "init", "-q", "-b", "main")
@@ -33,7 +34,7 @@ func TestMirrorObjectForms(t *testing.T) {
 		"src/other.cu":         strings.Repeat("__device__ int f() { return 1; }\n", 300),
 		"docs/guide/index.txt": "guide\n",
 	}
-	for i := 0; i < 2*wtChunk+5; i++ {
+	for i := 0; i < 133; i++ {
 		files["many/f"+string(rune('a'+i%26))+strings.Repeat("x", i/26)+".txt"] = strings.Repeat("many\n", i)
 	}
 	for p, c := range files {
@@ -163,6 +164,15 @@ func TestMirrorObjectForms(t *testing.T) {
 			}
 			if out, err := gitOut(dest, nil, "fsck", "--no-dangling"); err != nil {
 				t.Errorf("git fsck: %v\n%s", err, out)
+			}
+			// The many/ files are deltas on each other in the packed mirrors: the copy keeps
+			// them as deltas (git verify-pack checks every object of the pack); loose ones have none.
+			out, err := gitOut(dest, nil, "verify-pack", "-v", mustGlob(t, filepath.Join(dest, ".git", "objects", "pack", "*.idx")))
+			if err != nil {
+				t.Errorf("git verify-pack: %v\n%s", err, out)
+			}
+			if kept := strings.Contains(out, "chain length = 1"); kept != (form != "loose") {
+				t.Errorf("%s: deltas kept in the copy: %v\n%s", form, kept, out)
 			}
 			if b, err := os.ReadFile(filepath.Join(dest, "bin", "big.bin")); err != nil || !bytes.Equal(b, big) {
 				t.Errorf("bin/big.bin differs: %v", err)
