@@ -130,11 +130,28 @@ func artifactManifest(t *testing.T, out string) []byte {
 	if len(arts) != 1 {
 		t.Fatalf("artifacts in %s: %v", out, arts)
 	}
-	b, err := exec.Command("tar", "--zstd", "-xOf", arts[0], ManifestName).Output()
+	return readManifestWithTar(t, arts[0])
+}
+
+// readManifestWithTar reads the manifest out of an artifact with the tar CLI, a reader
+// that is not epbuild's.
+func readManifestWithTar(t *testing.T, art string) []byte {
+	t.Helper()
+	b, err := exec.Command("tar", "--zstd", "-xOf", art, ManifestName).Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("read the manifest of %s: %v", art, err)
 	}
 	return b
+}
+
+// decodeManifestWithTar is readManifestWithTar, decoded.
+func decodeManifestWithTar(t *testing.T, art string) Manifest {
+	t.Helper()
+	var m Manifest
+	if err := json.Unmarshal(readManifestWithTar(t, art), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // fixture is a git repository served from a mirror laid out by URL, and a recipe file
@@ -143,14 +160,11 @@ type fixture struct {
 	mirror, recipe string
 }
 
-// newFixture commits files to a repository at example.invalid/fixture/NAME and writes a
-// recipe from body, where URL and COMMIT stand for the repository's.
-func newFixture(t *testing.T, name string, files map[string]string, body string) fixture {
+// commitFiles commits files (path → content) to a new repository with the git CLI and
+// returns its work tree and the commit.
+func commitFiles(t *testing.T, files map[string]string, msg string) (work, commit string) {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skipf("the fixture repository is made with the git CLI: %v", err)
-	}
-	work := t.TempDir()
+	work = t.TempDir()
 	gitIn(t, work, "init", "-q", "-b", "main")
 	for p, data := range files {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(work, p)), 0o755); err != nil {
@@ -161,8 +175,18 @@ func newFixture(t *testing.T, name string, files map[string]string, body string)
 		}
 	}
 	gitIn(t, work, "add", ".")
-	gitIn(t, work, "commit", "-q", "-m", "fixture")
-	commit := gitIn(t, work, "rev-parse", "HEAD")
+	gitIn(t, work, "commit", "-q", "-m", msg)
+	return work, gitIn(t, work, "rev-parse", "HEAD")
+}
+
+// newFixture commits files to a repository at example.invalid/fixture/NAME and writes a
+// recipe from body, where URL and COMMIT stand for the repository's.
+func newFixture(t *testing.T, name string, files map[string]string, body string) fixture {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skipf("the fixture repository is made with the git CLI: %v", err)
+	}
+	work, commit := commitFiles(t, files, "fixture")
 	mirror := t.TempDir()
 	gitIn(t, work, "clone", "-q", "--bare", work, filepath.Join(mirror, "example.invalid", "fixture", name+".git"))
 	recipe := filepath.Join(t.TempDir(), name+".yaml")

@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -53,19 +52,8 @@ func newShape(t *testing.T, repos map[string]map[string]string, body string) sha
 	s := shape{mirror: t.TempDir(), ctl: t.TempDir()}
 	var pairs []string
 	for name, files := range repos {
-		work := t.TempDir()
-		gitIn(t, work, "init", "-q", "-b", "main")
-		for p, data := range files {
-			if err := os.MkdirAll(filepath.Dir(filepath.Join(work, p)), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(work, p), []byte(data), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		gitIn(t, work, "add", ".")
-		gitIn(t, work, "commit", "-q", "-m", name)
-		pairs = append(pairs, "COMMIT_"+name, gitIn(t, work, "rev-parse", "HEAD"), "URL_"+name, "https://example.invalid/shape/"+name)
+		work, commit := commitFiles(t, files, name)
+		pairs = append(pairs, "COMMIT_"+name, commit, "URL_"+name, "https://example.invalid/shape/"+name)
 		gitIn(t, work, "clone", "-q", "--bare", work, filepath.Join(s.mirror, "example.invalid", "shape", name+".git"))
 	}
 	pairs = append(pairs, "@CTL@", s.ctl)
@@ -491,14 +479,7 @@ components:
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := exec.Command("tar", "--zstd", "-xOf", res.Artifact, ManifestName).Output()
-			if err != nil {
-				t.Fatalf("read the manifest: %v", err)
-			}
-			var m Manifest
-			if err := json.Unmarshal(out, &m); err != nil {
-				t.Fatal(err)
-			}
+			m := decodeManifestWithTar(t, res.Artifact)
 			if len(m.Components) != 1 || len(m.Components[0].Checks) != 1 || !m.Components[0].Checks[0].OK() || !strings.Contains(m.Components[0].Checks[0].ID, "import") {
 				t.Errorf("the manifest's checks: %+v", m.Components)
 			}
@@ -596,14 +577,7 @@ components:
 	if _, err := os.Stat(alone); err == nil {
 		t.Error("torch's NCCL was asked before any build began")
 	}
-	out, err := exec.Command("tar", "--zstd", "-xOf", res.Artifact, ManifestName).Output()
-	if err != nil {
-		t.Fatalf("read the manifest: %v", err)
-	}
-	var m Manifest
-	if err := json.Unmarshal(out, &m); err != nil {
-		t.Fatal(err)
-	}
+	m := decodeManifestWithTar(t, res.Artifact)
 	if m.Toolchain == nil || m.Toolchain.NCCL == nil || m.Toolchain.NCCL.Version != "2.28.9" {
 		t.Errorf("the manifest's NCCL: %+v", m.Toolchain)
 	}

@@ -67,22 +67,11 @@ func TestTailFileNamesFirstErrors(t *testing.T) {
 // torch's version and CUDA come from its metadata when the version names the CUDA, so
 // the probe need not import torch (seconds on a cold disk).
 func TestProbeTorchFromMetadata(t *testing.T) {
-	site := t.TempDir()
-	dist := filepath.Join(site, "torch-2.11.0+cu130.dist-info")
-	if err := os.MkdirAll(dist, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dist, "METADATA"), []byte("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// an importable torch that fails: the probe must not import it
-	if err := os.MkdirAll(filepath.Join(site, "torch"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(site, "torch", "__init__.py"), []byte("raise ImportError('imported')\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PYTHONPATH", site)
+	t.Setenv("PYTHONPATH", writeSite(t, map[string]string{
+		"torch-2.11.0+cu130.dist-info/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\n",
+		// an importable torch that fails: the probe must not import it
+		"torch/__init__.py": "raise ImportError('imported')\n",
+	}))
 	tc := (&Prober{Getenv: os.Getenv, Torch: true}).Probe(context.Background())
 	if tc.Python == "" {
 		t.Skip("no python3 here")
@@ -96,7 +85,6 @@ func TestProbeTorchFromMetadata(t *testing.T) {
 // from torch/version.py, as torch.__version__ and torch.version.cuda would say, without
 // importing torch: importing it took 5 to 8 s there, before any build could start.
 func TestProbeTorchFromVersionFile(t *testing.T) {
-	site := t.TempDir()
 	files := map[string]string{
 		"torch-2.11.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\n",
 		"torch/__init__.py":               "raise ImportError('imported')\n",
@@ -104,6 +92,20 @@ func TestProbeTorchFromVersionFile(t *testing.T) {
 		"torch/version.py": "from typing import Optional\n\n__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip', 'xpu']\n" +
 			"__version__ = '2.11.0+cu130'\ndebug = False\ncuda: Optional[str] = '13.0'\ngit_version = '70d99e998b2bd0a5b6f1ab2b1bd3b9f1e6e0a3f4'\nhip: Optional[str] = None\nxpu: Optional[str] = None\n",
 	}
+	t.Setenv("PYTHONPATH", writeSite(t, files))
+	tc := (&Prober{Getenv: os.Getenv, Torch: true}).Probe(context.Background())
+	if tc.Python == "" {
+		t.Skip("no python3 here")
+	}
+	if tc.Torch != "2.11.0+cu130" || tc.TorchCUDA != "13.0" {
+		t.Fatalf("torch %q cuda %q, want 2.11.0+cu130 and 13.0 from torch/version.py", tc.Torch, tc.TorchCUDA)
+	}
+}
+
+// writeSite writes files (slash paths → content) into a new directory for PYTHONPATH.
+func writeSite(t *testing.T, files map[string]string) string {
+	t.Helper()
+	site := t.TempDir()
 	for name, body := range files {
 		p := filepath.Join(site, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -113,12 +115,5 @@ func TestProbeTorchFromVersionFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Setenv("PYTHONPATH", site)
-	tc := (&Prober{Getenv: os.Getenv, Torch: true}).Probe(context.Background())
-	if tc.Python == "" {
-		t.Skip("no python3 here")
-	}
-	if tc.Torch != "2.11.0+cu130" || tc.TorchCUDA != "13.0" {
-		t.Fatalf("torch %q cuda %q, want 2.11.0+cu130 and 13.0 from torch/version.py", tc.Torch, tc.TorchCUDA)
-	}
+	return site
 }
