@@ -58,6 +58,7 @@ fuzz:
 	$(FUZZ) FuzzExtract ./builder/archive/
 	$(FUZZ) FuzzInstallExtract ./builder/
 	$(FUZZ) FuzzExpandHostlist ./builder/host/
+	$(FUZZ) FuzzBlocks2 ./builder/sha256x2/
 
 clean:
 	rm -rf bin

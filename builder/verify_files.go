@@ -2,7 +2,6 @@ package builder
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -351,7 +349,7 @@ type hashJob struct {
 // VerifyFiles compares the tree at dir with the manifest's entries: content (size, then
 // sha256), type, exact mode and symlink targets, and reports every entry that is missing
 // or not in the manifest. manifest.json and the install receipt at the top are not
-// entries: they are checked for type and mode only. Files are hashed on runtime.NumCPU() workers while the walk goes on; a file
+// entries: they are checked for type and mode only. Files are hashed while the walk goes on (archive.HashFiles); a file
 // whose size differs is reported without reading it. The error is for a dir that
 // cannot be walked or a cancelled context; an unreadable entry is a problem.
 func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileProblem, FileStats, error) {
@@ -375,26 +373,26 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 		problems = append(problems, p)
 		mu.Unlock()
 	}
+	// The walk feeds the hashing as it goes; the hashing's end (ctx done) ends the walk.
 	jobs := make(chan hashJob, 64)
-	for range max(1, runtime.NumCPU()) {
-		wg.Go(func() {
-			buf := make([]byte, 1<<20)
-			h := sha256.New()
-			for j := range jobs {
-				sum, n, err := archive.HashFile(ctx, j.path, h, buf)
-				switch {
-				case err != nil && ctx.Err() != nil:
-				case err != nil:
-					report(FileProblem{Path: j.want.Path, Kind: ProblemUnreadable, Found: err.Error()})
-				case n != j.want.Size || sum != j.want.SHA256:
-					report(FileProblem{Path: j.want.Path, Kind: ProblemChanged, Expected: describeContent(j.want.Size, j.want.SHA256), Found: describeContent(n, sum)})
-				}
-				mu.Lock()
-				st.Bytes += n
-				mu.Unlock()
+	hctx, hcancel := context.WithCancel(ctx)
+	defer hcancel()
+	wg.Go(func() {
+		defer hcancel()
+		_ = archive.HashFiles(hctx, jobs, func(j hashJob) string { return j.path }, func(j hashJob, r archive.FileSum) error {
+			switch {
+			case r.Err != nil && hctx.Err() != nil:
+			case r.Err != nil:
+				report(FileProblem{Path: j.want.Path, Kind: ProblemUnreadable, Found: r.Err.Error()})
+			case r.N != j.want.Size || r.SHA256 != j.want.SHA256:
+				report(FileProblem{Path: j.want.Path, Kind: ProblemChanged, Expected: describeContent(j.want.Size, j.want.SHA256), Found: describeContent(r.N, r.SHA256)})
 			}
+			mu.Lock()
+			st.Bytes += r.N
+			mu.Unlock()
+			return nil
 		})
-	}
+	})
 	walkErr := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
@@ -482,8 +480,11 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 			}
 			select {
 			case jobs <- hashJob{path: p, want: w}:
-			case <-ctx.Done():
-				return ctx.Err()
+			case <-hctx.Done():
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				return errors.New("the hashing stopped before the walk ended")
 			}
 		}
 		return nil

@@ -80,3 +80,48 @@ func mustOpenRW(t *testing.T, p string) *os.File {
 	t.Cleanup(func() { f.Close() })
 	return f
 }
+
+// TestHashFilesTruncated: files truncated while mapped, in a lane hashed alone and in a
+// pair, fault; HashFiles hashes them again as reading sees them, and the file beside in
+// the pair still gets its own digest.
+func TestHashFilesTruncated(t *testing.T) {
+	dir := t.TempDir()
+	data := make([]byte, 3*mapChunk)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	small, big1, big2 := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "c")
+	writeFile(t, small, string(data[:wholeMax+64]), 0o644)
+	writeFile(t, big1, string(data), 0o644)
+	writeFile(t, big2, string(data), 0o644)
+	// One worker: small and big1 go in the two lanes; when small is done, big1 is cut
+	// under its mapping, and big2 joins it in the pair.
+	got := sumsOf(t, 1, []string{small, big1, big2}, func(p string, r FileSum) {
+		if p == small {
+			if err := os.Truncate(big1, 100); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if r := got[big1]; r.Err != nil || r.N != 100 || r.SHA256 != hexSum(data[:100]) {
+		t.Errorf("truncated in a pair: %+v; want the sha256 of its first 100 bytes", r)
+	}
+	if r := got[big2]; r.Err != nil || r.N != int64(len(data)) || r.SHA256 != hexSum(data) {
+		t.Errorf("beside a truncated file: %+v; want its own digest", r)
+	}
+	if r := got[small]; r.SHA256 != hexSum(data[:wholeMax+64]) {
+		t.Errorf("small: %+v", r)
+	}
+	// Alone: the last lane left is cut when the other file is done.
+	writeFile(t, big1, string(data), 0o644)
+	got = sumsOf(t, 1, []string{small, big1}, func(p string, r FileSum) {
+		if p == small {
+			if err := os.Truncate(big1, 100); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if r := got[big1]; r.Err != nil || r.N != 100 || r.SHA256 != hexSum(data[:100]) {
+		t.Errorf("truncated alone: %+v; want the sha256 of its first 100 bytes", r)
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -542,80 +541,22 @@ func (s *streamer) hashAhead(ctx context.Context) error {
 	}
 	var budget atomic.Int64
 	budget.Store(keepBudget)
-	return forEach(ctx, idx, func(i int, h hash.Hash, buf []byte) error {
+	return hashItems(ctx, s.items, idx, func(i int, r FileSum) error {
 		it := &s.items[i]
-		f, err := os.Open(it.src)
-		if err != nil {
-			return fmt.Errorf("entry %q: %w", it.Path, err)
+		if r.Err != nil {
+			return fmt.Errorf("entry %q: %w", it.Path, r.Err)
 		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return fmt.Errorf("entry %q: %w", it.Path, err)
+		if r.N != it.Size || r.Info.Size() != it.Size {
+			return fmt.Errorf("entry %q: file changed while being packed (%d bytes, was %d); do not modify the tree during packing", it.Path, r.N, it.Size)
 		}
-		if it.Size <= keepMax && fi.Size() == it.Size && budget.Add(-it.Size) >= 0 {
-			// one read of size+1 bytes: the short count is the end of the file
-			data := make([]byte, it.Size+1)
-			n, err := io.ReadFull(f, data)
-			switch {
-			case err == nil || int64(n) != it.Size:
-				return fmt.Errorf("entry %q: file changed while being packed (%d bytes or more, was %d); do not modify the tree during packing", it.Path, n, it.Size)
-			case err != io.ErrUnexpectedEOF && err != io.EOF:
-				return fmt.Errorf("entry %q: read: %w", it.Path, err)
-			}
-			sum := sha256.Sum256(data[:n])
-			it.SHA256, it.ahead, it.kept, it.data = hex.EncodeToString(sum[:]), true, true, data[:n:n]
-			return nil
+		it.SHA256, it.ahead = r.SHA256, true
+		if r.Data != nil && it.Size <= keepMax && budget.Add(-it.Size) >= 0 {
+			it.kept, it.data = true, slices.Clone(r.Data)
+		} else {
+			it.ident = identOf(r.Info)
 		}
-		sum, n, err := hashOpen(ctx, f, fi, h, buf)
-		if err != nil {
-			return fmt.Errorf("entry %q: read: %w", it.Path, err)
-		}
-		if n != it.Size || fi.Size() != it.Size {
-			return fmt.Errorf("entry %q: file changed while being packed (%d bytes, was %d); do not modify the tree during packing", it.Path, n, it.Size)
-		}
-		it.SHA256, it.ahead, it.ident = sum, true, identOf(fi)
 		return nil
 	})
-}
-
-// forEach runs f on every index of idx on runtime.NumCPU() workers, each with its own
-// hash and buffer, and returns the first error (the others stop at the next index).
-func forEach(ctx context.Context, idx []int, f func(i int, h hash.Hash, buf []byte) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		next     atomic.Int64
-		mu       sync.Mutex
-		firstErr error
-		wg       sync.WaitGroup
-	)
-	for range min(max(1, runtime.NumCPU()), max(1, len(idx))) {
-		wg.Go(func() {
-			buf := make([]byte, copyBufSize)
-			h := sha256.New()
-			for {
-				k := int(next.Add(1) - 1)
-				if k >= len(idx) || ctx.Err() != nil {
-					return
-				}
-				if err := f(idx[k], h, buf); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					cancel()
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
-	}
-	return firstErr
 }
 
 // readFile streams one file through h (nil: no hash) and emit, insisting that it still
@@ -872,16 +813,15 @@ func HashTree(ctx context.Context, dir string) ([]Entry, error) {
 			idx = append(idx, i)
 		}
 	}
-	err = forEach(ctx, idx, func(i int, h hash.Hash, buf []byte) error {
+	err = hashItems(ctx, items, idx, func(i int, r FileSum) error {
 		it := &items[i]
-		sum, n, err := HashFile(ctx, it.src, h, buf)
-		if err != nil {
-			return fmt.Errorf("entry %q: %w", it.Path, err)
+		if r.Err != nil {
+			return fmt.Errorf("entry %q: %w", it.Path, r.Err)
 		}
-		if n != it.Size {
-			return fmt.Errorf("entry %q: changed while being hashed (%d bytes, was %d)", it.Path, n, it.Size)
+		if r.N != it.Size {
+			return fmt.Errorf("entry %q: changed while being hashed (%d bytes, was %d)", it.Path, r.N, it.Size)
 		}
-		it.SHA256 = sum
+		it.SHA256 = r.SHA256
 		return nil
 	})
 	if err != nil {
