@@ -432,25 +432,20 @@ func (s *stepEnv) pythonExtension(ctx context.Context, i int, st *recipes.Python
 	if err := os.MkdirAll(egg, 0o755); err != nil {
 		return fmt.Errorf("build %s: %w", s.component, err)
 	}
-	// the interpreter's wheel tags do not depend on the build: asked while it runs
-	var tags wheel.Tags
-	var tagsErr error
-	asked := make(chan struct{})
-	go func() {
-		defer close(asked)
-		tags, tagsErr = s.pythonTags(ctx, env)
-	}()
+	// the interpreter's wheel tags do not depend on the build: asked while it runs, and
+	// waited for on every return, so that the question never outlives the step
+	askTags := later(func() (wheel.Tags, error) { return s.pythonTags(ctx, env) })
+	defer askTags()
 	if err := s.run(ctx, step, s.src, env, s.python, "setup.py", "egg_info", "--egg-base", egg, "build", "--build-lib", blib, "--build-temp", btmp); err != nil {
-		<-asked
 		return err
 	}
 	dst := filepath.Join(s.destdir+s.prefix, "python")
 	if err := copyTree(blib, dst); err != nil {
-		<-asked
 		return fmt.Errorf("build %s: install python package: %w", s.component, err)
 	}
-	if <-asked; tagsErr != nil {
-		return fmt.Errorf("build %s: %w", s.component, tagsErr)
+	tags, err := askTags()
+	if err != nil {
+		return fmt.Errorf("build %s: %w", s.component, err)
 	}
 	w, err := wheel.WriteDistInfo(dst, egg, s.src, tags)
 	if err != nil {
@@ -488,6 +483,22 @@ func (s *stepEnv) keepPythonCFLAGS(ctx context.Context, senv map[string]string) 
 		senv[k] = strings.TrimSpace(sys + " " + s.mapFlag)
 	}
 	return nil
+}
+
+// later runs f on a goroutine of its own; the function it returns waits for f and gives
+// its result, as often as it is called.
+func later[T any](f func() (T, error)) func() (T, error) {
+	done := make(chan struct{})
+	var v T
+	var err error
+	go func() {
+		defer close(done)
+		v, err = f()
+	}()
+	return func() (T, error) {
+		<-done
+		return v, err
+	}
 }
 
 // pythonTags asks the build's interpreter for its wheel tags.
