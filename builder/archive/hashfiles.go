@@ -18,7 +18,7 @@ import (
 type FileSum struct {
 	SHA256 string      // hex
 	N      int64       // bytes hashed
-	Info   fs.FileInfo // the fstat of the open file before it was read
+	Info   fs.FileInfo // the fstat of the open file before the read that was hashed
 	// Data holds the file's bytes when it was read whole into memory (under wholeMax
 	// bytes); nil for bigger files. It is valid only during the done call.
 	Data []byte
@@ -188,7 +188,7 @@ func (w *pairWorker[T]) load(l *lane[T]) (more bool, err error) {
 			return true, w.again(l) // it grew: read it as it comes
 		case !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF):
 			l.close()
-			return true, w.done(job, FileSum{Err: err})
+			return true, w.done(job, FileSum{Err: fmt.Errorf("read: %w", err)})
 		}
 		l.data, l.whole = l.buf[:n], true
 	default:
@@ -206,7 +206,10 @@ func (w *pairWorker[T]) finish(l *lane[T]) error {
 	var sum string
 	ok := noFault(func() {
 		// alone, in pieces between checks of ctx
-		for len(l.data)-l.off > mapChunk && w.ctx.Err() == nil {
+		for len(l.data)-l.off > mapChunk {
+			if w.ctx.Err() != nil {
+				return
+			}
 			l.d.Blocks(l.data[l.off : l.off+mapChunk])
 			l.off += mapChunk
 		}
@@ -236,21 +239,34 @@ func (w *pairWorker[T]) finish(l *lane[T]) error {
 	return err
 }
 
-// again hashes l's file alone from its start, through HashFile, and reports it.
+// again hashes l's file alone from its start, as reading it now sees it (the file it
+// opened, fstat again), and reports it.
 func (w *pairWorker[T]) again(l *lane[T]) error {
-	job, info := l.job, l.info
-	l.close()
+	job, f := l.job, l.f
+	if l.unmap != nil {
+		l.unmap()
+		l.unmap = nil
+	}
+	defer l.close()
 	if w.buf == nil {
 		w.buf = make([]byte, copyBufSize)
 	}
-	sum, n, err := HashFile(w.ctx, w.path(job), sha256.New(), w.buf)
+	fi, err := f.Stat()
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	var sum string
+	var n int64
+	if err == nil {
+		sum, n, err = hashOpen(w.ctx, f, fi, sha256.New(), w.buf)
+	}
 	if err != nil {
 		if w.ctx.Err() != nil {
 			return w.ctx.Err()
 		}
 		return w.done(job, FileSum{Err: fmt.Errorf("read: %w", err)})
 	}
-	return w.done(job, FileSum{SHA256: sum, N: n, Info: info})
+	return w.done(job, FileSum{SHA256: sum, N: n, Info: fi})
 }
 
 func (l *lane[T]) close() {

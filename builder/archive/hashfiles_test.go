@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -82,5 +83,45 @@ func TestHashFilesAgainstStdlib(t *testing.T) {
 		if r := got[gone]; r.Err == nil || !os.IsNotExist(r.Err) {
 			t.Errorf("%d workers: a missing file: %+v; want a not-exist error", workers, r)
 		}
+	}
+}
+
+// An error from done stops the hashing, and HashFiles returns it; a cancelled context
+// stops it too, before the big file beside is done.
+func TestHashFilesStops(t *testing.T) {
+	dir := t.TempDir()
+	small, big := filepath.Join(dir, "small"), filepath.Join(dir, "big")
+	if err := os.WriteFile(small, []byte("small"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(big, make([]byte, 4*mapChunk), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	feed := func() chan string {
+		jobs := make(chan string, 2)
+		jobs <- small
+		jobs <- big
+		close(jobs)
+		return jobs
+	}
+	stop := errors.New("stop here")
+	var seen []string
+	err := hashFiles(context.Background(), 1, feed(), func(p string) string { return p }, func(p string, r FileSum) error {
+		seen = append(seen, p)
+		return stop
+	})
+	if !errors.Is(err, stop) || len(seen) != 1 || seen[0] != small {
+		t.Errorf("done's error: HashFiles returned %v after %v; want %v after the small file alone", err, seen, stop)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	seen = nil
+	err = hashFiles(ctx, 1, feed(), func(p string) string { return p }, func(p string, r FileSum) error {
+		seen = append(seen, p)
+		cancel()
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || len(seen) != 1 {
+		t.Errorf("cancelled: HashFiles returned %v after %v; want context.Canceled after the small file alone", err, seen)
 	}
 }

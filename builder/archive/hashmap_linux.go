@@ -40,7 +40,11 @@ func noFault(f func()) (ok bool) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			if _, fault := r.(runtime.Error); !fault {
+			// a fault on a mapping, and nothing else (a bug's panic goes on)
+			if _, fault := r.(interface {
+				runtime.Error
+				Addr() uintptr
+			}); !fault {
 				panic(r)
 			}
 			ok = false

@@ -14,6 +14,9 @@ var haveX2 = cpu.X86.HasAVX && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41 && hasSHA()
 func blocks2(a, b *[8]uint32, pa, pb *byte, n int)
 
 func hasSHA() bool {
+	if maxLeaf, _, _, _ := cpuid(0, 0); maxLeaf < 7 {
+		return false
+	}
 	_, ebx, _, _ := cpuid(7, 0)
 	return ebx&(1<<29) != 0
 }

@@ -20,6 +20,9 @@ import (
 // BlockSize is SHA-256's block size; Blocks2 takes whole blocks.
 const BlockSize = 64
 
+// maxAsm is the most bytes of each message one assembly call hashes.
+const maxAsm = 64 << 10
+
 var iv = [8]uint32{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19}
 
 // Digest is a SHA-256 state after whole blocks. The zero value is not ready: use Reset.
@@ -41,7 +44,12 @@ func Blocks2(a, b *Digest, pa, pb []byte) {
 		return
 	}
 	if haveX2 {
-		blocks2(&a.h, &b.h, &pa[0], &pb[0], len(pa)/BlockSize)
+		// in pieces: an assembly function cannot be preempted, and a long call would
+		// hold up the garbage collector's stops (crypto/sha256 does the same)
+		for off := 0; off < len(pa); off += maxAsm {
+			k := min(len(pa)-off, maxAsm)
+			blocks2(&a.h, &b.h, &pa[off], &pb[off], k/BlockSize)
+		}
 		a.n += uint64(len(pa))
 		b.n += uint64(len(pb))
 		return

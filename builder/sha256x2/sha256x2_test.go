@@ -127,3 +127,29 @@ func BenchmarkStdlib(b *testing.B) {
 		sha256.Sum256(pb)
 	}
 }
+
+// Where the CPU has the SHA extensions, the tests above ran the assembly; elsewhere they
+// test the fallback alone, and this says so.
+func TestKernelRuns(t *testing.T) {
+	if !haveX2 {
+		t.Skip("no SHA extensions here (or not amd64): the tests ran the crypto/sha256 fallback, not the two-message kernel")
+	}
+	var a, b Digest
+	a.Reset()
+	b.Reset()
+	msg := make([]byte, 3*maxAsm+BlockSize) // more than one assembly call
+	for i := range msg {
+		msg[i] = byte(i)
+	}
+	blocks2(&a.h, &b.h, &msg[0], &msg[0], len(msg)/BlockSize)
+	a.n, b.n = uint64(len(msg)), uint64(len(msg))
+	if got, want := a.Sum(nil), stdSum(msg); got != want || b.Sum(nil) != want {
+		t.Fatalf("blocks2: %s, crypto/sha256 says %s", got, want)
+	}
+	a.Reset()
+	b.Reset()
+	Blocks2(&a, &b, msg, msg)
+	if got, want := a.Sum(nil), stdSum(msg); got != want {
+		t.Fatalf("Blocks2 in pieces: %s, crypto/sha256 says %s", got, want)
+	}
+}
