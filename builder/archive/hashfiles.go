@@ -26,16 +26,16 @@ type FileSum struct {
 }
 
 // wholeMax: files under it are read whole into a buffer of their lane; bigger ones are
-// mapped (or, where they cannot be, hashed alone through HashFile).
+// mapped (or, where they cannot be, hashed alone: again).
 const wholeMax = 256 << 10
 
 // HashFiles hashes the file path(job) of every job from jobs on runtime.NumCPU() workers,
 // two files at a time on each, their blocks interleaved (sha256x2: about twice one file's
 // speed on a core with SHA extensions), and calls done from the worker with each result.
-// A file changed while hashed is hashed again alone, as HashFile sees it. An error from
-// done stops the hashing: HashFiles returns the first, or ctx's; it returns when every
-// worker has, after draining nothing: the caller closes jobs, and stops sending when ctx
-// is done.
+// A file that changed or faulted while hashed is hashed again alone, as reading it then
+// sees it. An error from done stops the hashing, and HashFiles returns the first (or
+// ctx's) once every worker has stopped. The caller closes jobs when it has sent them all,
+// and stops sending when ctx is done: HashFiles does not drain jobs.
 func HashFiles[T any](ctx context.Context, jobs <-chan T, path func(T) string, done func(T, FileSum) error) error {
 	return hashFiles(ctx, max(1, runtime.NumCPU()), jobs, path, done)
 }
@@ -77,8 +77,7 @@ type lane[T any] struct {
 	busy  bool
 	f     *os.File
 	info  fs.FileInfo
-	data  []byte // the whole file: mapped, or read into buf
-	whole bool   // data is buf's: read, not mapped
+	data  []byte // the whole file: mapped (unmap set), or read into buf
 	unmap func()
 	off   int
 	d     sha256x2.Digest
@@ -190,7 +189,7 @@ func (w *pairWorker[T]) load(l *lane[T]) (more bool, err error) {
 			l.close()
 			return true, w.done(job, FileSum{Err: fmt.Errorf("read: %w", err)})
 		}
-		l.data, l.whole = l.buf[:n], true
+		l.data = l.buf[:n]
 	default:
 		m, unmap, ok := mapFile(f, size)
 		if !ok {
@@ -222,7 +221,8 @@ func (w *pairWorker[T]) finish(l *lane[T]) error {
 		return w.again(l)
 	}
 	n := int64(len(l.data))
-	if !l.whole {
+	read := l.unmap == nil
+	if !read {
 		// a mapping holds the size the file had at the fstat: a file that changed size
 		// since is hashed again, as reading sees it
 		if now, err := l.f.Stat(); err != nil || now.Size() != n {
@@ -230,7 +230,7 @@ func (w *pairWorker[T]) finish(l *lane[T]) error {
 		}
 	}
 	res := FileSum{SHA256: sum, N: n, Info: l.info}
-	if l.whole {
+	if read {
 		res.Data = l.data
 	}
 	job := l.job
