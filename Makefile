@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 BIN     := bin/epbuild
 
-.PHONY: all build test lint vet bench schema docs demo clean fuzz
+.PHONY: all build deps test lint vet bench schema docs demo clean fuzz
 
 DEMO_PREFIX ?= out/demo-install
 
@@ -13,8 +13,14 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/epbuild
 
-# The test command: vet, then every test with the race detector (fuzz seed corpora included).
-test: vet
+# What the tests need (git, gcc, cmake, ninja, python3 with venv/pip/headers, Lmod, tclsh,
+# the shells, a registry server), installed where missing with apt-get; it says what it installs.
+deps:
+	.ci/deps
+
+# The test command: the tools, vet, then every test with the race detector (fuzz seed
+# corpora included).
+test: deps vet
 	$(GO) test -race -count=1 -timeout 12m ./...
 
 vet:

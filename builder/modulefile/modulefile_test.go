@@ -20,7 +20,7 @@ func TestValuesReachTheShell(t *testing.T) {
 		init = p + "/init/bash"
 	}
 	if _, err := os.Stat(init); err != nil {
-		t.Fatalf("Lmod is not installed (Debian: lmod; .ci/run installs it): %v", err)
+		t.Fatalf("Lmod is not installed (Debian: lmod; `make deps` installs it): %v", err)
 	}
 	canary := filepath.Join(t.TempDir(), "ran")
 	values := []string{
