@@ -10,9 +10,18 @@ import (
 
 // Diff compares two artifacts or installed prefixes (or one of each): `epbuild diff`. In
 // an installed prefix, what install adds and no build made is left out: the receipt and
-// Python's bytecode caches (as verify-install leaves them out).
-func Diff(ctx context.Context, a, b string) (*diff.Report, error) {
-	return diff.Compare(ctx, a, b, diff.Options{Ignore: installAdded, Normalize: installWritten})
+// Python's bytecode caches (as verify-install leaves them out). An artifact is unpacked
+// only up to maxExtract bytes (0: diff.DefaultMaxExtract), and refused as soon as its
+// manifest declares more.
+func Diff(ctx context.Context, a, b string, maxExtract int64) (*diff.Report, error) {
+	return diff.Compare(ctx, a, b, diff.Options{Ignore: installAdded, Normalize: installWritten, MaxExtract: maxExtract,
+		Declared: &diff.Declared{Name: ManifestName, MaxSize: maxManifestSize, Bytes: func(b []byte) (int64, error) {
+			m, err := decodeManifest(b, ManifestName)
+			if err != nil {
+				return 0, err
+			}
+			return declaredBytes(m, b) - tarSlack, nil
+		}}})
 }
 
 // installWritten reads back what install wrote into a file of the artifact: env.sh

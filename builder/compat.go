@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -275,4 +276,23 @@ func pinKinds(r compat.Release) []string {
 		out = append(out, p.Kind())
 	}
 	return out
+}
+
+// checkIgnoreRules refuses an --ignore-rule id that names no rule: ignoring nothing
+// silently would let the job stop, or go on, for a reason the user did not mean.
+func (j *Job) checkIgnoreRules() error {
+	if len(j.opts.IgnoreRules) == 0 {
+		return nil
+	}
+	rules, err := j.Rules()
+	if err != nil {
+		return err
+	}
+	for _, id := range j.opts.IgnoreRules {
+		if _, ok := rules.Get(id); !ok {
+			return &UsageError{Err: fmt.Errorf("--ignore-rule %s: no such rule; the closest: %s (`epbuild compat list` shows them all)",
+				quote.Term(id), strings.Join(rules.Closest(id, 3), ", "))}
+		}
+	}
+	return nil
 }

@@ -70,6 +70,9 @@ func Open(opts Options) (*Job, error) {
 		opts.Log = log.New(io.Discard)
 	}
 	j := &Job{opts: opts}
+	if err := j.checkIgnoreRules(); err != nil {
+		return nil, err
+	}
 	res, err := NewResolver(opts.Library)
 	if err != nil {
 		return nil, err
@@ -727,6 +730,9 @@ type MatrixOptions struct {
 // with the job's ancestry and its policy on undecided rules.
 func BuildMatrix(ctx context.Context, opts MatrixOptions) (*compat.Matrix, error) {
 	j := &Job{opts: opts.Options}
+	if err := j.checkIgnoreRules(); err != nil {
+		return nil, err
+	}
 	res, err := NewResolver(opts.Library)
 	if err != nil {
 		return nil, err

@@ -278,7 +278,7 @@ func TestFileMacroMapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	if a.SHA256 != b.SHA256 {
-		rep, _ := Diff(context.Background(), a.Artifact, b.Artifact)
+		rep, _ := Diff(context.Background(), a.Artifact, b.Artifact, 0)
 		t.Fatalf("two caches, two artifacts: %s and %s\n%+v", a.SHA256, b.SHA256, rep)
 	}
 	inst := t.TempDir()
@@ -317,7 +317,7 @@ func TestFileMacroMapped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Diff(context.Background(), a.Artifact, off.Artifact)
+	rep, err := Diff(context.Background(), a.Artifact, off.Artifact, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,12 @@
 // what differs inside: the ELF sections, and the first printable strings (a path, a
 // timestamp) that one side holds and the other does not.
 //
-// Artifacts are read with the archive package's extractor (the one that installs them),
-// ELF files with the inspect package's reader.
+// Artifacts are read with the archive package's extractor (the one that installs them)
+// into a temporary directory removed when Compare returns, however it returns (a
+// cancelled context included), bounded by Options.MaxExtract; ELF files with the inspect
+// package's reader. File contents are compared by their sha256, computed streaming; only
+// a differing file of at most Options.MaxExplain bytes is read into memory to say what
+// differs inside it.
 package diff
 
 import (
@@ -40,7 +44,36 @@ type Options struct {
 	// changed back to what the artifact carried (env.sh, into which install writes the
 	// install's directory), or nil to compare the file as it is.
 	Normalize func(path string) func([]byte) ([]byte, error)
+	// MaxExtract bounds the bytes of files unpacked from each artifact (0:
+	// DefaultMaxExtract): an artifact holding more is refused, its partial tree removed.
+	MaxExtract int64
+	// MaxExplain is the largest file read into memory to name the ELF sections and the
+	// strings that differ (0: DefaultMaxExplain); a larger differing file is reported by
+	// its sha256 alone. It bounds Normalize's reads too.
+	MaxExplain int64
+	// Declared, when set, reads an artifact's manifest as the extraction reaches it: an
+	// artifact whose manifest declares more than MaxExtract bytes is refused there.
+	Declared *Declared
 }
+
+// Declared reads the size an artifact declares in its manifest.
+type Declared struct {
+	// Name is the manifest's path in the artifact; MaxSize the most bytes it may take.
+	Name    string
+	MaxSize int64
+	// Bytes returns the bytes the artifact's files take, as the manifest says, or an
+	// error for a manifest that cannot be read.
+	Bytes func(manifest []byte) (int64, error)
+}
+
+// The defaults of Options' bounds.
+const (
+	DefaultMaxExtract int64 = 8 << 30
+	DefaultMaxExplain int64 = 256 << 20
+)
+
+// TooLarge is the note on a file whose bytes differ but that is larger than MaxExplain.
+const TooLarge = "differs (too large to compare sections)"
 
 // The kinds of change to an entry.
 const (
@@ -103,18 +136,37 @@ func (e *InputError) Unwrap() error { return e.Err }
 // ExitCode: bad input.
 func (e *InputError) ExitCode() int { return 2 }
 
+// EnvError is what the machine lacks to compare: a temporary directory, the space to
+// unpack an artifact (exit 3).
+type EnvError struct {
+	Path string
+	Err  error
+}
+
+func (e *EnvError) Error() string { return fmt.Sprintf("diff %s: %v", e.Path, e.Err) }
+func (e *EnvError) Unwrap() error { return e.Err }
+
+// ExitCode: the environment lacks something.
+func (e *EnvError) ExitCode() int { return 3 }
+
 // Compare compares a with b; each is an artifact (a .tar.zst epbuild wrote, or any archive
 // the archive package reads) or a directory (an installed prefix).
 func Compare(ctx context.Context, a, b string, opts Options) (*Report, error) {
 	if opts.Strings <= 0 {
 		opts.Strings = 3
 	}
-	ta, doneA, err := open(ctx, a, opts.TempDir)
+	if opts.MaxExtract <= 0 {
+		opts.MaxExtract = DefaultMaxExtract
+	}
+	if opts.MaxExplain <= 0 {
+		opts.MaxExplain = DefaultMaxExplain
+	}
+	ta, doneA, err := open(ctx, a, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer doneA()
-	tb, doneB, err := open(ctx, b, opts.TempDir)
+	tb, doneB, err := open(ctx, b, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -127,56 +179,93 @@ func Compare(ctx context.Context, a, b string, opts Options) (*Report, error) {
 	if tb != b {
 		ignB, normB = nil, nil
 	}
-	return compareTrees(ctx, a, b, side{ta, ignA, normA}, side{tb, ignB, normB}, opts.Strings)
+	return compareTrees(ctx, a, b, side{ta, ta != a, ignA, normA}, side{tb, tb != b, ignB, normB}, opts)
 }
 
 // open returns the tree to compare for path: the directory itself, or the artifact
-// unpacked into a temporary directory that done removes.
-func open(ctx context.Context, path, tmp string) (dir string, done func(), err error) {
+// unpacked into a temporary directory that done removes. On an error nothing is left.
+func open(ctx context.Context, path string, opts Options) (dir string, done func(), err error) {
 	st, err := os.Stat(path)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return "", nil, &InputError{Path: path, Err: errors.New("no such artifact or directory")}
-	}
-	if st.IsDir() {
+	case err != nil:
+		return "", nil, &InputError{Path: path, Err: fmt.Errorf("cannot read it: %w", err)}
+	case st.IsDir():
 		return path, func() {}, nil
 	}
 	if _, err := archive.DetectFormat(path); err != nil {
 		return "", nil, &InputError{Path: path, Err: fmt.Errorf("neither a directory nor an artifact: %w", err)}
 	}
-	parent, err := os.MkdirTemp(tmp, "epbuild-diff-")
+	parent, err := os.MkdirTemp(opts.TempDir, "epbuild-diff-")
 	if err != nil {
-		return "", nil, fmt.Errorf("diff %s: %w", path, err)
+		return "", nil, &EnvError{Path: path, Err: fmt.Errorf("create a directory to unpack it: %w", err)}
 	}
 	done = func() { _ = makeWritable(parent); _ = os.RemoveAll(parent) }
 	dir = filepath.Join(parent, "tree")
-	if _, err := archive.ExtractFile(ctx, path, dir, archive.ExtractOptions{}); err != nil {
+	xo := archive.ExtractOptions{MaxBytes: opts.MaxExtract}
+	if d := opts.Declared; d != nil {
+		xo.Member = &archive.MemberHook{Name: d.Name, MaxSize: d.MaxSize, Found: func(b []byte) (archive.Limits, error) {
+			n, err := d.Bytes(b)
+			if err != nil {
+				return archive.Limits{}, &InputError{Path: path, Err: fmt.Errorf("read its %s: %w", d.Name, err)}
+			}
+			if n > opts.MaxExtract {
+				return archive.Limits{}, &InputError{Path: path, Err: fmt.Errorf(
+					"its %s declares %d bytes of files, more than the %d diff unpacks (--max-extract): raise --max-extract if the disk under %s holds it",
+					d.Name, n, opts.MaxExtract, tempRoot(opts.TempDir))}
+			}
+			return archive.Limits{}, nil
+		}}
+	}
+	if _, err := archive.ExtractFile(ctx, path, dir, xo); err != nil {
 		done()
-		var xe *archive.ExtractError
-		if errors.As(err, &xe) && xe.Kind != nil {
+		var (
+			ie *InputError
+			xe *archive.ExtractError
+		)
+		switch {
+		case errors.As(err, &ie):
+			return "", nil, ie
+		case ctx.Err() != nil:
+			return "", nil, fmt.Errorf("diff %s: %w", path, ctx.Err())
+		case errors.Is(err, archive.ErrLimit):
+			return "", nil, &InputError{Path: path, Err: fmt.Errorf("%w (diff unpacks at most %d bytes of an artifact: --max-extract)", err, opts.MaxExtract)}
+		case errors.As(err, &xe) && xe.Kind != nil:
 			return "", nil, &InputError{Path: path, Err: err}
 		}
-		return "", nil, fmt.Errorf("diff %s: %w", path, err)
+		// the archive read fine as far as it went: writing the tree failed (space, quota)
+		return "", nil, &EnvError{Path: path, Err: fmt.Errorf("unpack it under %s: %w", tempRoot(opts.TempDir), err)}
 	}
 	return dir, done, nil
+}
+
+func tempRoot(dir string) string {
+	if dir == "" {
+		return os.TempDir()
+	}
+	return dir
 }
 
 // side is one side of a comparison: where its files are, and what of an installed prefix
 // is left out or read back to the artifact's form.
 type side struct {
-	dir       string
+	dir string
+	// unpacked: dir is an artifact unpacked by open, not what the user named
+	unpacked  bool
 	ignore    func(string, archive.Entry) bool
 	normalize func(string) func([]byte) ([]byte, error)
 }
 
-func compareTrees(ctx context.Context, nameA, nameB string, tA, tB side, nStrings int) (*Report, error) {
+func compareTrees(ctx context.Context, nameA, nameB string, tA, tB side, opts Options) (*Report, error) {
 	ta, tb := tA.dir, tB.dir
-	ea, ignA, err := entries(ctx, tA)
+	ea, ignA, err := entries(ctx, tA, opts.MaxExplain)
 	if err != nil {
-		return nil, fmt.Errorf("diff %s: %w", nameA, err)
+		return nil, sideError(ctx, nameA, tA, err)
 	}
-	eb, ignB, err := entries(ctx, tB)
+	eb, ignB, err := entries(ctx, tB, opts.MaxExplain)
 	if err != nil {
-		return nil, fmt.Errorf("diff %s: %w", nameB, err)
+		return nil, sideError(ctx, nameB, tB, err)
 	}
 	rep := &Report{A: nameA, B: nameB, Ignored: ignA + ignB, Changes: []Change{}}
 	paths := map[string]bool{}
@@ -222,9 +311,7 @@ func compareTrees(ctx context.Context, nameA, nameB string, tA, tB side, nString
 			}
 			c.A, c.B = &a, &b
 			if slices.Contains(c.What, Content) {
-				if err := explain(&c, filepath.Join(ta, filepath.FromSlash(p)), filepath.Join(tb, filepath.FromSlash(p)), nStrings); err != nil {
-					return nil, err
-				}
+				explain(&c, filepath.Join(ta, filepath.FromSlash(p)), filepath.Join(tb, filepath.FromSlash(p)), opts)
 			}
 		}
 		rep.Changes = append(rep.Changes, c)
@@ -233,9 +320,23 @@ func compareTrees(ctx context.Context, nameA, nameB string, tA, tB side, nString
 	return rep, nil
 }
 
+// sideError says why one side could not be read: bad input where it is what the user
+// named (a file it cannot read, a FIFO), the machine's doing where it is an artifact
+// this package unpacked.
+func sideError(ctx context.Context, name string, t side, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("diff %s: %w", name, ctx.Err())
+	case t.unpacked:
+		return &EnvError{Path: name, Err: err}
+	}
+	return &InputError{Path: name, Err: fmt.Errorf("cannot read it: %w", err)}
+}
+
 // entries hashes a tree, leaving out what ignore names (and what lies under an ignored
-// directory), and hashing what normalize names in the form it gives.
-func entries(ctx context.Context, t side) (map[string]archive.Entry, int, error) {
+// directory), and hashing what normalize names in the form it gives (a file larger than
+// max is hashed as it is: normalizing reads it whole).
+func entries(ctx context.Context, t side, max int64) (map[string]archive.Entry, int, error) {
 	dir, ignore := t.dir, t.ignore
 	list, err := archive.HashTree(ctx, dir)
 	if err != nil {
@@ -252,9 +353,9 @@ func entries(ctx context.Context, t side) (map[string]archive.Entry, int, error)
 			n++
 			continue
 		}
-		if t.normalize != nil && e.Type == archive.TypeFile {
+		if t.normalize != nil && e.Type == archive.TypeFile && e.Size <= max {
 			if norm := t.normalize(e.Path); norm != nil {
-				b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(e.Path)))
+				b, err := readAtMost(filepath.Join(dir, filepath.FromSlash(e.Path)), max)
 				if err == nil {
 					b, err = norm(b)
 				}
@@ -279,39 +380,73 @@ func under(p string, dirs []string) bool {
 	return false
 }
 
-// readBoth reads the two files compared.
-func readBoth(a, b string) ([]byte, []byte, error) {
-	ba, err := os.ReadFile(a)
+// readAtMost reads a file of at most max bytes; one that grew past max since it was
+// hashed is an error, not an allocation.
+func readAtMost(name string, max int64) ([]byte, error) {
+	f, err := os.Open(name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("diff: %w", err)
+		return nil, err
 	}
-	bb, err := os.ReadFile(b)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
-		return nil, nil, fmt.Errorf("diff: %w", err)
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s: more than %d bytes", name, max)
+	}
+	return b, nil
+}
+
+// readBoth reads the two files compared, each at most max bytes.
+func readBoth(a, b string, max int64) ([]byte, []byte, error) {
+	ba, err := readAtMost(a, max)
+	if err != nil {
+		return nil, nil, err
+	}
+	bb, err := readAtMost(b, max)
+	if err != nil {
+		return nil, nil, err
 	}
 	return ba, bb, nil
 }
 
-// explain fills in what differs inside two files of different content.
-func explain(c *Change, a, b string, n int) error {
+// explain fills in what differs inside two files of different content. What cannot be
+// told (a file too large to read into memory, a damaged ELF file) is said in the note:
+// the change itself is known from the sha256 already.
+func explain(c *Change, a, b string, opts Options) {
+	if c.A.Size > opts.MaxExplain || c.B.Size > opts.MaxExplain {
+		c.Note = TooLarge
+		return
+	}
 	ea, eb := inspect.IsELF(a), inspect.IsELF(b)
 	if ea && eb {
-		return explainELF(c, a, b, n)
-	}
-	if ea != eb {
+		err := explainELF(c, a, b, opts)
+		if err == nil {
+			return
+		}
+		c.Sections, c.Note = nil, "the ELF sections cannot be compared: "+err.Error()
+	} else if ea != eb {
 		c.Note = "an ELF file on one side only"
 	}
-	ba, bb, err := readBoth(a, b)
+	ba, bb, err := readBoth(a, b, opts.MaxExplain)
 	if err != nil {
-		return err
+		c.Note = joinNote(c.Note, "the bytes cannot be read back: "+err.Error())
+		return
 	}
-	c.OnlyA, c.OnlyB = differingStrings(ba, bb, n)
-	return nil
+	c.OnlyA, c.OnlyB = differingStrings(ba, bb, opts.Strings)
+}
+
+func joinNote(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 // explainELF names the sections that differ and the strings in their bytes that the
 // other side lacks.
-func explainELF(c *Change, a, b string, n int) error {
+func explainELF(c *Change, a, b string, opts Options) error {
 	sa, err := inspect.ELFSections(a)
 	if err != nil {
 		return err
@@ -385,13 +520,13 @@ func explainELF(c *Change, a, b string, n int) error {
 	if len(c.Sections) == 0 {
 		// the bytes differ outside every section: the ELF or program headers, padding
 		c.Note = "every section is equal: the ELF headers, program headers or the bytes between sections differ"
-		ba, bb, err := readBoth(a, b)
+		ba, bb, err := readBoth(a, b, opts.MaxExplain)
 		if err != nil {
 			return err
 		}
 		bytesA, bytesB = [][]byte{ba}, [][]byte{bb}
 	}
-	c.OnlyA, c.OnlyB = differingStrings(bytes.Join(bytesA, []byte{0}), bytes.Join(bytesB, []byte{0}), n)
+	c.OnlyA, c.OnlyB = differingStrings(bytes.Join(bytesA, []byte{0}), bytes.Join(bytesB, []byte{0}), opts.Strings)
 	return nil
 }
 

@@ -61,6 +61,10 @@ func TestCompareDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(rep.Tables) == 0 {
+		// the mirror or the recipe gave drift nothing to try: say why instead of indexing
+		t.Fatalf("drift over %s in %s made no table (skipped: %+v): the comparison needs the component's repository with its history", recipe, mirror, rep.Skipped)
+	}
 	tab := rep.Tables[0]
 	commits := make([]string, len(tab.Rows))
 	for i, r := range tab.Rows {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/patches"
 )
@@ -229,7 +230,12 @@ func runComponent(ctx context.Context, c *builder.PlanComponent, url, pinned str
 	rd := repo.Reader()
 	if pinned != "" {
 		if _, err := rd.Commit(pinned); err != nil {
-			pinned = "" // not in this repository: the range starts at its root
+			if opts.Commits == "" && !opts.Tags {
+				// the default range starts at the pin: without it, the range would be
+				// whatever history the mirror happens to hold
+				return nil, &IncompleteHistory{From: pinned, To: "HEAD", Missing: pinned}
+			}
+			pinned = "" // not in this repository: only the given range is read
 		}
 	}
 	t.Pinned = pinned
@@ -479,17 +485,19 @@ func parseRange(r, pinned string) (from, to string, err error) {
 }
 
 // walk lists from (when given) and the commits reachable from to but not from
-// from, in order. A parent missing from the repository (a shallow history)
-// ends its line.
+// from, in order. Without from, a parent missing from the repository (a shallow
+// history) ends its line. With from, from must be an ancestor of to and the
+// history between them complete: else the range would silently miss commits, or
+// hold commits that never had from's code.
 func walk(repo *source.Repository, rd *source.Reader, from, to string) ([]source.Commit, error) {
-	toID, err := resolve(repo, to)
+	toID, err := resolve(repo, rd, to)
 	if err != nil {
 		return nil, err
 	}
 	seen := map[string]bool{}
 	var fromC *source.Commit
 	if from != "" {
-		fromID, err := resolve(repo, from)
+		fromID, err := resolve(repo, rd, from)
 		if err != nil {
 			return nil, err
 		}
@@ -498,13 +506,18 @@ func walk(repo *source.Repository, rd *source.Reader, from, to string) ([]source
 			return nil, err
 		}
 		fromC = &c
-		if _, err := reach(rd, []string{fromID}, seen, nil); err != nil {
+		if _, _, err := reach(rd, []string{fromID}, seen, nil); err != nil {
 			return nil, err
 		}
 	}
-	commits, err := reach(rd, []string{toID}, seen, nil)
+	commits, missing, err := reach(rd, []string{toID}, seen, nil)
 	if err != nil {
 		return nil, err
+	}
+	if fromC != nil {
+		if err := descends(fromC.ID, toID, commits, missing, from, to); err != nil {
+			return nil, err
+		}
 	}
 	commits = order(commits)
 	if fromC != nil {
@@ -513,7 +526,52 @@ func walk(repo *source.Repository, rd *source.Reader, from, to string) ([]source
 	return commits, nil
 }
 
-func resolve(repo *source.Repository, rev string) (string, error) {
+// descends checks that from is an ancestor of to with every commit between them
+// present: commits are those reachable from to and not from from, missing the
+// parents among them the repository lacks. The first commit of seen that a walk
+// down from to meets on a path to from is from itself, so from is an ancestor
+// exactly when it is a parent of one of commits (or is to).
+func descends(fromID, toID string, commits []source.Commit, missing []string, from, to string) error {
+	if fromID == toID {
+		return nil
+	}
+	if len(missing) > 0 {
+		return &IncompleteHistory{From: from, To: to, Missing: missing[0]}
+	}
+	for _, c := range commits {
+		if slices.Contains(c.Parents, fromID) {
+			return nil
+		}
+	}
+	return &BadInput{Msg: fmt.Sprintf("%s does not descend from the pin %s: its history does not hold %.12s (an orphan branch, or a rewritten history); give --commits A..B with A an ancestor of B",
+		quote.Term(to), quote.Term(from), fromID)}
+}
+
+// IncompleteHistory is a range whose history the mirror does not hold whole (a
+// shallow clone, a missing object): drift cannot tell what the range holds. The
+// mirror lacks something: exit 3.
+type IncompleteHistory struct {
+	From, To string
+	// Missing is the first parent found missing.
+	Missing string
+}
+
+func (e *IncompleteHistory) Error() string {
+	return fmt.Sprintf("cannot tell: history between %s and %s is incomplete (shallow or missing parent %.12s); fetch the whole history into the mirror (git fetch --unshallow)",
+		quote.Term(e.From), quote.Term(e.To), e.Missing)
+}
+
+// ExitCode: the environment (the mirror) lacks something.
+func (e *IncompleteHistory) ExitCode() int { return 3 }
+
+// minShort is the shortest commit id prefix resolved: as git's default
+// abbreviation, short enough to type, long enough to be mostly unique.
+const minShort = 7
+
+func resolve(repo *source.Repository, rd *source.Reader, rev string) (string, error) {
+	if len(rev) >= minShort && len(rev) < 40 && isHex(rev) {
+		return resolveShort(repo, rd, rev)
+	}
 	id, err := repo.Resolve(rev)
 	if err != nil {
 		var se *source.Error
@@ -525,9 +583,66 @@ func resolve(repo *source.Repository, rev string) (string, error) {
 	return id, nil
 }
 
+// resolveShort finds the commit of the mirror's history (from HEAD and the tags)
+// whose id starts with prefix. A tag or branch spelled like hex comes first.
+func resolveShort(repo *source.Repository, rd *source.Reader, prefix string) (string, error) {
+	if id, err := repo.Resolve(prefix); err == nil {
+		return id, nil
+	}
+	starts := []string{}
+	if head, err := repo.Resolve("HEAD"); err == nil {
+		starts = append(starts, head)
+	}
+	tags, err := repo.Tags()
+	if err != nil {
+		return "", err
+	}
+	for _, tg := range tags {
+		starts = append(starts, tg.Commit)
+	}
+	all, _, err := reach(rd, starts, map[string]bool{}, nil)
+	if err != nil {
+		return "", err
+	}
+	ids := make([]string, len(all))
+	for i, c := range all {
+		ids[i] = c.ID
+	}
+	return matchPrefix(ids, prefix)
+}
+
+// matchPrefix is the one id of ids that starts with prefix (any case).
+func matchPrefix(ids []string, prefix string) (string, error) {
+	prefix = strings.ToLower(prefix)
+	var found []string
+	for _, id := range ids {
+		if strings.HasPrefix(id, prefix) && !slices.Contains(found, id) {
+			found = append(found, id)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return "", &BadInput{Msg: fmt.Sprintf("--commits: no commit of the mirror's history (from HEAD and the tags) starts with %s", prefix)}
+	}
+	slices.Sort(found)
+	return "", &BadInput{Msg: fmt.Sprintf("--commits: %s is ambiguous: it starts %d commits (%s); give more of the id", prefix, len(found), strings.Join(found, ", "))}
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i] | 0x20; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // reach adds to seen every commit reachable from starts that is not in seen
-// yet, and returns them.
-func reach(rd *source.Reader, starts []string, seen map[string]bool, out []source.Commit) ([]source.Commit, error) {
+// yet, and returns them, and the parents among them the repository lacks.
+func reach(rd *source.Reader, starts []string, seen map[string]bool, out []source.Commit) ([]source.Commit, []string, error) {
+	var missing []string
 	stack := slices.Clone(starts)
 	for len(stack) > 0 {
 		id := stack[len(stack)-1]
@@ -538,15 +653,16 @@ func reach(rd *source.Reader, starts []string, seen map[string]bool, out []sourc
 		seen[id] = true
 		c, err := rd.Commit(id)
 		if errors.Is(err, source.ErrNoObject) {
+			missing = append(missing, id)
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, c)
 		stack = append(stack, c.Parents...)
 	}
-	return out, nil
+	return out, missing, nil
 }
 
 // order sorts commits so that a commit comes after its parents among them,

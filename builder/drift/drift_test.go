@@ -86,6 +86,8 @@ type history struct {
 	base, other, shifted, applied, conflicted string
 	renamed, back, deleted, head              string
 	patch                                     string
+	// src is the working repository the mirror was cloned from
+	src string
 }
 
 func newHistory(t *testing.T) *history {
@@ -120,6 +122,7 @@ func newHistory(t *testing.T) *history {
 
 	lib := filepath.Join(h.mirror, "example.invalid", "x", "lib.git")
 	g.run("clone", "-q", "--bare", g.dir, lib)
+	h.src = g.dir
 
 	// The fork: the base and one commit of its own on g.txt.
 	fg := &git{t: t, dir: t.TempDir(), day: 20}
@@ -287,6 +290,10 @@ func TestDriftRanges(t *testing.T) {
 	if got := rows(Options{Commits: h.shifted + ".." + h.renamed}); len(got) != 5 || got[0] != h.shifted || got[4] != h.renamed {
 		t.Errorf("A..B: %d rows %v", len(got), got)
 	}
+	// a short id the user typed, as git prints them
+	if got := rows(Options{Commits: h.shifted[:7] + ".." + strings.ToUpper(h.renamed[:9])}); len(got) != 5 || got[0] != h.shifted || got[4] != h.renamed {
+		t.Errorf("short A..B: %d rows %v", len(got), got)
+	}
 	if got := rows(Options{Commits: "v2.."}); len(got) != 8 || got[0] != h.shifted || got[7] != h.head {
 		t.Errorf("v2..: %v", got)
 	}
@@ -307,7 +314,7 @@ func TestDriftRanges(t *testing.T) {
 	}
 	c, _ := cache.Open(t.TempDir())
 	src, _ := builder.NewSources(c, h.mirror, log.New(io.Discard), source.ProgressLines)
-	for _, opts := range []Options{{Commits: "v1...v2"}, {Commits: "nope..v2"}, {Commits: h.base[:7] + ".."}, {Component: "other"}, {Repos: map[string]string{"other": "https://example.invalid/x/lib"}}} {
+	for _, opts := range []Options{{Commits: "v1...v2"}, {Commits: "nope..v2"}, {Commits: "0000000.."}, {Commits: h.base[:6] + ".."}, {Component: "other"}, {Repos: map[string]string{"other": "https://example.invalid/x/lib"}}} {
 		_, err := Run(context.Background(), plan, src, opts)
 		var bad *BadInput
 		if err == nil || !errors.As(err, &bad) {
@@ -318,5 +325,80 @@ func TestDriftRanges(t *testing.T) {
 	nomirror, _ := builder.NewSources(c, "", log.New(io.Discard), source.ProgressLines)
 	if _, err := Run(context.Background(), plan, nomirror, Options{}); err == nil || !strings.Contains(err.Error(), "give a mirror") {
 		t.Errorf("no mirror: %v", err)
+	}
+}
+
+// driftErr runs drift over h and returns its error.
+func (h *history) driftErr(t *testing.T, opts Options) error {
+	t.Helper()
+	res, _ := builder.NewResolver(recipes.NewLibrary())
+	plan, err := res.Resolve(h.recipe, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := cache.Open(t.TempDir())
+	src, _ := builder.NewSources(c, h.mirror, log.New(io.Discard), source.ProgressLines)
+	_, err = Run(context.Background(), plan, src, opts)
+	return err
+}
+
+// A mirror whose history between the pin and HEAD is cut (a parent object gone,
+// a shallow clone without the pin) or whose HEAD does not descend from the pin
+// (an orphan branch) is not "clean up to HEAD": drift says it cannot tell, or
+// that HEAD is not a descendant, and fails.
+func TestDriftHistoryIncomplete(t *testing.T) {
+	h := newHistory(t)
+	lib := filepath.Join(h.mirror, "example.invalid", "x", "lib.git")
+	bare := &git{t: t, dir: lib, day: 25}
+
+	// an orphan HEAD: HEAD's tree, no parent
+	orphan := bare.run("commit-tree", "-m", "orphan", h.head+"^{tree}")
+	bare.run("update-ref", "refs/heads/main", orphan)
+	err := h.driftErr(t, Options{})
+	var bad *BadInput
+	if !errors.As(err, &bad) || !strings.Contains(err.Error(), "does not descend from the pin") {
+		t.Errorf("orphan HEAD: %v", err)
+	}
+	bare.run("update-ref", "refs/heads/main", h.head)
+	if err := h.driftErr(t, Options{}); err != nil {
+		t.Fatalf("HEAD restored: %v", err)
+	}
+
+	// a parent between the pin and HEAD gone from the object store
+	obj := filepath.Join(lib, "objects", h.conflicted[:2], h.conflicted[2:])
+	if err := os.Remove(obj); err != nil {
+		t.Fatalf("the fixture's commits are not loose objects: %v", err)
+	}
+	err = h.driftErr(t, Options{})
+	var inc *IncompleteHistory
+	if !errors.As(err, &inc) || inc.ExitCode() != 3 || inc.Missing != h.conflicted ||
+		!strings.Contains(err.Error(), "cannot tell: history between "+h.base+" and HEAD is incomplete (shallow or missing parent "+h.conflicted[:12]+")") {
+		t.Errorf("a missing parent: %v", err)
+	}
+	// a range above the cut is whole
+	if err := h.driftErr(t, Options{Commits: h.renamed + ".." + h.head}); err != nil {
+		t.Errorf("a range above the cut: %v", err)
+	}
+
+	// a shallow clone that lacks the pin
+	shallow := &git{t: t, dir: t.TempDir()}
+	if err := os.RemoveAll(lib); err != nil {
+		t.Fatal(err)
+	}
+	shallow.run("clone", "-q", "--bare", "--depth", "2", "file://"+h.src, lib)
+	if err := h.driftErr(t, Options{}); !errors.As(err, &inc) || !strings.Contains(err.Error(), "cannot tell") {
+		t.Errorf("a shallow mirror: %v", err)
+	}
+}
+
+func TestMatchPrefix(t *testing.T) {
+	ids := []string{"abcdef0123456789abcdef0123456789abcdef01", "abcdef0999999999999999999999999999999999", "1234567000000000000000000000000000000000"}
+	if id, err := matchPrefix(ids, "1234567"); err != nil || id != ids[2] {
+		t.Errorf("%s %v", id, err)
+	}
+	_, err := matchPrefix(ids, "ABCDEF0")
+	var bad *BadInput
+	if !errors.As(err, &bad) || !strings.Contains(err.Error(), "ambiguous") || !strings.Contains(err.Error(), ids[0]) || !strings.Contains(err.Error(), ids[1]) {
+		t.Errorf("ambiguous: %v", err)
 	}
 }

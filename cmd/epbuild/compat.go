@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -141,21 +143,40 @@ func writeFix(w io.Writer, indent string, fx *compat.Fix) {
 func newCompatExplainCmd(app *App) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:               "explain ID",
+		Use:               "explain ID|ID/CASE",
 		ValidArgsFunction: completeRuleArg,
 		Short:             "Show a rule: why it exists, when it holds, its fix and its sources",
 		Long: `Print one rule: its stages and severity, why it exists, the condition it checks (as in
 compat/rules.yaml), each case with its own why and fix, the fix, the sources to check it
-against and the host facts it reads. docs/rules.md lists every rule the same way.`,
+against and the host facts it reads. docs/rules.md lists every rule the same way.
+A case id as compat check prints it (R16/host-setup) prints its rule with that case
+marked ">>".`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rules, err := compat.LoadRules()
 			if err != nil {
 				return err
 			}
-			r, ok := rules.Get(args[0])
+			// a case id as compat check prints it: R16/host-setup
+			id, caseName, _ := strings.Cut(args[0], "/")
+			r, ok := rules.Get(id)
 			if !ok {
-				return usageError{fmt.Errorf("no rule %q; `epbuild compat list` shows them (%s)", args[0], strings.Join(rules.IDs(), ", "))}
+				return usageError{fmt.Errorf("no rule %s; the closest: %s (`epbuild compat list` shows them all)", quote.Term(id), strings.Join(rules.Closest(id, 3), ", "))}
+			}
+			if caseName != "" {
+				var names []string
+				for _, c := range r.Cases {
+					names = append(names, c.Name)
+					if strings.EqualFold(c.Name, caseName) {
+						caseName = c.Name
+					}
+				}
+				if !slices.Contains(names, caseName) {
+					if len(names) == 0 {
+						return usageError{fmt.Errorf("%s: the rule %s has no cases; give %s alone", quote.Term(args[0]), r.ID, r.ID)}
+					}
+					return usageError{fmt.Errorf("%s: the rule %s has no case %s; its cases: %s", quote.Term(args[0]), r.ID, quote.Term(caseName), strings.Join(names, ", "))}
+				}
 			}
 			if asJSON {
 				return app.printJSON(r)
@@ -164,7 +185,7 @@ against and the host facts it reads. docs/rules.md lists every rule the same way
 			if err != nil {
 				return err
 			}
-			writeExplain(app.Out, rules.File, r, facts)
+			writeExplain(app.Out, rules.File, r, caseName, facts)
 			return nil
 		},
 	}
@@ -172,8 +193,13 @@ against and the host facts it reads. docs/rules.md lists every rule the same way
 	return cmd
 }
 
-func writeExplain(w io.Writer, file string, r compat.Rule, facts []compat.HostFact) {
+// writeExplain prints rule r; the case named highlight ("" for none) is marked, as the
+// one a finding of compat check named.
+func writeExplain(w io.Writer, file string, r compat.Rule, highlight string, facts []compat.HostFact) {
 	fmt.Fprintf(w, "%s  %s\n(%s:%d)\n", r.ID, r.Title, file, r.Line())
+	if highlight != "" {
+		fmt.Fprintf(w, "case %s/%s: marked >> below\n", r.ID, highlight)
+	}
 	fmt.Fprintf(w, "severity %s; stages %s\n\n", r.Severity, joinStages(r.Stages))
 	fmt.Fprintf(w, "why: %s\n", strings.TrimSpace(r.Message))
 	if r.When != nil {
@@ -187,7 +213,11 @@ func writeExplain(w io.Writer, file string, r compat.Rule, facts []compat.HostFa
 		if len(st) == 0 {
 			st = r.Stages
 		}
-		fmt.Fprintf(w, "\ncase %s (%s; %s):\n", c.Name, sev, joinStages(st))
+		mark := ""
+		if c.Name == highlight {
+			mark = ">> "
+		}
+		fmt.Fprintf(w, "\n%scase %s (%s; %s):\n", mark, c.Name, sev, joinStages(st))
 		if c.Message != "" {
 			fmt.Fprintf(w, "  why: %s\n", strings.TrimSpace(c.Message))
 		}

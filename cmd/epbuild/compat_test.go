@@ -365,3 +365,31 @@ func TestMatrixKeepsCellsPreflightDecides(t *testing.T) {
 		t.Errorf("no undecided R26/R27 in the cell's findings (the test proves nothing): %+v", m.Cells[0])
 	}
 }
+
+// compat explain takes the case ids compat check prints, and marks that case; an
+// unknown case or rule is bad input naming what exists.
+func TestCompatExplainCaseID(t *testing.T) {
+	code, out, errs := run(t, nil, "compat", "explain", "R16/host-setup")
+	if code != 0 || !strings.Contains(out, "R16  ") || !strings.Contains(out, "\n>> case host-setup (") {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	if strings.Count(out, ">> case") != 1 {
+		t.Errorf("more than the one case marked:\n%s", out)
+	}
+	if code, _, errs := run(t, nil, "compat", "explain", "R16/no-such-case"); code != 2 || !strings.Contains(errs, "host-setup") {
+		t.Errorf("unknown case: exit %d %q", code, errs)
+	}
+	if code, _, errs := run(t, nil, "compat", "explain", "R166"); code != 2 || !strings.Contains(errs, "the closest: R16") {
+		t.Errorf("unknown rule: exit %d %q", code, errs)
+	}
+}
+
+// An --ignore-rule id that names no rule is bad input naming the nearest ids, not a
+// flag accepted and ignored.
+func TestIgnoreRuleUnknown(t *testing.T) {
+	env := map[string]string{"EPBUILD_CACHE": t.TempDir()}
+	code, out, errs := run(t, env, "recipe", "ibrc-dualport", "--plan", "--ignore-rule", "R99")
+	if code != 2 || !strings.Contains(errs, "--ignore-rule R99: no such rule; the closest: R9") {
+		t.Errorf("exit %d\n%s%s", code, out, errs)
+	}
+}

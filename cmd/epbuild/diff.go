@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -11,10 +14,14 @@ import (
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/diff"
+	"github.com/epbuild/epbuild/builder/quote"
 )
 
 func newDiffCmd(app *App) *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON     bool
+		maxExtract string
+	)
 	cmd := &cobra.Command{
 		Use:   "diff A B",
 		Short: "Say why two builds differ: two artifacts or two installed prefixes, entry by entry",
@@ -27,13 +34,25 @@ the other lacks (a build path, a timestamp).
 In an installed prefix, the install receipt and Python's __pycache__ directories are left
 out: install and Python add them, no build does.
 
+Contents are compared by sha256, read as a stream: a file of any size costs no memory.
+Only a differing file of at most 256 MiB is read whole to name its sections and strings;
+a larger one is reported as "differs (too large to compare sections)". An artifact is
+unpacked into a temporary directory ($TMPDIR) that is removed when diff ends, interrupted
+or not, and only up to --max-extract bytes of files: one whose manifest declares more is
+refused before it fills the disk.
+
 Two equal builds print nothing (as diff(1)); --json prints the comparison either way.
 
-Exit codes: 0 the two are equal; 1 they differ; 2 an argument is neither an artifact nor a
-directory, or an artifact cannot be read.`,
+Exit codes: 0 the two are equal; 1 they differ; 2 an argument does not exist, is neither
+an artifact nor a directory, cannot be read, or is an artifact that is damaged or larger
+than --max-extract; 3 the machine lacks something (no room to unpack an artifact).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rep, err := builder.Diff(cmd.Context(), args[0], args[1])
+			limit, err := parseSize(maxExtract)
+			if err != nil {
+				return usageError{fmt.Errorf("--max-extract %s: %w", quote.Term(maxExtract), err)}
+			}
+			rep, err := builder.Diff(cmd.Context(), args[0], args[1], limit)
 			if err != nil {
 				return err
 			}
@@ -51,7 +70,24 @@ directory, or an artifact cannot be read.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the comparison as JSON")
+	cmd.Flags().StringVar(&maxExtract, "max-extract", "8G", "the most bytes of files unpacked from each artifact (suffix K, M, G, T: powers of 1024)")
 	return cmd
+}
+
+// parseSize reads a byte count: digits, optionally followed by K, M, G or T (powers of
+// 1024).
+func parseSize(s string) (int64, error) {
+	shift := 0
+	if s != "" {
+		if i := strings.Index("KMGT", strings.ToUpper(s[len(s)-1:])); i >= 0 {
+			shift, s = 10*(i+1), s[:len(s)-1]
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64>>shift {
+		return 0, errors.New("give a positive number of bytes, e.g. 8G or 500M")
+	}
+	return n << shift, nil
 }
 
 // writeDiff prints a comparison: nothing when the two are equal (scripts test the exit
@@ -64,23 +100,23 @@ func writeDiff(w io.Writer, rep *diff.Report) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CHANGE\tPATH\tA\tB")
 	for _, c := range rep.Changes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.Join(c.What, ","), c.Path, side(c.A), side(c.B))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.Join(c.What, ","), quote.Term(c.Path), side(c.A), side(c.B))
 	}
 	tw.Flush()
 	for _, c := range rep.Changes {
 		if len(c.Sections) == 0 && len(c.OnlyA) == 0 && len(c.OnlyB) == 0 && c.Note == "" {
 			continue
 		}
-		fmt.Fprintf(w, "\n%s:\n", c.Path)
+		fmt.Fprintf(w, "\n%s:\n", quote.Term(c.Path))
 		if len(c.Sections) > 0 {
 			var s []string
 			for _, sc := range c.Sections {
-				s = append(s, fmt.Sprintf("%s (%s)", sc.Name, sc.What))
+				s = append(s, fmt.Sprintf("%s (%s)", quote.Term(sc.Name), sc.What))
 			}
 			fmt.Fprintf(w, "  ELF sections: %s\n", strings.Join(s, ", "))
 		}
 		if c.Note != "" {
-			fmt.Fprintf(w, "  %s\n", c.Note)
+			fmt.Fprintf(w, "  %s\n", quote.Term(c.Note))
 		}
 		for _, s := range c.OnlyA {
 			fmt.Fprintf(w, "  only in A: %q\n", s)
@@ -93,7 +129,7 @@ func writeDiff(w io.Writer, rep *diff.Report) {
 	if rep.Ignored > 0 {
 		fmt.Fprintf(w, "; %d install receipt and bytecode entries left out", rep.Ignored)
 	}
-	fmt.Fprintf(w, "\nA: %s\nB: %s\n", rep.A, rep.B)
+	fmt.Fprintf(w, "\nA: %s\nB: %s\n", quote.Term(rep.A), quote.Term(rep.B))
 }
 
 // side is one side of a change in a table cell: size and short hash, link target, or
@@ -103,9 +139,9 @@ func side(e *archive.Entry) string {
 	case e == nil:
 		return "-"
 	case e.Type == archive.TypeSymlink:
-		return "-> " + e.Target
+		return "-> " + quote.Term(e.Target)
 	case e.Type == archive.TypeDir:
 		return "dir"
 	}
-	return fmt.Sprintf("%s %s %s", e.Mode, humanBytes(e.Size), e.SHA256[:min(12, len(e.SHA256))])
+	return fmt.Sprintf("%s %s %s", e.Mode, humanBytes(e.Size), quote.Term(e.SHA256[:min(12, len(e.SHA256))]))
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -131,5 +132,51 @@ components:
 	}
 	if code, _, errs := run(t, nodeEnv("EPBUILD_REPRO", "maybe"), "--recipe-dir", recipes, "recipe", "stamped"); code != 2 || !strings.Contains(errs, "EPBUILD_REPRO") {
 		t.Errorf("EPBUILD_REPRO=maybe: exit %d %s", code, errs)
+	}
+}
+
+// A side diff cannot read is bad input (exit 2), never "they differ" (exit 1); a bad
+// --max-extract likewise. File names and link targets from the two sides are printed
+// terminal-safe: an escape sequence or a newline in a name is shown, not obeyed.
+func TestDiffExitCodesAndHostileNames(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	hostile := "evil\x1b]0;owned\x07\nfake line\u202e.so"
+	for _, d := range []string{a, b} {
+		if err := os.WriteFile(filepath.Join(d, "ok"), []byte("same"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(b, hostile), []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("\x1b[2J", filepath.Join(a, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("\x1b[31mred", filepath.Join(b, "link")); err != nil {
+		t.Fatal(err)
+	}
+	env := nodeEnv()
+	code, out, errs := run(t, env, "diff", a, b)
+	if code != 1 {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	if strings.ContainsAny(out, "\x1b\x07\u202e") || strings.Contains(out, "\nfake line") {
+		t.Errorf("a name from a side reached the terminal as it is:\n%q", out)
+	}
+	if !strings.Contains(out, `evil\x1b]0;owned\x07\nfake line\u202e.so`) || !strings.Contains(out, `-> \x1b[2J`) {
+		t.Errorf("the hostile names are not shown escaped:\n%s", out)
+	}
+
+	fifo := filepath.Join(t.TempDir(), "p")
+	if err := os.MkdirAll(fifo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(fifo, "pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]string{{"diff", a, fifo}, {"diff", a, filepath.Join(a, "absent")}, {"diff", "--max-extract", "lots", a, b}} {
+		if code, _, errs := run(t, env, bad...); code != 2 || errs == "" {
+			t.Errorf("%v: exit %d %q", bad, code, errs)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder/drift"
+	"github.com/epbuild/epbuild/builder/quote"
 )
 
 func newDriftCmd(app *App) *cobra.Command {
@@ -32,8 +33,12 @@ History is read from the mirror (--mirror DIR or EPBUILD_MIRROR; the cache holds
 pinned commits), in process: only the files a patch names are read, nothing is checked out.
 The range defaults to the pinned commit up to the repository's HEAD; --commits A..B takes A
 and every commit after it up to B (A.., ..B and B as git reads them; A and B are commits,
-tags, branches or HEAD). A component from an archive drifts over a git repository given
-with --repo COMPONENT=URL.`,
+tags, branches or HEAD; a commit id may be cut to 7 hex digits or more where it is the only
+one of the mirror's history to start so). A must be an ancestor of B (the pin of HEAD) with
+the whole history between them in the mirror: a HEAD that does not descend from the pin
+exits 2, a history cut between them (a shallow clone, a missing parent) exits 3, "cannot
+tell". A component from an archive drifts over a git repository given with
+--repo COMPONENT=URL.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.Every < 0 {
@@ -84,7 +89,7 @@ func writeDrift(w io.Writer, rep *drift.Report, changes bool) {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "%s  %s", t.Component, t.Repo)
+		fmt.Fprintf(w, "%s  %s", quote.Term(t.Component), quote.Term(t.Repo))
 		if t.Pinned != "" {
 			fmt.Fprintf(w, "  pinned %.12s", t.Pinned)
 		}
@@ -94,38 +99,38 @@ func writeDrift(w io.Writer, rep *drift.Report, changes bool) {
 			fmt.Fprintf(w, "  %d commits\n", len(t.Rows))
 		}
 		for _, s := range t.Sets {
-			fmt.Fprintf(w, "  set %s (max-offset %d, %s)\n", s.Name, s.MaxOffset, s.Origin)
+			fmt.Fprintf(w, "  set %s (max-offset %d, %s)\n", quote.Term(s.Name), s.MaxOffset, quote.Term(s.Origin))
 		}
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprint(tw, "COMMIT\tDATE")
 		for _, s := range t.Sets {
-			fmt.Fprintf(tw, "\t%s", s.Name)
+			fmt.Fprintf(tw, "\t%s", quote.Term(s.Name))
 		}
 		fmt.Fprintln(tw, "\tSUBJECT")
 		for j, r := range t.Rows {
 			if changes && j > 0 && sameCells(t.Rows[j-1].Cells, r.Cells) && j != len(t.Rows)-1 {
 				continue
 			}
-			label := r.Commit[:12]
+			label := quote.Term(r.Commit[:min(12, len(r.Commit))])
 			if r.Commit == t.Pinned {
 				label += " (pinned)"
 			}
 			if len(r.Tags) > 0 {
-				label += " " + strings.Join(r.Tags, ",")
+				label += " " + quote.Term(strings.Join(r.Tags, ","))
 			}
 			fmt.Fprintf(tw, "%s\t%s", label, r.Date.Format("2006-01-02"))
 			for _, c := range r.Cells {
-				fmt.Fprintf(tw, "\t%s", c)
+				fmt.Fprintf(tw, "\t%s", quote.Term(c.String()))
 			}
-			fmt.Fprintf(tw, "\t%s\n", clip(r.Subject, 60))
+			fmt.Fprintf(tw, "\t%s\n", quote.Term(clip(r.Subject, 60)))
 		}
 		tw.Flush()
 		for _, b := range t.Breaks {
-			fmt.Fprintf(w, "%s breaks at %.12s (%s, after %.12s): %s\n", b.Set, b.At, b.Date.Format("2006-01-02"), b.After, b.Cell)
+			fmt.Fprintf(w, "%s breaks at %.12s (%s, after %.12s): %s\n", quote.Term(b.Set), b.At, b.Date.Format("2006-01-02"), b.After, quote.Term(b.Cell.String()))
 		}
 	}
 	for _, s := range rep.Skipped {
-		fmt.Fprintf(w, "\n%s skipped: %s\n", s.Component, s.Why)
+		fmt.Fprintf(w, "\n%s skipped: %s\n", quote.Term(s.Component), quote.Term(s.Why))
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/drift"
 )
 
 // TestDriftCommand: drift over the demo's embedded repositories prints a table per
@@ -46,5 +48,30 @@ func TestDriftCommand(t *testing.T) {
 		if code, _, errs := run(t, env, append([]string{"drift", "demo"}, args...)...); code != exitBadInput {
 			t.Errorf("drift %v: exit %d, want 2\n%s", args, code, errs)
 		}
+	}
+}
+
+// What drift prints from a mirror (subjects, tags, file names in cells) and from a
+// recipe reaches the terminal escaped: a commit subject cannot clear the screen or
+// forge a line.
+func TestWriteDriftHostile(t *testing.T) {
+	evil := "\x1b[2J\x1b]0;owned\x07\nfake\u202e"
+	rep := &drift.Report{Recipe: "r", Tables: []drift.Table{{
+		Component: "c", Repo: "https://example.invalid/" + evil,
+		Sets: []drift.SetInfo{{Name: "s" + evil, Origin: "o" + evil}},
+		Rows: []drift.Row{
+			{Commit: strings.Repeat("a", 40), Subject: "subject " + evil, Tags: []string{"v1" + evil}, Cells: []drift.Cell{{State: drift.Clean}}},
+			{Commit: strings.Repeat("b", 40), Subject: "x", Cells: []drift.Cell{{State: drift.Conflict, File: "f" + evil, Line: 3}}},
+		},
+		Breaks: []drift.Break{{Set: "s" + evil, At: strings.Repeat("b", 40), After: strings.Repeat("a", 40), Cell: drift.Cell{State: drift.FileGone, File: "f" + evil}}},
+	}}, Skipped: []drift.Skip{{Component: "d" + evil, Why: "why" + evil}}}
+	var b strings.Builder
+	writeDrift(&b, rep, false)
+	out := b.String()
+	if strings.ContainsAny(out, "\x1b\x07\u202e") || strings.Contains(out, "\nfake") {
+		t.Errorf("a string from the mirror reached the terminal as it is:\n%q", out)
+	}
+	if !strings.Contains(out, `subject \x1b[2J\x1b]0;owned\x07\nfake\u202e`) {
+		t.Errorf("the subject is not shown escaped:\n%s", out)
 	}
 }
