@@ -27,8 +27,10 @@ const zstdLevel = zstd.SpeedDefault
 // went into the build and a hash of every file, so that verify-install can check an
 // installed copy against what was built.
 type Manifest struct {
-	Format          int               `json:"format"`
-	Epbuild         string            `json:"epbuild"`
+	Format int `json:"format"`
+	// Epbuild was the version of the epbuild that built it, in artifacts made before the
+	// version left the reproducible bytes (it is in the SBOM and the OCI annotations now).
+	Epbuild         string            `json:"epbuild,omitempty"`
 	Recipe          string            `json:"recipe"`
 	PlanKey         string            `json:"plan_key"`
 	Plan            *Plan             `json:"plan"`
@@ -102,7 +104,7 @@ func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, che
 	plan := *p
 	plan.File = ""
 	m := Manifest{
-		Format: ManifestFormat, Epbuild: r.Version, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
+		Format: ManifestFormat, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
 		SourceDateEpoch: sde, Toolchain: r.Toolchain.Record(), Env: p.Env, Findings: r.Findings,
 		Wheels: wheels,
 	}
@@ -140,7 +142,10 @@ func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, che
 	if err := os.WriteFile(out+".sha256", []byte(rep.SHA256+"  "+filepath.Base(out)+"\n"), 0o644); err != nil {
 		return err
 	}
-	bom, err := sbomBytes(&m, filepath.Base(out), rep.SHA256, r.Version)
+	// who built it is provenance: in the SBOM beside the artifact, not in its bytes
+	built := m
+	built.Epbuild = r.Version
+	bom, err := sbomBytes(&built, filepath.Base(out), rep.SHA256, r.Version)
 	if err != nil {
 		return fmt.Errorf("package %s: %w", p.Recipe, err)
 	}

@@ -43,7 +43,7 @@ func twoPassPackage(t *testing.T, r *Runner, p *Plan, res *Result) []byte {
 	plan := *p
 	plan.File = ""
 	m := Manifest{
-		Format: ManifestFormat, Epbuild: r.Version, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
+		Format: ManifestFormat, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
 		SourceDateEpoch: sde, Toolchain: r.Toolchain, Components: res.Components, Env: p.Env, Findings: r.Findings, Files: entries,
 	}
 	mb, err := json.MarshalIndent(m, "", "  ")

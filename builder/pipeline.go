@@ -498,6 +498,8 @@ func (j *Job) preflight(ctx context.Context, r *Runner) error {
 type RebuildCheck struct {
 	Equal  bool   `json:"equal"`
 	SHA256 string `json:"sha256"`
+	// Varied says what the second build changed of what users change between builds.
+	Varied []string `json:"varied"`
 	// Kept is where the second artifact was kept, when it differs from the first.
 	Kept string       `json:"kept,omitempty"`
 	Diff *diff.Report `json:"diff"`
@@ -551,8 +553,13 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 	}
 	defer again.Store.Close()
 	again.OutDir, again.Force, again.early, again.probing = filepath.Join(dir, "out"), nil, nil, nil
-	j.opts.Log.Info("rebuild check: building again from nothing", "store", again.Store.dir)
+	varied, restore, err := varyRebuild(&again, dir)
+	if err != nil {
+		return res, fmt.Errorf("rebuild check: %w", err)
+	}
+	j.opts.Log.Info("rebuild check: building again from nothing", "store", again.Store.dir, "varied", strings.Join(varied, "; "))
 	res2, err := again.Run(ctx, j.Plan)
+	restore()
 	if err != nil {
 		return res, fmt.Errorf("rebuild check: the second build failed: %w", err)
 	}
@@ -560,7 +567,7 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 	if err != nil {
 		return res, fmt.Errorf("rebuild check: %w", err)
 	}
-	res.Rebuild = &RebuildCheck{Equal: rep.Equal, SHA256: res2.SHA256, Diff: rep}
+	res.Rebuild = &RebuildCheck{Equal: rep.Equal, SHA256: res2.SHA256, Varied: varied, Diff: rep}
 	if rep.Equal {
 		var cached CacheReport // an artifact that builds the same twice is worth sharing
 		return withCache(res, nil, j.toCache(ctx, opts, res, &cached), &cached)
@@ -571,6 +578,35 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 	}
 	res.Rebuild.Kept = kept
 	return res, &NotReproducibleError{Recipe: j.Plan.Recipe, Check: res.Rebuild, First: res.SHA256}
+}
+
+// varyRebuild changes, for the second build of a rebuild check, what users change
+// between builds and what must not reach the bytes: the cache (already another), the
+// build root, the job count, the caller's time zone and umask. restore gives the umask
+// back. It says what it changed.
+func varyRebuild(r *Runner, dir string) (varied []string, restore func(), err error) {
+	varied = append(varied, "cache "+r.Store.dir)
+	if !r.Repro.Off {
+		root := filepath.Join(dir, "root")
+		if err := os.Mkdir(root, 0o700); err != nil {
+			return nil, nil, err
+		}
+		r.Repro.Root = root
+		varied = append(varied, "build root "+root)
+	}
+	tc := *r.Toolchain
+	if tc.Jobs > 1 {
+		tc.Jobs = max(1, tc.Jobs/2)
+	} else {
+		tc.Jobs = 2
+	}
+	r.Toolchain = &tc
+	varied = append(varied, fmt.Sprintf("jobs %d", tc.Jobs))
+	r.Environ = withEnv(r.Environ, map[string]string{"TZ": "Pacific/Chatham"}) // +12:45, a zone few build hosts have
+	varied = append(varied, "TZ=Pacific/Chatham")
+	old := setUmask(0o077)
+	varied = append(varied, "umask 077")
+	return varied, func() { setUmask(old) }, nil
 }
 
 // torchNCCL reports whether the plan takes NCCL from the Python environment: the NCCL

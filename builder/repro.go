@@ -19,45 +19,57 @@ import (
 	"github.com/epbuild/epbuild/compat"
 )
 
-// Reproducible builds: the same plan gives the same bytes wherever the cache is and
-// whichever machine (of one toolchain) runs the build.
+// Reproducible builds: the same plan gives the same bytes wherever the cache is, wherever
+// the build trees are (EPBUILD_BUILD_ROOT) and whichever machine (of one toolchain) runs
+// the build.
 //
 // Compilers write the paths they are given into what they build: __FILE__ in assertion
-// messages, debug information, RUNPATHs, install-time paths in generated files. A build
-// therefore runs in a directory whose path depends on the build key alone,
-// <root>/epbuild-<component>-<key12> (root /tmp unless EPBUILD_BUILD_ROOT says otherwise),
-// never on the cache's location or a random suffix: nvcc writes the device side's
-// __FILE__ as given and no flag maps it. That directory holds the source tree (src/), the
-// build trees, the staging prefix's path (prefix; the files themselves land in the stage's
-// DESTDIR) and links to the dependencies' prefixes and trees (deps/<name>/prefix, src).
+// messages, debug information, RUNPATHs, install-time paths in generated files. And nvcc
+// names each translation unit's registration symbols (__fatbinwrap_<hash>_…,
+// __cudaRegisterLinkedBinary_<hash>_…) with a hash of the source file's real path:
+// measured with CUDA 13.0, the hash follows the file's resolved path whatever form it is
+// given in (absolute, relative, through a symbolic link) and whatever the working
+// directory, the output's directory or the seed, and no flag maps it. So the sources are
+// always compiled from one real path that depends on the build key alone:
+// /tmp/epbuild-<component>-<key12>/src (the source directory), never on the cache's
+// location, the build root or a random suffix. That directory also holds the staging
+// prefix's path (prefix; the files themselves land in the stage's DESTDIR), the links to
+// the dependencies' prefixes and trees (deps/<name>/prefix, src) and the nvcc wrappers.
 // It must be a real directory, not a link to one: setup.py makes its sources absolute
 // from the working directory, and the kernel resolves links in that.
 //
-// On top of that, every host compiler maps the directory away (-ffile-prefix-map, through
-// CFLAGS/CXXFLAGS, the CMake flags and NVCC_APPEND_FLAGS' -Xcompiler), nvcc runs with a
-// seed derived from the output's path (the names it would make up at random) and its
-// temporary files beside the object (their names end up in it), and every step gets
-// SOURCE_DATE_EPOCH, TZ=UTC, LC_ALL=C.UTF-8, PYTHONHASHSEED=0 and no user git config
-// (setup.py's `git rev-parse --short` honours core.abbrev).
+// The build trees (CMake's, setup.py's build and temporary directories, TMPDIR), which
+// take the room, go to <root>/epbuild-<component>-<key12> (the build directory): the
+// same directory when the root is /tmp (the default), another when EPBUILD_BUILD_ROOT
+// names one. Nothing of the root reaches the bytes: every host compiler maps both
+// directories away (-ffile-prefix-map, through CFLAGS/CXXFLAGS, the CMake flags and
+// NVCC_APPEND_FLAGS' -Xcompiler), nvcc runs with a seed derived from the output's path
+// inside its directory (the names it would make up at random) and its temporary files
+// beside the object (their names end up in it), and every step gets SOURCE_DATE_EPOCH,
+// TZ=UTC, LC_ALL=C.UTF-8, PYTHONHASHSEED=0 and no user git config (setup.py's `git
+// rev-parse --short` honours core.abbrev). The root is not part of any key: caches and
+// registries filled from builds under different roots share their stages.
 //
-// Builds of one key run one at a time on a machine (a lock beside the directory, shared
-// by every cache and user); different keys run side by side. A build killed midway
-// leaves its directory behind; the next build of that key removes it.
+// Builds of one key run one at a time on a machine (a lock beside the source directory,
+// shared by every cache, root and user); different keys run side by side. A build killed
+// midway leaves its directories behind; the next build of that key removes them.
 
-// DefaultBuildRoot holds the build directories. /tmp is on every Linux machine, and its
-// sticky bit keeps other users from renaming a build directory away.
+// DefaultBuildRoot holds the build directories unless EPBUILD_BUILD_ROOT names another,
+// and always the source directories. /tmp is on every Linux machine, and its sticky bit
+// keeps other users from renaming a build directory away.
 const DefaultBuildRoot = "/tmp"
 
 // reproFormat names the measures: a change in them changes the build keys.
-const reproFormat = "repro/2"
+// 3: the root left the key; the sources compile from /tmp whatever the root.
+const reproFormat = "repro/3"
 
 // Repro says how builds are kept reproducible.
 type Repro struct {
 	// Off turns every measure off (EPBUILD_REPRO=off): builds run in the cache as they
 	// used to. For measuring what the measures cost only; such builds get keys of their own.
 	Off bool
-	// Root holds the build directories ("": DefaultBuildRoot). Its path is written into
-	// what nvcc builds: builds meant to agree need the same root.
+	// Root holds the build directories ("": DefaultBuildRoot). It is not written into
+	// what is built, and is no part of a key.
 	Root string
 }
 
@@ -87,18 +99,20 @@ func (r Repro) root() string {
 	return r.Root
 }
 
-// key is what the measures add to a build key.
+// key is what the measures add to a build key: their format, not the root.
 func (r Repro) key() string {
 	if r.Off {
 		return "off"
 	}
-	return reproFormat + " " + r.root()
+	return reproFormat
 }
 
-// workDir is where one build runs, held until release.
+// workDir is where one build runs, held until release: path is the source directory
+// (what the compilers see, the same for every root), out the build directory (path
+// itself when the root is /tmp).
 type workDir struct {
-	path    string
-	release func()
+	path, out string
+	release   func()
 }
 
 // acquireWorkDir makes the build directory of a component's build key: the stable one
@@ -109,45 +123,78 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 		if err != nil {
 			return nil, err
 		}
-		return &workDir{path: d, release: func() { _ = makeWritable(d); _ = os.RemoveAll(d) }}, nil
+		return &workDir{path: d, out: d, release: func() { _ = makeWritable(d); _ = os.RemoveAll(d) }}, nil
 	}
 	root := r.Repro.root()
-	if err := checkBuildRoot(root); err != nil {
+	if err := ensureBuildRoot(root); err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(root, "epbuild-"+comp+"-"+key[:12])
+	srcRoot := DefaultBuildRoot
+	if root != DefaultBuildRoot {
+		if err := checkBuildRoot(DefaultBuildRoot); err != nil {
+			// a noexec or foreign /tmp: the sources go with the build trees, and what nvcc
+			// writes then depends on the root
+			r.Log.Warn("the sources cannot compile from "+DefaultBuildRoot+": they go under the build root, and nvcc's output then differs from builds under other roots", "why", err)
+			srcRoot = root
+		}
+	}
+	name := "epbuild-" + comp + "-" + key[:12]
+	dir, out := filepath.Join(srcRoot, name), filepath.Join(root, name)
 	unlock, err := lockShared(ctx, dir+".lock", r.Log.Info)
 	if err != nil {
 		return nil, err
 	}
+	remove := func() {
+		for _, d := range []string{out, dir} {
+			_ = makeWritable(d)
+			_ = os.RemoveAll(d)
+		}
+	}
 	// under the lock, anything there is what a killed build left
-	if st, err := os.Lstat(dir); err == nil {
+	for _, d := range []string{dir, out} {
+		st, err := os.Lstat(d)
+		if err != nil {
+			continue
+		}
 		if !st.IsDir() || !ownedByUs(st) {
 			unlock()
-			return nil, &PreflightError{Recipe: comp, Missing: []Missing{{What: "build directory " + dir,
+			return nil, &PreflightError{Recipe: comp, Missing: []Missing{{What: "build directory " + d,
 				Need: "a directory of this user's, or none", Found: "a " + fileKind(st.Mode()) + " of user " + ownerOf(st) + " (left by another user's interrupted build?)",
-				Fix: "remove it, or set EPBUILD_BUILD_ROOT to another directory (the same on every machine whose builds must agree)"}}}
+				Fix: "remove it, or set EPBUILD_BUILD_ROOT to another directory"}}}
 		}
-		_ = makeWritable(dir)
-		if err := os.RemoveAll(dir); err != nil {
+		_ = makeWritable(d)
+		if err := os.RemoveAll(d); err != nil {
 			unlock()
-			return nil, fmt.Errorf("remove %s, left by an interrupted build: %w", dir, err)
+			return nil, fmt.Errorf("remove %s, left by an interrupted build: %w", d, err)
 		}
 	}
 	// only this user may enter: the patched sources and the build are nobody else's
 	// business, whatever the umask gives what lies inside
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		unlock()
-		return nil, noSpaceOr(fmt.Errorf("make the build directory: %w", err), "make the build directory", root, 0, fixBuildRoot)
+	for _, d := range []string{dir, out} {
+		if err := os.Mkdir(d, 0o700); err != nil && !(d == out && out == dir && errors.Is(err, fs.ErrExist)) {
+			remove()
+			unlock()
+			return nil, noSpaceOr(fmt.Errorf("make the build directory: %w", err), "make the build directory", filepath.Dir(d), 0, fixBuildRoot)
+		}
 	}
-	return &workDir{path: dir, release: func() {
-		_ = makeWritable(dir)
-		_ = os.RemoveAll(dir)
+	return &workDir{path: dir, out: out, release: func() {
+		remove()
 		unlock()
 	}}, nil
 }
 
-const fixBuildRoot = "free space there or set EPBUILD_BUILD_ROOT to a directory with room (the same on every machine whose builds must agree)"
+// ensureBuildRoot makes a root that does not exist yet (this user's, 0700) and checks it.
+func ensureBuildRoot(root string) error {
+	if _, err := os.Lstat(root); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			return &PreflightError{Missing: []Missing{{What: "build root " + root, Need: "a directory", Found: err.Error(),
+				Fix: "create it, or set EPBUILD_BUILD_ROOT to a directory this user may create"}}}
+		}
+	}
+	return checkBuildRoot(root)
+}
+
+const fixBuildRoot = "free space there or set EPBUILD_BUILD_ROOT to a directory with room"
 
 // checkBuildRoot refuses a root where another user could move a build directory away and
 // put one of theirs in its place: it must be a real directory, this user's or root's, and
@@ -171,7 +218,7 @@ func checkBuildRoot(root string) error {
 	}
 	if err != nil {
 		return &PreflightError{Missing: []Missing{{What: "build root " + root, Need: "a directory of this user's or root's (sticky if others may write to it), where programs may run",
-			Found: err.Error(), Fix: "set EPBUILD_BUILD_ROOT to such a directory (the same on every machine whose builds must agree)"}}}
+			Found: err.Error(), Fix: "set EPBUILD_BUILD_ROOT to such a directory"}}}
 	}
 	return nil
 }
@@ -237,9 +284,9 @@ func lockShared(ctx context.Context, path string, say func(msg any, kv ...any)) 
 	}
 }
 
-// reproEnv is what the measures add to a build step's environment, given the build
-// directory and the toolchain; base is the environment it adds to.
-func reproEnv(base []string, comp, work string, sde int64, t *Toolchain) map[string]string {
+// reproEnv is what the measures add to a build step's environment, given the source and
+// build directories and the toolchain; base is the environment it adds to.
+func reproEnv(base []string, comp string, wd *workDir, sde int64, t *Toolchain) map[string]string {
 	env := map[string]string{
 		"SOURCE_DATE_EPOCH": strconv.FormatInt(sde, 10),
 		"TZ":                "UTC",
@@ -249,30 +296,39 @@ func reproEnv(base []string, comp, work string, sde int64, t *Toolchain) map[str
 		"GIT_CONFIG_NOSYSTEM": "1",
 		"GIT_CONFIG_GLOBAL":   os.DevNull,
 		// temporary files (nvcc's, the compilers') go with the build directory
-		"TMPDIR": filepath.Join(work, "tmp"),
+		"TMPDIR": filepath.Join(wd.out, "tmp"),
 	}
-	if flag := prefixMapFlag(comp, work, t); flag != "" {
+	if flags := prefixMapFlags(comp, wd, t); flags != nil {
 		for _, k := range []string{"CFLAGS", "CXXFLAGS"} {
-			env[k] = strings.TrimSpace(getenvFrom(base, k) + " " + flag)
+			env[k] = strings.TrimSpace(getenvFrom(base, k) + " " + strings.Join(flags, " "))
 		}
 		if t.NVCC != "" {
-			env["NVCC_APPEND_FLAGS"] = strings.TrimSpace(getenvFrom(base, "NVCC_APPEND_FLAGS") + " -Xcompiler=" + flag)
+			x := getenvFrom(base, "NVCC_APPEND_FLAGS")
+			for _, f := range flags {
+				x += " -Xcompiler=" + f
+			}
+			env["NVCC_APPEND_FLAGS"] = strings.TrimSpace(x)
 		}
 	}
 	return env
 }
 
-// prefixMapFlag maps the build directory to the component's name in everything the host
-// compiler writes (__FILE__, debug information): gcc 8 and later, clang 10 and later.
-func prefixMapFlag(comp, work string, t *Toolchain) string {
+// prefixMapFlags map the source and the build directory to the component's name in
+// everything the host compiler writes (__FILE__, debug information): gcc 8 and later,
+// clang 10 and later.
+func prefixMapFlags(comp string, wd *workDir, t *Toolchain) []string {
 	if t.GCC == "" {
-		return ""
+		return nil
 	}
 	v, err := compat.ParseVersion(t.GCC)
 	if err != nil || v.Less(compat.MustVersion("8")) {
-		return ""
+		return nil
 	}
-	return "-ffile-prefix-map=" + work + "=" + comp
+	flags := []string{"-ffile-prefix-map=" + wd.path + "=" + comp}
+	if wd.out != wd.path {
+		flags = append(flags, "-ffile-prefix-map="+wd.out+"="+comp)
+	}
+	return flags
 }
 
 // nvccWrappers are the scripts that run nvcc with a seed derived from the output's path
@@ -281,17 +337,17 @@ func prefixMapFlag(comp, work string, t *Toolchain) string {
 // (called with the compiler first; any other program runs as it is).
 type nvccWrappers struct{ nvcc, launcher string }
 
-// writeNVCCWrappers writes them into the build directory; none when this nvcc can do
+// writeNVCCWrappers writes them into the source directory; none when this nvcc can do
 // neither.
-func writeNVCCWrappers(work string, t *Toolchain) (nvccWrappers, error) {
+func writeNVCCWrappers(wd *workDir, t *Toolchain) (nvccWrappers, error) {
 	if t.NVCC == "" || !t.NVCCRandomSeed && !t.NVCCObjTemp {
 		return nvccWrappers{}, nil
 	}
 	seed, objtemp := "", ""
 	if t.NVCCRandomSeed {
-		// the seed names the output inside the build directory: the same in every build,
-		// and different for every object, as nvcc requires
-		seed = `[ -n "$out" ] && set -- "--frandom-seed=${out#` + work + `/}" "$@"`
+		// the seed names the output inside the source or build directory: the same in
+		// every build and under every root, and different for every object, as nvcc requires
+		seed = `[ -n "$out" ] && { rel=${out#` + wd.out + `/}; rel=${rel#` + wd.path + `/}; set -- "--frandom-seed=$rel" "$@"; }`
 	}
 	if t.NVCCObjTemp {
 		// only when it compiles (-c, -dc, -dw) an object; the temporary file's name is
@@ -318,7 +374,7 @@ exec "$nvcc" "$@"
 # names it would make up at random, and its temporary files beside the object, so that
 # two builds give the same bytes.
 `
-	dir := filepath.Join(work, ".epbuild")
+	dir := filepath.Join(wd.path, ".epbuild")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nvccWrappers{}, err
 	}
@@ -364,7 +420,8 @@ func (r *Runner) buildHost() *BuildHost {
 // environment epbuild gave its steps on top of the caller's.
 type buildRecord struct {
 	Host *BuildHost        `json:"host"`
-	Dir  string            `json:"dir"`
+	Dir  string            `json:"dir"`           // the source directory
+	Out  string            `json:"out,omitempty"` // the build directory, where it is another
 	Env  map[string]string `json:"env"`
 }
 

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -389,10 +391,14 @@ func TestBuildRoot(t *testing.T) {
 			os.Chmod(d, 0o777)
 			return d
 		},
-		"missing": func(d string) string { return filepath.Join(d, "absent") },
 	} {
 		bad := setup(t.TempDir())
-		_, err := j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: bad}})
+		// a cache of its own: the root is no part of the key, so the first cache has the build
+		j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: "demo", CacheDir: t.TempDir(), Log: log.New(io.Discard)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: bad}})
 		if !errors.As(err, &pe) || !strings.Contains(err.Error(), "EPBUILD_BUILD_ROOT") {
 			t.Errorf("%s root: %v", name, err)
 		}
@@ -466,8 +472,11 @@ func TestParseRepro(t *testing.T) {
 			t.Errorf("%v: %v", kv, err)
 		}
 	}
-	if (Repro{}).key() == (Repro{Off: true}).key() || (Repro{}).key() == (Repro{Root: "/scratch"}).key() {
-		t.Error("the measures and the root must change the build keys")
+	if (Repro{}).key() == (Repro{Off: true}).key() {
+		t.Error("the measures must change the build keys")
+	}
+	if (Repro{}).key() != (Repro{Root: "/scratch"}).key() {
+		t.Error("the build root must not change the build keys")
 	}
 }
 
@@ -483,7 +492,8 @@ func TestNVCCWrappers(t *testing.T) {
 	other := filepath.Join(dir, "c++")
 	os.WriteFile(other, []byte(echo), 0o755)
 	work := filepath.Join(dir, "epbuild-deepep-0123456789ab")
-	w, err := writeNVCCWrappers(work, &Toolchain{NVCC: fake, NVCCRandomSeed: true, NVCCObjTemp: true})
+	out := filepath.Join(dir, "scratch", "epbuild-deepep-0123456789ab")
+	w, err := writeNVCCWrappers(&workDir{path: work, out: out}, &Toolchain{NVCC: fake, NVCCRandomSeed: true, NVCCObjTemp: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,6 +514,10 @@ func TestNVCCWrappers(t *testing.T) {
 			"-objtemp|--frandom-seed=build/a.o|--generate-dependencies-with-compile|-c|" + work + "/src/a b.cu|-o|" + work + "/build/a.o"},
 		{w.nvcc, []string{work + "/build/a.o", "-o", work + "/build/dlink.o", "-dlink"},
 			"--frandom-seed=build/dlink.o|" + work + "/build/a.o|-o|" + work + "/build/dlink.o|-dlink"},
+		// an object in the build directory under another root: the seed is the same as
+		// in the source directory's
+		{w.nvcc, []string{"-c", work + "/src/a.cu", "-o", out + "/build/a.o"},
+			"-objtemp|--frandom-seed=build/a.o|-c|" + work + "/src/a.cu|-o|" + out + "/build/a.o"},
 		// CMake: a relative object
 		{w.launcher, []string{fake, "-x", "cu", "-dc", "k.cu", "-o", "CMakeFiles/t.dir/k.cu.o"},
 			"-objtemp|--frandom-seed=CMakeFiles/t.dir/k.cu.o|-x|cu|-dc|k.cu|-o|CMakeFiles/t.dir/k.cu.o"},
@@ -516,7 +530,7 @@ func TestNVCCWrappers(t *testing.T) {
 			t.Errorf("%s %q:\n got %s\nwant %s", filepath.Base(c.script), c.args, got, c.want)
 		}
 	}
-	if w, _ := writeNVCCWrappers(work, &Toolchain{NVCC: fake}); w.nvcc != "" || w.launcher != "" {
+	if w, _ := writeNVCCWrappers(&workDir{path: work, out: work}, &Toolchain{NVCC: fake}); w.nvcc != "" || w.launcher != "" {
 		t.Error("wrappers for an nvcc that takes neither flag")
 	}
 }
@@ -540,6 +554,12 @@ func TestRebuildCheck(t *testing.T) {
 	}
 	if res.Rebuild == nil || !res.Rebuild.Equal || res.Rebuild.SHA256 != res.SHA256 || res.Rebuild.Kept != "" {
 		t.Fatalf("%+v", res.Rebuild)
+	}
+	// what users vary between builds was varied
+	for _, want := range []string{"build root ", "jobs ", "TZ=", "umask 077", "cache "} {
+		if !slices.ContainsFunc(res.Rebuild.Varied, func(v string) bool { return strings.HasPrefix(v, want) }) {
+			t.Errorf("the second build did not vary %q: %q", want, res.Rebuild.Varied)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(out, "rebuild")); err == nil {
 		t.Error("an equal second artifact was kept")
@@ -642,7 +662,7 @@ components:
 		"CMAKE_CUDA_COMPILER_LAUNCHER": work + "/.epbuild/nvcc-launcher",
 		"NVCC":                         work + "/.epbuild/nvcc", // {{nvcc}}: what NCCL's make takes
 	}
-	if v := gccVersion(t); v != "" && prefixMapFlag("envcheck", work, &Toolchain{GCC: v}) != "" {
+	if v := gccVersion(t); v != "" && prefixMapFlags("envcheck", &workDir{path: work, out: work}, &Toolchain{GCC: v}) != nil {
 		want["CFLAGS"] = "-DFROM_USER -ffile-prefix-map=" + work + "=envcheck"
 		want["CXXFLAGS"] = "-ffile-prefix-map=" + work + "=envcheck"
 		want["NVCC_APPEND_FLAGS"] = "-Xcompiler=-ffile-prefix-map=" + work + "=envcheck"
@@ -730,16 +750,63 @@ func TestConcurrentBuildsOfOneKey(t *testing.T) {
 		t.Errorf("%s and %s", a.res.SHA256, b.res.SHA256)
 	}
 	ents, _ := os.ReadDir(root)
-	var locks int
 	for _, e := range ents {
-		if e.IsDir() {
-			t.Errorf("left: %s", e.Name())
-		} else if strings.HasSuffix(e.Name(), ".lock") {
+		t.Errorf("left in the build root: %s", e.Name())
+	}
+	// the locks sit beside the source directories, in /tmp whatever the root
+	var locks int
+	for _, st := range a.res.Stages {
+		if st.Stage != "build" {
+			continue
+		}
+		name := filepath.Join(DefaultBuildRoot, "epbuild-"+st.Component+"-"+st.Key[:12])
+		if _, err := os.Stat(name + ".lock"); err == nil {
 			locks++
+		}
+		if _, err := os.Stat(name); err == nil {
+			t.Errorf("left: %s", name)
 		}
 	}
 	if locks != 2 {
 		t.Errorf("%d lock files, want one per build key (2)", locks)
+	}
+}
+
+// Two builds of one plan under two build roots, in two caches, by two epbuild versions,
+// give the same stage keys and the same bytes; a root that does not exist yet is made.
+func TestSameBytesAnyRootAnyVersion(t *testing.T) {
+	type out struct {
+		res *Result
+		err error
+	}
+	var got []out
+	for i, root := range []string{t.TempDir(), filepath.Join(t.TempDir(), "not", "yet")} {
+		j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: "demo", CacheDir: t.TempDir(), Log: log.New(io.Discard)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: fmt.Sprintf("test-%d", i), Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: root}})
+		var pe *PreflightError
+		if errors.As(err, &pe) {
+			t.Skipf("the demo cannot build here: %v", err)
+		}
+		if err != nil {
+			t.Fatalf("root %s: %v", root, err)
+		}
+		got = append(got, out{res, err})
+	}
+	if got[0].res.SHA256 != got[1].res.SHA256 {
+		t.Errorf("two roots, two artifacts: %s and %s", got[0].res.SHA256, got[1].res.SHA256)
+	}
+	keys := func(r *Result) map[string]string {
+		m := map[string]string{}
+		for _, s := range r.Stages {
+			m[s.Stage+"/"+s.Component] = s.Key
+		}
+		return m
+	}
+	if a, b := keys(got[0].res), keys(got[1].res); !maps.Equal(a, b) {
+		t.Errorf("the stage keys depend on the root:\n%v\n%v", a, b)
 	}
 }
 

@@ -42,7 +42,7 @@ const (
 	patchFormat   = "patch/2"   // 2: the newest file time of an archive source
 	buildFormat   = "build/4"   // 2: CMAKE_*FLAGS quoted for the shell Ninja and make use; 3: python/ holds a .dist-info; 4: reproducible (repro.go)
 	checkFormat   = "check/3"   // 2: check files that resolve outside the prefix match nothing; 3: no store paths in results
-	packageFormat = "package/2" // 2: wheels and the SBOM beside the artifact
+	packageFormat = "package/3" // 2: wheels and the SBOM beside the artifact; 3: epbuild's version left the key and the manifest
 )
 
 // Sources picks the fetcher for a URL (the embedded repositories have their own).
@@ -195,8 +195,10 @@ func (r *Runner) keys(p *Plan) map[string]compKeys {
 	return out
 }
 
+// packageKey does not hold epbuild's version: a change of epbuild that changes what the
+// package stage writes bumps packageFormat instead (docs/reproducible.md).
 func (r *Runner) packageKey(p *Plan, ks map[string]compKeys) string {
-	return Key(packageFormat, p.Key, ks, r.SourceDateEpoch, r.Version)
+	return Key(packageFormat, p.Key, ks, r.SourceDateEpoch)
 }
 
 func (r *Runner) forced(stage string) bool {
@@ -845,12 +847,12 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 	}
 	var mapFlag string
 	if !r.Repro.Off {
-		maps.Copy(base, reproEnv(r.Environ, c.Name, work, sde, t))
-		if err := os.Mkdir(filepath.Join(work, "tmp"), 0o755); err != nil {
+		maps.Copy(base, reproEnv(r.Environ, c.Name, wd, sde, t))
+		if err := os.Mkdir(filepath.Join(wd.out, "tmp"), 0o755); err != nil {
 			return fmt.Errorf("build %s: %w", c.Name, err)
 		}
-		mapFlag = prefixMapFlag(c.Name, work, t)
-		w, err := writeNVCCWrappers(work, t)
+		mapFlag = strings.Join(prefixMapFlags(c.Name, wd, t), " ")
+		w, err := writeNVCCWrappers(wd, t)
 		if err != nil {
 			return fmt.Errorf("build %s: write the nvcc wrappers: %w", c.Name, err)
 		}
@@ -867,10 +869,10 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 			}
 		}
 	}
-	if err := writeBuildRecord(logs, buildRecord{Host: r.buildHost(), Dir: work, Env: base}); err != nil {
+	if err := writeBuildRecord(logs, buildRecord{Host: r.buildHost(), Dir: work, Out: wd.out, Env: base}); err != nil {
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
-	se := &stepEnv{component: c.Name, src: src, work: work, prefix: prefix, destdir: destdir, logs: logs,
+	se := &stepEnv{component: c.Name, src: src, work: work, out: wd.out, prefix: prefix, destdir: destdir, logs: logs,
 		env: withEnv(r.Environ, base), jobs: jobs, ninja: t.Ninja != "", python: t.Python, watch: r.Watch, mapFlag: mapFlag}
 	for i, st := range c.Build {
 		var err error

@@ -63,7 +63,8 @@ type Watcher interface {
 type stepEnv struct {
 	component string
 	src       string // the tree being built (a private copy)
-	work      string // scratch space for out-of-tree builds
+	work      string // the source directory src lies in (the same path under every root)
+	out       string // the build directory: out-of-tree builds and scratch space (work itself, or under EPBUILD_BUILD_ROOT)
 	prefix    string // the final staged prefix path (files are staged under destdir)
 	destdir   string // where installs land before publishing: destdir + prefix
 	logs      string
@@ -73,7 +74,7 @@ type stepEnv struct {
 	python    string
 	watch     Watcher              // nil: nothing shows the steps
 	started   map[string]time.Time // when each step's first command started
-	// mapFlag maps the build directory away in what host compilers write (repro.go); the
+	// mapFlag maps the source and build directories away in what host compilers write (repro.go); the
 	// environment's CFLAGS/CXXFLAGS carry it, and cmake's flags where the recipe sets them.
 	mapFlag string
 }
@@ -274,7 +275,7 @@ func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars 
 	if err != nil {
 		return fmt.Errorf("build %s: cmake dir: %w", s.component, err)
 	}
-	bdir := filepath.Join(s.work, fmt.Sprintf("cmake-build-%d", i))
+	bdir := filepath.Join(s.out, fmt.Sprintf("cmake-build-%d", i))
 	args := []string{"-S", srcDir, "-B", bdir, "-DCMAKE_INSTALL_PREFIX=" + s.prefix, "-DCMAKE_BUILD_TYPE=Release"}
 	if s.mapFlag != "" {
 		// a recipe's CMAKE_C(XX)_FLAGS take the place of CFLAGS/CXXFLAGS: add the map there
@@ -426,9 +427,9 @@ func (s *stepEnv) pythonExtension(ctx context.Context, i int, st *recipes.Python
 	}
 	env := withEnv(s.env, senv)
 	step := fmt.Sprintf("%02d-python-extension", i)
-	blib := filepath.Join(s.work, "pybuild-lib")
-	btmp := filepath.Join(s.work, "pybuild-tmp")
-	egg := filepath.Join(s.work, "pybuild-egg")
+	blib := filepath.Join(s.out, "pybuild-lib")
+	btmp := filepath.Join(s.out, "pybuild-tmp")
+	egg := filepath.Join(s.out, "pybuild-egg")
 	if err := os.MkdirAll(egg, 0o755); err != nil {
 		return fmt.Errorf("build %s: %w", s.component, err)
 	}

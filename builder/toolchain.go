@@ -351,7 +351,11 @@ type PreflightError struct {
 
 func (e *PreflightError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "the environment cannot build %s; missing:", e.Recipe)
+	if e.Recipe == "" {
+		b.WriteString("the environment cannot build; missing:")
+	} else {
+		fmt.Fprintf(&b, "the environment cannot build %s; missing:", e.Recipe)
+	}
 	for _, m := range e.Missing {
 		fmt.Fprintf(&b, "\n  - %s: need %s, found %s; %s", m.What, m.Need, orNone(m.Found), m.Fix)
 	}

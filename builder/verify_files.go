@@ -145,7 +145,10 @@ func (v *verifier) manifest() bool {
 	v.m, v.raw = m, raw
 	v.rep.Recipe, v.rep.PlanKey = m.Recipe, m.PlanKey
 	c.Status = check.Pass
-	c.Found = fmt.Sprintf("recipe %s, plan %s, %d entries, built by epbuild %s", m.Recipe, shortKey(m.PlanKey), len(m.Files), m.Epbuild)
+	c.Found = fmt.Sprintf("recipe %s, plan %s, %d entries", m.Recipe, shortKey(m.PlanKey), len(m.Files))
+	if m.Epbuild != "" { // artifacts of manifest format 1 made before epbuild's version left the bytes
+		c.Found += ", built by epbuild " + m.Epbuild
+	}
 	v.rep.add(c)
 	v.prefixes = installedPrefixes(m, v.prefix)
 	v.env, v.envErr = RuntimeEnv(m.Plan, v.prefixes, v.opts.Environ)

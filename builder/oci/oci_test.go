@@ -123,7 +123,9 @@ func TestPlainHTTPOnlyForLoopback(t *testing.T) {
 func TestPushPullRoundTrip(t *testing.T) {
 	reg := ocitest.Start(t, ocitest.Options{})
 	art := demoArtifact(t)
-	sbom := []byte(`{"bomFormat":"CycloneDX","specVersion":"1.6","version":1,"components":[]}` + "\n")
+	// the builder's version travels in the SBOM (metadata property epbuild:built-by), not
+	// in the artifact's bytes: push takes the annotation from there
+	sbom := []byte(`{"bomFormat":"CycloneDX","specVersion":"1.6","version":1,"metadata":{"properties":[{"name":"epbuild:built-by","value":"test"}]},"components":[]}` + "\n")
 	if err := os.WriteFile(art+".cdx.json", sbom, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -127,6 +127,7 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 	res.Layers = append(res.Layers, layerResult(artDesc, artExisted))
 
 	layers := []ocispec.Descriptor{artDesc}
+	builtBy := m.Epbuild // artifacts made before the version left the manifest
 	for _, l := range Layers()[1:] {
 		if l.PerWheel {
 			ws, err := c.pushWheels(ctx, repo, ref, art, m)
@@ -145,6 +146,9 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 		}
 		if data == nil {
 			continue
+		}
+		if l.MediaType == MediaTypeSBOM && builtBy == "" {
+			builtBy = sbomBuiltBy(data)
 		}
 		d := ocispec.Descriptor{MediaType: l.MediaType, Digest: digest.FromBytes(data), Size: int64(len(data)),
 			Annotations: map[string]string{ocispec.AnnotationTitle: name + l.Suffix}}
@@ -170,7 +174,7 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 		AnnotationRecipe:          m.Recipe,
 		AnnotationPlanKey:         m.PlanKey,
 		AnnotationPins:            pins,
-		AnnotationEpbuild:         m.Epbuild,
+		AnnotationEpbuild:         builtBy,
 		AnnotationArtifact:        name,
 	}
 	if !validTag(m.PlanKey) {
@@ -368,4 +372,23 @@ func (t tagPusher) Push(ctx context.Context, d ocispec.Descriptor, r io.Reader) 
 		return t.Repository.PushReference(ctx, d, r, t.tag)
 	}
 	return t.Repository.Push(ctx, d, r)
+}
+
+// sbomBuiltBy is the epbuild that built an artifact, as its SBOM records it (the
+// property epbuild:built-by of the BOM's metadata); "" when it does not say.
+func sbomBuiltBy(data []byte) string {
+	var bom struct {
+		Metadata struct {
+			Properties []struct{ Name, Value string } `json:"properties"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(data, &bom) != nil {
+		return ""
+	}
+	for _, p := range bom.Metadata.Properties {
+		if p.Name == "epbuild:built-by" {
+			return p.Value
+		}
+	}
+	return ""
 }

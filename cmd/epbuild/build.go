@@ -128,12 +128,15 @@ path is printed; cache gc removes it), and in the build's stored output once it 
 Ctrl-C (SIGINT) or SIGTERM stops the running step and everything it started, removes the
 stage's temporary directories, and exits 130; finished stages are kept.
 
-Builds are reproducible: the same plan gives the same bytes wherever the cache is and
-whichever machine of the same toolchain builds it. They run in /tmp/epbuild-<component>-<key>
-(EPBUILD_BUILD_ROOT moves that root; builds meant to agree need the same one), with the
-build directory mapped away for the host compilers, a seed for nvcc, SOURCE_DATE_EPOCH and
-a fixed locale and time zone. --rebuild-check builds the plan a second time from nothing at
-another place and fails (exit 1), printing the difference, when the two artifacts differ.
+Builds are reproducible: the same plan gives the same bytes wherever the cache and the
+build root are and whichever machine of the same toolchain builds it. The sources compile
+from /tmp/epbuild-<component>-<key> (nvcc writes their real path into its symbols); the
+build trees go to the same directory or, with EPBUILD_BUILD_ROOT=DIR, to DIR (no part of
+any key or byte). Both directories are mapped away for the host compilers, nvcc gets a
+seed, and steps get SOURCE_DATE_EPOCH and a fixed locale and time zone. --rebuild-check
+builds the plan a second time from nothing, under another build root, cache, job count,
+time zone and umask, and fails (exit 1), printing the difference, when the two artifacts
+differ.
 EPBUILD_REPRO=off turns the measures off, to measure what they cost; nothing else.
 
 A shared build cache (docs/fleet.md): --cache-from oci://REGISTRY/REPO looks the plan key
@@ -222,7 +225,7 @@ come from the Docker config and its credential helpers, as for push and pull.`,
 				fmt.Fprintf(app.Out, "pushed   %s\n", c.Stored)
 			}
 			if res.Rebuild != nil {
-				fmt.Fprintf(app.Out, "rebuild check: a second build from nothing at another place gave the same bytes (%d entries)\n", res.Rebuild.Diff.Entries)
+				fmt.Fprintf(app.Out, "rebuild check: a second build from nothing gave the same bytes (%d entries), varying: %s\n", res.Rebuild.Diff.Entries, strings.Join(res.Rebuild.Varied, ", "))
 			}
 			return nil
 		},
@@ -235,7 +238,7 @@ come from the Docker config and its credential helpers, as for push and pull.`,
 	cmd.Flags().BoolVar(&allowApplied, "allow-applied", false, "continue when a patch is already in the tree (reported), instead of failing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringArrayVar(&ignore, "ignore-rule", nil, "build despite an error-level finding of this rule id (e.g. to reproduce a known failure); recorded in the manifest")
-	cmd.Flags().BoolVar(&rebuildCheck, "rebuild-check", false, "build the plan a second time from nothing at another place, compare the artifacts, and fail (exit 1) printing the difference when they differ")
+	cmd.Flags().BoolVar(&rebuildCheck, "rebuild-check", false, "build the plan a second time from nothing under another build root, cache, job count, time zone and umask, compare the artifacts, and fail (exit 1) printing the difference when they differ")
 	cmd.Flags().BoolVar(&allowUndecided, "allow-undecided", false, "build although an error-level rule cannot be decided (a commit no history at hand knows); recorded in the manifest")
 	cmd.Flags().DurationVar(&heartbeat, "heartbeat", progress.DefaultEvery, "without a terminal (CI), log a line per running build step this often")
 	cmd.Flags().StringVar(&cacheFrom, "cache-from", "", "take the artifact from the shared build cache `REPO` (oci://REGISTRY/REPO) when it has the plan; a registry that fails: a warning, and a build here")
