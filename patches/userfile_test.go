@@ -210,3 +210,5 @@ func TestSetWithoutEffectsWarns(t *testing.T) {
 		}
 	}
 }
+
+func mkfifo(p string) error { return syscall.Mkfifo(p, 0o644) }
