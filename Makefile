@@ -60,6 +60,7 @@ FUZZ    := ulimit -v $(FUZZMEM) && $(GO) test -run '^$$' -fuzztime $(FUZZTIME) -
 fuzz:
 	$(FUZZ) FuzzLoad ./recipes/
 	$(FUZZ) FuzzDecode ./recipes/strictyaml/
+	$(FUZZ) FuzzLoadSet ./patches/
 	$(FUZZ) FuzzVersionOrder ./compat/
 	$(FUZZ) FuzzExtract ./builder/archive/
 	$(FUZZ) FuzzInstallExtract ./builder/

@@ -29,3 +29,12 @@ func exchange(dir *os.File, a, b string) error {
 	}
 	return nil
 }
+
+// renameNoReplace renames oldpath to newpath, failing when newpath exists (an empty
+// directory there too, which rename(2) would replace).
+func renameNoReplace(oldpath, newpath string) error {
+	if err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE); err != nil {
+		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
+	}
+	return nil
+}

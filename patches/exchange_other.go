@@ -14,3 +14,12 @@ const canExchange = false
 func exchange(*os.File, string, string) error {
 	return errors.ErrUnsupported
 }
+
+// renameNoReplace renames oldpath to newpath, failing when newpath exists; without
+// renameat2 the check and the rename are two steps.
+func renameNoReplace(oldpath, newpath string) error {
+	if _, err := os.Lstat(newpath); err == nil {
+		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: os.ErrExist}
+	}
+	return os.Rename(oldpath, newpath)
+}

@@ -23,6 +23,8 @@ func LoadNamed(names ...string) (*Catalog, error) {
 type Local struct {
 	Dirs   []string
 	Shadow []string
+	// Limits bound the reads of every set's files; zero fields take DefaultLimits.
+	Limits Limits
 }
 
 // LoadFor reads the named sets, each from the first directory of local that
@@ -41,7 +43,7 @@ func LoadFor(local Local, names ...string) (*Catalog, error) {
 		if !fi.IsDir() {
 			return nil, &LoadError{Err: fmt.Errorf("patch set directory %s: not a directory", d)}
 		}
-		dirs = append(dirs, os.DirFS(d))
+		dirs = append(dirs, userDir(d))
 	}
 	var refs []setFileRef
 	var errs []error
@@ -65,11 +67,11 @@ func LoadFor(local Local, names ...string) (*Catalog, error) {
 					filepath.Join(local.Dirs[i], n), n, n))
 				break
 			}
-			refs = append(refs, setFileRef{fsys: d, file: file, root: local.Dirs[i], local: true})
+			refs = append(refs, setFileRef{fsys: d, file: file, root: local.Dirs[i], local: true, limits: local.Limits})
 			break
 		}
 		if !found && shipped {
-			refs = append(refs, setFileRef{fsys: sets, file: file, root: "patches"})
+			refs = append(refs, setFileRef{fsys: sets, file: file, root: "patches", limits: local.Limits})
 		}
 	}
 	c, err := loadFiles(refs)

@@ -1,6 +1,7 @@
 package patches
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"path"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -70,7 +72,15 @@ type Set struct {
 	// checked holds the patch files whose pins loading verified, as they were then: Apply
 	// reads them again but hashes only one that changed since (openOwnFile).
 	checked map[string]fileStamp
+	// limits bound the reads of the set's files.
+	limits Limits
+	// warnings are what loading found questionable but not wrong.
+	warnings []string
 }
+
+// Warnings says what loading found questionable but not wrong (a set that states no
+// effects), each naming the set.yaml and the fix.
+func (s *Set) Warnings() []string { return s.warnings }
 
 // Origin says where the set was read from: "embedded" for a set shipped in
 // epbuild, else its directory.
@@ -183,16 +193,17 @@ func LoadFS(fsys fs.FS) (*Catalog, error) {
 // setFileRef is one set.yaml to read: its path in fsys, and the directory of
 // fsys as messages name it (see Set.where).
 type setFileRef struct {
-	fsys  fs.FS
-	file  string
-	root  string
-	local bool
+	fsys   fs.FS
+	file   string
+	root   string
+	local  bool
+	limits Limits
 }
 
 func shippedFiles(fsys fs.FS, files []string) []setFileRef {
 	refs := make([]setFileRef, len(files))
 	for i, f := range files {
-		refs[i] = setFileRef{fsys: fsys, file: f, root: "patches"}
+		refs[i] = setFileRef{fsys: fsys, file: f, root: "patches", limits: DefaultLimits()}
 	}
 	return refs
 }
@@ -277,7 +288,9 @@ func pathString(p []any) string {
 func loadSet(r setFileRef) (*Set, error) {
 	fsys, file := r.fsys, r.file
 	shown := joinShown(r.root, file)
+	lim := r.limits.orDefault()
 	l := strictyaml.Loader{Limits: strictyaml.DefaultLimits()}
+	l.Limits.MaxBytes = lim.SetBytes
 	src, err := l.ReadFS(fsys, file, shown)
 	if err != nil {
 		var ye *strictyaml.Error
@@ -291,9 +304,17 @@ func loadSet(r setFileRef) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
+	// name: 0001 would be the patch "1"
+	if errs := strictyaml.NumberStrings(shown, y.Root(), reflect.TypeFor[Set]()); len(errs) > 0 {
+		joined := make([]error, len(errs))
+		for i, e := range errs {
+			joined[i] = e
+		}
+		return nil, errors.Join(joined...)
+	}
 	f := &setFile{name: shown, y: y}
 	dir := path.Dir(file)
-	s.where, s.local = joinShown(r.root, dir), r.local
+	s.where, s.local, s.limits = joinShown(r.root, dir), r.local, lim
 	s.fsys, err = fs.Sub(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", s.where, err)
@@ -301,6 +322,9 @@ func loadSet(r setFileRef) (*Set, error) {
 	s.validate(f, dir)
 	if len(f.errs) > 0 {
 		return nil, errors.Join(f.errs...)
+	}
+	if len(s.Effects) == 0 {
+		s.warnings = append(s.warnings, fmt.Sprintf("%s states no effects: nothing checks that the patched tree, and the install, hold what the set is for; add effects (see docs/patch-sets.md; epbuild patch new suggests some)", shown))
 	}
 	return &s, nil
 }
@@ -338,6 +362,7 @@ func (s *Set) validate(f *setFile, dir string) {
 		f.at("a set needs at least one patch", "patches")
 	}
 	seen := map[string]bool{}
+	files := map[string]int{}
 	for i, p := range s.Patches {
 		switch {
 		case p.Name == "":
@@ -348,15 +373,29 @@ func (s *Set) validate(f *setFile, dir string) {
 			f.at(fmt.Sprintf("%q is used twice", p.Name), "patches", i, "name")
 		}
 		seen[p.Name] = true
+		if p.File != "" {
+			// one file named twice would be read and hashed twice, and applied twice
+			if j, ok := files[path.Clean(p.File)]; ok {
+				line, _ := f.y.Pos(fmt.Sprintf("$.patches[%d].file", j))
+				f.at(fmt.Sprintf("%q is also the file of patches[%d] (line %d): a file is one patch of a set; remove one of them", p.File, j, line), "patches", i, "file")
+				continue
+			}
+			files[path.Clean(p.File)] = i
+		}
 		s.validatePatch(f, i, p)
 	}
-	known := []effect.Kind{effect.PythonDef, effect.PythonCall, effect.Contains, effect.Absent, effect.Include, effect.EnvRead, effect.ELFSymbol}
 	for i, e := range s.Effects {
-		if !slices.Contains(known, e.Kind) {
-			f.at(fmt.Sprintf("unknown effect kind %q", e.Kind), "effects", i, "kind")
-		}
-		if e.File == "" && len(e.Files) == 0 {
+		switch {
+		case e.Kind == "":
+			f.at("is required (one of "+effect.KindList()+")", "effects", i, "kind")
+		case !slices.Contains(effect.Kinds(), e.Kind):
+			f.at(effect.UnknownKind(e.Kind), "effects", i, "kind")
+		case e.File == "" && len(e.Files) == 0:
 			f.at("an effect needs file or files", "effects", i)
+		default:
+			if err := e.Validate(); err != nil {
+				f.at(err.Error(), "effects", i)
+			}
 		}
 	}
 }
@@ -384,9 +423,9 @@ func (s *Set) validatePatch(f *setFile, i int, p Patch) {
 		if !checkSHA(f, p.SHA256, "patches", i, "sha256") {
 			return
 		}
-		got, stamp, err := hashFile(s.fsys, p.File)
+		got, stamp, err := hashFile(s.fsys, p.File, s.limits.PatchBytes, joinShown(s.where, p.File))
 		if err != nil {
-			f.at(fmt.Sprintf("read %s: %v", p.File, err), "patches", i, "file")
+			f.at(err.Error(), "patches", i, "file")
 			return
 		}
 		if got != p.SHA256 {
@@ -474,7 +513,7 @@ func sha256Hex(b []byte) string {
 // openOwnFile opens a KindFile patch of the set directory for reading. The pin is
 // checked as it is read, when done is called after the last read; unless loading checked
 // it and the file has not changed since: a patch is hashed once a run.
-func (s *Set) openOwnFile(p Patch) (r io.Reader, done func() error, err error) {
+func (s *Set) openOwnFile(ctx context.Context, p Patch) (r io.Reader, done func() error, err error) {
 	if s.fsys == nil {
 		return nil, nil, fmt.Errorf("patch %s: read %s: the set has no directory (load it with LoadFS)", p.Name, p.File)
 	}
@@ -487,14 +526,23 @@ func (s *Set) openOwnFile(p Patch) (r io.Reader, done func() error, err error) {
 		f.Close()
 		return nil, nil, fmt.Errorf("patch %s: read %s: %w", p.Name, p.File, err)
 	}
+	shown := joinShown(s.where, p.File)
+	if err := checkSize(fi, s.limits.orDefault().PatchBytes, shown); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("patch %s: %w", p.Name, err)
+	}
 	want, checked := s.checked[p.File]
-	pr := &pinReader{f: f, size: fi.Size()}
+	pr := &pinReader{f: newBoundedReader(ctx, f, s.limits.orDefault().PatchBytes, shown), size: fi.Size()}
 	if !checked || want != stampOf(fi) {
 		pr.h = sha256.New()
 	}
 	done = func() error {
 		f.Close()
 		if pr.err != nil {
+			var tl *TooLargeError
+			if errors.As(pr.err, &tl) || ctx.Err() != nil {
+				return fmt.Errorf("patch %s: %w", p.Name, pr.err)
+			}
 			return fmt.Errorf("patch %s: read %s: %w", p.Name, p.File, pr.err)
 		}
 		if pr.h == nil && pr.n == pr.size {
@@ -513,7 +561,7 @@ func (s *Set) openOwnFile(p Patch) (r io.Reader, done func() error, err error) {
 
 // pinReader reads a patch file, hashing it on the way when h is set.
 type pinReader struct {
-	f    fs.File
+	f    io.Reader
 	h    hash.Hash
 	n    int64
 	size int64
@@ -532,21 +580,32 @@ func (r *pinReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// hashFile hashes a file of fsys as it reads it and returns its sha256 and what the file
-// was when the read began.
-func hashFile(fsys fs.FS, name string) (string, fileStamp, error) {
+// hashFile hashes a file of fsys (shown in messages) of at most limit bytes as it reads
+// it and returns its sha256 and what the file was when the read began.
+func hashFile(fsys fs.FS, name string, limit int64, shown string) (string, fileStamp, error) {
 	f, err := fsys.Open(name)
-	if err != nil {
+	var nr *NotRegularError
+	if errors.As(err, &nr) {
 		return "", fileStamp{}, err
+	}
+	if err != nil {
+		return "", fileStamp{}, fmt.Errorf("read %s: %w", shown, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
+		return "", fileStamp{}, fmt.Errorf("read %s: %w", shown, err)
+	}
+	if err := checkSize(fi, limit, shown); err != nil {
 		return "", fileStamp{}, err
 	}
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fileStamp{}, err
+	if _, err := io.Copy(h, newBoundedReader(context.Background(), f, limit, shown)); err != nil {
+		var tl *TooLargeError
+		if errors.As(err, &tl) {
+			return "", fileStamp{}, err
+		}
+		return "", fileStamp{}, fmt.Errorf("read %s: %w", shown, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), stampOf(fi), nil
 }

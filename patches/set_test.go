@@ -40,7 +40,7 @@ func TestSetYAMLErrors(t *testing.T) {
 		{"component", strings.Replace(head, "deepep", "Deep EP", 1) + goodDiffPatch, `patches/x/set.yaml:3:12: component: "Deep EP" is not a component name`},
 		{"no component", strings.Replace(head, "component: deepep\n", "", 1) + goodDiffPatch, `patches/x/set.yaml:1:1: component: is required`},
 		{"applies-to short", head + goodDiffPatch + "applies-to:\n  - commit: a84a248\n", `patches/x/set.yaml:11:13: applies-to[0].commit: "a84a248" is a short commit`},
-		{"missing own file", head + "  - name: p\n    file: nope.patch\n    sha256: " + strings.Repeat("a", 64) + "\n", `patches/x/set.yaml:6:11: patches[0].file: read nope.patch`},
+		{"missing own file", head + "  - name: p\n    file: nope.patch\n    sha256: " + strings.Repeat("a", 64) + "\n", `patches/x/set.yaml:6:11: patches[0].file: read patches/x/nope.patch`},
 		{"own file pin", head + "  - name: p\n    file: own.patch\n    sha256: " + strings.Repeat("a", 64) + "\n", `patches/x/set.yaml:7:13: patches[0].sha256: patches/x/own.patch has sha256 `},
 		{"effect kind", head + goodDiffPatch + "effects:\n  - kind: greps\n    file: a.py\n", `patches/x/set.yaml:11:11: effects[0].kind: unknown effect kind "greps"`},
 		{"effect field", head + goodDiffPatch + "effects:\n  - kind: contains\n    file: a.py\n    txt: y\n", `patches/x/set.yaml:13:5: unknown field "txt"`},

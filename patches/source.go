@@ -64,7 +64,7 @@ func (b body) reader() (r io.Reader, done func() error, err error) {
 func (s *Set) content(ctx context.Context, p Patch, up Upstream) (body, error) {
 	kind := p.Kind()
 	if kind == KindFile {
-		return body{digest: p.SHA256, open: func() (io.Reader, func() error, error) { return s.openOwnFile(p) }}, nil
+		return body{digest: p.SHA256, open: func() (io.Reader, func() error, error) { return s.openOwnFile(ctx, p) }}, nil
 	}
 	if up == nil {
 		return body{}, fmt.Errorf("patch %s: %s needs an upstream source, and none was given", p.Name, kind)

@@ -35,10 +35,15 @@ func (app *App) job(name string, f *sourceFlags, ignore []string, allowUndecided
 	if mirror == "" {
 		mirror = app.Getenv("EPBUILD_MIRROR")
 	}
-	return builder.Open(builder.Options{
+	j, err := builder.Open(builder.Options{
 		Library: app.library(), Recipe: name, Sets: f.sets, CacheDir: app.Getenv("EPBUILD_CACHE"), Mirror: mirror,
 		Log: app.Log, Progress: app.fetchProgress(), IgnoreRules: ignore, AllowUndecided: allowUndecided,
 	})
+	if err != nil {
+		return nil, err
+	}
+	app.warnSets(j)
+	return j, nil
 }
 
 // fetchProgress: bars on a terminal, log lines elsewhere and always with JSON logs (a

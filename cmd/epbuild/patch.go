@@ -2,11 +2,15 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/patches"
 )
 
@@ -89,7 +93,86 @@ with which --max-offset), then the sets' effects.
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&allowApplied, "allow-applied", false, "continue past a patch already in the tree (reported)")
 	cmd.Flags().IntVar(&maxOffset, "max-offset", 0, "allow hunks this many lines away from where the patch says (reported per hunk)")
+	cmd.AddCommand(newPatchNewCmd(app))
 	return cmd
+}
+
+func newPatchNewCmd(app *App) *cobra.Command {
+	var (
+		from      []string
+		component string
+		desc      string
+		repo      string
+	)
+	cmd := &cobra.Command{
+		Use:   "new DIR --component NAME --from BASE..HEAD | --from FILE...",
+		Short: "Write a new local patch set: set.yaml, its pinned patch files and suggested effects",
+		Long: `Write a new patch set into the directory DIR, which must not exist (its last element
+is the set's name). --from BASE..HEAD makes one patch per commit of that range of the git
+work tree --repo (git format-patch); --from FILE... takes existing diff files. set.yaml pins
+each patch file by its sha256 and states the effects derived from what the patches add
+(a Python method added and called, an environment variable read, an #include, else a line
+added); from commits, only effects that hold on HEAD are kept. Review them: they are what
+epbuild checks on the patched tree. docs/patch-sets.md describes every field.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			// --from a.patch b.patch: the shell gives the second file as an argument
+			from = append(from, args[1:]...)
+			o := patches.NewOptions{Dir: args[0], Component: patches.Component(component), Description: desc, Repo: repo}
+			switch {
+			case len(from) == 0:
+				return usageError{fmt.Errorf("give --from BASE..HEAD or --from FILE...")}
+			case len(from) == 1 && isRange(from[0]):
+				o.Range = from[0]
+			default:
+				o.Files = from
+			}
+			ns, err := patches.New(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(app.Out, "wrote %s: %d patch files, %d suggested effects\n", quote.Term(args[0]), len(ns.Patches), len(ns.Effects))
+			for _, p := range ns.Patches {
+				fmt.Fprintf(app.Out, "  patch  %s\n", quote.Term(p.Name))
+			}
+			for _, e := range ns.Effects {
+				fmt.Fprintf(app.Out, "  effect %s\n", quote.Term(e.String()))
+			}
+			if len(ns.Effects) == 0 {
+				fmt.Fprintf(app.Out, "no effect could be derived: state what the set does under effects: in %s (docs/patch-sets.md)\n", quote.Term(filepath.Join(args[0], "set.yaml")))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVar(&from, "from", nil, "a commit range BASE..HEAD, or diff files")
+	cmd.Flags().StringVar(&component, "component", "", "the recipe component the set patches (deepep, nvshmem, ...)")
+	cmd.Flags().StringVar(&desc, "description", "", "what the set fixes (default: the first commit's subject)")
+	cmd.Flags().StringVar(&repo, "repo", ".", "the git work tree of --from BASE..HEAD")
+	_ = cmd.MarkFlagRequired("component")
+	return cmd
+}
+
+// isRange says whether a --from value is a commit range rather than a file.
+func isRange(s string) bool {
+	if _, err := os.Lstat(s); err == nil {
+		return false
+	}
+	a, b, ok := strings.Cut(s, "..")
+	return ok && a != "" && b != ""
+}
+
+// warnSets logs what loading the recipe's patch sets found questionable.
+func (app *App) warnSets(j *builder.Job) {
+	for _, c := range j.Plan.Components {
+		for _, s := range c.PatchSets {
+			if s == nil {
+				continue
+			}
+			for _, w := range s.Warnings() {
+				app.logger().Warn(quote.Term(w), "set", quote.Term(s.Name))
+			}
+		}
+	}
 }
 
 func exitCodeOf(err error) int {

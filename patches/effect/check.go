@@ -40,7 +40,7 @@ func (e Effect) Validate() error {
 		return fmt.Errorf("effect %s: missing %q (%s)", e.Kind, field, what)
 	}
 	if e.Kind == "" {
-		return errors.New(`effect: missing "kind" (one of python-def, python-call, contains, absent, include, env-read, elf-symbol)`)
+		return fmt.Errorf(`effect: missing "kind" (one of %s)`, KindList())
 	}
 	if e.File == "" && len(e.Files) == 0 {
 		return missing("file", "the file to check, relative to the source tree; or \"files\"")
@@ -65,7 +65,7 @@ func (e Effect) Validate() error {
 	}
 	fields, ok := need[e.Kind]
 	if !ok {
-		return fmt.Errorf("effect: unknown kind %q (one of python-def, python-call, contains, absent, include, env-read, elf-symbol)", e.Kind)
+		return errors.New("effect: " + UnknownKind(e.Kind))
 	}
 	for _, f := range fields {
 		if f[1] == "" {

@@ -259,7 +259,7 @@ func TestValidate(t *testing.T) {
 		want []string
 	}{
 		{Effect{File: "a"}, []string{`missing "kind"`}},
-		{Effect{Kind: "grep", File: "a"}, []string{`unknown kind "grep"`}},
+		{Effect{Kind: "grep", File: "a"}, []string{`unknown effect kind "grep"`}},
 		{Effect{Kind: PythonDef, Class: "C", Method: "m"}, []string{"python-def", `missing "file"`}},
 		{Effect{Kind: PythonDef, File: "a.py", Method: "m"}, []string{"python-def", `missing "class"`}},
 		{Effect{Kind: PythonDef, File: "a.py", Class: "C"}, []string{"python-def", `missing "method"`}},

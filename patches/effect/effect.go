@@ -3,6 +3,11 @@
 // patch that reached only the source copy is the failure this tool exists to catch.
 package effect
 
+import (
+	"fmt"
+	"strings"
+)
+
 // Kind names one sort of effect.
 type Kind string
 
@@ -51,4 +56,57 @@ type Effect struct {
 	Not bool `json:"not,omitempty" yaml:"not,omitempty"`
 	// Why is shown when the effect is missing: what goes wrong at run time without it.
 	Why string `json:"why,omitempty" yaml:"why,omitempty"`
+}
+
+// Kinds lists every effect kind, in the order the documentation gives them.
+func Kinds() []Kind {
+	return []Kind{PythonDef, PythonCall, Contains, Absent, Include, EnvRead, ELFSymbol}
+}
+
+// KindList is the kinds as a message lists them: "python-def, python-call, ...".
+func KindList() string {
+	s := make([]string, 0, 7)
+	for _, k := range Kinds() {
+		s = append(s, string(k))
+	}
+	return strings.Join(s, ", ")
+}
+
+// UnknownKind says that k is no effect kind, lists the kinds, and names the closest one
+// when k looks like a misspelling of it ("contain" for "contains").
+func UnknownKind(k Kind) string {
+	msg := fmt.Sprintf("unknown effect kind %q (one of %s)", k, KindList())
+	best, bestD := Kind(""), 0
+	for _, c := range Kinds() {
+		d := editDistance(strings.ToLower(string(k)), string(c))
+		if best == "" || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	// a few edits, and fewer than half the name: a typo, not another word
+	if bestD <= 3 && 2*bestD < len(best) {
+		msg += fmt.Sprintf(": did you mean %q?", best)
+	}
+	return msg
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
