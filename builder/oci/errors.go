@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -102,8 +103,12 @@ func classify(ref Ref, op string, err error) error {
 		unk   x509.UnknownAuthorityError
 		host  x509.HostnameError
 		rec   tls.RecordHeaderError
+		stall *StallError
+		ne    net.Error
 	)
 	switch {
+	case errors.As(err, &stall), errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return &TimeoutError{Registry: ref.Registry, Op: op, Err: err}
 	case errors.As(err, &resp) && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden),
 		errors.Is(err, auth.ErrBasicCredentialNotFound):
 		return &AuthError{Registry: ref.Registry, Op: op, Err: err}
