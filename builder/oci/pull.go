@@ -396,7 +396,7 @@ func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref
 		err = &writeError{cerr}
 	}
 	stopped := ""
-	if context.Cause(ctx) == errCheckFailed && err != nil {
+	if context.Cause(ctx) == errCheckFailed && (errors.Is(err, context.Canceled) || errors.Is(err, errCheckFailed)) {
 		// the checks stopped the download: theirs is the verdict
 		err, herr = nil, nil
 		stopped = fmt.Sprintf(" (the download stopped there, before its digest %s could be checked)", d.Digest)
