@@ -93,7 +93,7 @@ func newRecipeCmd(app *App) *cobra.Command {
 		heartbeat      time.Duration
 		cacheFrom      string
 		cacheTo        string
-		plainHTTP      bool
+		registry       registryFlags
 	)
 	cmd := &cobra.Command{
 		Use:               "recipe NAME|FILE",
@@ -169,7 +169,7 @@ come from the Docker config and its credential helpers, as for push and pull.`,
 			if force != "" {
 				opts.Force = strings.Split(force, ",")
 			}
-			if opts.CacheFrom, opts.CacheTo, err = app.buildCaches(cacheFrom, cacheTo, plainHTTP); err != nil {
+			if opts.CacheFrom, opts.CacheTo, err = app.buildCaches(cacheFrom, cacheTo, &registry); err != nil {
 				return err
 			}
 			if heartbeat <= 0 {
@@ -240,17 +240,17 @@ come from the Docker config and its credential helpers, as for push and pull.`,
 	cmd.Flags().DurationVar(&heartbeat, "heartbeat", progress.DefaultEvery, "without a terminal (CI), log a line per running build step this often")
 	cmd.Flags().StringVar(&cacheFrom, "cache-from", "", "take the artifact from the shared build cache `REPO` (oci://REGISTRY/REPO) when it has the plan; a registry that fails: a warning, and a build here")
 	cmd.Flags().StringVar(&cacheTo, "cache-to", "", "push the artifact to the shared build cache `REPO` (oci://REGISTRY/REPO) after a successful build; a push that fails is a warning, not a failed build")
-	cmd.Flags().BoolVar(&plainHTTP, "plain-http", false, "speak HTTP to the build cache registries: only for a registry on this machine")
+	registry.add(cmd, "speak HTTP to the build cache registries: only for a registry on this machine")
 	return cmd
 }
 
 // buildCaches opens the shared build caches of --cache-from and --cache-to (nil when not
 // given), with the credentials push and pull use. A bad reference is bad input.
-func (app *App) buildCaches(from, to string, plainHTTP bool) (builder.ArtifactCache, builder.ArtifactCache, error) {
+func (app *App) buildCaches(from, to string, reg *registryFlags) (builder.ArtifactCache, builder.ArtifactCache, error) {
 	if from == "" && to == "" {
 		return nil, nil, nil
 	}
-	c, err := app.ociClient(plainHTTP)
+	c, err := reg.client(app)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,29 +12,73 @@ import (
 
 // ociFlags are the registry flags push and pull share.
 type ociFlags struct {
-	plainHTTP bool
-	asJSON    bool
+	registryFlags
+	asJSON bool
 }
 
 func (f *ociFlags) add(cmd *cobra.Command) {
-	cmd.Flags().BoolVar(&f.plainHTTP, "plain-http", false, "speak HTTP, not HTTPS: only for a registry on this machine (localhost, 127.0.0.0/8, ::1)")
+	f.registryFlags.add(cmd, "speak HTTP, not HTTPS: only for a registry on this machine (localhost, 127.0.0.0/8, ::1)")
 	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print the result as JSON")
+}
+
+// registryFlags are every command's flags for speaking to a registry (push, pull,
+// recipe --cache-from/--cache-to).
+type registryFlags struct {
+	plainHTTP bool
+	timeout   time.Duration
+	stall     time.Duration
+}
+
+func (f *registryFlags) add(cmd *cobra.Command, plainHelp string) {
+	cmd.Flags().BoolVar(&f.plainHTTP, "plain-http", false, plainHelp)
+	cmd.Flags().DurationVar(&f.timeout, "registry-timeout", 0, fmt.Sprintf("wait at most `D` for a registry's answer and for an OCI manifest, tag or list (default %s, or EPBUILD_REGISTRY_TIMEOUT)", oci.DefaultResponseTimeout))
+	cmd.Flags().DurationVar(&f.stall, "registry-stall", 0, fmt.Sprintf("cut off a transfer that brings fewer than %d KiB within `D` (default %s, or EPBUILD_REGISTRY_STALL)", oci.DefaultStallBytes>>10, oci.DefaultStallWindow))
+}
+
+// deadlines are the flags', else the environment's, else the defaults.
+func (f *registryFlags) deadlines(app *App) (oci.Deadlines, error) {
+	d := oci.Deadlines{Response: f.timeout, Window: f.stall}
+	for _, v := range []struct {
+		env string
+		to  *time.Duration
+	}{{"EPBUILD_REGISTRY_TIMEOUT", &d.Response}, {"EPBUILD_REGISTRY_STALL", &d.Window}} {
+		s := app.Getenv(v.env)
+		if *v.to != 0 || s == "" {
+			continue
+		}
+		n, err := time.ParseDuration(s)
+		if err != nil || n <= 0 {
+			return d, usageError{fmt.Errorf("%s=%q: give a positive duration such as 90s or 5m, or unset it", v.env, s)}
+		}
+		*v.to = n
+	}
+	if d.Response < 0 || d.Window < 0 {
+		return d, usageError{fmt.Errorf("--registry-timeout and --registry-stall take a positive duration")}
+	}
+	return d, nil
 }
 
 // client builds the registry client: credentials from $DOCKER_CONFIG/config.json, else
 // ~/.docker/config.json, with their credential helpers, as docker and oras read them.
-func (f *ociFlags) client(app *App) (*oci.Client, error) { return app.ociClient(f.plainHTTP) }
-
-func (app *App) ociClient(plainHTTP bool) (*oci.Client, error) {
+func (f *registryFlags) client(app *App) (*oci.Client, error) {
+	d, err := f.deadlines(app)
+	if err != nil {
+		return nil, err
+	}
 	return oci.New(oci.Options{
-		PlainHTTP: plainHTTP, DockerConfig: oci.DockerConfigPath(app.Getenv),
-		UserAgent: "epbuild/" + version, Log: app.Log,
+		PlainHTTP: f.plainHTTP, DockerConfig: oci.DockerConfigPath(app.Getenv),
+		UserAgent: "epbuild/" + version, Log: app.Log, Deadlines: d,
 	})
 }
 
-const ociExitCodes = `Exit codes: 0 done; 2 bad input (a reference, --plain-http for a remote registry, a
+const ociExitCodes = `Every exchange with the registry has a deadline: --registry-timeout for an answer (and
+for a whole OCI manifest), --registry-stall for a transfer that stops moving; every read
+is bounded by the size the OCI manifest declares.
+
+Exit codes: 0 done; 2 bad input (a reference, --plain-http for a remote registry, a
 damaged artifact, a tag the registry does not have, content that fails a check); 3 the
-registry cannot be reached or refuses the credentials (the registry is named).`
+registry cannot be reached, does not answer in time or refuses the credentials (the
+registry is named).`
 
 func newPushCmd(app *App) *cobra.Command {
 	var f ociFlags
