@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/charmbracelet/log"
+
+	"github.com/epbuild/epbuild/builder/sign"
 	"oras.land/oras-go/v2/registry/remote"
 	"oras.land/oras-go/v2/registry/remote/auth"
 	"oras.land/oras-go/v2/registry/remote/credentials"
@@ -33,7 +35,12 @@ type Options struct {
 	HTTPClient *http.Client
 	// Deadlines bound every exchange with the registry; zero fields take the defaults.
 	Deadlines Deadlines
-	Log       *log.Logger
+	// Trust is the keys whose signatures pull accepts (builder/sign): an artifact that
+	// none of them signed is refused (*SignatureError), unless AllowUnsigned, which
+	// takes it with a warning.
+	Trust         *sign.Keyring
+	AllowUnsigned bool
+	Log           *log.Logger
 }
 
 // Deadlines bound the time a registry may take. A registry that never answers, or

@@ -302,7 +302,7 @@ func TestPullNamesFromTheArtifactsManifest(t *testing.T) {
 func TestPullRemovesStagingOfKilledPull(t *testing.T) {
 	if dir := os.Getenv("EPBUILD_OCI_TEST_PULL_INTO"); dir != "" {
 		ref, _ := ParseRef(os.Getenv("EPBUILD_OCI_TEST_PULL_REF"))
-		c, _ := New(Options{PlainHTTP: true})
+		c, _ := New(Options{PlainHTTP: true, AllowUnsigned: true})
 		_, err := c.Pull(context.Background(), ref, dir)
 		t.Fatalf("the pull that should have been killed ended: %v", err)
 	}

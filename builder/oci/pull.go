@@ -34,6 +34,9 @@ type PullResult struct {
 	// the paths of the wheels it carries (the manifest's Wheels list them all).
 	SBOM   string   `json:"sbom,omitempty"`
 	Wheels []string `json:"wheels,omitempty"`
+	// SignedBy is the id of the trusted key that signed it; "" when taken unsigned
+	// (--allow-unsigned).
+	SignedBy string `json:"signed_by,omitempty"`
 	// Manifest is the artifact's manifest, as checked.
 	Manifest *builder.Manifest `json:"-"`
 }
@@ -188,6 +191,10 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (res *PullResult
 	if err != nil {
 		return nil, err
 	}
+	signedBy, err := c.checkSignature(ctx, repo, ref, f)
+	if err != nil {
+		return nil, err
+	}
 	made, err := mkdirAll(dir)
 	if err != nil {
 		return nil, fmt.Errorf("pull %s: %w", ref, err)
@@ -210,7 +217,7 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (res *PullResult
 	}
 	defer release()
 
-	res = &PullResult{Ref: ref.String(), Digest: f.desc.Digest.String()}
+	res = &PullResult{Ref: ref.String(), Digest: f.desc.Digest.String(), SignedBy: signedBy}
 	// staged under names of ours: nothing the registry says names a file before the check
 	art := filepath.Join(tmp, stagedArtifact)
 	artDesc := f.layers[MediaTypeArtifact]

@@ -23,6 +23,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/sign"
 )
 
 // PushOptions tune Push.
@@ -31,6 +32,9 @@ type PushOptions struct {
 	// artifact's manifest records, so that the same artifact gives the same OCI manifest
 	// (and digest) on every machine.
 	SourceDateEpoch *int64
+	// Signer, when set, signs the pushed artifact: the signature is pushed as a referrer
+	// of its OCI manifest (signature.go).
+	Signer *sign.Signer
 }
 
 // PushResult is a pushed artifact.
@@ -42,6 +46,10 @@ type PushResult struct {
 	PlanKey string        `json:"plan_key"`
 	Created string        `json:"created"`
 	Layers  []LayerResult `json:"layers"`
+	// SignedBy is the key id of the signature pushed with it, Signature its manifest's
+	// digest; empty when unsigned.
+	SignedBy  string `json:"signed_by,omitempty"`
+	Signature string `json:"signature,omitempty"`
 }
 
 // LayerResult is one layer of a pushed or pulled artifact.
@@ -187,6 +195,14 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 			return nil, classify(ref, "tag "+name+" as "+t, err)
 		}
 		res.Tags = append(res.Tags, t)
+	}
+	if opts.Signer != nil {
+		st := sign.Statement{Manifest: desc.Digest.String(), SHA256: artDesc.Digest.Encoded(), Recipe: m.Recipe, PlanKey: m.PlanKey}
+		sd, err := c.pushSignature(ctx, repo, opts.Signer, desc, st, res.Created)
+		if err != nil {
+			return nil, classify(ref, "push the signature of "+name, err)
+		}
+		res.SignedBy, res.Signature = opts.Signer.ID, sd.Digest.String()
 	}
 	res.Ref = ref.WithTag(m.PlanKey).String()
 	c.debugf("pushed", "ref", res.Ref, "digest", res.Digest)

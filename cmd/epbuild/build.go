@@ -241,6 +241,8 @@ come from the Docker config and its credential helpers, as for push and pull.`,
 	cmd.Flags().StringVar(&cacheFrom, "cache-from", "", "take the artifact from the shared build cache `REPO` (oci://REGISTRY/REPO) when it has the plan; a registry that fails: a warning, and a build here")
 	cmd.Flags().StringVar(&cacheTo, "cache-to", "", "push the artifact to the shared build cache `REPO` (oci://REGISTRY/REPO) after a successful build; a push that fails is a warning, not a failed build")
 	registry.add(cmd, "speak HTTP to the build cache registries: only for a registry on this machine")
+	registry.addTrust(cmd)
+	registry.addSign(cmd, "what --cache-to pushes")
 	return cmd
 }
 
@@ -254,6 +256,10 @@ func (app *App) buildCaches(from, to string, reg *registryFlags) (builder.Artifa
 	if err != nil {
 		return nil, nil, err
 	}
+	signer, err := reg.signer()
+	if err != nil {
+		return nil, nil, err
+	}
 	var caches [2]builder.ArtifactCache
 	for i, ref := range []string{from, to} {
 		if ref == "" {
@@ -263,6 +269,7 @@ func (app *App) buildCaches(from, to string, reg *registryFlags) (builder.Artifa
 		if err != nil {
 			return nil, nil, err
 		}
+		bc.Signer = signer
 		caches[i] = bc
 	}
 	return caches[0], caches[1], nil

@@ -50,6 +50,7 @@ epbuild install DIR/<recipe>-<plan>.tar.zst --prefix PREFIX.
 		},
 	}
 	f.add(cmd)
+	f.addTrust(cmd)
 	cmd.Flags().StringVarP(&out, "out", "o", ".", "write the files into this directory")
 	return cmd
 }

@@ -2,12 +2,16 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder/oci"
+	"github.com/epbuild/epbuild/builder/sign"
 )
 
 // ociFlags are the registry flags push and pull share.
@@ -24,9 +28,55 @@ func (f *ociFlags) add(cmd *cobra.Command) {
 // registryFlags are every command's flags for speaking to a registry (push, pull,
 // recipe --cache-from/--cache-to).
 type registryFlags struct {
-	plainHTTP bool
-	timeout   time.Duration
-	stall     time.Duration
+	plainHTTP     bool
+	timeout       time.Duration
+	stall         time.Duration
+	trustKeys     []string
+	allowUnsigned bool
+	signKey       string
+}
+
+// addTrust adds the flags of a command that takes artifacts from a registry.
+func (f *registryFlags) addTrust(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVar(&f.trustKeys, "trust-key", nil, "accept artifacts signed by this public key (`FILE`.pub as `epbuild key new` writes it, or a directory of them); "+
+		"repeatable; the cache's trusted-keys/ directory ($EPBUILD_CACHE/trusted-keys/*.pub) is always trusted")
+	cmd.Flags().BoolVar(&f.allowUnsigned, "allow-unsigned", false, "take an artifact that no trusted key signed, with a warning")
+}
+
+// addSign adds the flag of a command that pushes artifacts.
+func (f *registryFlags) addSign(cmd *cobra.Command, what string) {
+	cmd.Flags().StringVar(&f.signKey, "sign-key", "", "sign "+what+" with this ed25519 private key (`FILE`, from `epbuild key new FILE`); the signature is pushed as an OCI referrer of the artifact")
+}
+
+// trust is the keyring of --trust-key and the cache's trusted-keys directory; nil when
+// there is no key.
+func (f *registryFlags) trust(app *App) (*sign.Keyring, error) {
+	paths := slices.Clone(f.trustKeys)
+	if dir, err := app.cacheDir(); err == nil {
+		if st, err := os.Stat(filepath.Join(dir, "trusted-keys")); err == nil && st.IsDir() {
+			paths = append(paths, filepath.Join(dir, "trusted-keys"))
+		}
+	}
+	if len(paths) == 0 {
+		return nil, nil
+	}
+	k, err := sign.LoadKeyring(paths...)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return k, nil
+}
+
+// signer is --sign-key's key; nil without the flag.
+func (f *registryFlags) signer() (*sign.Signer, error) {
+	if f.signKey == "" {
+		return nil, nil
+	}
+	s, err := sign.LoadSigner(f.signKey)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return s, nil
 }
 
 func (f *registryFlags) add(cmd *cobra.Command, plainHelp string) {
@@ -65,9 +115,14 @@ func (f *registryFlags) client(app *App) (*oci.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	trust, err := f.trust(app)
+	if err != nil {
+		return nil, err
+	}
 	return oci.New(oci.Options{
 		PlainHTTP: f.plainHTTP, DockerConfig: oci.DockerConfigPath(app.Getenv),
 		UserAgent: "epbuild/" + version, Log: app.Log, Deadlines: d,
+		Trust: trust, AllowUnsigned: f.allowUnsigned,
 	})
 }
 
@@ -114,6 +169,9 @@ with ` + "`oras login`" + ` or ` + "`docker login`" + `.
 				}
 				opts.SourceDateEpoch = &n
 			}
+			if opts.Signer, err = f.signer(); err != nil {
+				return err
+			}
 			c, err := f.client(app)
 			if err != nil {
 				return err
@@ -126,6 +184,9 @@ with ` + "`oras login`" + ` or ` + "`docker login`" + `.
 				return app.printJSON(res)
 			}
 			fmt.Fprintf(app.Out, "pushed  %s\ndigest  %s\ntags    %v\n", res.Ref, res.Digest, res.Tags)
+			if res.SignedBy != "" {
+				fmt.Fprintf(app.Out, "signed  key %s (signature %s)\n", res.SignedBy, res.Signature)
+			}
 			for _, l := range res.Layers {
 				state := "uploaded"
 				if l.Existed {
@@ -137,5 +198,6 @@ with ` + "`oras login`" + ` or ` + "`docker login`" + `.
 		},
 	}
 	f.add(cmd)
+	f.addSign(cmd, "the artifact")
 	return cmd
 }
