@@ -68,7 +68,8 @@ type NotFoundError struct {
 }
 
 func (e *NotFoundError) Error() string {
-	return fmt.Sprintf("%s: not in the registry (%v); push tags each artifact with its full plan key (epbuild show RECIPE prints it); "+
+	return fmt.Sprintf("%s: not in the registry (%v); push tags each artifact with its full plan key; pull takes it, its first 12 hex digits "+
+		"(the artifact's name, <recipe>-<12 hex>.tar.zst, carries them) or 16 (epbuild show RECIPE prints them); "+
 		"list the tags with `oras repo tags %s/%s`", e.Ref, e.Err, e.Ref.Registry, e.Ref.Repository)
 }
 func (e *NotFoundError) Unwrap() error { return e.Err }

@@ -165,9 +165,12 @@ func isPlanKey(s string) bool {
 	return true
 }
 
-// Pull fetches the artifact at ref (a tag, typically a plan key, or a digest) into dir
-// and checks it before anything appears there: every layer against its digest and the
-// size the OCI manifest declares; the artifact, as it downloads, with install's checks
+// Pull fetches the artifact at ref (a tag, typically a plan key, or a digest) into dir.
+// A tag of 12 or 16 hex digits, or an artifact's file name (<recipe>-<12 hex>.tar.zst),
+// stands for the one plan key tag it starts (resolvePrefix).
+//
+// It checks the artifact before anything appears there: its signature
+// (checkSignature), every layer against its digest and the size the OCI manifest declares; the artifact, as it downloads, with install's checks
 // (builder.CheckArtifactStream: every entry against the manifest the artifact carries,
 // in one pass that writes nothing but the download); the .sha256 against the artifact's
 // digest, the manifest layer against the manifest inside, each wheel against the
@@ -187,9 +190,18 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (res *PullResult
 	if err != nil {
 		return nil, err
 	}
+	prefix, recipe, short := planPrefix(ref)
+	if short {
+		if ref, err = c.resolvePrefix(ctx, repo, ref, prefix); err != nil {
+			return nil, err
+		}
+	}
 	f, err := c.fetchManifest(ctx, repo, ref)
 	if err != nil {
 		return nil, err
+	}
+	if recipe != "" && f.manifest.Annotations[AnnotationRecipe] != recipe {
+		return nil, &RefError{Ref: ref.String(), Err: fmt.Errorf("plan %s is recipe %q's, not %q's", prefix, f.manifest.Annotations[AnnotationRecipe], recipe)}
 	}
 	signedBy, err := c.checkSignature(ctx, repo, ref, f)
 	if err != nil {
