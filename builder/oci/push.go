@@ -50,6 +50,9 @@ type PushResult struct {
 	// digest; empty when unsigned.
 	SignedBy  string `json:"signed_by,omitempty"`
 	Signature string `json:"signature,omitempty"`
+	// SBOMReferrer is the digest of the manifest that refers to the artifact with its
+	// SBOM (artifactType application/vnd.cyclonedx+json), when it has one.
+	SBOMReferrer string `json:"sbom_referrer,omitempty"`
 }
 
 // LayerResult is one layer of a pushed or pulled artifact.
@@ -195,6 +198,20 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 			return nil, classify(ref, "tag "+name+" as "+t, err)
 		}
 		res.Tags = append(res.Tags, t)
+	}
+	for _, l := range layers {
+		if l.MediaType != MediaTypeSBOM {
+			continue
+		}
+		// the SBOM again as a referrer, for `oras discover` and the tools that look for
+		// SBOMs there; the layer stays for older epbuilds and `oras pull`. Same blob: no
+		// second upload.
+		sd, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, MediaTypeSBOM, oras.PackManifestOptions{
+			Subject: &desc, Layers: []ocispec.Descriptor{l}, ManifestAnnotations: map[string]string{ocispec.AnnotationCreated: res.Created}})
+		if err != nil {
+			return nil, classify(ref, "push the SBOM referrer of "+name, err)
+		}
+		res.SBOMReferrer = sd.Digest.String()
 	}
 	if opts.Signer != nil {
 		st := sign.Statement{Manifest: desc.Digest.String(), SHA256: artDesc.Digest.Encoded(), Recipe: m.Recipe, PlanKey: m.PlanKey}

@@ -3,10 +3,12 @@ package oci
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2"
 
@@ -121,5 +123,39 @@ func TestPullRefusesAReplayedSignature(t *testing.T) {
 	var se *SignatureError
 	if !errors.As(err, &se) || !strings.Contains(err.Error(), "another artifact") {
 		t.Fatalf("pull of an artifact with another's signature: %v", err)
+	}
+}
+
+// The SBOM is a referrer of the artifact too (artifactType application/vnd.cyclonedx+json),
+// as `oras discover` looks for it, its layer the same blob as the artifact's SBOM layer.
+func TestPushSBOMReferrer(t *testing.T) {
+	reg := ocitest.Start(t, ocitest.Options{})
+	art := demoArtifact(t)
+	sbom := []byte(`{"bomFormat":"CycloneDX","specVersion":"1.6","version":1}` + "\n")
+	if err := os.WriteFile(art+".cdx.json", sbom, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := newClient(t, Options{PlainHTTP: true})
+	ref := mustRef(t, "oci://"+reg.Addr+"/epbuild/sbom")
+	res, err := c.Push(ctx, art, ref, PushOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, _ := c.repository(ref)
+	d, err := repo.Resolve(ctx, res.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []ocispec.Descriptor
+	if err := repo.Referrers(ctx, d, MediaTypeSBOM, func(r []ocispec.Descriptor) error { found = append(found, r...); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || found[0].Digest.String() != res.SBOMReferrer {
+		t.Fatalf("SBOM referrers of %s: %v (pushed %s)", res.Digest, found, res.SBOMReferrer)
+	}
+	rm, _ := manifestOf(t, reg, "epbuild/sbom", res.SBOMReferrer)
+	if len(rm.Layers) != 1 || rm.Layers[0].Digest != digest.FromBytes(sbom) || rm.Subject == nil || rm.Subject.Digest.String() != res.Digest {
+		t.Errorf("SBOM referrer %+v", rm)
 	}
 }
