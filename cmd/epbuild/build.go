@@ -145,7 +145,12 @@ cannot be reached, refuses the credentials or holds an artifact that fails a che
 warning, and the build runs here. --cache-to oci://REGISTRY/REPO pushes the artifact after
 a successful build, tagged with its plan key (as epbuild push does); a push that fails is a
 warning with the reason, not a failed build: the exit code is the build's. Credentials
-come from the Docker config and its credential helpers, as for push and pull.`,
+come from the Docker config and its credential helpers, as for push and pull.
+--cache-from takes only an artifact signed by a trusted key (--trust-key FILE.pub, or
+$EPBUILD_CACHE/trusted-keys/*.pub); an unsigned one is a warning and a build here unless
+--allow-unsigned; --sign-key FILE signs what --cache-to pushes (docs/signing.md). A
+registry that does not answer within --registry-timeout, or stalls for --registry-stall,
+is a warning too, and the build starts.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if rebuildCheck && planOnly {

@@ -145,7 +145,10 @@ type ` + oci.ArtifactType + `): the artifact, its manifest.json, its CycloneDX S
 (ARTIFACT.cdx.json, when it lies beside it), its .sha256 and the wheels its manifest lists
 (<recipe>-<plan>.wheels/, when beside it, each checked against the manifest), each a layer
 titled with its file name. Annotations carry the recipe, the plan key, the pins and the epbuild that built
-it. It is tagged with the plan key (and with TAG when given): the key a build cache looks
+it. The SBOM is also pushed as an OCI referrer of the artifact (artifact type
+application/vnd.cyclonedx+json), where oras discover finds it. --sign-key FILE signs the
+artifact: a DSSE ed25519 envelope over its OCI manifest digest and sha256, pushed as a
+referrer (docs/signing.md); pull and --cache-from take only artifacts a trusted key signed. It is tagged with the plan key (and with TAG when given): the key a build cache looks
 up. The artifact gets install's checks while it uploads; the tag is set only when both
 succeeded. The OCI manifest is reproducible: its created time is SOURCE_DATE_EPOCH, else
 the artifact's own epoch.
