@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/oci/ocitest"
 )
 
 // silentRegistry answers /v2/ and then nothing: every other request waits until the
@@ -46,5 +48,29 @@ func TestRegistryThatNeverAnswers(t *testing.T) {
 	code, _, e = run(t, nodeEnv("EPBUILD_REGISTRY_STALL", "soon"), "pull", repo+":x", "--plain-http")
 	if code != 2 || !strings.Contains(e, "EPBUILD_REGISTRY_STALL") {
 		t.Errorf("a bad EPBUILD_REGISTRY_STALL: exit %d\n%s", code, e)
+	}
+}
+
+// An artifact in the build cache that no trusted key signed (pushed without --sign-key,
+// as a forger with push access would) is not taken: a warning, and a build here;
+// --allow-unsigned takes it, with a warning.
+func TestCacheFromRefusesUnsigned(t *testing.T) {
+	reg := ocitest.Start(t, ocitest.Options{})
+	repo := "oci://" + reg.Addr + "/epbuild/cache"
+	env := nodeEnv("DOCKER_CONFIG", t.TempDir(), "EPBUILD_CACHE", filepath.Join(t.TempDir(), "cache"))
+	if code, o, e := run(t, env, "recipe", "demo", "-o", t.TempDir(), "--cache-to", repo, "--plain-http"); code != 0 {
+		t.Fatalf("build and push unsigned: exit %d\n%s\n%s", code, o, e)
+	}
+	key := filepath.Join(t.TempDir(), "ci.key")
+	if code, o, e := run(t, env, "key", "new", key); code != 0 {
+		t.Fatalf("key new: exit %d\n%s\n%s", code, o, e)
+	}
+	code, o, e := run(t, env, "recipe", "demo", "-o", t.TempDir(), "--cache-from", repo, "--plain-http", "--trust-key", key+".pub")
+	if code != 0 || !strings.Contains(e, "not signed by a trusted key") || strings.Contains(o, "from "+repo) {
+		t.Errorf("--cache-from of an unsigned artifact: exit %d\n%s\n%s", code, o, e)
+	}
+	code, o, e = run(t, env, "recipe", "demo", "-o", t.TempDir(), "--cache-from", repo, "--plain-http", "--trust-key", key+".pub", "--allow-unsigned")
+	if code != 0 || !strings.Contains(e, "--allow-unsigned") || !strings.Contains(o, "from "+repo) {
+		t.Errorf("--cache-from --allow-unsigned: exit %d\n%s\n%s", code, o, e)
 	}
 }
