@@ -169,12 +169,13 @@ func isPlanKey(s string) bool {
 // A tag of 12 or 16 hex digits, or an artifact's file name (<recipe>-<12 hex>.tar.zst),
 // stands for the one plan key tag it starts (resolvePrefix).
 //
-// It checks the artifact before anything appears there: its signature
-// (checkSignature), every layer against its digest and the size the OCI manifest declares; the artifact, as it downloads, with install's checks
-// (builder.CheckArtifactStream: every entry against the manifest the artifact carries,
-// in one pass that writes nothing but the download); the .sha256 against the artifact's
-// digest, the manifest layer against the manifest inside, each wheel against the
-// manifest's record of it, and the annotations and layer titles against both.
+// It checks the artifact before anything appears there: its signature (checkSignature),
+// every layer against its digest and the size the OCI manifest declares; the artifact,
+// as it downloads, with install's checks (builder.CheckArtifactStream: every entry
+// against the manifest the artifact carries, in one pass that writes nothing but the
+// download); the .sha256 against the artifact's digest, the manifest layer against the
+// manifest inside, each wheel against the manifest's record of it, and the annotations
+// and layer titles against both.
 //
 // The file names come from the checked manifest inside the artifact (recipe and plan
 // key), never from the registry: a layer title that disagrees is refused. Everything is
