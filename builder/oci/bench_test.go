@@ -66,7 +66,7 @@ func bigArtifact(t *testing.T, size int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	art := filepath.Join(dir, "out", "bench-"+p.Key[:12]+".tar.zst")
+	art := filepath.Join(dir, "out", builder.ArtifactName(p)) // pull names files by the manifest
 	if err := os.MkdirAll(filepath.Dir(art), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/sign"
 )
 
 // BuildCache is an OCI repository as epbuild recipe's shared build cache
@@ -14,6 +15,8 @@ import (
 type BuildCache struct {
 	Client *Client
 	Repo   Ref // a repository: no tag, no digest
+	// Signer, when set, signs what Store pushes.
+	Signer *sign.Signer
 }
 
 // NewBuildCache is the build cache in the repository ref names (oci://REGISTRY/REPO;
@@ -49,7 +52,7 @@ func (b *BuildCache) Fetch(ctx context.Context, p *builder.Plan, dir string) (*b
 
 // Store pushes the artifact at path (with its SBOM and wheels beside it) under its plan key.
 func (b *BuildCache) Store(ctx context.Context, path string) (string, error) {
-	res, err := b.Client.Push(ctx, path, b.Repo, PushOptions{})
+	res, err := b.Client.Push(ctx, path, b.Repo, PushOptions{Signer: b.Signer})
 	if err != nil {
 		return "", err
 	}

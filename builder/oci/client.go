@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"time"
 
 	"github.com/charmbracelet/log"
+
+	"github.com/epbuild/epbuild/builder/sign"
 	"oras.land/oras-go/v2/registry/remote"
 	"oras.land/oras-go/v2/registry/remote/auth"
 	"oras.land/oras-go/v2/registry/remote/credentials"
-	"oras.land/oras-go/v2/registry/remote/retry"
 )
 
 // Options configure a Client.
@@ -27,10 +29,51 @@ type Options struct {
 	Credential auth.CredentialFunc
 	// UserAgent is sent with every request ("epbuild/<version>").
 	UserAgent string
-	// HTTPClient is the transport; nil means oras-go's retrying client (it retries 5xx,
-	// 429 and timeouts, not a refused connection, so a registry that is down fails fast).
+	// HTTPClient is the transport; nil means a retrying client (oras-go's: it retries
+	// 5xx and 429, not a refused connection nor a timeout, so a registry that is down or
+	// silent fails fast) that keeps the deadlines below.
 	HTTPClient *http.Client
-	Log        *log.Logger
+	// Deadlines bound every exchange with the registry; zero fields take the defaults.
+	Deadlines Deadlines
+	// Trust is the keys whose signatures pull accepts (builder/sign): an artifact that
+	// none of them signed is refused (*SignatureError), unless AllowUnsigned, which
+	// takes it with a warning.
+	Trust         *sign.Keyring
+	AllowUnsigned bool
+	Log           *log.Logger
+}
+
+// Deadlines bound the time a registry may take. A registry that never answers, or
+// trickles, fails with a *TimeoutError instead of hanging a pull or a build.
+type Deadlines struct {
+	// Response bounds the wait for a response's headers, and the whole of a small
+	// exchange (resolving a tag, reading an OCI manifest, listing tags, signatures).
+	Response time.Duration
+	// Window and MinBytes set the slowest transfer accepted: a body of which fewer than
+	// MinBytes arrive within any Window (counted in consecutive windows) is cut off.
+	Window   time.Duration
+	MinBytes int64
+}
+
+// Default deadlines: generous for a slow link, finite for a registry that stalls.
+const (
+	DefaultResponseTimeout = 60 * time.Second
+	DefaultStallWindow     = 30 * time.Second
+	DefaultStallBytes      = 64 << 10
+)
+
+// withDefaults fills the zero fields.
+func (d Deadlines) withDefaults() Deadlines {
+	if d.Response <= 0 {
+		d.Response = DefaultResponseTimeout
+	}
+	if d.Window <= 0 {
+		d.Window = DefaultStallWindow
+	}
+	if d.MinBytes <= 0 {
+		d.MinBytes = DefaultStallBytes
+	}
+	return d
 }
 
 // Client pushes, pulls and looks up epbuild artifacts in OCI registries.
@@ -70,9 +113,10 @@ func New(opts Options) (*Client, error) {
 		}
 		cred = credentials.Credential(store)
 	}
+	opts.Deadlines = opts.Deadlines.withDefaults()
 	hc := opts.HTTPClient
 	if hc == nil {
-		hc = retry.DefaultClient
+		hc = newHTTPClient(opts.Deadlines)
 	}
 	ua := opts.UserAgent
 	if ua == "" {

@@ -41,7 +41,23 @@
 // environment lacks the registry or the credentials: a cache should log them and build
 // locally), *RefError, *PlainHTTPError, *NotFoundError, *ContentError and
 // builder.BadArtifactError are 2. A registry that is down fails at once (a refused
-// connection is not retried); 5xx, 429 and timeouts are retried by oras-go's client.
+// connection is not retried); 5xx and 429 are retried by oras-go's policy, timeouts are
+// not. Every exchange has a deadline (Deadlines: an answer within Response, a transfer
+// that never brings fewer than MinBytes within Window): *TimeoutError, exit 3. Every read
+// is bounded by the size the OCI manifest declares, the manifest by 4 MiB.
+//
+// # Signatures
+//
+// Push with PushOptions.Signer pushes a DSSE envelope (builder/sign) as an OCI referrer of
+// the artifact's manifest (signature.go); Pull takes only an artifact that a key of
+// Options.Trust signed (*SignatureError, exit 2), unless Options.AllowUnsigned.
+//
+// # What pull writes
+//
+// File names come from the manifest inside the artifact (recipe, plan key), never from
+// layer titles, which must agree. Pull downloads into a flocked staging directory in the
+// output directory (builder.StagingDir), moves the files into place once checked, and
+// removes the staging directories of runs that died.
 //
 // Credentials come from the Docker config and its credential helpers, as docker and oras
 // read them; plain HTTP is refused for any registry not on this machine.

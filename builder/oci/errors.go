@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -67,7 +68,8 @@ type NotFoundError struct {
 }
 
 func (e *NotFoundError) Error() string {
-	return fmt.Sprintf("%s: not in the registry (%v); push tags each artifact with its full plan key (epbuild show RECIPE prints it); "+
+	return fmt.Sprintf("%s: not in the registry (%v); push tags each artifact with its full plan key; pull takes it, its first 12 hex digits "+
+		"(the artifact's name, <recipe>-<12 hex>.tar.zst, carries them) or 16 (epbuild show RECIPE prints them); "+
 		"list the tags with `oras repo tags %s/%s`", e.Ref, e.Err, e.Ref.Registry, e.Ref.Repository)
 }
 func (e *NotFoundError) Unwrap() error { return e.Err }
@@ -102,8 +104,12 @@ func classify(ref Ref, op string, err error) error {
 		unk   x509.UnknownAuthorityError
 		host  x509.HostnameError
 		rec   tls.RecordHeaderError
+		stall *StallError
+		ne    net.Error
 	)
 	switch {
+	case errors.As(err, &stall), errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return &TimeoutError{Registry: ref.Registry, Op: op, Err: err}
 	case errors.As(err, &resp) && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden),
 		errors.Is(err, auth.ErrBasicCredentialNotFound):
 		return &AuthError{Registry: ref.Registry, Op: op, Err: err}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/opencontainers/go-digest"
@@ -16,6 +17,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/quote"
 )
 
 // PullResult is a pulled and checked artifact.
@@ -32,6 +34,9 @@ type PullResult struct {
 	// the paths of the wheels it carries (the manifest's Wheels list them all).
 	SBOM   string   `json:"sbom,omitempty"`
 	Wheels []string `json:"wheels,omitempty"`
+	// SignedBy is the id of the trusted key that signed it; "" when taken unsigned
+	// (--allow-unsigned).
+	SignedBy string `json:"signed_by,omitempty"`
 	// Manifest is the artifact's manifest, as checked.
 	Manifest *builder.Manifest `json:"-"`
 }
@@ -48,9 +53,15 @@ type fetched struct {
 	name     string                        // the artifact's file name
 }
 
+// maxSum bounds the .sha256 layer: 64 hex digits, two spaces, a file name, a newline.
+const maxSum = 4 << 10
+
 // fetchManifest resolves ref and reads its OCI manifest, verified against its digest,
-// and checks that it is an epbuild artifact whose layers have usable names.
+// within the response deadline, and checks that it is an epbuild artifact whose layers
+// have usable names and sizes: the sidecars bounded as push bounds them.
 func (c *Client) fetchManifest(ctx context.Context, repo *remote.Repository, ref Ref) (*fetched, error) {
+	ctx, cancel := c.small(ctx)
+	defer cancel()
 	desc, rc, err := repo.FetchReference(ctx, ref.Reference)
 	if err != nil {
 		return nil, classify(ref, "resolve "+ref.String(), err)
@@ -59,8 +70,8 @@ func (c *Client) fetchManifest(ctx context.Context, repo *remote.Repository, ref
 	bad := func(format string, a ...any) error {
 		return &ContentError{Ref: ref, What: "the OCI manifest", Err: fmt.Errorf(format, a...)}
 	}
-	if desc.Size > maxManifest {
-		return nil, bad("%d bytes: an epbuild artifact's is a few KiB", desc.Size)
+	if desc.Size > maxManifest || desc.Size < 0 {
+		return nil, bad("%d bytes: an epbuild artifact's is a few KiB (at most %d MiB are read)", desc.Size, maxManifest>>20)
 	}
 	b, err := content.ReadAll(rc, desc)
 	if err != nil {
@@ -87,6 +98,8 @@ func (c *Client) fetchManifest(ctx context.Context, repo *remote.Repository, ref
 		case !ok:
 			c.debugf("skipping a layer this epbuild does not know", "media_type", d.MediaType)
 			continue
+		case d.Size < 0:
+			return nil, bad("layer %s: size %d", d.MediaType, d.Size)
 		case l.PerWheel:
 			f.wheels = append(f.wheels, d)
 			continue
@@ -101,7 +114,7 @@ func (c *Client) fetchManifest(ctx context.Context, repo *remote.Repository, ref
 		return nil, bad("no layer of type %s", MediaTypeArtifact)
 	}
 	f.name = art.Annotations[ocispec.AnnotationTitle]
-	if !plainName(f.name) || !strings.HasSuffix(f.name, artifactSuffix) {
+	if err := quote.Name("artifact layer title", f.name); err != nil || !strings.HasSuffix(f.name, artifactSuffix) {
 		return nil, bad("artifact layer title %q is not a plain <recipe>-<plan>%s file name", f.name, artifactSuffix)
 	}
 	dir := builder.WheelDirOf(f.name) + "/"
@@ -109,7 +122,7 @@ func (c *Client) fetchManifest(ctx context.Context, repo *remote.Repository, ref
 	for _, d := range f.wheels {
 		t := d.Annotations[ocispec.AnnotationTitle]
 		file, ok := strings.CutPrefix(t, dir)
-		if !ok || !plainName(file) || !strings.HasSuffix(file, ".whl") || seen[file] {
+		if !ok || quote.Name("wheel file name", file) != nil || !strings.HasSuffix(file, ".whl") || seen[file] {
 			return nil, bad("wheel layer titled %q: want one %s<name>.whl per wheel", t, dir)
 		}
 		seen[file] = true
@@ -119,11 +132,18 @@ func (c *Client) fetchManifest(ctx context.Context, repo *remote.Repository, ref
 			continue
 		}
 		d, ok := f.layers[l.MediaType]
+		limit := int64(maxSidecar)
+		if l.MediaType == MediaTypeSHA256 {
+			limit = maxSum
+		}
 		switch {
 		case !ok && l.Required:
 			return nil, bad("no layer of type %s (%s)", l.MediaType, f.name+l.Suffix)
-		case ok && d.Annotations[ocispec.AnnotationTitle] != f.name+l.Suffix:
+		case !ok:
+		case d.Annotations[ocispec.AnnotationTitle] != f.name+l.Suffix:
 			return nil, bad("layer %s is titled %q, want %q", l.MediaType, d.Annotations[ocispec.AnnotationTitle], f.name+l.Suffix)
+		case l.MediaType != MediaTypeArtifact && d.Size > limit:
+			return nil, bad("layer %s is %d bytes: at most %d are read (push sends at most %d MiB beside an artifact)", f.name+l.Suffix, d.Size, limit, maxSidecar>>20)
 		}
 	}
 	if k := m.Annotations[AnnotationPlanKey]; !ref.isDigest() && isPlanKey(ref.Reference) && k != ref.Reference {
@@ -145,16 +165,25 @@ func isPlanKey(s string) bool {
 	return true
 }
 
-// Pull fetches the artifact at ref (a tag, typically a plan key, or a digest) into dir
-// and checks it before anything appears there: every layer against its digest; the
-// artifact, as it downloads, with install's checks (builder.CheckArtifactStream: every
-// entry against the manifest the artifact carries, in one pass that writes nothing
-// but the download); the .sha256 against the artifact's digest, the manifest layer
-// against the manifest inside, each wheel against the manifest's record of it, and the
-// annotations against both. It writes <artifact>.tar.zst, .sha256, .manifest.json,
-// .cdx.json and the wheel directory (as far as they were pushed) into dir, each file
-// replacing one of that name, the artifact last.
-func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (*PullResult, error) {
+// Pull fetches the artifact at ref (a tag, typically a plan key, or a digest) into dir.
+// A tag of 12 or 16 hex digits, or an artifact's file name (<recipe>-<12 hex>.tar.zst),
+// stands for the one plan key tag it starts (resolvePrefix).
+//
+// It checks the artifact before anything appears there: its signature (checkSignature),
+// every layer against its digest and the size the OCI manifest declares; the artifact,
+// as it downloads, with install's checks (builder.CheckArtifactStream: every entry
+// against the manifest the artifact carries, in one pass that writes nothing but the
+// download); the .sha256 against the artifact's digest, the manifest layer against the
+// manifest inside, each wheel against the manifest's record of it, and the annotations
+// and layer titles against both.
+//
+// The file names come from the checked manifest inside the artifact (recipe and plan
+// key), never from the registry: a layer title that disagrees is refused. Everything is
+// downloaded into a staging directory in dir (.epbuild-pull-*, locked while in use) and
+// moved into place when every check passed, the artifact last; a failure leaves nothing
+// behind, not even dir when Pull made it. Staging directories of runs that died are
+// removed.
+func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (res *PullResult, err error) {
 	if ref.Reference == "" {
 		return nil, &RefError{Ref: ref.String(), Err: errors.New("pull needs a tag (the plan key) or a digest: oci://REGISTRY/REPO:TAG")}
 	}
@@ -162,50 +191,87 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (*PullResult, er
 	if err != nil {
 		return nil, err
 	}
+	prefix, recipe, short := planPrefix(ref)
+	if short {
+		if ref, err = c.resolvePrefix(ctx, repo, ref, prefix); err != nil {
+			return nil, err
+		}
+	}
 	f, err := c.fetchManifest(ctx, repo, ref)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("pull %s: %w", ref, err)
+	if recipe != "" && f.manifest.Annotations[AnnotationRecipe] != recipe {
+		return nil, &RefError{Ref: ref.String(), Err: fmt.Errorf("plan %s is recipe %q's, not %q's", prefix, f.manifest.Annotations[AnnotationRecipe], recipe)}
 	}
-	tmp, err := os.MkdirTemp(dir, ".epbuild-pull-")
+	signedBy, err := c.checkSignature(ctx, repo, ref, f)
+	if err != nil {
+		return nil, err
+	}
+	made, err := mkdirAll(dir)
 	if err != nil {
 		return nil, fmt.Errorf("pull %s: %w", ref, err)
 	}
-	defer os.RemoveAll(tmp)
+	var moved []string
+	defer func() {
+		if err == nil {
+			return
+		}
+		for _, p := range slices.Backward(moved) {
+			_ = os.Remove(p)
+		}
+		for _, d := range slices.Backward(made) {
+			_ = os.Remove(d) // only when empty: what else is there stays
+		}
+	}()
+	tmp, release, err := builder.StagingDir(dir, ".epbuild-pull-")
+	if err != nil {
+		return nil, fmt.Errorf("pull %s: %w", ref, err)
+	}
+	defer release()
 
-	res := &PullResult{Ref: ref.String(), Digest: f.desc.Digest.String()}
-	art := filepath.Join(tmp, f.name)
+	res = &PullResult{Ref: ref.String(), Digest: f.desc.Digest.String(), SignedBy: signedBy}
+	// staged under names of ours: nothing the registry says names a file before the check
+	art := filepath.Join(tmp, stagedArtifact)
 	artDesc := f.layers[MediaTypeArtifact]
-	m, raw, err := c.fetchArtifact(ctx, repo, ref, artDesc, art)
+	m, raw, err := c.fetchArtifact(ctx, repo, ref, artDesc, art, f.name)
 	if err != nil {
 		return nil, err
 	}
 	res.Layers = append(res.Layers, layerResult(artDesc, false))
-	names := []string{f.name}
+	name, err := artifactNameOf(m)
+	if err != nil {
+		return nil, &ContentError{Ref: ref, What: f.name, Err: err}
+	}
+	if name != f.name {
+		return nil, &ContentError{Ref: ref, What: "the OCI manifest", Err: fmt.Errorf("its artifact layer is titled %q, the artifact's own manifest (recipe %s, plan %s) names it %s: "+
+			"file names come from the artifact's manifest", f.name, m.Recipe, m.PlanKey, name)}
+	}
+	if d, ok := f.layers[MediaTypeManifest]; ok && d.Size != int64(len(raw)) {
+		return nil, &ContentError{Ref: ref, What: name + ".manifest.json", Err: fmt.Errorf("%d bytes, the manifest.json inside the artifact %d", d.Size, len(raw))}
+	}
+	var suffixes []string
 	for _, l := range Layers()[1:] {
 		d, ok := f.layers[l.MediaType]
 		if !ok {
 			continue
 		}
-		title := f.name + l.Suffix
-		if err := c.fetchBlob(ctx, repo, ref, d, filepath.Join(tmp, title)); err != nil {
+		if err := c.fetchBlob(ctx, repo, ref, d, art+l.Suffix); err != nil {
 			return nil, err
 		}
-		names = append(names, title)
+		suffixes = append(suffixes, l.Suffix)
 		res.Layers = append(res.Layers, layerResult(d, false))
 	}
 	sum, _ := sumBeside(art)
 	if sum != artDesc.Digest.Encoded() {
-		return nil, &ContentError{Ref: ref, What: f.name + ".sha256", Err: fmt.Errorf("says %q, the artifact layer is %s", sum, artDesc.Digest)}
+		return nil, &ContentError{Ref: ref, What: name + ".sha256", Err: fmt.Errorf("says %q, the artifact layer is %s", sum, artDesc.Digest)}
 	}
 	mb, err := os.ReadFile(art + ".manifest.json")
 	if err != nil {
 		return nil, fmt.Errorf("pull %s: %w", ref, err)
 	}
 	if string(mb) != string(raw) {
-		return nil, &ContentError{Ref: ref, What: f.name + ".manifest.json", Err: errors.New("differs from the manifest.json inside the artifact")}
+		return nil, &ContentError{Ref: ref, What: name + ".manifest.json", Err: errors.New("differs from the manifest.json inside the artifact")}
 	}
 	ann := f.manifest.Annotations
 	if ann[AnnotationPlanKey] != m.PlanKey || ann[AnnotationRecipe] != m.Recipe {
@@ -217,51 +283,98 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (*PullResult, er
 		return nil, err
 	}
 	for _, w := range wheels {
-		res.Layers = append(res.Layers, layerResult(w, false))
+		res.Layers = append(res.Layers, layerResult(w.desc, false))
 	}
 	if len(wheels) > 0 {
-		if err := os.MkdirAll(filepath.Join(dir, builder.WheelDirOf(f.name)), 0o755); err != nil {
+		wd := filepath.Join(dir, builder.WheelDirOf(name))
+		if _, serr := os.Stat(wd); serr != nil {
+			made = append(made, wd)
+		}
+		if err := os.MkdirAll(wd, 0o755); err != nil {
 			return nil, fmt.Errorf("pull %s: %w", ref, err)
 		}
 	}
 	// the wheels first and the artifact last: whoever sees the artifact sees everything
 	// beside it
-	var order []string
+	type move struct{ from, to string }
+	var order []move
 	for _, w := range wheels {
-		order = append(order, w.Annotations[ocispec.AnnotationTitle])
+		order = append(order, move{w.staged, filepath.Join(builder.WheelDirOf(name), w.file)})
 	}
-	order = append(append(order, names[1:]...), f.name)
-	for _, n := range order {
-		dst := filepath.Join(dir, filepath.FromSlash(n))
-		if err := os.Rename(filepath.Join(tmp, filepath.FromSlash(n)), dst); err != nil {
-			return nil, fmt.Errorf("pull %s: move %s into place: %w", ref, n, err)
+	for _, sfx := range suffixes {
+		order = append(order, move{art + sfx, name + sfx})
+	}
+	order = append(order, move{art, name})
+	for _, mv := range order {
+		dst := filepath.Join(dir, filepath.FromSlash(mv.to))
+		if err := os.Rename(mv.from, dst); err != nil {
+			return nil, fmt.Errorf("pull %s: move %s into place: %w", ref, mv.to, err)
 		}
+		moved = append(moved, dst)
 		res.Files = append(res.Files, dst)
 		switch {
-		case strings.HasSuffix(n, ".whl"):
+		case strings.HasSuffix(mv.to, ".whl"):
 			res.Wheels = append(res.Wheels, dst)
-		case n == f.name+builder.SBOMSuffix:
+		case mv.to == name+builder.SBOMSuffix:
 			res.SBOM = dst
 		}
 	}
 	res.Recipe, res.PlanKey, res.SHA256, res.Manifest = m.Recipe, m.PlanKey, sum, m
-	res.Artifact = filepath.Join(dir, f.name)
+	res.Artifact = filepath.Join(dir, name)
 	c.debugf("pulled", "ref", ref.String(), "artifact", res.Artifact)
 	return res, nil
+}
+
+// stagedArtifact is the artifact's name in the staging directory.
+const stagedArtifact = "artifact.tar.zst"
+
+// artifactNameOf is the file name of the artifact whose checked manifest is m, as
+// epbuild recipe names it: both parts must be usable in a file name.
+func artifactNameOf(m *builder.Manifest) (string, error) {
+	if err := quote.Name("recipe name in the artifact's manifest", m.Recipe); err != nil {
+		return "", err
+	}
+	if !isPlanKey(m.PlanKey) {
+		return "", fmt.Errorf("the plan key in the artifact's manifest, %q, is not 64 lowercase hex digits", m.PlanKey)
+	}
+	return builder.ArtifactName(&builder.Plan{Recipe: m.Recipe, Key: m.PlanKey}), nil
+}
+
+// mkdirAll is os.MkdirAll that says which directories it made, outermost first, so
+// that a failed pull can remove them again.
+func mkdirAll(dir string) ([]string, error) {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	slices.Reverse(missing)
+	return missing, nil
 }
 
 // fetchArtifact downloads the artifact layer to path and checks it as it arrives: the
 // download hands what it reads to two goroutines beside it (fanOut), one hashing the
 // blob against its digest, one running install's checks (builder.CheckArtifactStream:
 // every entry decompressed once and hashed against the manifest the artifact carries,
-// nothing written). The download always runs to its end, and its verdict comes first,
+// nothing written). The download reads at most the size the OCI manifest declares (and
+// one byte more, to see that there is no more); it stops as soon as the checks fail, so
+// that a registry streaming something else fills no disk. Its own verdict comes first,
 // then the digest's, then the checks': bytes other than the digest names are called
-// that, rather than a damaged archive.
-func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref Ref, d ocispec.Descriptor, path string) (*builder.Manifest, []byte, error) {
-	title := filepath.Base(path)
+// that, rather than a damaged archive. title names the layer in errors.
+func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref Ref, d ocispec.Descriptor, path, title string) (*builder.Manifest, []byte, error) {
 	if err := d.Digest.Validate(); err != nil {
 		return nil, nil, &ContentError{Ref: ref, What: "the OCI manifest", Err: fmt.Errorf("layer %s: %w", title, err)}
 	}
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	rc, err := repo.Fetch(ctx, d)
 	if err != nil {
 		return nil, nil, classify(ref, "fetch "+title, err)
@@ -289,7 +402,10 @@ func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref
 	checked := make(chan verdict, 1)
 	go func() {
 		r := fan.reader(1)
-		m, raw, err := builder.CheckArtifactStream(ctx, r, path, d.Size)
+		m, raw, err := builder.CheckArtifactStream(ctx, r, title, d.Size)
+		if err != nil {
+			stop(errCheckFailed)
+		}
 		r.drain()
 		checked <- verdict{m, raw, err}
 	}()
@@ -299,6 +415,12 @@ func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref
 	if cerr := out.Close(); err == nil && cerr != nil {
 		err = &writeError{cerr}
 	}
+	stopped := ""
+	if context.Cause(ctx) == errCheckFailed && (errors.Is(err, context.Canceled) || errors.Is(err, errCheckFailed)) {
+		// the checks stopped the download: theirs is the verdict
+		err, herr = nil, nil
+		stopped = fmt.Sprintf(" (the download stopped there, before its digest %s could be checked)", d.Digest)
+	}
 	if err == nil {
 		err = herr
 	}
@@ -307,7 +429,7 @@ func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref
 	}
 	var be *builder.BadArtifactError
 	if errors.As(v.err, &be) {
-		return nil, nil, &ContentError{Ref: ref, What: title, Err: fmt.Errorf("the artifact is unusable: %w", be.Err)}
+		return nil, nil, &ContentError{Ref: ref, What: title, Err: fmt.Errorf("the artifact is unusable%s: %w", stopped, be.Err)}
 	}
 	if v.err != nil {
 		return nil, nil, fmt.Errorf("pull %s: %w", ref, v.err)
@@ -315,11 +437,21 @@ func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref
 	return v.m, v.raw, nil
 }
 
-// fetchWheels downloads the wheel layers into tmp's wheel directory, each checked
-// against its digest and against the manifest's record of that wheel (name, size,
-// sha256). A manifest wheel the OCI artifact does not carry is logged: the artifact was
-// pushed without it.
-func (c *Client) fetchWheels(ctx context.Context, repo *remote.Repository, ref Ref, f *fetched, m *builder.Manifest, tmp string) ([]ocispec.Descriptor, error) {
+// errCheckFailed is why a download stopped when the checks beside it failed.
+var errCheckFailed = errors.New("the artifact failed its checks")
+
+// stagedWheel is a wheel downloaded into the staging directory.
+type stagedWheel struct {
+	desc   ocispec.Descriptor
+	file   string // its name, from the artifact's manifest
+	staged string // where it lies now
+}
+
+// fetchWheels downloads the wheel layers into tmp, each checked against its digest and
+// against the manifest's record of that wheel (name, size, sha256); the file name is the
+// manifest's. A manifest wheel the OCI artifact does not carry is logged: the artifact
+// was pushed without it.
+func (c *Client) fetchWheels(ctx context.Context, repo *remote.Repository, ref Ref, f *fetched, m *builder.Manifest, tmp string) ([]stagedWheel, error) {
 	if len(f.wheels) == 0 && len(m.Wheels) == 0 {
 		return nil, nil
 	}
@@ -328,33 +460,40 @@ func (c *Client) fetchWheels(ctx context.Context, repo *remote.Repository, ref R
 		want[w.File] = w
 	}
 	wd := builder.WheelDirOf(f.name)
-	if err := os.Mkdir(filepath.Join(tmp, wd), 0o755); err != nil {
+	if err := os.Mkdir(filepath.Join(tmp, "wheels"), 0o755); err != nil {
 		return nil, fmt.Errorf("pull %s: %w", ref, err)
 	}
 	have := map[string]bool{}
-	for _, d := range f.wheels {
+	var out []stagedWheel
+	for i, d := range f.wheels {
 		title := d.Annotations[ocispec.AnnotationTitle]
 		file := strings.TrimPrefix(title, wd+"/")
 		w, ok := want[file]
 		if !ok || d.Digest.Encoded() != w.SHA256 || d.Size != w.Size {
 			return nil, &ContentError{Ref: ref, What: title, Err: fmt.Errorf("the artifact's manifest records no such wheel (%s, %d bytes)", d.Digest, d.Size)}
 		}
-		if err := c.fetchBlob(ctx, repo, ref, d, filepath.Join(tmp, wd, file)); err != nil {
+		if err := quote.Name("wheel file name in the artifact's manifest", w.File); err != nil {
+			return nil, &ContentError{Ref: ref, What: title, Err: err}
+		}
+		staged := filepath.Join(tmp, "wheels", fmt.Sprintf("%d.whl", i))
+		if err := c.fetchBlob(ctx, repo, ref, d, staged); err != nil {
 			return nil, err
 		}
 		have[file] = true
+		out = append(out, stagedWheel{desc: d, file: w.File, staged: staged})
 	}
 	for _, w := range m.Wheels {
 		if !have[w.File] {
-			c.logf("the registry's copy does not carry a wheel its manifest lists", "ref", ref.String(), "wheel", w.File)
+			c.logf("the registry's copy does not carry a wheel its manifest lists", "ref", ref.String(), "wheel", quote.Term(w.File))
 		}
 	}
-	return f.wheels, nil
+	return out, nil
 }
 
-// fetchBlob downloads one layer to path, verifying its size and digest as it streams.
+// fetchBlob downloads one layer to path, verifying its size (it reads at most one byte
+// more than the OCI manifest declares) and digest as it streams.
 func (c *Client) fetchBlob(ctx context.Context, repo *remote.Repository, ref Ref, d ocispec.Descriptor, path string) error {
-	title := filepath.Base(path)
+	title := d.Annotations[ocispec.AnnotationTitle]
 	rc, err := repo.Fetch(ctx, d)
 	if err != nil {
 		return classify(ref, "fetch "+title, err)

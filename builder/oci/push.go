@@ -23,6 +23,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/sign"
 )
 
 // PushOptions tune Push.
@@ -31,6 +32,9 @@ type PushOptions struct {
 	// artifact's manifest records, so that the same artifact gives the same OCI manifest
 	// (and digest) on every machine.
 	SourceDateEpoch *int64
+	// Signer, when set, signs the pushed artifact: the signature is pushed as a referrer
+	// of its OCI manifest (signature.go).
+	Signer *sign.Signer
 }
 
 // PushResult is a pushed artifact.
@@ -42,6 +46,13 @@ type PushResult struct {
 	PlanKey string        `json:"plan_key"`
 	Created string        `json:"created"`
 	Layers  []LayerResult `json:"layers"`
+	// SignedBy is the key id of the signature pushed with it, Signature its manifest's
+	// digest; empty when unsigned.
+	SignedBy  string `json:"signed_by,omitempty"`
+	Signature string `json:"signature,omitempty"`
+	// SBOMReferrer is the digest of the manifest that refers to the artifact with its
+	// SBOM (artifactType application/vnd.cyclonedx+json), when it has one.
+	SBOMReferrer string `json:"sbom_referrer,omitempty"`
 }
 
 // LayerResult is one layer of a pushed or pulled artifact.
@@ -191,6 +202,28 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 			return nil, classify(ref, "tag "+name+" as "+t, err)
 		}
 		res.Tags = append(res.Tags, t)
+	}
+	for _, l := range layers {
+		if l.MediaType != MediaTypeSBOM {
+			continue
+		}
+		// the SBOM again as a referrer, for `oras discover` and the tools that look for
+		// SBOMs there; the layer stays for older epbuilds and `oras pull`. Same blob: no
+		// second upload.
+		sd, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, MediaTypeSBOM, oras.PackManifestOptions{
+			Subject: &desc, Layers: []ocispec.Descriptor{l}, ManifestAnnotations: map[string]string{ocispec.AnnotationCreated: res.Created}})
+		if err != nil {
+			return nil, classify(ref, "push the SBOM referrer of "+name, err)
+		}
+		res.SBOMReferrer = sd.Digest.String()
+	}
+	if opts.Signer != nil {
+		st := sign.Statement{Manifest: desc.Digest.String(), SHA256: artDesc.Digest.Encoded(), Recipe: m.Recipe, PlanKey: m.PlanKey}
+		sd, err := c.pushSignature(ctx, repo, opts.Signer, desc, st, res.Created)
+		if err != nil {
+			return nil, classify(ref, "push the signature of "+name, err)
+		}
+		res.SignedBy, res.Signature = opts.Signer.ID, sd.Digest.String()
 	}
 	res.Ref = ref.WithTag(m.PlanKey).String()
 	c.debugf("pushed", "ref", res.Ref, "digest", res.Digest)

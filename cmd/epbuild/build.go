@@ -98,7 +98,7 @@ func newRecipeCmd(app *App) *cobra.Command {
 		heartbeat      time.Duration
 		cacheFrom      string
 		cacheTo        string
-		plainHTTP      bool
+		registry       registryFlags
 	)
 	cmd := &cobra.Command{
 		Use:               "recipe NAME|FILE",
@@ -153,7 +153,12 @@ cannot be reached, refuses the credentials or holds an artifact that fails a che
 warning, and the build runs here. --cache-to oci://REGISTRY/REPO pushes the artifact after
 a successful build, tagged with its plan key (as epbuild push does); a push that fails is a
 warning with the reason, not a failed build: the exit code is the build's. Credentials
-come from the Docker config and its credential helpers, as for push and pull.`,
+come from the Docker config and its credential helpers, as for push and pull.
+--cache-from takes only an artifact signed by a trusted key (--trust-key FILE.pub, or
+$EPBUILD_CACHE/trusted-keys/*.pub); an unsigned one is a warning and a build here unless
+--allow-unsigned; --sign-key FILE signs what --cache-to pushes (docs/signing.md). A
+registry that does not answer within --registry-timeout, or stalls for --registry-stall,
+is a warning too, and the build starts.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if rebuildCheck && planOnly {
@@ -177,7 +182,7 @@ come from the Docker config and its credential helpers, as for push and pull.`,
 			if force != "" {
 				opts.Force = strings.Split(force, ",")
 			}
-			if opts.CacheFrom, opts.CacheTo, err = app.buildCaches(cacheFrom, cacheTo, plainHTTP); err != nil {
+			if opts.CacheFrom, opts.CacheTo, err = app.buildCaches(cacheFrom, cacheTo, &registry); err != nil {
 				return err
 			}
 			if heartbeat <= 0 {
@@ -248,17 +253,23 @@ come from the Docker config and its credential helpers, as for push and pull.`,
 	cmd.Flags().DurationVar(&heartbeat, "heartbeat", progress.DefaultEvery, "without a terminal (CI), log a line per running build step this often")
 	cmd.Flags().StringVar(&cacheFrom, "cache-from", "", "take the artifact from the shared build cache `REPO` (oci://REGISTRY/REPO) when it has the plan; a registry that fails: a warning, and a build here")
 	cmd.Flags().StringVar(&cacheTo, "cache-to", "", "push the artifact to the shared build cache `REPO` (oci://REGISTRY/REPO) after a successful build; a push that fails is a warning, not a failed build")
-	cmd.Flags().BoolVar(&plainHTTP, "plain-http", false, "speak HTTP to the build cache registries: only for a registry on this machine")
+	registry.add(cmd, "speak HTTP to the build cache registries: only for a registry on this machine")
+	registry.addTrust(cmd)
+	registry.addSign(cmd, "what --cache-to pushes")
 	return cmd
 }
 
 // buildCaches opens the shared build caches of --cache-from and --cache-to (nil when not
 // given), with the credentials push and pull use. A bad reference is bad input.
-func (app *App) buildCaches(from, to string, plainHTTP bool) (builder.ArtifactCache, builder.ArtifactCache, error) {
+func (app *App) buildCaches(from, to string, reg *registryFlags) (builder.ArtifactCache, builder.ArtifactCache, error) {
 	if from == "" && to == "" {
 		return nil, nil, nil
 	}
-	c, err := app.ociClient(plainHTTP)
+	c, err := reg.client(app)
+	if err != nil {
+		return nil, nil, err
+	}
+	signer, err := reg.signer()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -271,6 +282,7 @@ func (app *App) buildCaches(from, to string, plainHTTP bool) (builder.ArtifactCa
 		if err != nil {
 			return nil, nil, err
 		}
+		bc.Signer = signer
 		caches[i] = bc
 	}
 	return caches[0], caches[1], nil

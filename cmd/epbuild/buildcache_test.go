@@ -25,7 +25,11 @@ func TestSharedBuildCacheTwoMachines(t *testing.T) {
 	cacheA := filepath.Join(t.TempDir(), "cache")
 	a := nodeEnv("DOCKER_CONFIG", cfg, "EPBUILD_CACHE", cacheA)
 	outA := t.TempDir()
-	code, out, errs := run(t, a, "recipe", "demo", "-o", outA, "--cache-from", repo, "--cache-to", repo, "--plain-http")
+	key := filepath.Join(t.TempDir(), "ci.key")
+	if code, out, errs := run(t, a, "key", "new", key); code != 0 {
+		t.Fatalf("key new: exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs := run(t, a, "recipe", "demo", "-o", outA, "--cache-from", repo, "--cache-to", repo, "--plain-http", "--sign-key", key)
 	if code != 0 || !strings.Contains(errs, "not in the build cache") || !strings.Contains(out, "pushed   "+repo+":") || strings.Contains(out, "from "+repo) {
 		t.Fatalf("machine A: exit %d\n%s\n%s", code, out, errs)
 	}
@@ -33,7 +37,7 @@ func TestSharedBuildCacheTwoMachines(t *testing.T) {
 	cacheB := filepath.Join(t.TempDir(), "cache")
 	b := nodeEnv("DOCKER_CONFIG", cfg, "EPBUILD_CACHE", cacheB)
 	outB := t.TempDir()
-	code, out, errs = run(t, b, "recipe", "demo", "-o", outB, "--cache-from", repo, "--plain-http", "--json")
+	code, out, errs = run(t, b, "recipe", "demo", "-o", outB, "--cache-from", repo, "--plain-http", "--json", "--trust-key", key+".pub")
 	if code != 0 {
 		t.Fatalf("machine B: exit %d\n%s\n%s", code, out, errs)
 	}
@@ -81,7 +85,7 @@ func TestSharedBuildCacheTwoMachines(t *testing.T) {
 		t.Errorf("machine B's result names %s, %s, %v", res.Artifact, res.SBOM, res.Wheels)
 	}
 	// the text table says where each stage came from
-	code, out, errs = run(t, b, "recipe", "demo", "-o", outB, "--cache-from", repo, "--plain-http")
+	code, out, errs = run(t, b, "recipe", "demo", "-o", outB, "--cache-from", repo, "--plain-http", "--trust-key", key+".pub")
 	if code != 0 || strings.Count(out, "from "+repo) != 7 || !strings.Contains(out, "from     "+repo+":") {
 		t.Errorf("machine B, text: exit %d\n%s\n%s", code, out, errs)
 	}
@@ -112,7 +116,7 @@ func TestSharedBuildCacheFallsBack(t *testing.T) {
 	if err := os.WriteFile(blob, bad, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, o, e := run(t, env, "recipe", "demo", "-o", out, "--cache-from", repo, "--plain-http")
+	code, o, e := run(t, env, "recipe", "demo", "-o", out, "--allow-unsigned", "--cache-from", repo, "--plain-http")
 	if code != 0 || !strings.Contains(e, "the build cache cannot be used") || !strings.Contains(e, "digest") || strings.Contains(o, "from "+repo) {
 		t.Errorf("a changed copy: exit %d\n%s\n%s", code, o, e)
 	}
@@ -127,7 +131,7 @@ func TestSharedBuildCacheFallsBack(t *testing.T) {
 	}
 	locked := ocitest.Start(t, ocitest.Options{Htpasswd: "ci:" + string(hash) + "\n"})
 	lrepo := "oci://" + locked.Addr + "/epbuild/cache"
-	code, o, e = run(t, env, "recipe", "demo", "-o", out, "--cache-from", lrepo, "--cache-to", lrepo, "--plain-http")
+	code, o, e = run(t, env, "recipe", "demo", "-o", out, "--allow-unsigned", "--cache-from", lrepo, "--cache-to", lrepo, "--plain-http")
 	if code != 0 || strings.Count(e, "refused access") != 2 || !strings.Contains(e, "--cache-to failed, the build did not") {
 		t.Errorf("a registry refusing access: exit %d\n%s\n%s", code, o, e)
 	}
@@ -145,17 +149,17 @@ func TestSharedBuildCacheFallsBack(t *testing.T) {
 	if code, o, e := run(t, env, "push", filepath.Join(bare, artifactName(built)), brepo, "--plain-http"); code != 0 {
 		t.Fatalf("push without the wheels: exit %d\n%s\n%s", code, o, e)
 	}
-	code, o, e = run(t, env, "recipe", "demo", "-o", out, "--cache-from", brepo, "--plain-http")
+	code, o, e = run(t, env, "recipe", "demo", "-o", out, "--allow-unsigned", "--cache-from", brepo, "--plain-http")
 	if code != 0 || !strings.Contains(e, "carries 0 of the 1 wheels its manifest lists") || strings.Contains(o, "from "+brepo) {
 		t.Errorf("a copy without its wheels: exit %d\n%s\n%s", code, o, e)
 	}
 	// another SOURCE_DATE_EPOCH, and --force: built here
 	sde := nodeEnv("DOCKER_CONFIG", env["DOCKER_CONFIG"], "EPBUILD_CACHE", env["EPBUILD_CACHE"], "SOURCE_DATE_EPOCH", "1700000000")
-	code, o, e = run(t, sde, "recipe", "demo", "-o", t.TempDir(), "--cache-from", repo, "--plain-http")
+	code, o, e = run(t, sde, "recipe", "demo", "-o", t.TempDir(), "--allow-unsigned", "--cache-from", repo, "--plain-http")
 	if code != 0 || !strings.Contains(e, "this run asks for 1700000000") || strings.Contains(o, "from "+repo) {
 		t.Errorf("another SOURCE_DATE_EPOCH: exit %d\n%s\n%s", code, o, e)
 	}
-	code, o, e = run(t, env, "recipe", "demo", "-o", out, "--cache-from", repo, "--plain-http", "--force=package")
+	code, o, e = run(t, env, "recipe", "demo", "-o", out, "--allow-unsigned", "--cache-from", repo, "--plain-http", "--force=package")
 	if code != 0 || !strings.Contains(e, "--force: building here") || strings.Contains(o, "from "+repo) {
 		t.Errorf("--force: exit %d\n%s\n%s", code, o, e)
 	}
@@ -169,7 +173,7 @@ func TestSharedBuildCacheFallsBack(t *testing.T) {
 
 	// a registry that is down: warnings, a build here, exit 0
 	reg.Stop()
-	code, o, e = run(t, env, "recipe", "demo", "-o", out, "--cache-from", repo, "--cache-to", repo, "--plain-http", "--json")
+	code, o, e = run(t, env, "recipe", "demo", "-o", out, "--allow-unsigned", "--cache-from", repo, "--cache-to", repo, "--plain-http", "--json")
 	if code != 0 || strings.Count(e, "registry "+reg.Addr+" is not reachable") != 2 {
 		t.Errorf("a registry that is down: exit %d\n%s\n%s", code, o, e)
 	}
@@ -189,10 +193,10 @@ func TestSharedBuildCacheFallsBack(t *testing.T) {
 
 	// references that cannot be a build cache: bad input, before any work
 	for _, args := range [][]string{
-		{"--cache-from", repo + ":latest"},
+		{"--allow-unsigned", "--cache-from", repo + ":latest"},
 		{"--cache-to", "oci://registry.example.com/epbuild/cache", "--plain-http"},
-		{"--cache-from", "registry.example.com/epbuild/cache"},
-		{"--cache-from", repo, "--rebuild-check"},
+		{"--allow-unsigned", "--cache-from", "registry.example.com/epbuild/cache"},
+		{"--allow-unsigned", "--cache-from", repo, "--rebuild-check"},
 	} {
 		code, o, e := run(t, env, append([]string{"recipe", "demo", "-o", t.TempDir()}, args...)...)
 		if code != 2 {

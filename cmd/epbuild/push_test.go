@@ -17,7 +17,11 @@ func TestPushPullCLI(t *testing.T) {
 	env := nodeEnv("DOCKER_CONFIG", cfg)
 	repo := "oci://" + reg.Addr + "/epbuild/demo"
 
-	code, out, errs := run(t, env, "push", art, repo, "--plain-http", "--json")
+	key := filepath.Join(t.TempDir(), "ci.key")
+	if code, out, errs := run(t, env, "key", "new", key); code != 0 || !strings.Contains(out, key+".pub") {
+		t.Fatalf("key new: exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs := run(t, env, "push", art, repo, "--plain-http", "--json", "--sign-key", key)
 	if code != 0 {
 		t.Fatalf("push: exit %d\n%s\n%s", code, out, errs)
 	}
@@ -29,7 +33,7 @@ func TestPushPullCLI(t *testing.T) {
 		t.Fatalf("push --json: %v\n%s", err, out)
 	}
 	dir := filepath.Join(t.TempDir(), "pulled")
-	code, out, errs = run(t, env, "pull", pushed.Ref, "--plain-http", "-o", dir)
+	code, out, errs = run(t, env, "pull", pushed.Ref, "--plain-http", "-o", dir, "--trust-key", key+".pub")
 	if code != 0 || !strings.Contains(out, "artifact  "+filepath.Join(dir, filepath.Base(art))) {
 		t.Fatalf("pull: exit %d\n%s\n%s", code, out, errs)
 	}
@@ -47,6 +51,9 @@ func TestPushPullCLI(t *testing.T) {
 		{[]string{"push", art, reg.Addr + "/epbuild/demo"}, 2, "want oci://REGISTRY/REPO"},
 		{[]string{"pull", repo, "--plain-http"}, 2, "pull needs a tag"},
 		{[]string{"pull", repo + ":nosuchtag", "--plain-http", "-o", t.TempDir()}, 2, "not in the registry"},
+		{[]string{"pull", pushed.Ref, "--plain-http", "-o", t.TempDir()}, 2, "not signed by a trusted key"},
+		{[]string{"pull", pushed.Ref, "--plain-http", "-o", t.TempDir(), "--trust-key", art}, 2, "no PEM PUBLIC KEY"},
+		{[]string{"key", "new", key}, 2, "exists"},
 		{[]string{"push", filepath.Join(t.TempDir(), "absent.tar.zst"), repo, "--plain-http"}, 2, "absent.tar.zst"},
 	} {
 		code, out, errs := run(t, env, tc.args...)
