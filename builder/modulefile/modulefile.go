@@ -12,7 +12,8 @@
 // which `module unload` undoes, giving back a value the user had. Lmod's Tcl reader
 // (8.6.19, measured) sets the variable in Lmod's own environment before Lmod records the
 // value to give back, so unload would keep the install's: the Tcl modulefile puts the
-// user's value back into that environment right after pushenv, under Lmod only. Where
+// user's value back into that environment right after pushenv, under Lmod only (and
+// sets a variable the user does not have with setenv, which unload unsets). Where
 // pushenv is missing (Environment Modules before 5.1) it falls back to setenv, which
 // unload unsets.
 //
@@ -206,22 +207,22 @@ func Tcl(m Module) ([]byte, error) {
 
 // tclPushenv sets a variable so that unload gives back the user's value (see the package
 // comment): pushenv, with Lmod's environment put back to the user's value for Lmod to
-// record; setenv where there is no pushenv.
+// record. Under Lmod a variable the user does not have is set with setenv: its Tcl reader
+// cannot unset a variable in Lmod's environment, and on unload pushenv's undo (popenv)
+// of a variable with no stack unsets it. Where there is no pushenv, setenv.
 const tclPushenv = `proc _epbuild_pushenv {name value} {
-    if {[info commands pushenv] eq ""} {
+    set lmod [info exists ::env(LMOD_VERSION)]
+    set had [info exists ::env($name)]
+    if {[info commands pushenv] eq "" || ($lmod && !$had)} {
         setenv $name $value
         return
     }
-    set lmod [info exists ::env(LMOD_VERSION)]
-    set had [info exists ::env($name)]
     if {$had} {
         set old $::env($name)
     }
     pushenv $name $value
-    if {$lmod && $had} {
+    if {$lmod} {
         set ::env($name) $old
-    } elseif {$lmod} {
-        unset -nocomplain ::env($name)
     }
 }
 `
