@@ -1,11 +1,17 @@
 package builder
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/modulefile"
+	"github.com/epbuild/epbuild/builder/quote"
 )
 
 // shellsUnderTest are the shells env.sh must work in: dash is /bin/sh on Debian and
@@ -203,8 +209,18 @@ func TestBakeEnvScript(t *testing.T) {
 	if _, err := bakeEnv(baked, envBaked{At: "/x", ID: "1"}); err == nil {
 		t.Error("a baked env.sh was baked again")
 	}
-	if _, err := bakeEnv(script, envBaked{At: "/a\nb", ID: "1"}); err == nil {
-		t.Error("a prefix with a newline was written into env.sh")
+	// a newline and a backslash stay on the prefix line, escaped for printf %b
+	for _, at := range []string{"/a\nb", `/a\b\n`, "/a\\\n'\"$[]\n"} {
+		b, err := bakeEnv(script, envBaked{At: at, ID: "1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, got, err := unbakeEnv(b); err != nil || got.At != at || strings.Count(b, "\n") != strings.Count(script, "\n") {
+			t.Errorf("%q: read back %q, %v\n%s", at, got.At, err, b)
+		}
+	}
+	if _, err := bakeEnv(script, envBaked{At: "/a\x00b", ID: "1"}); err == nil {
+		t.Error("a prefix with a NUL was written into env.sh")
 	}
 	vars, _, got, err := parseEnvScript(baked, "/opt/it's")
 	if err != nil || got.At != "/opt/it's" || vars["A"] != "/opt/it's/c/lib" {
@@ -221,5 +237,94 @@ func TestBakeEnvScript(t *testing.T) {
 		if _, _, _, err := parseEnvScript(bad, "/opt/x"); err == nil {
 			t.Errorf("%s: parsed", name)
 		}
+	}
+}
+
+// TestEnvScriptPrefixes installs the demo into prefixes holding what shells, Tcl and Lua
+// read as code or as separators, sources its env.sh in dash, bash, zsh and ksh93 (set
+// -eu), runs verify-install, and loads its modulefiles with real Lmod: every one gets
+// the prefix byte for byte, and nothing in a name runs. A ':' is refused at install (it
+// separates PATH's entries); a Tcl modulefile refuses non-ASCII, and a modulefile a
+// newline (Lmod would run what follows it), each saying so.
+func TestEnvScriptPrefixes(t *testing.T) {
+	arts := artifacts(t)
+	base := t.TempDir()
+	marker := filepath.Join(base, "ran")
+	init := "/usr/share/lmod/lmod/init/bash"
+	if p := os.Getenv("LMOD_PKG"); p != "" {
+		init = p + "/init/bash"
+	}
+	names := []string{"[x] *? $(touch ran) `touch ran` a;touch ran", `back\slash\n "quo'te"`, "new\nline end\n", "ünï € sp ace\t", "-dash $HOME ${x-y}"}
+	for i, name := range names {
+		prefix := filepath.Join(base, fmt.Sprint(i), name)
+		mustInstall(t, arts.A, prefix, false)
+		for _, sh := range shellsUnderTest {
+			out, ok := sourceIn(t, sh, base, filepath.Join(prefix, EnvName), true)
+			if !ok {
+				t.Errorf("%s refused the env.sh of %q: %s", sh, prefix, out)
+				continue
+			}
+			wantExports(t, sh, out, prefix)
+		}
+		if rep := mustVerify(t, prefix); rep.Failed() {
+			for _, c := range rep.Checks {
+				if c.Status == "fail" {
+					t.Errorf("verify-install %q: %s: %s", prefix, c.ID, c.Found)
+				}
+			}
+		}
+		for _, format := range []string{"lua", "tcl"} {
+			mod, err := Module(ModuleOptions{Prefix: prefix, Name: "t", Version: "1"})
+			var b []byte
+			if err == nil {
+				b, err = map[string]func(modulefile.Module) ([]byte, error){"lua": modulefile.Lua, "tcl": modulefile.Tcl}[format](mod)
+			}
+			switch {
+			case strings.Contains(name, "\n"):
+				if err == nil || !strings.Contains(err.Error(), "newline") {
+					t.Errorf("%s modulefile of %q: %v", format, prefix, err)
+				}
+				continue
+			case format == "tcl" && !quote.ASCII(name):
+				if err == nil || !strings.Contains(err.Error(), "not ASCII") {
+					t.Errorf("%s modulefile of %q: %v", format, prefix, err)
+				}
+				continue
+			case format == "tcl" && strings.ContainsAny(name, "\"\\\t"):
+				if err == nil || !strings.Contains(err.Error(), "use the Lua modulefile") {
+					t.Errorf("%s modulefile of %q: %v", format, prefix, err)
+				}
+				continue
+			case err != nil:
+				t.Errorf("%s modulefile of %q: %v", format, prefix, err)
+				continue
+			}
+			dir := t.TempDir()
+			file := filepath.Join(dir, "t", map[string]string{"lua": "1.lua", "tcl": "1"}[format])
+			if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(file, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("bash", "-c", `. "$1"; module use "$2"; module load t/1; printf '%s|%s' "$EPBUILD_PREFIX" "$PYTHONPATH"`, "bash", init, dir)
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+			cmd.Dir = base
+			got, err := cmd.CombinedOutput()
+			if want := prefix + "|" + filepath.Join(prefix, "pydemo", "python"); err != nil || string(got) != want {
+				t.Errorf("%s modulefile of %q: %v: got\n%q\nwant\n%q", format, prefix, err, got, want)
+			}
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("a prefix ran a command")
+	}
+	_, err := Install(context.Background(), InstallOptions{Artifact: arts.A, Prefix: filepath.Join(base, "a:b"), Version: "test"})
+	var re *PrefixRefusedError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "PATH, PYTHONPATH and LD_LIBRARY_PATH") {
+		t.Errorf("a prefix with ':': %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "a:b")); err == nil {
+		t.Error("a refused prefix was made")
 	}
 }

@@ -232,6 +232,9 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := listablePrefix(prefix, m); err != nil {
+		return nil, err
+	}
 	if err := replaceable(prefix, opts.KeepPrevious); err != nil {
 		return nil, err
 	}
@@ -315,6 +318,23 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	res.Previous = prev
 	logInfo(opts.Log, "installed", "dir", prefix, "recipe", m.Recipe, "plan", shortKey(m.PlanKey))
 	return res, nil
+}
+
+// listablePrefix refuses a prefix that cannot be an entry of the path lists env.sh and the
+// modulefiles give the install's directories in: ':' separates the entries of PATH,
+// PYTHONPATH and LD_LIBRARY_PATH (no escape exists), and ld.so splits LD_PRELOAD at ':'
+// and at blanks. Every other byte a path can hold is fine.
+func listablePrefix(prefix string, m *Manifest) error {
+	fix := "install into a directory whose path has no ':'"
+	if strings.Contains(prefix, ":") {
+		return &PrefixRefusedError{Prefix: prefix, Fix: fix + " (a symlink to it does not help: env.sh writes the path it was installed at)",
+			Found: "the path holds ':', which separates the entries of PATH, PYTHONPATH and LD_LIBRARY_PATH: the install's directories cannot be put in them"}
+	}
+	if m.Plan != nil && m.Plan.Env["LD_PRELOAD"] != "" && strings.Contains(prefix, " ") {
+		return &PrefixRefusedError{Prefix: prefix, Fix: "install into a directory whose path has no blank",
+			Found: "the path holds a blank and the recipe preloads a library: ld.so splits LD_PRELOAD at blanks and ':', so the install's library cannot be preloaded"}
+	}
+	return nil
 }
 
 // writeReceipt writes the receipt with the mode verify-install expects, whatever the umask.
@@ -504,6 +524,7 @@ func cleanStale(parent, base string, l *log.Logger) {
 	}
 }
 
+// globEscape makes s match itself in a filepath.Glob pattern (a prefix may hold [, * or ?).
 func globEscape(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
 	return r.Replace(s)

@@ -269,7 +269,7 @@ func TestVerifyCatchesEachChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a mode change
-	if err := os.Chmod(at("env.sh"), 0o644); err != nil {
+	if err := os.Chmod(at("env.sh"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	rep := mustVerify(t, prefix)
@@ -285,7 +285,7 @@ func TestVerifyCatchesEachChange(t *testing.T) {
 	if c, _ := rep.Check("files.changed:pydemo/python/pydemo/__init__.py"); !strings.Contains(c.Found, "truncated") {
 		t.Errorf("a truncated file is reported as %q", c.Found)
 	}
-	if c, _ := rep.Check("files.mode:env.sh"); c.Expected != "mode 0755" || c.Found != "mode 0644" {
+	if c, _ := rep.Check("files.mode:env.sh"); c.Expected != "mode 0644" || c.Found != "mode 0755" {
 		t.Errorf("mode change: expected %q, found %q", c.Expected, c.Found)
 	}
 	n := 0

@@ -174,11 +174,25 @@ func Tcl(m Module) ([]byte, error) {
 			return nil, fmt.Errorf("modulefile: %q is not ASCII, which a Tcl modulefile cannot carry unchanged (tclsh reads it in the locale's encoding): use the Lua modulefile", t)
 		}
 	}
+	// Lmod's Tcl reader (8.6.19, read and measured) turns the modulefile into Lua: it
+	// copies a carriage return or a tab into a Lua string unescaped, where it ends the
+	// string; a prepend-path value with no escaping at all, where a '"' ends the string
+	// and what follows runs; a whatis text into a [===[ ]===] string
 	for _, v := range values {
-		// Lmod's Tcl reader copies a carriage return or a tab into the Lua it runs
-		// unescaped, where it ends the string (measured, 8.6.19)
 		if strings.IndexFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
 			return nil, fmt.Errorf("modulefile: %q holds a control character, which Lmod's Tcl reader cannot pass on: use the Lua modulefile", v)
+		}
+	}
+	for _, p := range m.Prepend {
+		for _, d := range p.Dirs {
+			if strings.ContainsAny(d, `"\`) {
+				return nil, fmt.Errorf("modulefile: %s: %q holds '\"' or '\\', which Lmod's Tcl reader writes unescaped into the Lua it runs (a '\"' would end the string and run what follows): use the Lua modulefile", p.Name, d)
+			}
+		}
+	}
+	for _, t := range texts {
+		if strings.Contains(t, "]===]") {
+			return nil, fmt.Errorf("modulefile: %q holds ]===], which ends the Lua string Lmod's Tcl reader writes a whatis text into: use the Lua modulefile", t)
 		}
 	}
 	var b strings.Builder

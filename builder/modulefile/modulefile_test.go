@@ -102,6 +102,7 @@ func hostile(marker string) []string {
 		"demo]] os.execute('touch " + marker + "') --[[",
 		"demo\r\nexec touch " + marker,
 		"[exec touch " + marker + "]",
+		"demo]===] os.execute('touch " + marker + "') --[===[",
 	}
 }
 
@@ -140,7 +141,23 @@ func TestHostileValuesRunNothing(t *testing.T) {
 		m.Set = append(m.Set, Var{Name: "V" + string(rune('A'+i)), Value: strings.NewReplacer("\n", " ", "\r", " ").Replace(h)})
 	}
 	m.Prepend = []PathVar{{Name: "PYTHONPATH", Dirs: []string{"/p [exec touch " + marker + "] $(touch " + marker + ")"}}}
+	// what Lmod's Tcl reader would write into its Lua unescaped is refused (measured: a
+	// prepend-path value with '"' runs what follows it)
+	for _, bad := range []Module{
+		{Name: "t", Version: "1", Whatis: []string{hs[len(hs)-1]}},
+		{Name: "t", Version: "1", Prepend: []PathVar{{Name: "PATH", Dirs: []string{`/a",os.execute("touch ` + marker + `"),"`}}}},
+		{Name: "t", Version: "1", Prepend: []PathVar{{Name: "PATH", Dirs: []string{`/a\b`}}}},
+	} {
+		if _, err := Tcl(bad); err == nil || !strings.Contains(err.Error(), "use the Lua modulefile") {
+			t.Errorf("Tcl took %+v: %v", bad, err)
+		}
+	}
 	for format, render := range map[string]func(Module) ([]byte, error){"lua": Lua, "tcl": Tcl} {
+		m := m
+		if format == "tcl" {
+			m.Whatis = m.Whatis[:len(m.Whatis)-1]
+			m.Help = strings.Join(hs[:len(hs)-1], "\n")
+		}
 		b, err := render(m)
 		if err != nil {
 			t.Fatal(err)
