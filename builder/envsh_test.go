@@ -84,6 +84,10 @@ func TestEnvScriptShells(t *testing.T) {
 	// a prefix that needs quoting: a space and a single quote
 	prefix := filepath.Join(t.TempDir(), "it's an install")
 	mustInstall(t, arts.A, prefix, false)
+	// sourced, never run: not executable
+	if st, err := os.Stat(filepath.Join(prefix, EnvName)); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("installed env.sh: %v %v, want mode 0644", st.Mode(), err)
+	}
 	elsewhere := t.TempDir()
 	link := filepath.Join(elsewhere, "deepep-env.sh")
 	if err := os.Symlink(filepath.Join(prefix, EnvName), link); err != nil {
@@ -326,5 +330,65 @@ func TestEnvScriptPrefixes(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(base, "a:b")); err == nil {
 		t.Error("a refused prefix was made")
+	}
+}
+
+// TestEnvScriptTwice sources an env.sh twice in dash, bash, zsh and ksh93 over a user's
+// PATH, PYTHONPATH and a site's LD_PRELOAD (blank-separated, as XALT and Darshan write
+// it): once gives PREFIX/bin first on PATH and the install's preload in front of the
+// site's, and twice gives the same. Run as a program instead, it sets nothing, says how
+// to source it, and exits 1.
+func TestEnvScriptTwice(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "it's [an] install")
+	for _, d := range []string{"c/lib", "c/python", "bin"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := &Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"LD_PRELOAD": "{{c.prefix}}/lib/x.so", "A": "{{c.prefix}}/lib"}}
+	script, err := EnvScript(p, root, []string{"c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	baked, err := bakeEnv(script, envBaked{At: root, ID: "0123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	envsh := filepath.Join(root, EnvName)
+	if err := os.WriteFile(envsh, []byte(baked), envMode); err != nil {
+		t.Fatal(err)
+	}
+	vars, _, _, err := parseEnvScript(baked, root)
+	if err != nil || vars["PATH"] != root+"/bin" || vars["LD_PRELOAD"] != root+"/c/lib/x.so" || vars["PYTHONPATH"] != root+"/c/python" {
+		t.Errorf("verify reads back %v, %v", vars, err)
+	}
+	prog := `set -eu
+PATH=/usr/bin:/bin LD_PRELOAD='/site/xalt.so /site/darshan.so' PYTHONPATH=/user/py
+export LD_PRELOAD PYTHONPATH
+show() { printf 'path=%s\npy=%s\nld=%s\npre=%s\na=%s\nleft=%s\n' "$PATH" "$PYTHONPATH" "$LD_LIBRARY_PATH" "$LD_PRELOAD" "$A" "${_epbuild_p-unset}"; }
+. "$1"
+once=$(show)
+. "$1"
+twice=$(show)
+printf '%s\n' "$once"
+if [ "$once" != "$twice" ]; then printf 'twice:\n%s\n' "$twice"; fi
+`
+	want := "path=" + root + "/bin:/usr/bin:/bin\npy=" + root + "/c/python:/user/py\nld=" + root + "/c/lib\npre=" + root + "/c/lib/x.so:/site/xalt.so /site/darshan.so\na=" + root + "/c/lib\nleft=unset\n"
+	for _, sh := range shellsUnderTest {
+		cmd := exec.Command(sh, "-c", prog, "sh", envsh)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+		out, err := cmd.CombinedOutput()
+		if err != nil || string(out) != want {
+			t.Errorf("%s: %v: got\n%s\nwant\n%s", sh, err, out, want)
+		}
+		// run as a program: by path, and from its directory
+		for _, arg := range []string{envsh, "./" + EnvName} {
+			cmd := exec.Command(sh, arg)
+			cmd.Dir = root
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "source it: . '"+strings.ReplaceAll(arg, "'", `'\''`)+"'") {
+				t.Errorf("%s %s: %v\n%s", sh, arg, err, out)
+			}
+		}
 	}
 }

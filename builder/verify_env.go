@@ -91,7 +91,7 @@ func (v *verifier) checkBaked(c VerifyCheck, b envBaked) VerifyCheck {
 	switch {
 	case b.At == "":
 		c.Status, c.Found = check.Warn, "env.sh names no prefix (not written by epbuild install): bash, zsh and ksh93 find it, sh refuses it"
-		c.Fix = "install the artifact with epbuild install ARTIFACT --prefix " + here
+		c.Fix = "install the artifact with " + InstallCommand("", here)
 	case filepath.Clean(b.At) != here:
 		c.Status = check.Fail
 		c.Found = fmt.Sprintf("env.sh names %s (install id %s): under sh it refuses, or loads the install there if that is still this one; bash, zsh and ksh93 use %s", b.At, b.ID, here)
@@ -333,17 +333,22 @@ func shellWords(s, prefix string) ([]string, error) {
 
 // installedEntries are the manifest's entries as epbuild install leaves them in prefix:
 // an env.sh whose only change from the artifact's is the prefix and id install wrote into
-// it counts as the artifact's.
+// it counts as the artifact's, and what the receipt says install added (bin/, the
+// epbuild it copied to bin/epbuild) is checked like the artifact's files.
 func installedEntries(prefix string, files []archive.Entry) []archive.Entry {
+	out := files
+	if r, err := ReadReceipt(prefix); err == nil && len(r.Added) > 0 {
+		out = append(slices.Clone(files), r.Added...)
+	}
 	b, err := os.ReadFile(filepath.Join(prefix, EnvName))
 	if err != nil {
-		return files
+		return out
 	}
 	tmpl, baked, err := unbakeEnv(string(b))
 	if err != nil || baked == (envBaked{}) {
-		return files
+		return out
 	}
-	out := slices.Clone(files)
+	out = slices.Clone(out)
 	for i, e := range out {
 		if e.Path == EnvName && e.Type == archive.TypeFile && e.Size == int64(len(tmpl)) && e.SHA256 == sha256Hex([]byte(tmpl)) {
 			out[i].Size, out[i].SHA256 = int64(len(b)), sha256Hex(b)

@@ -374,12 +374,15 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 	})
 	t.Run("LD_PRELOAD from outside the prefix", func(t *testing.T) {
 		prefix := freshInstall(t)
-		f, err := os.OpenFile(filepath.Join(prefix, EnvName), os.O_APPEND|os.O_WRONLY, 0)
+		b, err := os.ReadFile(filepath.Join(prefix, EnvName))
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(f, "export LD_PRELOAD='%s'\n", filepath.Join(t.TempDir(), "libnvshmem_host.so.3"))
-		f.Close()
+		edit := fmt.Sprintf("export LD_PRELOAD='%s'\n", filepath.Join(t.TempDir(), "libnvshmem_host.so.3"))
+		b = []byte(strings.Replace(string(b), envTail, edit+envTail, 1))
+		if err := os.WriteFile(filepath.Join(prefix, EnvName), b, envMode); err != nil {
+			t.Fatal(err)
+		}
 		rep := mustVerify(t, prefix)
 		wantStatus(t, rep, map[string]string{"files.changed:env.sh": "fail", "env.script": "fail", "env.ld-preload": "fail"})
 		if c, _ := rep.Check("env.ld-preload"); !strings.Contains(c.Found, "outside the prefix") {
