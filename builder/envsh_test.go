@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -361,6 +362,11 @@ func TestEnvScriptTwice(t *testing.T) {
 	vars, _, _, err := parseEnvScript(baked, root)
 	if err != nil || vars["PATH"] != root+"/bin" || vars["LD_PRELOAD"] != root+"/c/lib/x.so" || vars["PYTHONPATH"] != root+"/c/python" {
 		t.Errorf("verify reads back %v, %v", vars, err)
+	}
+	// the runtime env verify-install gives a command (--traffic, --smoke) does the same
+	env, err := RuntimeEnv(p, map[string]string{"c": filepath.Join(root, "c")}, []string{"LD_PRELOAD=/site/xalt.so"})
+	if err != nil || !slices.Contains(env, "LD_PRELOAD="+root+"/c/lib/x.so:/site/xalt.so") {
+		t.Errorf("runtime env: %v %q", err, env)
 	}
 	prog := `set -eu
 PATH=/usr/bin:/bin LD_PRELOAD='/site/xalt.so /site/darshan.so' PYTHONPATH=/user/py

@@ -409,8 +409,8 @@ func addEpbuild(tree string, m *Manifest, self string) ([]archive.Entry, []strin
 	return append(added, archive.Entry{Path: binEpbuild, Type: archive.TypeFile, Mode: 0o755, Size: st.Size(), SHA256: sum}), nil, nil
 }
 
-// installedEpbuild compares the epbuild running the check with the one install copied
-// into the prefix (whose bytes the files check holds against the receipt).
+// installedEpbuild compares the epbuild running the check with the one in the prefix
+// that install copied there (whose bytes the files check holds against the receipt).
 func (v *verifier) installedEpbuild(context.Context) []CheckResult {
 	c := VerifyCheck{ID: "install.epbuild", Read: filepath.Join(v.prefix, filepath.FromSlash(binEpbuild)),
 		Why: "env.sh puts PREFIX/bin on PATH, so jobs and nodes run the epbuild installed with the prefix; another epbuild checks it by other rules"}
@@ -431,12 +431,15 @@ func (v *verifier) installedEpbuild(context.Context) []CheckResult {
 		c.Status, c.Found = check.Skip, "the running epbuild was not given to compare"
 		return []CheckResult{c}
 	}
-	c.Expected = fmt.Sprintf("the epbuild running verify-install is the installed one (epbuild %s, sha256 %s)", quote.Term(r.Epbuild), shortKey(inst.SHA256))
+	c.Expected = fmt.Sprintf("the epbuild running verify-install is the installed one (epbuild %s, sha256 %s as installed)", quote.Term(r.Epbuild), shortKey(inst.SHA256))
 	sum, err := fileSHA256(v.opts.Self)
+	have, herr := fileSHA256(c.Read)
 	switch {
 	case err != nil:
 		c.Status, c.Found = check.Warn, fmt.Sprintf("read the running epbuild %s: %v", v.opts.Self, err)
-	case sum == inst.SHA256:
+	case herr != nil:
+		c.Status, c.Found, c.Fix = check.Warn, fmt.Sprintf("read the installed epbuild: %v", herr), v.fix()
+	case sum == have:
 		c.Status, c.Found = check.Pass, fmt.Sprintf("%s is the installed epbuild %s (sha256 %s)", v.opts.Self, quote.Term(r.Epbuild), shortKey(sum))
 	default:
 		prefix := v.prefix
@@ -444,7 +447,7 @@ func (v *verifier) installedEpbuild(context.Context) []CheckResult {
 			prefix = v.opts.Final
 		}
 		c.Status = check.Warn
-		c.Found = fmt.Sprintf("%s (epbuild %s, sha256 %s) is not the installed epbuild %s (sha256 %s)", v.opts.Self, quote.Term(v.opts.Version), shortKey(sum), quote.Term(r.Epbuild), shortKey(inst.SHA256))
+		c.Found = fmt.Sprintf("%s (epbuild %s, sha256 %s) is not the installed epbuild %s (sha256 %s)", v.opts.Self, quote.Term(v.opts.Version), shortKey(sum), quote.Term(r.Epbuild), shortKey(have))
 		c.Fix = "run the installed one: " + quote.Shell(filepath.Join(prefix, filepath.FromSlash(binEpbuild))) + " verify-install --prefix " + quote.Shell(prefix) + " (after . PREFIX/env.sh it is first on PATH)"
 	}
 	return []CheckResult{c}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/quote"
 )
 
 // staticFixture builds a small static executable (CGO_ENABLED=0, no ELF interpreter)
@@ -74,7 +76,7 @@ func TestInstallCopiesEpbuild(t *testing.T) {
 	wantStatus(t, verify(self), map[string]string{"files": "pass", "install.receipt": "pass", "install.epbuild": "pass"})
 	rep := verify("/bin/sh")
 	wantStatus(t, rep, map[string]string{"files": "pass", "install.epbuild": "warn"})
-	if c, _ := rep.Check("install.epbuild"); !strings.Contains(c.Fix, "'"+filepath.Join(prefix, "bin", "epbuild")+"' verify-install") {
+	if c, _ := rep.Check("install.epbuild"); !strings.Contains(c.Fix, quote.Shell(filepath.Join(prefix, "bin", "epbuild"))+" verify-install --prefix "+quote.Shell(prefix)) {
 		t.Errorf("install.epbuild fix: %q", c.Fix)
 	}
 	// a reinstall replaces it: bin/ is not foreign

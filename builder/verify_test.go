@@ -447,7 +447,7 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 			if err := os.Remove(filepath.Join(p, ReceiptName)); err != nil {
 				t.Fatal(err)
 			}
-		}, map[string]string{"install.receipt": "fail", "files": "pass"}, "no " + ReceiptName},
+		}, map[string]string{"install.receipt": "fail", "files.extra:bin": "fail"}, "no " + ReceiptName}, // the receipt records what install added
 		{"the receipt names another recipe", editReceipt("recipe", "other"), map[string]string{"install.receipt": "fail"}, `recipe "other"`},
 		{"the receipt names another epbuild", editReceipt("built_by", "v0.0.1"), map[string]string{"install.receipt": "fail"}, `built_by "v0.0.1"`},
 		{"the receipt lost its artifact", editReceipt("artifact", ""), map[string]string{"install.receipt": "fail"}, "not the receipt install writes"},
