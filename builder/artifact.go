@@ -119,7 +119,7 @@ func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, che
 		Mounts:  mounts,
 		ModTime: time.Unix(sde, 0),
 		Level:   zstdLevel,
-		Extra:   []archive.File{{Name: EnvName, Mode: 0o755, Data: []byte(envsh)}},
+		Extra:   []archive.File{{Name: EnvName, Mode: envMode, Data: []byte(envsh)}},
 		Late: &archive.LateFile{Name: ManifestName, Mode: 0o644, Data: func(entries []archive.Entry) ([]byte, error) {
 			comps, err := checked()
 			if err != nil {

@@ -38,7 +38,7 @@ func twoPassPackage(t *testing.T, r *Runner, p *Plan, res *Result) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries = append(entries, archive.Entry{Path: EnvName, Type: archive.TypeFile, Mode: 0o755, Size: int64(len(envsh)), SHA256: sha256Hex([]byte(envsh))})
+	entries = append(entries, archive.Entry{Path: EnvName, Type: archive.TypeFile, Mode: envMode, Size: int64(len(envsh)), SHA256: sha256Hex([]byte(envsh))})
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
 	plan := *p
 	plan.File = ""
@@ -56,7 +56,7 @@ func twoPassPackage(t *testing.T, r *Runner, p *Plan, res *Result) []byte {
 		Level:   zstdLevel,
 		Extra: []archive.File{
 			{Name: ManifestName, Mode: 0o644, Data: append(mb, '\n')},
-			{Name: EnvName, Mode: 0o755, Data: []byte(envsh)},
+			{Name: EnvName, Mode: envMode, Data: []byte(envsh)},
 		},
 	}); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/epbuild/epbuild/builder/quote"
 )
 
 // env.sh, the script jobs source to use an install, works in any POSIX shell (dash, bash,
@@ -26,6 +28,13 @@ import (
 //
 // The artifact carries the script with both lines empty; the manifest hashes that form,
 // and verify-install accepts an installed env.sh whose only change is those two lines.
+//
+// It is data for the shell: every value is single-quoted (builder/quote), the prefix is
+// only ever expanded inside double quotes, and a prefix may hold any byte but NUL (a
+// newline or a backslash in it is written as printf %b reads it, see bakeEnv). Path lists
+// (PATH, PYTHONPATH, LD_LIBRARY_PATH, LD_PRELOAD) get the install's entries in front of
+// the user's, each once: sourcing it twice is sourcing it once. The file is not
+// executable; run anyway (sh env.sh), it says how to source it and exits 1.
 
 // Lines that epbuild install fills in (empty in the artifact).
 const (
@@ -35,13 +44,37 @@ const (
 
 // envLocate finds the prefix or refuses; it is the same in every env.sh (the parser
 // checks it byte for byte).
-const envLocate = `_epbuild_self=
+const envLocate = `case $_epbuild_at in
+  *\\*)
+    _epbuild_at=$(printf '%bx' "$_epbuild_at")
+    _epbuild_at=${_epbuild_at%x}
+    ;;
+esac
+_epbuild_self=
 if [ -n "${BASH_VERSION-}" ]; then
   eval '_epbuild_self=${BASH_SOURCE[0]-}'
 elif [ -n "${ZSH_VERSION-}" ]; then
   eval '_epbuild_self=${(%):-%x}'
 else
   case "${KSH_VERSION-}" in *93*) eval '_epbuild_self=${.sh.file}' ;; esac
+fi
+if [ -n "$_epbuild_self" ] && ! [ -e "$_epbuild_self" ]; then
+  _epbuild_self=
+fi
+_epbuild_run=
+if [ -n "${ZSH_VERSION-}" ]; then
+  case "${ZSH_EVAL_CONTEXT-}" in toplevel) _epbuild_run=$0 ;; esac
+elif [ -n "$_epbuild_self" ]; then
+  if [ "$0" -ef "$_epbuild_self" ]; then _epbuild_run=$0; fi
+elif [ -n "$_epbuild_at" ]; then
+  if [ "$0" -ef "$_epbuild_at/env.sh" ]; then _epbuild_run=$0; fi
+else
+  case "${0##*/}" in env.sh) _epbuild_run=$0 ;; esac
+fi
+if [ -n "$_epbuild_run" ]; then
+  _epbuild_run=$(printf '%s\n' "$_epbuild_run" | sed "s/'/'\\\\''/g")
+  printf "env.sh: it was run as a program, which sets nothing in the shell that ran it: source it: . '%s'\n" "$_epbuild_run" >&2
+  exit 1
 fi
 _epbuild_here=
 if [ -n "$_epbuild_at" ] && [ -r "$_epbuild_at/env.sh" ]; then
@@ -65,7 +98,9 @@ elif [ -n "$_epbuild_self" ]; then
     */*) _epbuild_dir=${_epbuild_self%/*} ;;
     *) _epbuild_dir=. ;;
   esac
-  if EPBUILD_PREFIX=$(CDPATH= cd -P -- "${_epbuild_dir:-/}" && pwd -P); then :; else
+  if EPBUILD_PREFIX=$(CDPATH= cd -P -- "${_epbuild_dir:-/}" && pwd -P && echo x); then
+    EPBUILD_PREFIX=${EPBUILD_PREFIX%?x}
+  else
     _epbuild_err="cannot enter the directory of $_epbuild_self"
   fi
 elif [ -n "$_epbuild_at" ]; then
@@ -75,19 +110,41 @@ else
 fi
 if [ -n "$_epbuild_err" ]; then
   printf 'env.sh: %s; nothing was set\n' "$_epbuild_err" >&2
-  unset _epbuild_at _epbuild_id _epbuild_self _epbuild_here _epbuild_line _epbuild_dir _epbuild_err
+  unset _epbuild_at _epbuild_id _epbuild_self _epbuild_run _epbuild_here _epbuild_line _epbuild_dir _epbuild_err
   return 1
 fi
 export EPBUILD_PREFIX
+_epbuild_prepend() {
+  _epbuild_var=$1
+  shift
+  eval "_epbuild_old=\${$_epbuild_var-}"
+  _epbuild_new=
+  for _epbuild_p in "$@"; do
+    case $_epbuild_var in
+      LD_PRELOAD) case " :$_epbuild_old: " in *[\ :]"$_epbuild_p"[\ :]*) continue ;; esac ;;
+      *) case ":$_epbuild_old:" in *:"$_epbuild_p":*) continue ;; esac ;;
+    esac
+    _epbuild_new=$_epbuild_new${_epbuild_new:+:}$_epbuild_p
+  done
+  eval "$_epbuild_var=\$_epbuild_new\${_epbuild_new:+\${_epbuild_old:+:}}\$_epbuild_old"
+  export "$_epbuild_var"
+}
 `
 
+// envMode is env.sh's mode: it is sourced, never run (run, it would set nothing).
+const envMode = 0o644
+
+// envPrepend begins a line that puts directories in front of a path list, each once.
+const envPrepend = "_epbuild_prepend"
+
 // envTail ends every env.sh.
-const envTail = "unset _epbuild_at _epbuild_id _epbuild_self _epbuild_here _epbuild_line _epbuild_dir _epbuild_err\n"
+const envTail = "unset -f _epbuild_prepend\nunset _epbuild_at _epbuild_id _epbuild_self _epbuild_run _epbuild_here _epbuild_line _epbuild_dir _epbuild_err _epbuild_var _epbuild_old _epbuild_new _epbuild_p\n"
 
 // EnvScript writes env.sh as the artifact carries it (no prefix written in): the locator,
-// then exports of the recipe's runtime env with {{C.prefix}} pointing into the prefix, and
-// PYTHONPATH and LD_LIBRARY_PATH for the components (laid out under root) that have python/
-// and lib/. Values are single-quoted; only the prefix is expanded.
+// then PREFIX/bin in front of PATH, PYTHONPATH and LD_LIBRARY_PATH for the components
+// (laid out under root) that have python/ and lib/, the recipe's LD_PRELOAD in front of
+// the user's, and exports of the rest of the recipe's runtime env, with {{C.prefix}}
+// pointing into the prefix. Values are single-quoted; only the prefix is expanded.
 func EnvScript(p *Plan, root string, installed []string) (string, error) {
 	return envScript(p, func(c string) string { return filepath.Join(root, c) }, installed)
 }
@@ -107,19 +164,36 @@ func envScript(p *Plan, dirOf func(string) string, installed []string) (string, 
 	var py, ld []string
 	for _, c := range installed {
 		if dirExists(filepath.Join(dirOf(c), "python")) {
-			py = append(py, `"$EPBUILD_PREFIX"/`+shellQuote(c+"/python"))
+			py = append(py, `"$EPBUILD_PREFIX"/`+quote.ShellAlways(c+"/python"))
 		}
 		if dirExists(filepath.Join(dirOf(c), "lib")) {
-			ld = append(ld, `"$EPBUILD_PREFIX"/`+shellQuote(c+"/lib"))
+			ld = append(ld, `"$EPBUILD_PREFIX"/`+quote.ShellAlways(c+"/lib"))
 		}
 	}
+	// PREFIX/bin holds the epbuild that installed it (epbuild install puts it there)
+	fmt.Fprintf(&b, "%s PATH %s\n", envPrepend, `"$EPBUILD_PREFIX"/`+quote.ShellAlways("bin"))
 	if len(py) > 0 {
-		fmt.Fprintf(&b, "export PYTHONPATH=%s\"${PYTHONPATH:+:$PYTHONPATH}\"\n", strings.Join(py, ":"))
+		fmt.Fprintf(&b, "%s PYTHONPATH %s\n", envPrepend, strings.Join(py, " "))
 	}
 	if len(ld) > 0 {
-		fmt.Fprintf(&b, "export LD_LIBRARY_PATH=%s\"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\n", strings.Join(ld, ":"))
+		fmt.Fprintf(&b, "%s LD_LIBRARY_PATH %s\n", envPrepend, strings.Join(ld, " "))
 	}
 	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
+		if k == "LD_PRELOAD" {
+			// in front of a site's own preload (XALT, Darshan, a profiler), which stays
+			var words []string
+			for _, e := range splitPaths(k, p.Env[k]) {
+				w, err := shellTemplate(e, has)
+				if err != nil {
+					return "", fmt.Errorf("env.sh for %s: %s: %w", p.Recipe, k, err)
+				}
+				words = append(words, w)
+			}
+			if len(words) > 0 {
+				fmt.Fprintf(&b, "%s %s %s\n", envPrepend, k, strings.Join(words, " "))
+			}
+			continue
+		}
 		v, err := shellTemplate(p.Env[k], has)
 		if err != nil {
 			return "", fmt.Errorf("env.sh for %s: %s: %w", p.Recipe, k, err)
@@ -145,11 +219,39 @@ func bakeEnv(text string, b envBaked) (string, error) {
 	if cur != (envBaked{}) {
 		return "", errors.New("env.sh already names an install")
 	}
-	if strings.ContainsAny(b.At, "\n\x00") {
-		return "", fmt.Errorf("a prefix with a newline (%q) cannot be written into env.sh", b.At)
+	if strings.ContainsRune(b.At, 0) || strings.ContainsAny(b.ID, "\n\\\x00") {
+		return "", fmt.Errorf("%q (id %q) cannot be written into env.sh", b.At, b.ID)
 	}
-	tmpl = strings.Replace(tmpl, "\n"+envAtVar+"''\n", "\n"+envAtVar+shellQuote(b.At)+"\n", 1)
-	return strings.Replace(tmpl, "\n"+envIDVar+"''\n", "\n"+envIDVar+shellQuote(b.ID)+"\n", 1), nil
+	tmpl = strings.Replace(tmpl, "\n"+envAtVar+"''\n", "\n"+envAtVar+quote.ShellAlways(atEscaper.Replace(b.At))+"\n", 1)
+	return strings.Replace(tmpl, "\n"+envIDVar+"''\n", "\n"+envIDVar+quote.ShellAlways(b.ID)+"\n", 1), nil
+}
+
+// atEscaper keeps the prefix line one line: a backslash and a newline are written as
+// printf %b reads them, which env.sh does when the line holds a backslash.
+var atEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+
+// unescapeAt reads what atEscaper wrote.
+func unescapeAt(s string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+1 == len(s) {
+			return "", false
+		}
+		i++
+		switch s[i] {
+		case '\\':
+			b.WriteByte('\\')
+		case 'n':
+			b.WriteByte('\n')
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
 }
 
 // unbakeEnv returns env.sh in the artifact's form and what install wrote into it. The two
@@ -163,6 +265,9 @@ func unbakeEnv(text string) (string, envBaked, error) {
 	for i, dst := range []*string{&b.At, &b.ID} {
 		name := []string{envAtVar, envIDVar}[i]
 		v, ok := singleQuoted(strings.TrimSuffix(strings.TrimPrefix(lines[2+i], name), "\n"))
+		if ok && i == 0 {
+			v, ok = unescapeAt(v)
+		}
 		if !ok {
 			return "", envBaked{}, fmt.Errorf("env.sh line %d: %q is not a single-quoted value", 3+i, strings.TrimSuffix(lines[2+i], "\n"))
 		}
@@ -172,14 +277,29 @@ func unbakeEnv(text string) (string, envBaked, error) {
 	return strings.Join(lines, ""), b, nil
 }
 
-// singleQuoted reads a value shellQuote wrote: shellValue's reader, without the
-// prefix and inherited pieces an exported variable's value may hold (no double quote).
+// singleQuoted reads a value quote.ShellAlways wrote: single-quoted pieces and \'.
 func singleQuoted(s string) (string, bool) {
-	if strings.Contains(s, `"`) {
+	if !strings.HasPrefix(s, "'") {
 		return "", false
 	}
-	v, err := shellValue(s, "", "")
-	return v, err == nil
+	var out strings.Builder
+	for s != "" {
+		switch {
+		case strings.HasPrefix(s, `\'`):
+			out.WriteByte('\'')
+			s = s[2:]
+		case s[0] == '\'':
+			end := strings.IndexByte(s[1:], '\'')
+			if end < 0 {
+				return "", false
+			}
+			out.WriteString(s[1 : 1+end])
+			s = s[end+2:]
+		default:
+			return "", false
+		}
+	}
+	return out.String(), true
 }
 
 // newEnvID is a fresh install id: env.sh checks that the prefix written in it still holds
@@ -237,25 +357,20 @@ func shellTemplate(v string, installed map[string]bool) (string, error) {
 		}
 		lit, ref := rest[:loc[0]], rest[loc[2]:loc[3]]
 		if lit != "" {
-			out.WriteString(shellQuote(lit))
+			out.WriteString(quote.ShellAlways(lit))
 		}
 		switch {
 		case ref == "prefix":
 			out.WriteString(`"$EPBUILD_PREFIX"`)
 		case strings.HasSuffix(ref, ".prefix") && installed[strings.TrimSuffix(ref, ".prefix")]:
-			out.WriteString(`"$EPBUILD_PREFIX"/` + shellQuote(strings.TrimSuffix(ref, ".prefix")))
+			out.WriteString(`"$EPBUILD_PREFIX"/` + quote.ShellAlways(strings.TrimSuffix(ref, ".prefix")))
 		default:
 			return "", fmt.Errorf("{{%s}} does not name an installed component", ref)
 		}
 		rest = rest[loc[1]:]
 	}
 	if rest != "" || out.Len() == 0 {
-		out.WriteString(shellQuote(rest))
+		out.WriteString(quote.ShellAlways(rest))
 	}
 	return out.String(), nil
-}
-
-// shellQuote single-quotes s for sh.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -1,11 +1,18 @@
 package builder
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/modulefile"
+	"github.com/epbuild/epbuild/builder/quote"
 )
 
 // shellsUnderTest are the shells env.sh must work in: dash is /bin/sh on Debian and
@@ -78,6 +85,10 @@ func TestEnvScriptShells(t *testing.T) {
 	// a prefix that needs quoting: a space and a single quote
 	prefix := filepath.Join(t.TempDir(), "it's an install")
 	mustInstall(t, arts.A, prefix, false)
+	// sourced, never run: not executable
+	if st, err := os.Stat(filepath.Join(prefix, EnvName)); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("installed env.sh: %v %v, want mode 0644", st.Mode(), err)
+	}
 	elsewhere := t.TempDir()
 	link := filepath.Join(elsewhere, "deepep-env.sh")
 	if err := os.Symlink(filepath.Join(prefix, EnvName), link); err != nil {
@@ -203,8 +214,18 @@ func TestBakeEnvScript(t *testing.T) {
 	if _, err := bakeEnv(baked, envBaked{At: "/x", ID: "1"}); err == nil {
 		t.Error("a baked env.sh was baked again")
 	}
-	if _, err := bakeEnv(script, envBaked{At: "/a\nb", ID: "1"}); err == nil {
-		t.Error("a prefix with a newline was written into env.sh")
+	// a newline and a backslash stay on the prefix line, escaped for printf %b
+	for _, at := range []string{"/a\nb", `/a\b\n`, "/a\\\n'\"$[]\n"} {
+		b, err := bakeEnv(script, envBaked{At: at, ID: "1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, got, err := unbakeEnv(b); err != nil || got.At != at || strings.Count(b, "\n") != strings.Count(script, "\n") {
+			t.Errorf("%q: read back %q, %v\n%s", at, got.At, err, b)
+		}
+	}
+	if _, err := bakeEnv(script, envBaked{At: "/a\x00b", ID: "1"}); err == nil {
+		t.Error("a prefix with a NUL was written into env.sh")
 	}
 	vars, _, got, err := parseEnvScript(baked, "/opt/it's")
 	if err != nil || got.At != "/opt/it's" || vars["A"] != "/opt/it's/c/lib" {
@@ -220,6 +241,160 @@ func TestBakeEnvScript(t *testing.T) {
 	} {
 		if _, _, _, err := parseEnvScript(bad, "/opt/x"); err == nil {
 			t.Errorf("%s: parsed", name)
+		}
+	}
+}
+
+// TestEnvScriptPrefixes installs the demo into prefixes holding what shells, Tcl and Lua
+// read as code or as separators, sources its env.sh in dash, bash, zsh and ksh93 (set
+// -eu), runs verify-install, and loads its modulefiles with real Lmod: every one gets
+// the prefix byte for byte, and nothing in a name runs. A ':' is refused at install (it
+// separates PATH's entries); a Tcl modulefile refuses non-ASCII, and a modulefile a
+// newline (Lmod would run what follows it), each saying so.
+func TestEnvScriptPrefixes(t *testing.T) {
+	arts := artifacts(t)
+	base := t.TempDir()
+	marker := filepath.Join(base, "ran")
+	init := "/usr/share/lmod/lmod/init/bash"
+	if p := os.Getenv("LMOD_PKG"); p != "" {
+		init = p + "/init/bash"
+	}
+	names := []string{"[x] *? $(touch ran) `touch ran` a;touch ran", `back\slash\n "quo'te"`, "new\nline end\n", "ünï € sp ace\t", "-dash $HOME ${x-y}"}
+	for i, name := range names {
+		prefix := filepath.Join(base, fmt.Sprint(i), name)
+		mustInstall(t, arts.A, prefix, false)
+		for _, sh := range shellsUnderTest {
+			out, ok := sourceIn(t, sh, base, filepath.Join(prefix, EnvName), true)
+			if !ok {
+				t.Errorf("%s refused the env.sh of %q: %s", sh, prefix, out)
+				continue
+			}
+			wantExports(t, sh, out, prefix)
+		}
+		if rep := mustVerify(t, prefix); rep.Failed() {
+			for _, c := range rep.Checks {
+				if c.Status == "fail" {
+					t.Errorf("verify-install %q: %s: %s", prefix, c.ID, c.Found)
+				}
+			}
+		}
+		for _, format := range []string{"lua", "tcl"} {
+			mod, err := Module(ModuleOptions{Prefix: prefix, Name: "t", Version: "1"})
+			var b []byte
+			if err == nil {
+				b, err = map[string]func(modulefile.Module) ([]byte, error){"lua": modulefile.Lua, "tcl": modulefile.Tcl}[format](mod)
+			}
+			switch {
+			case strings.Contains(name, "\n"):
+				if err == nil || !strings.Contains(err.Error(), "newline") {
+					t.Errorf("%s modulefile of %q: %v", format, prefix, err)
+				}
+				continue
+			case format == "tcl" && !quote.ASCII(name):
+				if err == nil || !strings.Contains(err.Error(), "not ASCII") {
+					t.Errorf("%s modulefile of %q: %v", format, prefix, err)
+				}
+				continue
+			case format == "tcl" && strings.ContainsAny(name, "\"\\\t"):
+				if err == nil || !strings.Contains(err.Error(), "use the Lua modulefile") {
+					t.Errorf("%s modulefile of %q: %v", format, prefix, err)
+				}
+				continue
+			case err != nil:
+				t.Errorf("%s modulefile of %q: %v", format, prefix, err)
+				continue
+			}
+			dir := t.TempDir()
+			file := filepath.Join(dir, "t", map[string]string{"lua": "1.lua", "tcl": "1"}[format])
+			if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(file, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("bash", "-c", `. "$1"; module use "$2"; module load t/1; printf '%s|%s' "$EPBUILD_PREFIX" "$PYTHONPATH"`, "bash", init, dir)
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+			cmd.Dir = base
+			got, err := cmd.CombinedOutput()
+			if want := prefix + "|" + filepath.Join(prefix, "pydemo", "python"); err != nil || string(got) != want {
+				t.Errorf("%s modulefile of %q: %v: got\n%q\nwant\n%q", format, prefix, err, got, want)
+			}
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("a prefix ran a command")
+	}
+	_, err := Install(context.Background(), InstallOptions{Artifact: arts.A, Prefix: filepath.Join(base, "a:b"), Version: "test"})
+	var re *PrefixRefusedError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "PATH, PYTHONPATH and LD_LIBRARY_PATH") {
+		t.Errorf("a prefix with ':': %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "a:b")); err == nil {
+		t.Error("a refused prefix was made")
+	}
+}
+
+// TestEnvScriptTwice sources an env.sh twice in dash, bash, zsh and ksh93 over a user's
+// PATH, PYTHONPATH and a site's LD_PRELOAD (blank-separated, as XALT and Darshan write
+// it): once gives PREFIX/bin first on PATH and the install's preload in front of the
+// site's, and twice gives the same. Run as a program instead, it sets nothing, says how
+// to source it, and exits 1.
+func TestEnvScriptTwice(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "it's [an] install")
+	for _, d := range []string{"c/lib", "c/python", "bin"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := &Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"LD_PRELOAD": "{{c.prefix}}/lib/x.so", "A": "{{c.prefix}}/lib"}}
+	script, err := EnvScript(p, root, []string{"c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	baked, err := bakeEnv(script, envBaked{At: root, ID: "0123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	envsh := filepath.Join(root, EnvName)
+	if err := os.WriteFile(envsh, []byte(baked), envMode); err != nil {
+		t.Fatal(err)
+	}
+	vars, _, _, err := parseEnvScript(baked, root)
+	if err != nil || vars["PATH"] != root+"/bin" || vars["LD_PRELOAD"] != root+"/c/lib/x.so" || vars["PYTHONPATH"] != root+"/c/python" {
+		t.Errorf("verify reads back %v, %v", vars, err)
+	}
+	// the runtime env verify-install gives a command (--traffic, --smoke) does the same
+	env, err := RuntimeEnv(p, map[string]string{"c": filepath.Join(root, "c")}, []string{"LD_PRELOAD=/site/xalt.so"})
+	if err != nil || !slices.Contains(env, "LD_PRELOAD="+root+"/c/lib/x.so:/site/xalt.so") {
+		t.Errorf("runtime env: %v %q", err, env)
+	}
+	prog := `set -eu
+PATH=/usr/bin:/bin LD_PRELOAD='/site/xalt.so /site/darshan.so' PYTHONPATH=/user/py
+export LD_PRELOAD PYTHONPATH
+show() { printf 'path=%s\npy=%s\nld=%s\npre=%s\na=%s\nleft=%s\n' "$PATH" "$PYTHONPATH" "$LD_LIBRARY_PATH" "$LD_PRELOAD" "$A" "${_epbuild_p-unset}"; }
+. "$1"
+once=$(show)
+. "$1"
+twice=$(show)
+printf '%s\n' "$once"
+if [ "$once" != "$twice" ]; then printf 'twice:\n%s\n' "$twice"; fi
+`
+	want := "path=" + root + "/bin:/usr/bin:/bin\npy=" + root + "/c/python:/user/py\nld=" + root + "/c/lib\npre=" + root + "/c/lib/x.so:/site/xalt.so /site/darshan.so\na=" + root + "/c/lib\nleft=unset\n"
+	for _, sh := range shellsUnderTest {
+		cmd := exec.Command(sh, "-c", prog, "sh", envsh)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+		out, err := cmd.CombinedOutput()
+		if err != nil || string(out) != want {
+			t.Errorf("%s: %v: got\n%s\nwant\n%s", sh, err, out, want)
+		}
+		// run as a program: by path, and from its directory
+		for _, arg := range []string{envsh, "./" + EnvName} {
+			cmd := exec.Command(sh, arg)
+			cmd.Dir = root
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "source it: . '"+strings.ReplaceAll(arg, "'", `'\''`)+"'") {
+				t.Errorf("%s %s: %v\n%s", sh, arg, err, out)
+			}
 		}
 	}
 }

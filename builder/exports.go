@@ -247,7 +247,7 @@ func Module(opts ModuleOptions) (modulefile.Module, error) {
 	if err != nil {
 		return modulefile.Module{}, err
 	}
-	mod := modulefile.Module{Name: opts.Name, Version: opts.Version}
+	mod := modulefile.Module{Name: opts.Name, Version: opts.Version, Family: "deepep"}
 	if mod.Name == "" {
 		mod.Name = m.Recipe
 	}
@@ -288,11 +288,25 @@ func Module(opts ModuleOptions) (modulefile.Module, error) {
 		mod.Prepend = append(mod.Prepend, modulefile.PathVar{Name: "LD_LIBRARY_PATH", Dirs: ld})
 		delete(env, "LD_LIBRARY_PATH")
 	}
+	// LD_PRELOAD goes in front of a site's own preload (XALT, Darshan, a profiler)
+	if pre := splitPaths("LD_PRELOAD", env["LD_PRELOAD"]); len(pre) > 0 {
+		mod.Prepend = append(mod.Prepend, modulefile.PathVar{Name: "LD_PRELOAD", Dirs: pre})
+		delete(env, "LD_PRELOAD")
+	}
+	// PREFIX/bin holds the epbuild that installed it (verify-install on the nodes)
+	mod.Prepend = append(mod.Prepend, modulefile.PathVar{Name: "PATH", Dirs: []string{filepath.Join(prefix, "bin")}})
 	mod.Set = append(mod.Set, modulefile.Var{Name: "EPBUILD_PREFIX", Value: prefix})
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		mod.Set = append(mod.Set, modulefile.Var{Name: k, Value: env[k]})
 	}
-	return mod, mod.Check()
+	if err := mod.Check(); err != nil {
+		var ne *modulefile.NameError
+		if errors.As(err, &ne) {
+			return mod, &UsageError{Err: fmt.Errorf("module of %s: %w", prefix, err)}
+		}
+		return mod, fmt.Errorf("module of %s: %w", prefix, err)
+	}
+	return mod, nil
 }
 
 // shortPin abbreviates a pin for a one-line description.

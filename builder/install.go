@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"github.com/gofrs/flock"
 
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/quote"
 )
 
 // ReceiptName is the file install leaves at the top of the prefix.
@@ -23,7 +26,10 @@ const ReceiptName = ".epbuild-receipt.json"
 // Receipt says what was installed in a prefix, from where and when. It pins
 // manifest.json by hash, so an edited manifest cannot hide an edited file.
 type Receipt struct {
-	Artifact       string    `json:"artifact"`
+	Artifact string `json:"artifact"`
+	// ArtifactPath is where the artifact was installed from (absolute), for the command
+	// that reinstalls it; "" in receipts of older installs.
+	ArtifactPath   string    `json:"artifact_path,omitempty"`
 	SHA256         string    `json:"sha256"`
 	ManifestSHA256 string    `json:"manifest_sha256"`
 	Recipe         string    `json:"recipe"`
@@ -32,7 +38,18 @@ type Receipt struct {
 	Epbuild        string    `json:"epbuild"`  // the epbuild that installed it
 	BuiltBy        string    `json:"built_by"` // the epbuild that built it (from the manifest)
 	Prefix         string    `json:"prefix"`
+	// Added is what install put beside the artifact's files: the directory bin/, which
+	// env.sh puts on PATH, and bin/epbuild, a copy of the epbuild that installed it
+	// (version Epbuild), for verify-install on the nodes. Not in the artifact: its bytes
+	// do not depend on which epbuild packed it.
+	Added []archive.Entry `json:"added,omitempty"`
 }
+
+// Paths install may add to a prefix (Receipt.Added): nothing else is accepted there.
+const (
+	binDir     = "bin"
+	binEpbuild = "bin/epbuild"
+)
 
 // maxReceiptSize bounds the read of a receipt: install writes well under a KiB.
 const maxReceiptSize = 64 << 10
@@ -69,6 +86,14 @@ func (r *Receipt) incomplete() string {
 	case r.InstalledAt.IsZero():
 		return "no installed_at"
 	}
+	for _, e := range r.Added {
+		switch {
+		case e.Path == binDir && e.Type == archive.TypeDir:
+		case e.Path == binEpbuild && e.Type == archive.TypeFile && isSHA256(e.SHA256):
+		default:
+			return fmt.Sprintf("added %q (%s) is not what install adds (%s/, %s)", e.Path, e.Type, binDir, binEpbuild)
+		}
+	}
 	return ""
 }
 
@@ -94,6 +119,9 @@ type InstallOptions struct {
 	KeepPrevious bool
 	// Version is this epbuild's version, for the receipt.
 	Version string
+	// Self is this epbuild's executable (os.Executable), copied to PREFIX/bin/epbuild
+	// when it is a static ELF (runs on any node); "": none.
+	Self string
 	// Verify configures the check of the new tree before it is put in place (Prefix is
 	// set by Install; host checks are not run).
 	Verify VerifyOptions
@@ -108,6 +136,8 @@ type InstallResult struct {
 	// or it was removed).
 	Previous string        `json:"previous,omitempty"`
 	Report   *VerifyReport `json:"report"`
+	// Notes say what install did not do and why (bin/epbuild not copied).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // BadArtifactError is an artifact that failed its checks before anything was installed:
@@ -232,6 +262,9 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := listablePrefix(prefix, m); err != nil {
+		return nil, err
+	}
 	if err := replaceable(prefix, opts.KeepPrevious); err != nil {
 		return nil, err
 	}
@@ -280,9 +313,13 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	if err := BakeEnvScript(tree, prefix); err != nil {
 		return nil, noSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
+	added, notes, err := addEpbuild(tree, m, opts.Self)
+	if err != nil {
+		return nil, noSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, need, fixInstallSpace)
+	}
 	rc := Receipt{
-		Artifact: filepath.Base(art), SHA256: sum, ManifestSHA256: sha256Hex(raw), Recipe: m.Recipe, PlanKey: m.PlanKey,
-		InstalledAt: time.Now().UTC().Truncate(time.Second), Epbuild: opts.Version, BuiltBy: m.Epbuild, Prefix: prefix,
+		Artifact: filepath.Base(art), ArtifactPath: art, SHA256: sum, ManifestSHA256: sha256Hex(raw), Recipe: m.Recipe, PlanKey: m.PlanKey,
+		InstalledAt: time.Now().UTC().Truncate(time.Second), Epbuild: opts.Version, BuiltBy: m.Epbuild, Prefix: prefix, Added: added,
 	}
 	rb, err := json.MarshalIndent(rc, "", "  ")
 	if err != nil {
@@ -301,7 +338,7 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	if rep != nil {
 		relocateReport(rep, tree, prefix)
 	}
-	res := &InstallResult{Prefix: prefix, Receipt: rc, Report: rep}
+	res := &InstallResult{Prefix: prefix, Receipt: rc, Report: rep, Notes: notes}
 	if verr != nil || rep.Failed() {
 		return res, &InstallVerifyError{Prefix: prefix, Report: rep, Err: verr}
 	}
@@ -315,6 +352,134 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	res.Previous = prev
 	logInfo(opts.Log, "installed", "dir", prefix, "recipe", m.Recipe, "plan", shortKey(m.PlanKey))
 	return res, nil
+}
+
+// listablePrefix refuses a prefix that cannot be an entry of the path lists env.sh and the
+// modulefiles give the install's directories in: ':' separates the entries of PATH,
+// PYTHONPATH and LD_LIBRARY_PATH (no escape exists), and ld.so splits LD_PRELOAD at ':'
+// and at blanks. Every other byte a path can hold is fine.
+func listablePrefix(prefix string, m *Manifest) error {
+	fix := "install into a directory whose path has no ':'"
+	if strings.Contains(prefix, ":") {
+		return &PrefixRefusedError{Prefix: prefix, Fix: fix + " (a symlink to it does not help: env.sh writes the path it was installed at)",
+			Found: "the path holds ':', which separates the entries of PATH, PYTHONPATH and LD_LIBRARY_PATH: the install's directories cannot be put in them"}
+	}
+	if m.Plan != nil && m.Plan.Env["LD_PRELOAD"] != "" && strings.Contains(prefix, " ") {
+		return &PrefixRefusedError{Prefix: prefix, Fix: "install into a directory whose path has no blank",
+			Found: "the path holds a blank and the recipe preloads a library: ld.so splits LD_PRELOAD at blanks and ':', so the install's library cannot be preloaded"}
+	}
+	return nil
+}
+
+// addEpbuild makes tree/bin (unless the artifact has one) and copies self there as
+// bin/epbuild when it is a static ELF executable: one with an ELF interpreter (a dynamic
+// build) may not run on the nodes, and is left out with a note saying so.
+func addEpbuild(tree string, m *Manifest, self string) ([]archive.Entry, []string, error) {
+	for _, e := range m.Files {
+		if e.Path == binDir || strings.HasPrefix(e.Path, binDir+"/") {
+			return nil, []string{"the artifact has its own " + binDir + "/: epbuild was not copied into it"}, nil
+		}
+	}
+	dir := filepath.Join(tree, binDir)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	added := []archive.Entry{{Path: binDir, Type: archive.TypeDir, Mode: 0o755}}
+	if self == "" {
+		return added, nil, nil
+	}
+	if why := staticELF(self); why != "" {
+		return added, []string{fmt.Sprintf("%s is not copied to %s: %s; for epbuild on the nodes, install with a static epbuild (CGO_ENABLED=0 go build ./cmd/epbuild)", self, binEpbuild, why)}, nil
+	}
+	dst := filepath.Join(tree, filepath.FromSlash(binEpbuild))
+	sum, err := copyHashed(self, dst)
+	if err == nil {
+		err = os.Chmod(dst, 0o755)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("copy %s to %s: %w", self, binEpbuild, err)
+	}
+	st, err := os.Stat(dst)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(added, archive.Entry{Path: binEpbuild, Type: archive.TypeFile, Mode: 0o755, Size: st.Size(), SHA256: sum}), nil, nil
+}
+
+// installedEpbuild compares the epbuild running the check with the one in the prefix
+// that install copied there (whose bytes the files check holds against the receipt).
+func (v *verifier) installedEpbuild(context.Context) []CheckResult {
+	c := VerifyCheck{ID: "install.epbuild", Read: filepath.Join(v.prefix, filepath.FromSlash(binEpbuild)),
+		Why: "env.sh puts PREFIX/bin on PATH, so jobs and nodes run the epbuild installed with the prefix; another epbuild checks it by other rules"}
+	r, err := ReadReceipt(v.prefix)
+	var inst *archive.Entry
+	if err == nil {
+		for i := range r.Added {
+			if r.Added[i].Path == binEpbuild {
+				inst = &r.Added[i]
+			}
+		}
+	}
+	switch {
+	case inst == nil:
+		c.Status, c.Found = check.Skip, "install copied no epbuild into the prefix (its receipt lists none)"
+		return []CheckResult{c}
+	case v.opts.Self == "":
+		c.Status, c.Found = check.Skip, "the running epbuild was not given to compare"
+		return []CheckResult{c}
+	}
+	c.Expected = fmt.Sprintf("the epbuild running verify-install is the installed one (epbuild %s, sha256 %s as installed)", quote.Term(r.Epbuild), shortKey(inst.SHA256))
+	sum, err := fileSHA256(v.opts.Self)
+	have, herr := fileSHA256(c.Read)
+	switch {
+	case err != nil:
+		c.Status, c.Found = check.Warn, fmt.Sprintf("read the running epbuild %s: %v", v.opts.Self, err)
+	case herr != nil:
+		c.Status, c.Found, c.Fix = check.Warn, fmt.Sprintf("read the installed epbuild: %v", herr), v.fix()
+	case sum == have:
+		c.Status, c.Found = check.Pass, fmt.Sprintf("%s is the installed epbuild %s (sha256 %s)", v.opts.Self, quote.Term(r.Epbuild), shortKey(sum))
+	default:
+		prefix := v.prefix
+		if v.opts.Final != "" {
+			prefix = v.opts.Final
+		}
+		c.Status = check.Warn
+		c.Found = fmt.Sprintf("%s (epbuild %s, sha256 %s) is not the installed epbuild %s (sha256 %s)", v.opts.Self, quote.Term(v.opts.Version), shortKey(sum), quote.Term(r.Epbuild), shortKey(have))
+		c.Fix = "run the installed one: " + quote.Shell(filepath.Join(prefix, filepath.FromSlash(binEpbuild))) + " verify-install --prefix " + quote.Shell(prefix) + " (after . PREFIX/env.sh it is first on PATH)"
+	}
+	return []CheckResult{c}
+}
+
+// staticELF says why path is not a static ELF executable ("" when it is): no program
+// interpreter (PT_INTERP), so it runs wherever the kernel does.
+func staticELF(path string) string {
+	f, err := elf.Open(path)
+	if err != nil {
+		return "not an ELF executable (" + err.Error() + ")"
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return "it is dynamically linked (it has an ELF interpreter, PT_INTERP)"
+		}
+	}
+	if f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN {
+		return "an ELF file that is not an executable"
+	}
+	return ""
+}
+
+// InstallCommand is the command line that installs artifact into prefix, each word
+// quoted for a POSIX shell; artifact "" (not known) is written ARTIFACT.
+func InstallCommand(artifact, prefix string) string {
+	a := "ARTIFACT"
+	if artifact != "" {
+		a = quote.Shell(artifact)
+	}
+	return "epbuild install " + a + " --prefix " + quote.Shell(prefix)
 }
 
 // writeReceipt writes the receipt with the mode verify-install expects, whatever the umask.
@@ -376,8 +541,7 @@ func replaceable(prefix string, keepExtra bool) error {
 	if len(ents) == 0 {
 		return nil
 	}
-	const fixEdited = "epbuild verify-install --prefix PREFIX shows what changed; if the install may go, remove it yourself first"
-	fixE := strings.Replace(fixEdited, "PREFIX", prefix, 1)
+	fixE := "epbuild verify-install --prefix " + quote.Shell(prefix) + " shows what changed; if the install may go, remove it yourself first"
 	r, err := ReadReceipt(prefix)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -395,7 +559,7 @@ func replaceable(prefix string, keepExtra bool) error {
 	if keepExtra {
 		return nil
 	}
-	extra, err := foreignEntries(prefix, m.Files)
+	extra, err := foreignEntries(prefix, installedEntries(prefix, m.Files))
 	if err != nil {
 		return refuse(err.Error(), fixE)
 	}
@@ -504,6 +668,7 @@ func cleanStale(parent, base string, l *log.Logger) {
 	}
 }
 
+// globEscape makes s match itself in a filepath.Glob pattern (a prefix may hold [, * or ?).
 func globEscape(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
 	return r.Replace(s)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/charmbracelet/log"
 
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/compat"
 )
 
@@ -372,7 +373,7 @@ func expandTest(cmd string, lookup func(ref string) (string, bool)) (string, err
 			bad = append(bad, m)
 			return m
 		}
-		return shellQuote(v)
+		return quote.ShellAlways(v)
 	})
 	if len(bad) > 0 {
 		return "", fmt.Errorf("%s: a test command may use {{prefix}}, {{COMPONENT.prefix}} of a component the install carries and {{COMPONENT.src}} of one built from source", strings.Join(bad, ", "))

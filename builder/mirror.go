@@ -17,6 +17,7 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/source"
 )
 
@@ -322,7 +323,7 @@ func shellWord(s string) string {
 	if shellWordRe.MatchString(s) {
 		return s
 	}
-	return shellQuote(s)
+	return quote.ShellAlways(s)
 }
 
 // WriteFileAtomic writes b to path (mode 0644) through a temporary sibling, so that path

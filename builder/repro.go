@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/compat"
 )
 
@@ -380,7 +381,7 @@ exec "$nvcc" "$@"
 	}
 	w := nvccWrappers{nvcc: filepath.Join(dir, "nvcc"), launcher: filepath.Join(dir, "nvcc-launcher")}
 	scripts := map[string]string{
-		w.nvcc: head + "nvcc=" + shellQuote(t.NVCC) + "\n" + body,
+		w.nvcc: head + "nvcc=" + quote.ShellAlways(t.NVCC) + "\n" + body,
 		w.launcher: head + `case "${1-}" in */nvcc|nvcc) nvcc=$1; shift ;; *) exec "$@" ;; esac
 ` + body,
 	}

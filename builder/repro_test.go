@@ -19,6 +19,7 @@ import (
 
 	"github.com/charmbracelet/log"
 
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -45,7 +46,7 @@ func TestDemoReproducibleAcrossMachines(t *testing.T) {
 		t.Skip("the demo needs python3")
 	}
 	shim := t.TempDir()
-	if err := os.WriteFile(filepath.Join(shim, "python3"), []byte("#!/bin/sh\nexec "+shellQuote(python)+" \"$@\"\n"), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(shim, "python3"), []byte("#!/bin/sh\nexec "+quote.ShellAlways(python)+" \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	base := t.TempDir()

@@ -8,7 +8,8 @@ import (
 
 // RuntimeEnv is the environment a recipe runs with, given where each component is
 // installed: the recipe's env expanded, plus PYTHONPATH and LD_LIBRARY_PATH for the
-// components that have python/ and lib/.
+// components that have python/ and lib/, in front of base's (and LD_PRELOAD in front of
+// base's, as env.sh does).
 func RuntimeEnv(p *Plan, prefixes map[string]string, base []string) ([]string, error) {
 	env, py, ld, err := runtimeParts(p, prefixes)
 	if err != nil {
@@ -33,6 +34,10 @@ func RuntimeEnv(p *Plan, prefixes map[string]string, base []string) ([]string, e
 	}
 	if len(ld) > 0 {
 		env["LD_LIBRARY_PATH"] = join(ld, get("LD_LIBRARY_PATH"))
+	}
+	// as env.sh does: a site's own preload stays, after the install's
+	if pre := env["LD_PRELOAD"]; pre != "" {
+		env["LD_PRELOAD"] = join([]string{pre}, get("LD_PRELOAD"))
 	}
 	return withEnv(base, env), nil
 }

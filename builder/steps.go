@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -346,7 +347,7 @@ func cmakeValue(key, val string, ninja bool) (string, error) {
 					Found: "none on PATH", Fix: "install ninja (Debian: ninja-build), or drop those characters from the flag"}}}
 			}
 			if w == "" || strings.Trim(w, flagPlain) != "" {
-				w = shellQuote(w)
+				w = quote.ShellAlways(w)
 			}
 			parts[i] = strings.ReplaceAll(w, "$", "$$")
 		}
@@ -366,7 +367,7 @@ func globInside(prefix, pattern string) []string {
 	if !filepath.IsLocal(filepath.FromSlash(pattern)) {
 		return nil
 	}
-	m, _ := filepath.Glob(filepath.Join(prefix, filepath.FromSlash(pattern)))
+	m, _ := filepath.Glob(filepath.Join(globEscape(prefix), filepath.FromSlash(pattern)))
 	root, err := filepath.EvalSymlinks(prefix)
 	if err != nil {
 		return nil

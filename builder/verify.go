@@ -14,6 +14,7 @@ import (
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/smoke"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches/effect"
@@ -68,6 +69,9 @@ type VerifyOptions struct {
 	// Final is where the tree at Prefix will be installed (install verifies its staging
 	// tree before it moves it there): env.sh must name it. "": Prefix.
 	Final string
+	// Self and Version are the epbuild running the check (its executable and version),
+	// compared with the one install copied into the prefix; "": not compared.
+	Self, Version string
 	// Python runs the import checks; "" means the interpreter the build used when this
 	// host has it at the same path, else python3 from PATH.
 	Python string
@@ -133,15 +137,25 @@ func CleanEnviron(getenv func(string) string) []string {
 const (
 	whyFiles = "the installed copy must be the one that was built and checked: a file changed after install, " +
 		"or another copy installed over it, is how an unpatched deep_ep/buffer.py sent every GPU through one NIC"
-	fixReinstall = "reinstall the artifact: epbuild install ARTIFACT --prefix PREFIX (the receipt names the artifact)"
 )
 
 // fix is how to reinstall this prefix, naming the artifact when the receipt does.
+// fix is the command that reinstalls the install, ready to paste: the artifact's absolute
+// path as the receipt records it (or ARTIFACT, named in words, for older receipts) and
+// the prefix the install is at (or, in install's staging tree, will be), shell-quoted.
 func (v *verifier) fix() string {
-	if v.rep.Artifact == "" {
-		return strings.Replace(fixReinstall, "PREFIX", v.prefix, 1)
+	prefix := v.prefix
+	if v.opts.Final != "" {
+		prefix = v.opts.Final
 	}
-	return fmt.Sprintf("reinstall the artifact: epbuild install %s --prefix %s", v.rep.Artifact, v.prefix)
+	r, err := ReadReceipt(v.prefix)
+	switch {
+	case err == nil && filepath.IsAbs(r.ArtifactPath):
+		return "reinstall the artifact: " + InstallCommand(r.ArtifactPath, prefix)
+	case err == nil:
+		return fmt.Sprintf("reinstall the artifact %s, which the receipt names: %s", quote.Term(r.Artifact), InstallCommand("", prefix))
+	}
+	return "reinstall the artifact: " + InstallCommand("", prefix) + " (the receipt names the artifact)"
 }
 
 // Verify checks an installed prefix against the manifest it carries and, with Host, the

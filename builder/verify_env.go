@@ -25,7 +25,7 @@ func (v *verifier) envScript(context.Context) []CheckResult {
 	script := filepath.Join(v.prefix, EnvName)
 	parse := VerifyCheck{ID: "env.script", Read: script,
 		Why:      "jobs get the install through env.sh: a PYTHONPATH or LD_LIBRARY_PATH that points elsewhere loads another copy",
-		Expected: "export lines for the recipe's runtime env, PYTHONPATH and LD_LIBRARY_PATH into the prefix"}
+		Expected: "PREFIX/bin in front of PATH, PYTHONPATH, LD_LIBRARY_PATH and LD_PRELOAD into the prefix in front of the user's, exports of the rest of the recipe's runtime env"}
 	paths := VerifyCheck{ID: "env.paths", Read: script, Why: "a path env.sh names that does not exist makes the loader or Python fall back to another copy, silently"}
 	preload := VerifyCheck{ID: "env.ld-preload", Read: script,
 		Why: "LD_PRELOAD forces the NVSHMEM the install was built with; one from elsewhere (torch bundles its own) means two NVSHMEMs in one process (R9, R10)"}
@@ -61,9 +61,11 @@ func (v *verifier) envScript(context.Context) []CheckResult {
 			if !within(p, v.prefix) {
 				continue
 			}
-			named = append(named, k+" "+p)
-			if _, err := os.Stat(p); err != nil {
+			if _, err := os.Stat(p); err != nil && (k != "PATH" || p != filepath.Join(v.prefix, "bin")) {
 				missing = append(missing, k+": "+p)
+			} else if err == nil {
+				// PREFIX/bin is made by epbuild install, not carried by the artifact
+				named = append(named, k+" "+p)
 			}
 		}
 	}
@@ -89,7 +91,7 @@ func (v *verifier) checkBaked(c VerifyCheck, b envBaked) VerifyCheck {
 	switch {
 	case b.At == "":
 		c.Status, c.Found = check.Warn, "env.sh names no prefix (not written by epbuild install): bash, zsh and ksh93 find it, sh refuses it"
-		c.Fix = "install the artifact with epbuild install ARTIFACT --prefix " + here
+		c.Fix = "install the artifact with " + InstallCommand("", here)
 	case filepath.Clean(b.At) != here:
 		c.Status = check.Fail
 		c.Found = fmt.Sprintf("env.sh names %s (install id %s): under sh it refuses, or loads the install there if that is still this one; bash, zsh and ksh93 use %s", b.At, b.ID, here)
@@ -114,12 +116,15 @@ func (v *verifier) envDiffs(vars map[string]string) []string {
 		k, val, _ := strings.Cut(kv, "=")
 		wm[k] = val
 	}
+	// env.sh puts PREFIX/bin on PATH, and writes LD_PRELOAD's entries ':'-separated
+	wm["PATH"] = filepath.Join(v.prefix, "bin")
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(wm)) {
 		got, ok := vars[k]
 		switch {
 		case !ok:
 			out = append(out, k+" not exported")
+		case k == "LD_PRELOAD" && slices.Equal(splitPaths(k, got), splitPaths(k, wm[k])):
 		case got != wm[k]:
 			out = append(out, fmt.Sprintf("%s=%q, the plan says %q", k, got, wm[k]))
 		}
@@ -228,30 +233,44 @@ func parseEnvScript(text, prefix string) (map[string]string, []string, envBaked,
 		return nil, nil, baked, errors.New("env.sh: the lines that find the prefix (from line 5) are not the ones epbuild writes")
 	}
 	first := 5 + strings.Count(envLocate, "\n")
+	body, ok = strings.CutSuffix(body, envTail)
+	if !ok {
+		return nil, nil, baked, fmt.Errorf("env.sh: it does not end with the lines epbuild writes (%s)", strings.ReplaceAll(strings.TrimSpace(envTail), "\n", "; "))
+	}
 	vars := map[string]string{"EPBUILD_PREFIX": prefix}
 	var order []string
-	tails := 0
 	for i, line := range strings.Split(strings.TrimSuffix(body, "\n"), "\n") {
-		if line+"\n" == envTail {
-			tails++
-			continue
+		if body == "" {
+			break
 		}
-		rest, ok := strings.CutPrefix(line, "export ")
-		name, val, ok2 := strings.Cut(rest, "=")
-		if !ok || !ok2 || !validEnvName(name) || name == "EPBUILD_PREFIX" {
-			return nil, nil, baked, fmt.Errorf("env.sh line %d: %q is not an export epbuild writes", first+i, line)
-		}
-		v, err := shellValue(val, name, prefix)
-		if err != nil {
-			return nil, nil, baked, fmt.Errorf("env.sh line %d: %s: %w", first+i, name, err)
+		var name, v string
+		if rest, ok := strings.CutPrefix(line, envPrepend+" "); ok {
+			// directories in front of a path list; the inherited value is empty here
+			name, rest, _ = strings.Cut(rest, " ")
+			words, err := shellWords(rest, prefix)
+			if err != nil || len(words) == 0 || !validEnvName(name) || name == "EPBUILD_PREFIX" {
+				return nil, nil, baked, fmt.Errorf("env.sh line %d: %q is not a line epbuild writes", first+i, line)
+			}
+			v = strings.Join(words, ":")
+		} else {
+			rest, ok := strings.CutPrefix(line, "export ")
+			k, val, ok2 := strings.Cut(rest, "=")
+			if !ok || !ok2 || !validEnvName(k) || k == "EPBUILD_PREFIX" {
+				return nil, nil, baked, fmt.Errorf("env.sh line %d: %q is not an export epbuild writes", first+i, line)
+			}
+			words, err := shellWords(val, prefix)
+			if err == nil && len(words) != 1 {
+				err = errors.New("not one word")
+			}
+			if err != nil {
+				return nil, nil, baked, fmt.Errorf("env.sh line %d: %s: %w", first+i, k, err)
+			}
+			name, v = k, words[0]
 		}
 		if _, dup := vars[name]; !dup {
 			order = append(order, name)
 		}
 		vars[name] = v
-	}
-	if tails != 1 {
-		return nil, nil, baked, fmt.Errorf("env.sh: %d times the line epbuild writes once (%s)", tails, strings.TrimSpace(envTail))
 	}
 	return vars, order, baked, nil
 }
@@ -271,53 +290,65 @@ func validEnvName(s string) bool {
 // shellPlain are the characters that mean themselves unquoted in sh.
 const shellPlain = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:,+-=@%"
 
-// shellValue evaluates a value made of the pieces EnvScript writes: "$EPBUILD_PREFIX",
-// single-quoted literals, plain characters and "${NAME:+:$NAME}" (an inherited value:
-// empty here). Anything else (a substitution, an unquoted $) is refused.
-func shellValue(s, name, prefix string) (string, error) {
+// shellWords evaluates words made of the pieces EnvScript writes: "$EPBUILD_PREFIX",
+// single-quoted literals and plain characters, separated by one blank. Anything else (a
+// substitution, an unquoted $) is refused.
+func shellWords(s, prefix string) ([]string, error) {
+	var words []string
 	var out strings.Builder
-	inherit := `"${` + name + `:+:$` + name + `}"`
+	started := false
 	for s != "" {
 		switch {
 		case strings.HasPrefix(s, `"$EPBUILD_PREFIX"`):
 			out.WriteString(prefix)
 			s = s[len(`"$EPBUILD_PREFIX"`):]
-		case strings.HasPrefix(s, inherit):
-			s = s[len(inherit):]
 		case strings.HasPrefix(s, `\'`):
 			out.WriteByte('\'')
 			s = s[2:]
 		case s[0] == '\'':
 			end := strings.IndexByte(s[1:], '\'')
 			if end < 0 {
-				return "", errors.New("unterminated single quote")
+				return nil, errors.New("unterminated single quote")
 			}
 			out.WriteString(s[1 : 1+end])
 			s = s[end+2:]
+		case s[0] == ' ' && started && len(s) > 1 && s[1] != ' ':
+			words = append(words, out.String())
+			out.Reset()
+			s = s[1:]
+			continue
 		case strings.IndexByte(shellPlain, s[0]) >= 0:
-			// the separators EnvScript leaves unquoted: "$EPBUILD_PREFIX"/'lib':...
 			out.WriteByte(s[0])
 			s = s[1:]
 		default:
-			return "", fmt.Errorf("unexpected %q", s)
+			return nil, fmt.Errorf("unexpected %q", s)
 		}
+		started = true
 	}
-	return out.String(), nil
+	if started {
+		words = append(words, out.String())
+	}
+	return words, nil
 }
 
 // installedEntries are the manifest's entries as epbuild install leaves them in prefix:
 // an env.sh whose only change from the artifact's is the prefix and id install wrote into
-// it counts as the artifact's.
+// it counts as the artifact's, and what the receipt says install added (bin/, the
+// epbuild it copied to bin/epbuild) is checked like the artifact's files.
 func installedEntries(prefix string, files []archive.Entry) []archive.Entry {
+	out := files
+	if r, err := ReadReceipt(prefix); err == nil && len(r.Added) > 0 {
+		out = append(slices.Clone(files), r.Added...)
+	}
 	b, err := os.ReadFile(filepath.Join(prefix, EnvName))
 	if err != nil {
-		return files
+		return out
 	}
 	tmpl, baked, err := unbakeEnv(string(b))
 	if err != nil || baked == (envBaked{}) {
-		return files
+		return out
 	}
-	out := slices.Clone(files)
+	out = slices.Clone(out)
 	for i, e := range out {
 		if e.Path == EnvName && e.Type == archive.TypeFile && e.Size == int64(len(tmpl)) && e.SHA256 == sha256Hex([]byte(tmpl)) {
 			out[i].Size, out[i].SHA256 = int64(len(b)), sha256Hex(b)

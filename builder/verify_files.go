@@ -20,6 +20,7 @@ import (
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/builder/quote"
 )
 
 // The manifest and the files of an install: the manifest read first (nothing else can be
@@ -34,6 +35,9 @@ func installKinds() []check.Kind[*Subject] {
 		{Name: "install.receipt", Targets: files, Run: onInstall((*verifier).receipt),
 			Explain: "the install receipt names the artifact installed here and pins manifest.json; a missing receipt, one that does " +
 				"not match the manifest, and a receipt or manifest that is not a regular file (a link to a copy elsewhere) fail"},
+		{Name: "install.epbuild", Targets: files, Run: onInstall((*verifier).installedEpbuild),
+			Explain: "the epbuild running verify-install against the one install copied to PREFIX/bin/epbuild (env.sh puts it on PATH): " +
+				"warn when they differ, as another epbuild checks by other rules"},
 		{Name: "files", Targets: files, Run: onInstall((*verifier).files),
 			Explain: "every file's sha256, type and mode against the manifest (manifest.json and the receipt: regular, 0644), and every " +
 				".pyc in __pycache__ against the source it claims (the code compiling it gives); each changed, missing, extra or " +
@@ -137,7 +141,7 @@ func (v *verifier) manifest() bool {
 		c.Fix = "install with epbuild install ARTIFACT --prefix PREFIX; a prefix copied by hand has no manifest"
 		if st, lerr := os.Lstat(c.Read); lerr == nil && !st.Mode().IsRegular() {
 			c.Expected = "a regular file " + ManifestName + ", mode 0644, as the artifact carries it"
-			c.Fix = "reinstall: epbuild install ARTIFACT --prefix " + v.prefix + " (install writes " + ManifestName + " itself; a link to a copy elsewhere lets whoever owns the copy rewrite the record)"
+			c.Fix = "reinstall: " + InstallCommand("", v.prefix) + " (install writes " + ManifestName + " itself; a link to a copy elsewhere lets whoever owns the copy rewrite the record)"
 		}
 		v.rep.add(c)
 		return false
@@ -207,8 +211,8 @@ func (v *verifier) receipt(context.Context) []CheckResult {
 		c.Status, c.Expected, c.Found = check.Fail, ReceiptName+", written by epbuild install", "no "+ReceiptName+" in "+v.prefix
 		c.Why = "without the receipt nothing pins manifest.json, so an edited manifest would hide any other change: " +
 			"the receipt was deleted, or the prefix was not made by epbuild install"
-		c.Fix = fmt.Sprintf("reinstall the artifact of recipe %s, plan %s: epbuild install ARTIFACT --prefix %s (install checks the artifact before it touches the prefix, and writes the receipt)",
-			v.m.Recipe, shortKey(v.m.PlanKey), v.prefix)
+		c.Fix = fmt.Sprintf("reinstall the artifact of recipe %s, plan %s: %s (install checks the artifact before it touches the prefix, and writes the receipt)",
+			quote.Term(v.m.Recipe), shortKey(v.m.PlanKey), InstallCommand("", v.prefix))
 	case err != nil:
 		c.Status, c.Found, c.Fix = check.Fail, err.Error(), v.fix()
 		c.Expected = "a regular file " + ReceiptName + ", mode 0644, as epbuild install writes it"

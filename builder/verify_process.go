@@ -84,7 +84,7 @@ func processLibs(tc *Toolchain) []oneLib {
 				return true, fmt.Sprintf("torch maps its wheel's copy too, but calls the install's: torch.cuda.nccl.version() is %s, the NCCL built here", n.Version)
 			},
 			carried: func(prefix string) bool {
-				m, _ := filepath.Glob(filepath.Join(prefix, "lib", "libnccl.so*"))
+				m, _ := filepath.Glob(filepath.Join(globEscape(prefix), "lib", "libnccl.so*"))
 				return len(m) > 0
 			},
 			recorded: func(ctx context.Context, v *verifier, path string) (bool, string) {
@@ -256,7 +256,7 @@ func nvshmemLibVersion(lib string) string {
 	dir := filepath.Dir(lib)
 	for range 4 {
 		dir = filepath.Dir(dir)
-		infos, _ := filepath.Glob(filepath.Join(dir, "nvidia_nvshmem*.dist-info"))
+		infos, _ := filepath.Glob(filepath.Join(globEscape(dir), "nvidia_nvshmem*.dist-info"))
 		for _, info := range infos {
 			rec, err := os.ReadFile(filepath.Join(info, "RECORD"))
 			rel, rerr := filepath.Rel(dir, lib)
@@ -332,7 +332,7 @@ func ProbeNCCL(ctx context.Context, python string, env, jobEnv []string) NCCLRun
 		if v := inspect.NCCLHeaderVersion(filepath.Join(home, "include", "nccl.h")); v != "" {
 			return NCCLRuntime{Version: v, Source: filepath.Join(home, "include", "nccl.h")}
 		}
-		if m, _ := filepath.Glob(filepath.Join(home, "lib", "libnccl.so.*.*.*")); len(m) > 0 {
+		if m, _ := filepath.Glob(filepath.Join(globEscape(home), "lib", "libnccl.so.*.*.*")); len(m) > 0 {
 			slices.Sort(m)
 			return NCCLRuntime{Version: strings.TrimPrefix(filepath.Base(m[len(m)-1]), "libnccl.so."), Source: m[len(m)-1]}
 		}

@@ -269,7 +269,7 @@ func TestVerifyCatchesEachChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a mode change
-	if err := os.Chmod(at("env.sh"), 0o644); err != nil {
+	if err := os.Chmod(at("env.sh"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	rep := mustVerify(t, prefix)
@@ -285,7 +285,7 @@ func TestVerifyCatchesEachChange(t *testing.T) {
 	if c, _ := rep.Check("files.changed:pydemo/python/pydemo/__init__.py"); !strings.Contains(c.Found, "truncated") {
 		t.Errorf("a truncated file is reported as %q", c.Found)
 	}
-	if c, _ := rep.Check("files.mode:env.sh"); c.Expected != "mode 0755" || c.Found != "mode 0644" {
+	if c, _ := rep.Check("files.mode:env.sh"); c.Expected != "mode 0644" || c.Found != "mode 0755" {
 		t.Errorf("mode change: expected %q, found %q", c.Expected, c.Found)
 	}
 	n := 0
@@ -374,12 +374,15 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 	})
 	t.Run("LD_PRELOAD from outside the prefix", func(t *testing.T) {
 		prefix := freshInstall(t)
-		f, err := os.OpenFile(filepath.Join(prefix, EnvName), os.O_APPEND|os.O_WRONLY, 0)
+		b, err := os.ReadFile(filepath.Join(prefix, EnvName))
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(f, "export LD_PRELOAD='%s'\n", filepath.Join(t.TempDir(), "libnvshmem_host.so.3"))
-		f.Close()
+		edit := fmt.Sprintf("export LD_PRELOAD='%s'\n", filepath.Join(t.TempDir(), "libnvshmem_host.so.3"))
+		b = []byte(strings.Replace(string(b), envTail, edit+envTail, 1))
+		if err := os.WriteFile(filepath.Join(prefix, EnvName), b, envMode); err != nil {
+			t.Fatal(err)
+		}
 		rep := mustVerify(t, prefix)
 		wantStatus(t, rep, map[string]string{"files.changed:env.sh": "fail", "env.script": "fail", "env.ld-preload": "fail"})
 		if c, _ := rep.Check("env.ld-preload"); !strings.Contains(c.Found, "outside the prefix") {
@@ -444,7 +447,7 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 			if err := os.Remove(filepath.Join(p, ReceiptName)); err != nil {
 				t.Fatal(err)
 			}
-		}, map[string]string{"install.receipt": "fail", "files": "pass"}, "no " + ReceiptName},
+		}, map[string]string{"install.receipt": "fail", "files.extra:bin": "fail"}, "no " + ReceiptName}, // the receipt records what install added
 		{"the receipt names another recipe", editReceipt("recipe", "other"), map[string]string{"install.receipt": "fail"}, `recipe "other"`},
 		{"the receipt names another epbuild", editReceipt("built_by", "v0.0.1"), map[string]string{"install.receipt": "fail"}, `built_by "v0.0.1"`},
 		{"the receipt lost its artifact", editReceipt("artifact", ""), map[string]string{"install.receipt": "fail"}, "not the receipt install writes"},

@@ -18,6 +18,7 @@ import (
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/smoke"
 )
 
@@ -42,7 +43,12 @@ it holds more than it declares), every file's sha256 and mode is checked against
 manifest, and verify-install runs on the extracted tree. Only then does the new tree
 replace DIR, in one step. The previous install is removed, or with --keep-previous kept
 as DIR.prev (one copy: an older DIR.prev is replaced). DIR gets a receipt
-(.epbuild-receipt.json) naming the artifact. An interrupted install leaves DIR whole; the
+(.epbuild-receipt.json) naming the artifact (and its absolute path), and DIR/bin with a
+copy of this epbuild as DIR/bin/epbuild when it is a static executable (no ELF
+interpreter; otherwise a note says why not), recorded in the receipt with its sha256:
+env.sh puts DIR/bin on PATH, so ". DIR/env.sh && epbuild verify-install --host" works on
+every node that sees DIR. DIR may hold any character but ':' (the separator of PATH,
+PYTHONPATH and LD_LIBRARY_PATH), and no blank when the recipe preloads a library. An interrupted install leaves DIR whole; the
 next install into DIR removes what it left beside it.
 
 Exit codes: 0 installed; 1 the new install failed verify (DIR is as it was); 2 the
@@ -54,8 +60,12 @@ needed is named).`,
 			if prefix == "" {
 				return usageError{errors.New("install: --prefix DIR is required")}
 			}
+			self, err := os.Executable()
+			if err != nil {
+				self = "" // nothing to copy to PREFIX/bin: said in the notes
+			}
 			res, err := builder.Install(cmd.Context(), builder.InstallOptions{
-				Artifact: args[0], Prefix: prefix, KeepPrevious: keep, Version: version, Log: app.Log,
+				Artifact: args[0], Prefix: prefix, KeepPrevious: keep, Version: version, Log: app.Log, Self: self,
 				Verify: builder.VerifyOptions{Python: python, Environ: builder.CleanEnviron(app.Getenv)},
 			})
 			var ve *builder.InstallVerifyError
@@ -75,12 +85,17 @@ needed is named).`,
 			}
 			r := res.Receipt
 			fmt.Fprintf(app.Out, "installed %s (recipe %s, plan %s)\n", r.Artifact, r.Recipe, r.PlanKey[:min(12, len(r.PlanKey))])
-			fmt.Fprintf(app.Out, "prefix    %s\nsha256    %s\n", res.Prefix, r.SHA256)
+			fmt.Fprintf(app.Out, "prefix    %s\nsha256    %s\n", quote.Term(res.Prefix), r.SHA256)
 			if res.Previous != "" {
-				fmt.Fprintf(app.Out, "previous  kept at %s\n", res.Previous)
+				fmt.Fprintf(app.Out, "previous  kept at %s\n", quote.Term(res.Previous))
 			}
 			fmt.Fprintf(app.Out, "verify    %s\n", verifySummary(res.Report))
-			fmt.Fprintf(app.Out, "use it:   . %s\n", filepath.Join(res.Prefix, builder.EnvName))
+			for _, n := range res.Notes {
+				fmt.Fprintf(app.Out, "note      %s\n", quote.Term(n))
+			}
+			envsh := quote.Shell(filepath.Join(res.Prefix, builder.EnvName))
+			fmt.Fprintf(app.Out, "use it:   . %s\n", envsh)
+			fmt.Fprintf(app.Out, "on nodes: . %s && epbuild verify-install --host\n", envsh)
 			return nil
 		},
 	}
@@ -160,7 +175,11 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 				return err
 			}
 			defer done()
-			opts := builder.VerifyOptions{Prefix: prefix, Python: python, Environ: builder.CleanEnviron(app.Getenv),
+			self, err := os.Executable()
+			if err != nil {
+				self = "" // install.epbuild then says it did not compare
+			}
+			opts := builder.VerifyOptions{Prefix: prefix, Python: python, Environ: builder.CleanEnviron(app.Getenv), Self: self, Version: version,
 				Host: hostOn, Sysroot: sys, JobEnv: os.Environ(), HostsFile: hosts,
 				Smoke: smokeOn, SmokePEs: pes, SmokeTimeout: timeout}
 			if traffic {

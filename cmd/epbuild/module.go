@@ -11,6 +11,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/modulefile"
+	"github.com/epbuild/epbuild/builder/quote"
 )
 
 func newModuleCmd(app *App) *cobra.Command {
@@ -21,15 +22,21 @@ func newModuleCmd(app *App) *cobra.Command {
 		Long: `Write an environment module for the install at --prefix (default $EPBUILD_PREFIX): what
 env.sh exports, read from the install's manifest, with prepend_path for PYTHONPATH and
 LD_LIBRARY_PATH (the user's own entries stay after the install's, and module unload
-removes exactly what was added), EPBUILD_PREFIX and the recipe's runtime env set (Lua:
-pushenv, so module unload gives back a value the user had; Tcl: setenv, which unload
-unsets, as Lmod's Tcl reader does not undo pushenv), and whatis lines with the recipe,
-the plan key, every component's pin and patch sets, and the artifact.
+removes exactly what was added), EPBUILD_PREFIX and the recipe's runtime env set with
+pushenv (module unload gives back a value the user had, from Lua and Tcl alike), and
+whatis lines with the recipe, the plan key, every component's pin and patch sets, and
+the artifact. Every value from the manifest is written as data.
 
 --format lua (default) writes MODULEDIR/NAME/VERSION.lua for Lmod; --format tcl writes
 MODULEDIR/NAME/VERSION, a Tcl modulefile that Lmod and Environment Modules (4.x and later)
-read. NAME/VERSION defaults to the recipe and the short plan key. Without -o the
-modulefile goes to stdout. Then: module use MODULEDIR; module load NAME/VERSION.
+read. NAME/VERSION defaults to the recipe and the short plan key; each must be a file
+name of letters, digits, '.', '_', '-' and '+' (a recipe name from a manifest that is
+not is refused: give --as). Without -o the modulefile goes to stdout. Then: module use
+MODULEDIR; module load NAME/VERSION.
+
+PATH gets PREFIX/bin (the epbuild that installed it), LD_PRELOAD is prepended (a site's
+own preload stays after the install's). Only one DeepEP install is loaded at a time:
+the Lua modulefile is of the family "deepep", the Tcl one conflicts with NAME.
 
 Exit codes: 0 done; 2 bad input (no install at the prefix, a bad --as or --format).`,
 		Args: cobra.NoArgs,
@@ -44,8 +51,12 @@ Exit codes: 0 done; 2 bad input (no install at the prefix, a bad --as or --forma
 			if as != "" {
 				var ok bool
 				name, ver, ok = strings.Cut(as, "/")
-				if !ok || name == "" || ver == "" || strings.Contains(ver, "/") || !filepath.IsLocal(name) || !filepath.IsLocal(ver) {
-					return usageError{fmt.Errorf("--as %q: give NAME/VERSION, e.g. deepep/1.2.1-gcp", as)}
+				if !ok {
+					return usageError{fmt.Errorf("--as %s: give NAME/VERSION, e.g. deepep/1.2.1-gcp", quote.Term(as))}
+				}
+				// each becomes a file name under MODULEDIR
+				if err := errors.Join(quote.Name("module name", name), quote.Name("module version", ver)); err != nil {
+					return usageError{fmt.Errorf("--as: %w; give NAME/VERSION, e.g. deepep/1.2.1-gcp", err)}
 				}
 			}
 			render, ext := modulefile.Lua, ".lua"
@@ -78,7 +89,11 @@ Exit codes: 0 done; 2 bad input (no install at the prefix, a bad --as or --forma
 			if err := os.Chmod(path, 0o644); err != nil {
 				return fmt.Errorf("module: %w", err)
 			}
-			fmt.Fprintf(app.Out, "wrote %s\nuse it: module use %s && module load %s/%s\n", path, out, mod.Name, mod.Version)
+			abs, err := filepath.Abs(out)
+			if err != nil {
+				return fmt.Errorf("module: %w", err)
+			}
+			fmt.Fprintf(app.Out, "wrote %s\nuse it: module use %s && module load %s\n", quote.Term(path), quote.Shell(abs), quote.Shell(mod.Name+"/"+mod.Version))
 			return nil
 		},
 	}
