@@ -42,7 +42,7 @@ type Node struct {
 	ManifestSHA256 string `json:"manifest_sha256,omitempty"`
 	// Problem says why the node has no report to compare: none was written, or it cannot
 	// be read (File names it). Such a node is a failing row; the others are still compared.
-	Problem string `json:"problem,omitempty"`
+	Problem   string `json:"problem,omitempty"`
 	problemAt string // ":line:col" of a JSON error in the report
 	// Unlisted: a host list was given and does not name this node.
 	Unlisted bool `json:"unlisted,omitempty"`
