@@ -187,8 +187,9 @@ func writeFleet(w io.Writer, r *fleet.Report) {
 }
 
 // pasteLine prints a command line made of quote.Shell words as it is where quote.Term
-// would only double its backslashes (the '\” of a quoted quote), which would break the
-// paste; a line with anything else Term escapes is shown escaped, as every report string.
+// would only double its backslashes (a single quote inside a quoted word is written with
+// one), which would break the paste; a line with anything else Term escapes is shown
+// escaped, as every report string.
 func pasteLine(cmd string) string {
 	if bare := strings.ReplaceAll(cmd, `\`, ""); quote.Term(bare) == bare {
 		return cmd
