@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -390,6 +391,10 @@ func (n *Node) stream(tab *table, hdr *reportFile, each func(builder.VerifyCheck
 		return err
 	case i == 0:
 		return errors.New("no checks: not a verify-install --json report")
+	}
+	if seen != nil {
+		// kept for the whole comparison: no spare capacity, nodes times checks of it
+		n.checks = slices.Clone(n.checks)
 	}
 	return nil
 }
