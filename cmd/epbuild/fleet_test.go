@@ -62,7 +62,7 @@ func TestFleetReportCLI(t *testing.T) {
 	}
 	// a report that cannot be read is a failing row naming it; the others are compared
 	if code, out, errs := run(t, env, "fleet", "report", reports, broken); code != 1 || !strings.Contains(out, "gpu-d  report") ||
-		!strings.Contains(out, "gpu-d:\n    - "+broken+":2:1: not JSON") || !strings.Contains(out, "DIFFER: gpu-b, gpu-d\n") {
+		!strings.Contains(out, "gpu-d:\n    - "+broken+":1:13: not JSON: unexpected EOF") || !strings.Contains(out, "DIFFER: gpu-b, gpu-d\n") {
 		t.Errorf("a broken report: exit %d\n%s\n%s", code, out, errs)
 	}
 	if code, _, _ := run(t, env, "fleet", "report"); code != 2 {
