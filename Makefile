@@ -66,6 +66,7 @@ fuzz:
 	$(FUZZ) FuzzInstallExtract ./builder/
 	$(FUZZ) FuzzExpandHostlist ./builder/host/
 	$(FUZZ) FuzzBlocks2 ./builder/sha256x2/
+	$(FUZZ) FuzzLoadReport ./builder/fleet/
 
 clean:
 	rm -rf bin

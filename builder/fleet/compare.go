@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/quote"
 )
 
 // Report is the fleet's comparison: one row per node that differs from the rest, on a
@@ -59,6 +61,8 @@ type NodeSummary struct {
 	SchemaVersion  string         `json:"schema_version,omitempty"`
 	Counts         map[string]int `json:"counts"`
 	Failed         bool           `json:"failed"`
+	// Problem: why the node has no report to compare (Node.Problem).
+	Problem string `json:"problem,omitempty"`
 }
 
 // Difference is one node that differs from the fleet.
@@ -73,6 +77,9 @@ type Difference struct {
 	Fleet string `json:"fleet"`
 	Of    int    `json:"of"`
 	Fix   string `json:"fix"`
+	// Command is the fix as a command line to paste, where there is one: every word
+	// shell-quoted, files by absolute path.
+	Command string `json:"command,omitempty"`
 }
 
 // CheckSpread is a check whose status differs between nodes.
@@ -90,23 +97,20 @@ type facet struct {
 	name  string
 	value func(n *Node) string // "" when the report does not say
 	fix   func(n *Node, found, fleet string, ref *Node) string
+	// command, when not nil, is the fix's command line ("" where none can be given)
+	command func(n *Node, found string, ref *Node) string
 	// optional facets are compared between the nodes that report them: a report that
 	// does not say (an older epbuild, a check skipped for lack of input) is no difference.
 	// Without an install or a pairing a node does differ.
 	optional bool
 }
 
-func facets() []facet {
+func facets(opt Options) []facet {
 	return []facet{
 		{name: "install", value: installOf, fix: func(n *Node, _, fleet string, ref *Node) string {
-			art, prefix := ref.Report.Artifact, n.Report.Prefix
-			if art == "" {
-				art = "ARTIFACT"
-			}
-			if prefix == "" {
-				prefix = "PREFIX"
-			}
-			return fmt.Sprintf("install the fleet's artifact (%s) on %s: epbuild install %s --prefix %s (epbuild pull fetches it from the registry)", fleet, n.Name, art, prefix)
+			return installFix(n, fleet, ref, opt.ArtifactDir)
+		}, command: func(n *Node, _ string, ref *Node) string {
+			return installCommand(n, ref, opt.ArtifactDir)
 		}},
 		{name: "nvshmem", optional: true, value: checkValue("process.single-nvshmem", func(c builder.VerifyCheck) string { return c.Found }),
 			fix: func(n *Node, _, fleet string, _ *Node) string {
@@ -122,12 +126,59 @@ func facets() []facet {
 				return fmt.Sprintf("run epbuild verify-install --host --json on %s: its report has no GPU↔NIC pairing", n.Name)
 			}
 			return fmt.Sprintf("%s's PCIe tree pairs its GPUs with other NICs than the fleet's: check its NIC names (udev or DOCA-OFED renaming) and card slots; "+
-				"until they match, set DEEP_EP_DEVICE_TO_HCA_MAPPING=%s on %s only (a node-wide mapping of %s sends its GPUs through distant NICs)", n.Name, found, n.Name, fleet)
+				"until they match, set DEEP_EP_DEVICE_TO_HCA_MAPPING=%s on %s only (a node-wide mapping of %s sends its GPUs through distant NICs)", n.Name, quote.Shell(found), n.Name, fleet)
+		}, command: func(_ *Node, found string, _ *Node) string {
+			if found == "" {
+				return ""
+			}
+			return "export DEEP_EP_DEVICE_TO_HCA_MAPPING=" + quote.Shell(found)
 		}},
 		{name: "epbuild", optional: true, value: func(n *Node) string { return n.EpbuildVersion }, fix: func(n *Node, _, fleet string, _ *Node) string {
 			return fmt.Sprintf("run the fleet's epbuild (%s) on %s: another version may check other things", fleet, n.Name)
 		}},
 	}
+}
+
+// installFix says how to give n the fleet's install; installCommand is the command to
+// paste where this machine knows where the artifact lies.
+func installFix(n *Node, fleet string, ref *Node, artifactDir string) string {
+	art, prefix := installArgs(n, ref, artifactDir)
+	switch {
+	case art == "" || prefix == "":
+		return fmt.Sprintf("install the fleet's artifact (%s) on %s with epbuild install ARTIFACT --prefix PREFIX: the reports name no artifact or prefix", fleet, n.Name)
+	case !filepath.IsAbs(art):
+		return fmt.Sprintf("install the fleet's artifact %s (%s) on %s with epbuild install and --prefix %s; fleet report --artifacts DIR, "+
+			"the directory that holds it, prints the command (epbuild pull fetches it from the registry by its plan key)", art, fleet, n.Name, prefix)
+	}
+	return fmt.Sprintf("install the fleet's artifact (%s) on %s: %s (epbuild pull fetches it from the registry)", fleet, n.Name,
+		installCommand(n, ref, artifactDir))
+}
+
+func installCommand(n *Node, ref *Node, artifactDir string) string {
+	art, prefix := installArgs(n, ref, artifactDir)
+	if art == "" || prefix == "" || !filepath.IsAbs(art) {
+		return ""
+	}
+	return shellLine("epbuild", "install", art, "--prefix", prefix)
+}
+
+// installArgs are the artifact (by absolute path where known) and the prefix of n's fix.
+func installArgs(n *Node, ref *Node, artifactDir string) (art, prefix string) {
+	art, prefix = ref.Report.Artifact, cmp.Or(n.Report.Prefix, ref.Report.Prefix)
+	if art != "" && !filepath.IsAbs(art) && artifactDir != "" {
+		if abs, err := filepath.Abs(filepath.Join(artifactDir, filepath.Base(art))); err == nil {
+			art = abs
+		}
+	}
+	return art, prefix
+}
+
+// shellLine is a command line to paste: each word shell-quoted.
+func shellLine(words ...string) string {
+	for i, w := range words {
+		words[i] = quote.Shell(w)
+	}
+	return strings.Join(words, " ")
 }
 
 // installOf is the install's identity: recipe, plan key and, when reported, the manifest's
@@ -155,7 +206,7 @@ func mappingOf(n *Node) string {
 // checkValue reads a facet from one check; a skipped or absent check says nothing.
 func checkValue(id string, get func(builder.VerifyCheck) string) func(n *Node) string {
 	return func(n *Node) string {
-		c, ok := n.Report.Check(id)
+		c, ok := n.facts[id]
 		if !ok || c.Status == "skip" {
 			return ""
 		}
@@ -163,22 +214,54 @@ func checkValue(id string, get func(builder.VerifyCheck) string) func(n *Node) s
 	}
 }
 
-// Compare finds what differs between the nodes.
-func Compare(nodes []Node) *Report {
+// Options are what Compare needs beyond the reports.
+type Options struct {
+	// ArtifactDir is where the fleet's artifacts lie on this machine, so that an install
+	// fix can name the artifact by its absolute path; "": not known.
+	ArtifactDir string
+}
+
+// Compare finds what differs between the nodes. A node with a Problem (no report, or one
+// that cannot be read) is a difference of its own and takes no part in the majorities.
+func Compare(nodes []Node, opt Options) *Report {
 	rep := &Report{}
+	tab := newTable()
 	for i := range nodes {
-		n := &nodes[i]
-		rep.Nodes = append(rep.Nodes, NodeSummary{Name: n.Name, File: n.File, Recipe: n.Report.Recipe, PlanKey: n.Report.PlanKey,
-			EpbuildVersion: n.EpbuildVersion, SchemaVersion: n.SchemaVersion, Counts: n.Report.Counts(), Failed: n.Report.Failed()})
-		if n.Report.Failed() {
-			rep.Failing = append(rep.Failing, n.Name)
+		if nodes[i].tab != nil {
+			tab = nodes[i].tab // Load's: the ids every node was read with
+			break
 		}
 	}
-	rep.Differences = append(rep.Differences, duplicateHostnames(nodes)...)
-	for _, f := range facets() {
-		rep.Differences = append(rep.Differences, f.compare(nodes)...)
+	var usable []Node
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Problem == "" && n.tab != tab {
+			if err := n.stream(tab, nil, nil); err != nil {
+				n.Problem = err.Error()
+			}
+		}
+		rep.Nodes = append(rep.Nodes, NodeSummary{Name: n.Name, File: n.File, Recipe: n.Report.Recipe, PlanKey: n.Report.PlanKey,
+			EpbuildVersion: n.EpbuildVersion, SchemaVersion: n.SchemaVersion, Counts: n.counts, Failed: n.failed || n.Problem != "", Problem: n.Problem})
+		if n.Problem != "" {
+			d := problemRow(n)
+			rep.Nodes[len(rep.Nodes)-1].Problem = d.Found
+			rep.Differences = append(rep.Differences, d)
+			continue
+		}
+		if n.failed {
+			rep.Failing = append(rep.Failing, n.Name)
+		}
+		if n.Unlisted {
+			rep.Differences = append(rep.Differences, Difference{Node: n.Name, What: "host list", Found: "a report from a node the host list does not name",
+				Fix: "remove " + n.File + " if it is left from another run, else add the node to the host list"})
+		}
+		usable = append(usable, *n)
 	}
-	spreads, diffs, common := compareChecks(nodes)
+	rep.Differences = append(rep.Differences, duplicateHostnames(usable)...)
+	for _, f := range facets(opt) {
+		rep.Differences = append(rep.Differences, f.compare(usable)...)
+	}
+	spreads, diffs, common := compareChecks(usable, tab)
 	rep.Checks, rep.FailEverywhere = spreads, common
 	rep.Differences = append(rep.Differences, diffs...)
 	// one node's rows together, nodes in input order
@@ -190,6 +273,22 @@ func Compare(nodes []Node) *Report {
 	}
 	slices.SortStableFunc(rep.Differences, func(a, b Difference) int { return order[a.Node] - order[b.Node] })
 	return rep
+}
+
+// problemRow is the difference of a node without a report to compare.
+func problemRow(n *Node) Difference {
+	d := Difference{Node: n.Name, What: "report", Found: n.Problem}
+	if n.problemAt != "" {
+		d.Found = "line " + n.problemAt[1:] + ": " + n.Problem
+	}
+	if n.File == "" && n.Report.Checks == nil {
+		d.Found = "no report from this node"
+		d.Fix = "run epbuild verify-install --host --json on " + n.Name + " and write its report beside the others, named after the node " +
+			"(a node whose install is missing or broken still writes a report, with failing checks: none at all means the task did not run there)"
+	} else {
+		d.Fix = n.File + n.problemAt + ": " + n.Problem + "; replace it with what epbuild verify-install --host --json prints on " + n.Name + " (the whole output, nothing else)"
+	}
+	return d
 }
 
 // duplicateHostnames: two reports from one hostname are one node checked twice and
@@ -264,6 +363,9 @@ func (f facet) compare(all []Node) []Difference {
 			d.Fix = fmt.Sprintf("the nodes split evenly on %s: decide which is right, then fix the others", f.name)
 		} else {
 			d.Fix = f.fix(&nodes[i], values[i], fleet, ref)
+			if f.command != nil {
+				d.Command = f.command(&nodes[i], values[i], ref)
+			}
 		}
 		out = append(out, d)
 	}
@@ -286,73 +388,171 @@ func statusRank(s string) int {
 	return 4 // fail, or a status this version does not know
 }
 
+// checkInfo is what the fleet says about one check id.
+type checkInfo struct {
+	seen   int           // nodes whose report has it
+	counts []statusCount // nodes by status ("absent" added once every node is counted)
+	fleet  string        // the majority's status
+	spread bool          // its status differs between nodes
+	// failAll: it fails on every node; fix is then the first node's fix (fixed: set)
+	failAll, fixed bool
+	fix, why       string
+	by             map[string][]string
+	// last and text: 1 + the node whose statuses, and whose texts, were last visited (a
+	// report's second check with one id is not counted again)
+	last, text int
+}
+
+type statusCount struct {
+	status string
+	n      int
+}
+
+func (ci *checkInfo) add(status string) {
+	for i := range ci.counts {
+		if ci.counts[i].status == status {
+			ci.counts[i].n++
+			return
+		}
+	}
+	ci.counts = append(ci.counts, statusCount{status, 1})
+}
+
 // compareChecks finds checks whose status differs between nodes, and the nodes off the
-// fleet's status for each.
-func compareChecks(nodes []Node) ([]CheckSpread, []Difference, []FleetFailure) {
-	var ids []string
-	seen := map[string]bool{}
-	for _, n := range nodes {
-		for _, c := range n.Report.Checks {
-			if !seen[c.ID] {
-				seen[c.ID] = true
-				ids = append(ids, c.ID)
+// fleet's status for each. It is linear in the checks of all reports: the nodes' interned
+// statuses are counted by id, then only the reports with a check off the fleet's are read
+// again, for those checks' texts.
+func compareChecks(nodes []Node, tab *table) ([]CheckSpread, []Difference, []FleetFailure) {
+	info := make([]checkInfo, len(tab.idNames))
+	for i := range nodes {
+		for _, c := range nodes[i].checks {
+			info[c.id].seen++
+			info[c.id].add(tab.stNames[c.status])
+		}
+	}
+	var spreadIDs []int32
+	second := false
+	for id := range info {
+		ci := &info[id]
+		if ci.seen == 0 {
+			continue
+		}
+		if a := len(nodes) - ci.seen; a > 0 {
+			ci.counts = append(ci.counts, statusCount{absent, a})
+		}
+		if len(ci.counts) == 1 {
+			ci.failAll = ci.counts[0].status == "fail"
+			second = second || ci.failAll
+			continue
+		}
+		ci.spread, second = true, true
+		ci.fleet = slices.MinFunc(ci.counts, func(a, b statusCount) int {
+			return cmp.Or(b.n-a.n, statusRank(a.status)-statusRank(b.status), strings.Compare(a.status, b.status))
+		}).status
+		ci.by = map[string][]string{}
+		spreadIDs = append(spreadIDs, int32(id))
+	}
+	if !second {
+		return nil, nil, nil
+	}
+	type keyed struct {
+		id int32
+		d  Difference
+	}
+	var diffs []keyed
+	anyFailAll := false
+	for id := range info {
+		anyFailAll = anyFailAll || info[id].failAll
+	}
+	for i := range nodes {
+		n := &nodes[i]
+		var rows []keyed
+		// who has which status comes from the statuses recorded; the report is read again
+		// only for the texts of its checks off the fleet's (and the first node's, for the
+		// fix of a check that fails everywhere)
+		read := i == 0 && anyFailAll
+		for _, c := range n.checks {
+			ci := &info[c.id]
+			ci.last = i + 1
+			if !ci.spread {
+				continue
+			}
+			st := tab.stNames[c.status]
+			ci.by[st] = append(ci.by[st], n.Name)
+			read = read || st != ci.fleet
+		}
+		for _, id := range spreadIDs {
+			ci := &info[id]
+			if ci.last == i+1 {
+				continue
+			}
+			ci.by[absent] = append(ci.by[absent], n.Name)
+			if ci.fleet != absent {
+				rows = append(rows, keyed{id, Difference{Node: n.Name, What: "check " + tab.idNames[id], Found: absent, Fleet: ci.fleet, Of: ci.count(ci.fleet),
+					Fix: "its report lacks this check: run the fleet's epbuild with the same flags (--host, --prefix) on " + n.Name}})
 			}
 		}
+		if read {
+			err := n.stream(tab, nil, func(c builder.VerifyCheck) error {
+				id, ok := tab.ids[c.ID]
+				if !ok {
+					return fmt.Errorf("check %s appeared on a second read", c.ID)
+				}
+				ci := &info[id]
+				if ci.text == i+1 {
+					return nil // a second check with this id: the first one counts
+				}
+				ci.text = i + 1
+				if ci.failAll && !ci.fixed {
+					ci.fix, ci.fixed = c.Fix, true
+				}
+				st := string(c.Status)
+				if !ci.spread || st == ci.fleet {
+					return nil
+				}
+				ci.why = cmp.Or(ci.why, c.Why)
+				fix := cmp.Or(c.Fix, "see "+c.Read)
+				found := st
+				if detail := oneLine(cmp.Or(c.Found, c.Read)); detail != "" && st != "pass" {
+					found += ": " + detail
+				}
+				rows = append(rows, keyed{id, Difference{Node: n.Name, What: "check " + c.ID, Found: found, Fleet: ci.fleet, Of: ci.count(ci.fleet), Fix: fix}})
+				return nil
+			})
+			if err != nil {
+				rows = append(rows, keyed{-1, Difference{Node: n.Name, What: "report", Found: err.Error(), Fix: "run fleet report again"}})
+			}
+		}
+		slices.SortStableFunc(rows, func(a, b keyed) int { return cmp.Compare(a.id, b.id) })
+		diffs = append(diffs, rows...)
 	}
 	var (
 		spreads []CheckSpread
-		diffs   []Difference
+		out     []Difference
 		common  []FleetFailure
 	)
-	for _, id := range ids {
-		statuses := make([]string, len(nodes))
-		checks := make([]builder.VerifyCheck, len(nodes))
-		by := map[string][]string{}
-		for i, n := range nodes {
-			c, ok := n.Report.Check(id)
-			statuses[i] = absent
-			if ok {
-				statuses[i], checks[i] = string(c.Status), c
-			}
-			by[statuses[i]] = append(by[statuses[i]], n.Name)
+	for id := range info {
+		ci := &info[id]
+		switch {
+		case ci.spread:
+			spreads = append(spreads, CheckSpread{ID: tab.idNames[id], ByStatus: ci.by, Why: ci.why})
+		case ci.failAll:
+			common = append(common, FleetFailure{ID: tab.idNames[id], Fix: ci.fix})
 		}
-		if len(by) == 1 {
-			if statuses[0] == "fail" {
-				common = append(common, FleetFailure{ID: id, Fix: checks[0].Fix})
-			}
-			continue
-		}
-		count := map[string]int{}
-		for _, s := range statuses {
-			count[s]++
-		}
-		fleet := slices.MinFunc(slices.Collect(maps.Keys(count)), func(a, b string) int {
-			return cmp.Or(count[b]-count[a], statusRank(a)-statusRank(b))
-		})
-		sp := CheckSpread{ID: id, ByStatus: by}
-		for i := range nodes {
-			if sp.Why == "" && checks[i].Why != "" {
-				sp.Why = checks[i].Why
-			}
-			if statuses[i] == fleet {
-				continue
-			}
-			fix := checks[i].Fix
-			if statuses[i] == absent {
-				fix = "its report lacks this check: run the fleet's epbuild with the same flags (--host, --prefix) on " + nodes[i].Name
-			}
-			if fix == "" {
-				fix = "see " + checks[i].Read
-			}
-			found := statuses[i]
-			if detail := oneLine(cmp.Or(checks[i].Found, checks[i].Read)); detail != "" && statuses[i] != "pass" {
-				found += ": " + detail
-			}
-			diffs = append(diffs, Difference{Node: nodes[i].Name, What: "check " + id, Found: found, Fleet: fleet, Of: count[fleet], Fix: fix})
-		}
-		spreads = append(spreads, sp)
 	}
-	return spreads, diffs, common
+	for _, k := range diffs {
+		out = append(out, k.d)
+	}
+	return spreads, out, common
+}
+
+func (ci *checkInfo) count(status string) int {
+	for _, c := range ci.counts {
+		if c.status == status {
+			return c.n
+		}
+	}
+	return 0
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

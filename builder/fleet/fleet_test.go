@@ -3,7 +3,6 @@ package fleet
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -147,7 +146,7 @@ func TestFleetNamesTheOddNodes(t *testing.T) {
 	verifyNode(t, dir, "node04.json", "node04", missing, normal)
 	verifyNode(t, dir, "node05.json", "node05", good, normal)
 
-	nodes, err := Load([]string{dir})
+	nodes, err := Load([]string{dir}, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +157,7 @@ func TestFleetNamesTheOddNodes(t *testing.T) {
 	if !slices.Equal(names, []string{"node01", "node02", "node03", "node04", "node05"}) || nodes[1].Hostname != "" || nodes[0].SchemaVersion != "1" {
 		t.Fatalf("nodes %v (node02 hostname %q, node01 schema %q)", names, nodes[1].Hostname, nodes[0].SchemaVersion)
 	}
-	rep := Compare(nodes)
+	rep := Compare(nodes, Options{})
 	if odd := rep.Odd(); !slices.Equal(odd, []string{"node03", "node04"}) {
 		t.Errorf("odd nodes %v, want node03 and node04; differences:\n%s", odd, dump(rep))
 	}
@@ -221,7 +220,7 @@ func TestFleetNCCLAndNVSHMEM(t *testing.T) {
 	nodes := []Node{{Name: "a", Report: ok}, {Name: "b", Report: ok}, {Name: "c", Report: ok},
 		{Name: "d", Report: base("NCCL runtime 2.21.5, built against 2.27.3-1", "/opt/deepep/nvshmem/lib/libnvshmem_host.so.3")},
 		{Name: "e", Report: base("NCCL runtime 2.27.3, built against 2.27.3-1", "/usr/lib/python3/dist-packages/nvidia/nvshmem/lib/libnvshmem_host.so.3")}}
-	rep := Compare(nodes)
+	rep := Compare(nodes, Options{})
 	var got []string
 	for _, d := range rep.Differences {
 		got = append(got, d.Node+" "+d.What)
@@ -233,13 +232,30 @@ func TestFleetNCCLAndNVSHMEM(t *testing.T) {
 	other := ok
 	other.PlanKey = strings.Repeat("cd", 32)
 	nodes[2].Report = other
-	for _, d := range Compare(nodes).Differences {
-		if d.What == "install" && (d.Node != "c" || !strings.Contains(d.Fix, "epbuild install gcp-b200-abababababab.tar.zst --prefix /opt/deepep")) {
-			t.Errorf("install difference %+v", d)
+	// the fix is a command to paste: the artifact by its absolute path, each word quoted
+	installs := 0
+	for _, d := range Compare(nodes, Options{ArtifactDir: "/srv/deep ep"}).Differences {
+		if d.What == "install" {
+			installs++
+			if d.Node != "c" || !strings.Contains(d.Fix, "epbuild install '/srv/deep ep/gcp-b200-abababababab.tar.zst' --prefix /opt/deepep") {
+				t.Errorf("install difference %+v", d)
+			}
 		}
 	}
+	// where the artifact lies is not known: no bare name as if it were here
+	for _, d := range Compare(nodes, Options{}).Differences {
+		if d.What == "install" {
+			installs++
+			if strings.Contains(d.Fix, "epbuild install gcp-b200") || !strings.Contains(d.Fix, "--artifacts DIR") {
+				t.Errorf("install difference without the artifacts' directory: %+v", d)
+			}
+		}
+	}
+	if installs != 2 {
+		t.Errorf("%d install differences, want 2", installs)
+	}
 	// an even split has no majority: every side is listed
-	tie := Compare([]Node{{Name: "a", Report: ok}, {Name: "b", Report: base("NCCL runtime 2.21.5, built against 2.27.3-1", "/opt/deepep/nvshmem/lib/libnvshmem_host.so.3")}})
+	tie := Compare([]Node{{Name: "a", Report: ok}, {Name: "b", Report: base("NCCL runtime 2.21.5, built against 2.27.3-1", "/opt/deepep/nvshmem/lib/libnvshmem_host.so.3")}}, Options{})
 	if len(tie.Differences) != 2 || tie.Differences[0].Fleet != "no majority" {
 		t.Errorf("a tie: %+v", tie.Differences)
 	}
@@ -260,23 +276,36 @@ func TestLoadRefusesWhatIsNotAReport(t *testing.T) {
 		{"broken.json", "{\n  \"checks\": [\n    {\"id\": \"files\",, }\n", "broken.json:3:"},
 		{"empty.json", `{"ok": true, "checks": []}`, "not a verify-install --json report"},
 		{"noid.json", `{"checks": [{"status": "pass"}]}`, "check 1 has no id"},
+		{"list.json", `{"checks": {"id": "files"}}`, `"checks" is not a list`},
+		{"trailing.json", `{"checks": [{"id": "files", "status": "pass"}]} {}`, "trailing.json:1:"},
 	} {
-		_, err := Load([]string{write(tc.file, tc.content)})
-		var ie *InputError
-		if !errors.As(err, &ie) || ie.ExitCode() != 2 || !strings.Contains(err.Error(), tc.says) {
-			t.Errorf("%s: %v", tc.file, err)
+		good := write("good.json", `{"hostname": "good", "checks": [{"id": "files", "status": "pass"}]}`)
+		nodes, err := Load([]string{good, write(tc.file, tc.content)}, LoadOptions{})
+		if err != nil || len(nodes) != 2 || nodes[1].Problem == "" || nodes[0].Problem != "" {
+			t.Errorf("%s: %v %+v", tc.file, err, nodes)
+			continue
 		}
+		// the unreadable report is a failing row; the other is still compared
+		rep := Compare(nodes, Options{})
+		if rep.OK() || len(rep.Differences) != 1 || rep.Differences[0].What != "report" || !strings.Contains(rep.Differences[0].Fix, tc.says) ||
+			len(rep.Nodes) != 2 || rep.Nodes[1].Problem == "" {
+			t.Errorf("%s: %+v", tc.file, rep)
+		}
+		os.Remove(filepath.Join(dir, tc.file))
 	}
-	if _, err := Load([]string{t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no *.json reports") {
+	if _, err := Load([]string{t.TempDir()}, LoadOptions{}); err == nil || !strings.Contains(err.Error(), "no *.json reports") {
 		t.Errorf("an empty directory: %v", err)
+	}
+	if _, err := Load([]string{filepath.Join(dir, "nothere.json")}, LoadOptions{}); err == nil || err.(*InputError).ExitCode() != 2 {
+		t.Errorf("a path that does not exist: %v", err)
 	}
 	// two reports from one hostname
 	rep := `{"hostname": "gpu7", "checks": [{"id": "files", "status": "pass", "read": "x"}]}`
-	nodes, err := Load([]string{write("a.json", rep), write("b.json", rep)})
+	nodes, err := Load([]string{write("a.json", rep), write("b.json", rep)}, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	diffs := Compare(nodes).Differences
+	diffs := Compare(nodes, Options{}).Differences
 	if len(diffs) != 1 || diffs[0].What != "hostname" || !strings.Contains(diffs[0].Found, "a.json") {
 		t.Errorf("a duplicate hostname: %+v", diffs)
 	}

@@ -3,22 +3,32 @@
 // the others) is only visible across nodes. It reads the reports, finds each check whose
 // status differs between nodes and each node that differs from the majority, and says
 // how to fix each. The command line only prints what Compare returns.
+//
+// Reports are read as streams and never held whole: a node keeps its report's header and
+// one small record per check (interned id, status); the texts of a check (found, fix,
+// why) are read again only for the checks that differ. A fleet of large reports thus
+// takes about the memory of one report, and the comparison is linear in the checks.
 package fleet
 
 import (
-	"bytes"
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/host"
 )
 
-// Node is one node's report as read.
+// Node is one node's report as read, or why there is none to read (Problem).
 type Node struct {
 	// Name is the report's hostname, else its file name without .json (Slurm and the
 	// Kubernetes Job in docs/fleet.md name the files after the node).
@@ -30,22 +40,89 @@ type Node struct {
 	SchemaVersion  string `json:"schema_version,omitempty"`
 	EpbuildVersion string `json:"epbuild_version,omitempty"`
 	// ManifestSHA256 is the installed manifest.json's sha256, when the report has it.
-	ManifestSHA256 string               `json:"manifest_sha256,omitempty"`
-	Report         builder.VerifyReport `json:"-"`
+	ManifestSHA256 string `json:"manifest_sha256,omitempty"`
+	// Problem says why the node has no report to compare: none was written, or it cannot
+	// be read (File names it). Such a node is a failing row; the others are still compared.
+	Problem   string `json:"problem,omitempty"`
+	problemAt string // ":line:col" of a JSON error in the report
+	// Unlisted: a host list was given and does not name this node.
+	Unlisted bool `json:"unlisted,omitempty"`
+	// Report is the report's header (prefix, recipe, plan, artifact, mapping). Load leaves
+	// its Checks nil (they are read as a stream); a node built in memory may carry them.
+	Report builder.VerifyReport `json:"-"`
+
+	tab      *table
+	checks   []idStatus                     // each check id once, in report order
+	facts    map[string]builder.VerifyCheck // the checks a facet reads
+	counts   map[string]int
+	failed   bool
+	maxBytes int64
+	stamp    stamp // the file as first read: a report that changes is not compared half-read
 }
 
-// reportFile is what verify-install --json (and host check --json) print: the report, its
-// verdict, and the fields that name the node and the writer.
+// idStatus is one check of a node: its id and status, interned in the fleet's table.
+type idStatus struct {
+	id     int32
+	status uint8
+}
+
+// table interns check ids and statuses for the whole fleet, so that each node's record of
+// its checks is 8 bytes a check however long the ids.
+type table struct {
+	ids      map[string]int32
+	idNames  []string
+	statuses map[string]uint8
+	stNames  []string
+	// visits counts the checks read, over every pass: the measure of the comparison's
+	// work, which a test bounds (linear in the checks, never their square).
+	visits int
+}
+
+func newTable() *table {
+	return &table{ids: map[string]int32{}, statuses: map[string]uint8{}}
+}
+
+// maxStatuses bounds the distinct statuses (verify-install writes four).
+const maxStatuses = 255
+
+func (t *table) id(s string) int32 {
+	if i, ok := t.ids[s]; ok {
+		return i
+	}
+	i := int32(len(t.idNames))
+	t.ids[s] = i
+	t.idNames = append(t.idNames, s)
+	return i
+}
+
+func (t *table) status(s string) (uint8, error) {
+	if i, ok := t.statuses[s]; ok {
+		return i, nil
+	}
+	if len(t.stNames) >= maxStatuses {
+		return 0, fmt.Errorf("more than %d distinct check statuses: not a verify-install --json report", maxStatuses)
+	}
+	i := uint8(len(t.stNames))
+	t.statuses[s] = i
+	t.stNames = append(t.stNames, s)
+	return i, nil
+}
+
+// factIDs are the checks whose texts a facet compares (facets()).
+var factIDs = map[string]bool{"process.single-nvshmem": true, "host.nccl.version": true}
+
+// reportFile is the header of what verify-install --json (and host check --json) print:
+// the fields that name the node and the writer, and the report's own.
 type reportFile struct {
-	OK             *bool           `json:"ok"`
-	Hostname       string          `json:"hostname"`
-	SchemaVersion  json.RawMessage `json:"schema_version"`
-	EpbuildVersion string          `json:"epbuild_version"`
-	ManifestSHA256 string          `json:"manifest_sha256"`
-	builder.VerifyReport
+	OK             *bool
+	Hostname       string
+	SchemaVersion  json.RawMessage
+	EpbuildVersion string
+	ManifestSHA256 string
+	Report         builder.VerifyReport
 }
 
-// InputError is a report that cannot be read: bad input, exit 2.
+// InputError is an argument that cannot be used: bad input, exit 2.
 type InputError struct {
 	File string
 	Err  error
@@ -55,12 +132,26 @@ func (e *InputError) Error() string { return fmt.Sprintf("%s: %v", e.File, e.Err
 func (e *InputError) Unwrap() error { return e.Err }
 func (e *InputError) ExitCode() int { return 2 }
 
-// maxReport bounds one report file; a node's report is tens of KiB.
-const maxReport = 64 << 20
+// DefaultMaxReport bounds one report file; a node's report is tens of KiB.
+const DefaultMaxReport = 64 << 20
+
+// LoadOptions says how to read the reports.
+type LoadOptions struct {
+	// MaxBytes bounds each report (0: DefaultMaxReport); a larger one is a failing row.
+	MaxBytes int64
+	// Expected are the nodes that must have reported (a host list, the Slurm
+	// allocation); nil: whichever reported. A listed node without a report is a failing
+	// row, and a report from a node not listed is a difference.
+	Expected []string
+}
 
 // Load reads the reports in paths: files, and the *.json files of directories (not
-// recursive), in name order.
-func Load(paths []string) ([]Node, error) {
+// recursive), in name order. A report that cannot be read is a node with a Problem, not
+// an error: the error is for paths that do not exist or hold no report at all.
+func Load(paths []string, opt LoadOptions) ([]Node, error) {
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = DefaultMaxReport
+	}
 	var files []string
 	for _, p := range paths {
 		st, err := os.Stat(p)
@@ -75,22 +166,19 @@ func Load(paths []string) ([]Node, error) {
 		if err != nil {
 			return nil, &InputError{File: p, Err: err}
 		}
-		if len(m) == 0 {
+		if len(m) == 0 && opt.Expected == nil {
 			return nil, &InputError{File: p, Err: errors.New("no *.json reports in this directory")}
 		}
 		sort.Strings(m)
 		files = append(files, m...)
 	}
-	if len(files) == 0 {
+	if len(files) == 0 && opt.Expected == nil {
 		return nil, &InputError{File: "-", Err: errors.New("no reports given")}
 	}
+	tab := newTable()
 	nodes := make([]Node, 0, len(files))
 	for _, f := range files {
-		n, err := readNode(f)
-		if err != nil {
-			return nil, err
-		}
-		nodes = append(nodes, n)
+		nodes = append(nodes, readNode(f, opt.MaxBytes, tab))
 	}
 	// two reports with one hostname stay apart, by file (Compare reports the duplicate)
 	count := map[string]int{}
@@ -102,59 +190,354 @@ func Load(paths []string) ([]Node, error) {
 			nodes[i].Name += " (" + filepath.Base(nodes[i].File) + ")"
 		}
 	}
+	if opt.Expected != nil {
+		nodes = matchExpected(nodes, opt.Expected)
+	}
 	return nodes, nil
 }
 
-func readNode(file string) (Node, error) {
-	st, err := os.Stat(file)
-	switch {
-	case err != nil:
-		return Node{}, &InputError{File: file, Err: err}
-	case !st.Mode().IsRegular():
-		return Node{}, &InputError{File: file, Err: errors.New("not a regular file")}
-	case st.Size() > maxReport:
-		return Node{}, &InputError{File: file, Err: fmt.Errorf("%d bytes: a verify-install report is far smaller", st.Size())}
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return Node{}, &InputError{File: file, Err: err}
-	}
-	var rf reportFile
-	if err := json.Unmarshal(b, &rf); err != nil {
-		return Node{}, &InputError{File: file + where(b, err), Err: fmt.Errorf("not JSON: %v; write it with epbuild verify-install --json > FILE", err)}
-	}
-	if len(rf.Checks) == 0 {
-		return Node{}, &InputError{File: file, Err: errors.New("no checks: not a verify-install --json report")}
-	}
-	for i, c := range rf.Checks {
-		if c.ID == "" || c.Status == "" {
-			return Node{}, &InputError{File: file, Err: fmt.Errorf("check %d has no id or status: not a verify-install --json report", i+1)}
+// matchExpected pairs each expected host with its report, by hostname or file name,
+// whole or up to the first dot (Slurm lists short names; hostname may print the FQDN).
+// Hosts without a report are appended as missing nodes; reports of hosts not listed are
+// marked Unlisted.
+func matchExpected(nodes []Node, expected []string) []Node {
+	byKey := map[string][]int{}
+	for i, n := range nodes {
+		stem := strings.TrimSuffix(filepath.Base(n.File), ".json")
+		for _, k := range []string{n.Hostname, stem, shortName(n.Hostname), shortName(stem)} {
+			if k != "" {
+				byKey[k] = append(byKey[k], i)
+			}
 		}
 	}
-	n := Node{File: file, Hostname: strings.TrimSpace(rf.Hostname), EpbuildVersion: rf.EpbuildVersion,
-		ManifestSHA256: rf.ManifestSHA256, SchemaVersion: strings.Trim(string(rf.SchemaVersion), `"`), Report: rf.VerifyReport}
-	n.Name = n.Hostname
-	if n.Name == "" {
-		n.Name = strings.TrimSuffix(filepath.Base(file), ".json")
+	matched := make([]bool, len(nodes))
+	seen := map[string]bool{}
+	var missing []Node
+	for _, h := range expected {
+		if h == "" || seen[h] {
+			continue
+		}
+		seen[h] = true
+		found := false
+		for _, k := range []string{h, shortName(h)} {
+			for _, i := range byKey[k] {
+				if !matched[i] {
+					matched[i], found = true, true
+					break
+				}
+			}
+			if found {
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, Node{Name: h, Problem: "no report"})
+		}
 	}
-	return n, nil
+	for i := range nodes {
+		nodes[i].Unlisted = !matched[i]
+	}
+	return append(nodes, missing...)
 }
 
-// where gives ":line:col" for a JSON syntax error.
-func where(b []byte, err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	off := int64(-1)
-	switch {
-	case errors.As(err, &se):
-		off = se.Offset
-	case errors.As(err, &te):
-		off = te.Offset
+func shortName(h string) string {
+	s, _, _ := strings.Cut(h, ".")
+	return s
+}
+
+// readNode reads one report; what goes wrong is the node's Problem.
+func readNode(file string, maxBytes int64, tab *table) Node {
+	n := Node{File: file, Name: strings.TrimSuffix(filepath.Base(file), ".json"), maxBytes: maxBytes}
+	var hdr reportFile
+	if err := n.stream(tab, &hdr, nil); err != nil {
+		n.Problem = err.Error()
+		if pe := (*posError)(nil); errors.As(err, &pe) {
+			n.Problem, n.problemAt = pe.err.Error(), pe.pos
+		}
+		n.checks, n.facts, n.counts = nil, nil, nil
+		return n
 	}
-	if off < 0 || off > int64(len(b)) {
+	n.Hostname, n.EpbuildVersion, n.ManifestSHA256 = strings.TrimSpace(hdr.Hostname), hdr.EpbuildVersion, hdr.ManifestSHA256
+	n.SchemaVersion = strings.Trim(string(hdr.SchemaVersion), `"`)
+	n.Report = hdr.Report
+	if n.Hostname != "" {
+		n.Name = n.Hostname
+	}
+	return n
+}
+
+// posError is a JSON error at a line and column of the report.
+type posError struct {
+	pos string // ":line:col", or ""
+	err error
+}
+
+func (e *posError) Error() string { return e.pos + ": " + e.err.Error() }
+func (e *posError) Unwrap() error { return e.err }
+
+// stamp identifies a file's contents well enough to see it rewritten between two reads.
+type stamp struct {
+	size int64
+	mod  time.Time
+}
+
+// openReport opens a report without blocking on it (a FIFO, a device) and refuses
+// anything but a regular file no larger than maxBytes.
+func openReport(file string, maxBytes int64) (*os.File, stamp, error) {
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, stamp{}, err
+	}
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+		f.Close()
+		return nil, stamp{}, err
+	case !st.Mode().IsRegular():
+		f.Close()
+		return nil, stamp{}, fmt.Errorf("not a regular file (%s): a report is a file verify-install --json wrote", st.Mode().Type())
+	case st.Size() > maxBytes:
+		f.Close()
+		return nil, stamp{}, fmt.Errorf("%d bytes, over the limit of %d bytes (fleet report --max-report-bytes): a verify-install report is far smaller", st.Size(), maxBytes)
+	}
+	return f, stamp{size: st.Size(), mod: st.ModTime()}, nil
+}
+
+// countReader counts the bytes read, to refuse a file that grows past the limit.
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n += int64(k)
+	return k, err
+}
+
+// stream reads the node's report once: on the first read (hdr not nil) it records each
+// check's id and status in tab and the header in hdr; each, when not nil, gets every check
+// in report order. A node built in memory is streamed from its Report.Checks.
+func (n *Node) stream(tab *table, hdr *reportFile, each func(builder.VerifyCheck) error) error {
+	var seen map[int32]bool
+	if hdr != nil || n.tab != tab {
+		n.tab, n.checks, n.facts, n.counts, n.failed = tab, nil, map[string]builder.VerifyCheck{}, map[string]int{}, false
+		seen = map[int32]bool{}
+	}
+	i := 0
+	visit := func(c builder.VerifyCheck) error {
+		i++
+		tab.visits++
+		if c.ID == "" || c.Status == "" {
+			return fmt.Errorf("check %d has no id or status: not a verify-install --json report", i)
+		}
+		if seen != nil {
+			id := tab.id(c.ID)
+			n.counts[string(c.Status)]++
+			n.failed = n.failed || c.Status == "fail"
+			if !seen[id] {
+				seen[id] = true
+				st, err := tab.status(string(c.Status))
+				if err != nil {
+					return err
+				}
+				n.checks = append(n.checks, idStatus{id: id, status: st})
+				if factIDs[c.ID] {
+					n.facts[c.ID] = c
+				}
+			}
+		}
+		if each != nil {
+			return each(c)
+		}
+		return nil
+	}
+	if n.File == "" || n.Report.Checks != nil {
+		for _, c := range n.Report.Checks {
+			if err := visit(c); err != nil {
+				return err
+			}
+		}
+		if i == 0 {
+			return errors.New("no checks: not a verify-install --json report")
+		}
+		return nil
+	}
+	max := n.maxBytes
+	if max <= 0 {
+		max = DefaultMaxReport
+	}
+	f, st, err := openReport(n.File, max)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if hdr != nil {
+		n.stamp = st
+	} else if st != n.stamp {
+		return errors.New("the report changed while it was compared: run fleet report again once the nodes have written theirs")
+	}
+	cr := &countReader{r: io.LimitReader(f, max+1)}
+	if hdr == nil {
+		hdr = &reportFile{}
+	}
+	off, err := decodeReport(bufio.NewReaderSize(cr, 64<<10), hdr, visit)
+	switch {
+	case cr.n > max:
+		return fmt.Errorf("grew past the limit of %d bytes (fleet report --max-report-bytes) while read", max)
+	case errors.As(err, new(*json.SyntaxError)) || errors.As(err, new(*json.UnmarshalTypeError)) || errors.Is(err, io.ErrUnexpectedEOF):
+		return &posError{pos: lineCol(n.File, off), err: fmt.Errorf("not JSON: %v; write it with epbuild verify-install --json > FILE", err)}
+	case err != nil:
+		return err
+	case i == 0:
+		return errors.New("no checks: not a verify-install --json report")
+	}
+	if seen != nil {
+		// kept for the whole comparison: no spare capacity, nodes times checks of it
+		n.checks = slices.Clone(n.checks)
+	}
+	return nil
+}
+
+// decodeReport reads a report from r as a stream of tokens: the header's fields into hdr
+// and each element of "checks", one at a time, to each. It returns the input offset where
+// it stopped, for an error's line and column.
+func decodeReport(r io.Reader, hdr *reportFile, each func(builder.VerifyCheck) error) (int64, error) {
+	dec := json.NewDecoder(r)
+	if err := expectDelim(dec, '{'); err != nil {
+		return dec.InputOffset(), err
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return dec.InputOffset(), err
+		}
+		key, _ := t.(string)
+		var dst any
+		switch key {
+		case "checks":
+			if err := decodeChecks(dec, each); err != nil {
+				return dec.InputOffset(), err
+			}
+			continue
+		case "ok":
+			dst = &hdr.OK
+		case "hostname":
+			dst = &hdr.Hostname
+		case "schema_version":
+			dst = &hdr.SchemaVersion
+		case "epbuild_version":
+			dst = &hdr.EpbuildVersion
+		case "manifest_sha256":
+			dst = &hdr.ManifestSHA256
+		case "prefix":
+			dst = &hdr.Report.Prefix
+		case "recipe":
+			dst = &hdr.Report.Recipe
+		case "plan_key":
+			dst = &hdr.Report.PlanKey
+		case "artifact":
+			dst = &hdr.Report.Artifact
+		case "mapping_line":
+			dst = &hdr.Report.MappingLine
+		default:
+			dst = new(json.RawMessage) // pairs, facts, traffic...: not compared
+		}
+		if err := dec.Decode(dst); err != nil {
+			return dec.InputOffset(), err
+		}
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return dec.InputOffset(), err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return dec.InputOffset(), &json.SyntaxError{Offset: dec.InputOffset()}
+	}
+	return dec.InputOffset(), nil
+}
+
+func decodeChecks(dec *json.Decoder, each func(builder.VerifyCheck) error) error {
+	t, err := dec.Token()
+	if err != nil || t == nil {
+		return err // null: no checks
+	}
+	if d, ok := t.(json.Delim); !ok || d != '[' {
+		return errors.New(`"checks" is not a list: not a verify-install --json report`)
+	}
+	for dec.More() {
+		var c builder.VerifyCheck
+		if err := dec.Decode(&c); err != nil {
+			return err
+		}
+		if err := each(c); err != nil {
+			return err
+		}
+	}
+	return expectDelim(dec, ']')
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	t, err := dec.Token()
+	if err != nil {
+		if err == io.EOF {
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	if d, ok := t.(json.Delim); !ok || d != want {
+		return fmt.Errorf("found %v where %q was expected: not a verify-install --json report", t, string(want))
+	}
+	return nil
+}
+
+// lineCol gives ":line:col" of a byte offset in file, read again for the error only.
+func lineCol(file string, off int64) string {
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil || off <= 0 {
 		return ""
 	}
-	line := bytes.Count(b[:off], []byte("\n")) + 1
-	col := off - int64(bytes.LastIndexByte(b[:off], '\n'))
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return ""
+	}
+	line, col := 1, int64(1)
+	br := bufio.NewReader(io.LimitReader(f, off))
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := br.Read(buf)
+		for _, b := range buf[:k] {
+			if b == '\n' {
+				line, col = line+1, 1
+			} else {
+				col++
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	return fmt.Sprintf(":%d:%d", line, col)
+}
+
+// maxHostsFile bounds a host list (a name a line: 64 Ki hosts fit many times over).
+const maxHostsFile = 16 << 20
+
+// ReadHosts reads the nodes that must have reported: host.ReadHostsFile's format (one host
+// a line, '#' comments, Slurm's bracket syntax), with the "node/" that
+// `kubectl get nodes -o name` prints before each name taken off. Like a report, it must
+// be a regular file (a FIFO is refused, not waited on).
+func ReadHosts(file string) ([]string, error) {
+	f, _, err := openReport(file, maxHostsFile)
+	if err != nil {
+		return nil, fmt.Errorf("read the host list: %w", err)
+	}
+	f.Close()
+	hosts, err := host.ReadHostsFile(file)
+	if err != nil {
+		return nil, err
+	}
+	for i, h := range hosts {
+		hosts[i] = strings.TrimPrefix(h, "node/")
+	}
+	return hosts, nil
 }
