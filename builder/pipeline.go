@@ -449,6 +449,9 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
+	if store.ReadOnly() {
+		j.opts.Log.Debug("the cache is read-only: cached stages are served, use times and the run's record are not written", "cache", c.Dir())
+	}
 	src, err := j.Sources()
 	if err != nil {
 		store.Close()
