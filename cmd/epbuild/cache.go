@@ -14,11 +14,26 @@ func newCacheCmd(app *App) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cache",
 		Short: "Look at and clean the cache ($EPBUILD_CACHE): sources, stage outputs, temporary directories, logs",
-		Long: `The cache ($EPBUILD_CACHE, else $XDG_CACHE_HOME/epbuild, else ~/.cache/epbuild) holds
-the fetched sources (git/, archives/, embedded/), every stage's outputs by key (stages/),
-the temporary directories of stages being made (tmp/), the whole logs of failed build
-steps (logs/), and small records (rule findings, toolchain probes, locks, runs in
-progress). Runs share it: cache gc never removes what a run in progress uses.`,
+		Long: `The cache ($EPBUILD_CACHE, else $XDG_CACHE_HOME/epbuild, else ~/.cache/epbuild, else
+with no home directory epbuild-cache-<uid> in the temporary directory, mode 0700 and
+refused if another user owns it) holds the fetched sources (git/, archives/, embedded/),
+every stage's outputs by key (stages/), the temporary directories of stages being made
+(tmp/), the whole logs of failed build steps (logs/), and small records (rule findings,
+toolchain probes, locks, runs in progress). Runs share it: cache gc never removes what a
+run in progress uses.
+
+A cache is marked by its EPBUILD-CACHE file, written when epbuild makes it. Every command
+refuses (exit 2) a directory that is neither empty nor marked, so that EPBUILD_CACHE set
+to the wrong place (your home, a project) is neither written to nor cleaned; a cache of
+an older epbuild (only epbuild's names at its top: stages/, git/, locks/, tmp/, ...) is
+adopted and marked. gc removes only what epbuild names (stage outputs by their 64-hex
+keys, its temporary and log directories, its records) and lists anything else there as
+"not epbuild's: left alone".
+
+A cache this user may not write (a shared cache mounted read-only) serves the stage
+outputs it holds; use times and run records are skipped, a stage it lacks fails with
+exit 3, and gc on it exits 3. Lock files that are not regular files of this user's (or
+root's), a FIFO say, are refused at once with their path and owner.`,
 	}
 	cmd.AddCommand(newCacheLsCmd(app), newCacheDuCmd(app), newCacheGCCmd(app))
 	return cmd
