@@ -294,6 +294,9 @@ func (j *Job) findings(ctx context.Context, tc *Toolchain, run bool) ([]compat.F
 		keep = filepath.Join(dir, "compat", Key("compat/2", compat.DataDigest(), facts, stage, j.opts.Rules != nil)+".json")
 		_, err := os.Stat(dir)
 		exists = err == nil
+		if _, err := cache.Inspect(dir); err != nil {
+			keep = "" // not a cache: nothing is written there (the run says why)
+		}
 	}
 	if !exists && !run {
 		keep = ""

@@ -40,7 +40,8 @@ var layout = []string{gitDir, "archives", metaDir, lockDir, tmpDir,
 	"stages", "runs", "logs", "compat", "toolchain", "embedded", MarkerName}
 
 // legacyProof are the names only an epbuild cache has (tmp/ and logs/ are everyone's).
-var legacyProof = []string{gitDir, "archives", metaDir, lockDir, "stages", "runs"}
+// compat/ is one: a rule check keeps its findings there before any run makes the rest.
+var legacyProof = []string{gitDir, "archives", metaDir, lockDir, "stages", "runs", "compat", "toolchain", "embedded"}
 
 // IsLayoutName reports whether name is one epbuild makes at the top of a cache.
 func IsLayoutName(name string) bool {
