@@ -229,3 +229,74 @@ func TestReadOnlyCache(t *testing.T) {
 		t.Errorf("an empty read-only directory: %v", err)
 	}
 }
+
+// The helper process of TestOtherUserOnRootsCache: it opens the caches it is given.
+func TestHelperOpenAsOtherUser(t *testing.T) {
+	dirs := os.Getenv("EPBUILD_TEST_OPEN_AS")
+	if dirs == "" {
+		t.Skip("a helper process")
+	}
+	for _, d := range strings.Split(dirs, ":") {
+		c, err := Open(d)
+		if err != nil {
+			fmt.Printf("%s: error: %v (exit %d)\n", d, err, exitCode(err))
+			continue
+		}
+		fmt.Printf("%s: read-only %v\n", d, c.ReadOnly())
+	}
+}
+
+func exitCode(err error) int {
+	var ec interface{ ExitCode() int }
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return 1
+}
+
+// Another user on root's cache: a filled one serves read-only, an empty one says whose it
+// is and the fix (exit 3) rather than a bare "permission denied".
+func TestOtherUserOnRootsCache(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a process as another user")
+	}
+	base, err := os.MkdirTemp("", "epbuild-other-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(base, "cache.test")
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	filled, empty := filepath.Join(base, "filled"), filepath.Join(base, "empty")
+	if _, err := Open(filled); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^TestHelperOpenAsOtherUser$", "-test.v")
+	cmd.Dir = base
+	cmd.Env = []string{"EPBUILD_TEST_OPEN_AS=" + filled + ":" + empty, "PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Skipf("cannot run a process as uid 65534 here: %v\n%s", err, out)
+	}
+	s := string(out)
+	if !strings.Contains(s, filled+": read-only true") {
+		t.Errorf("the filled cache:\n%s", s)
+	}
+	if !strings.Contains(s, empty+": error: cache "+empty+": ") || !strings.Contains(s, "permission denied (it is user root's") ||
+		!strings.Contains(s, "EPBUILD_CACHE") || !strings.Contains(s, "(exit 3)") {
+		t.Errorf("the empty one:\n%s", s)
+	}
+}
