@@ -117,9 +117,9 @@ func TestHelperKilledMidStage(t *testing.T) {
 	t.Fatal(err)
 }
 
-// A run killed (SIGKILL) midway leaves its temporary directory under tmp/; gc removes it,
-// and keeps the one of a run that is alive (its lock is held); the next run of that key
-// removes the leftover too.
+// A run killed (SIGKILL) midway leaves its temporary directory under tmp/; the next run
+// (when it opens the store) and gc remove it, and keep the one of a run that is alive
+// (its lock is held).
 func TestKilledRunLeftovers(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := cache.Open(dir); err != nil {
@@ -167,14 +167,24 @@ func TestKilledRunLeftovers(t *testing.T) {
 	if err := os.Mkdir(live, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if got := temps(killed); len(got) != 0 {
+		t.Errorf("the next run left %v", got)
+	}
+	kill(killed)
 	if _, err := CacheGC(context.Background(), dir, GCOptions{OlderThan: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if got := temps(killed); len(got) != 0 {
 		t.Errorf("gc left %v", got)
 	}
+	// the next run too keeps what a live run makes
+	s2, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.Close()
 	if _, err := os.Stat(live); err != nil {
-		t.Errorf("gc removed what a live run makes: %v", err)
+		t.Errorf("gc or a run removed what a live run makes: %v", err)
 	}
 }
 

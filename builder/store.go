@@ -59,7 +59,42 @@ func OpenStore(dir string) (*Store, error) {
 			return nil, noSpaceOr(fmt.Errorf("open stage store %s: %w", dir, err), "open the stage store", dir, 0, fixCacheSpace)
 		}
 	}
+	s.sweepDead()
 	return s, nil
+}
+
+// sweepDead removes what killed runs left under tmp/: the entries whose owners' locks
+// (a stage's produce lock, a source's lock) are free, so that no run of theirs is alive.
+// Entries no lock names are cache gc's (a run in progress may own them).
+func (s *Store) sweepDead() {
+	tmp := filepath.Join(s.dir, "tmp")
+	des, _ := os.ReadDir(tmp)
+	var locks []string
+	if ls, err := os.ReadDir(filepath.Join(s.dir, "locks")); err == nil {
+		for _, l := range ls {
+			locks = append(locks, l.Name())
+		}
+	}
+	for _, d := range des {
+		if !isTemp(d.Name()) {
+			continue
+		}
+		owned := tempLocks(s.dir, d.Name(), locks)
+		var held []func()
+		for _, l := range owned {
+			if u, ok, err := tryLock(l); err == nil && ok {
+				held = append(held, u)
+			}
+		}
+		if len(owned) > 0 && len(held) == len(owned) {
+			p := filepath.Join(tmp, d.Name())
+			_ = makeWritable(p)
+			_ = os.RemoveAll(p)
+		}
+		for _, u := range held {
+			u()
+		}
+	}
 }
 
 // ReadOnly reports whether the store only serves what it holds (see Store.readOnly).

@@ -134,7 +134,8 @@ func newCacheGCCmd(app *App) *cobra.Command {
   - rule findings, toolchain probes and embedded repositories of other epbuild versions
     older than --older-than;
   - the temporary directories of runs that ended without removing them (killed),
-    whatever their age.
+    whatever their age (each run, when it starts, also removes those whose owner's
+    lock is free).
 
 Never what a run in progress uses: each run records the stage outputs it uses and holds
 the locks of what it makes or fetches, and gc keeps those (listed as kept).
