@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/epbuild/epbuild/builder/quote"
 )
 
 // A cache directory is epbuild's only when it says so: MarkerName, written when epbuild
@@ -117,7 +119,7 @@ func Inspect(dir string) (DirState, error) {
 	for _, d := range des {
 		switch {
 		case !IsLayoutName(d.Name()) || !d.IsDir():
-			foreign = append(foreign, d.Name())
+			foreign = append(foreign, quote.Term(d.Name())) // anyone's names: shown safely
 		case slices.Contains(legacyProof, d.Name()):
 			proof = true
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/quote"
 )
 
 func newCacheCmd(app *App) *cobra.Command {
@@ -72,7 +73,7 @@ func newCacheLsCmd(app *App) *cobra.Command {
 			tw := tabwriter.NewWriter(app.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "KIND\tKEY\tSIZE\tLAST USED\tURL")
 			for _, e := range ents {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Kind, e.Key, humanBytes(e.Bytes), e.LastUsed.Format("2006-01-02 15:04"), orDash(e.URL))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Kind, quote.Term(e.Key), humanBytes(e.Bytes), e.LastUsed.Format("2006-01-02 15:04"), orDash(quote.Term(e.URL)))
 			}
 			return tw.Flush()
 		},
@@ -157,11 +158,12 @@ the locks of what it makes or fetches, and gc keeps those (listed as kept).
 			if asJSON {
 				return app.printJSON(rep)
 			}
+			// names under the cache may be anyone's (what gc leaves alone): shown safely
 			for _, it := range rep.Removed {
-				fmt.Fprintf(app.Out, "removed %s %s (%s)\n", it.Kind, it.Name, humanBytes(it.Bytes))
+				fmt.Fprintf(app.Out, "removed %s %s (%s)\n", it.Kind, quote.Term(it.Name), humanBytes(it.Bytes))
 			}
 			for _, it := range rep.Kept {
-				fmt.Fprintf(app.Out, "kept    %s %s (%s): %s\n", it.Kind, it.Name, humanBytes(it.Bytes), it.Why)
+				fmt.Fprintf(app.Out, "kept    %s %s (%s): %s\n", it.Kind, quote.Term(it.Name), humanBytes(it.Bytes), it.Why)
 			}
 			fmt.Fprintf(app.Out, "freed %s in %s\n", humanBytes(rep.Freed), rep.Dir)
 			return nil

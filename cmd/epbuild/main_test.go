@@ -240,3 +240,25 @@ func TestCacheWithoutHome(t *testing.T) {
 		t.Errorf("exit %d: %s%s", code, out, errs)
 	}
 }
+
+// What gc leaves alone in a cache is listed with its name shown safely (no terminal
+// escapes from a file name).
+func TestCacheGCShowsForeignNamesSafely(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, errs := run(t, map[string]string{"EPBUILD_CACHE": dir}, "cache", "du"); code != 0 {
+		t.Fatalf("du: %s", errs)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "EPBUILD-CACHE"), []byte("epbuild cache\nformat: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "tmp", "evil\x1b]0;x\x07"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run(t, map[string]string{"EPBUILD_CACHE": dir}, "cache", "gc", "--older-than", "0s")
+	if code != 0 || !strings.Contains(out, "not epbuild's: left alone") || strings.ContainsAny(out, "\x1b\x07") {
+		t.Errorf("exit %d: %q %s", code, out, errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tmp", "evil\x1b]0;x\x07")); err != nil {
+		t.Error(err)
+	}
+}
