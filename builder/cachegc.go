@@ -15,8 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gofrs/flock"
-
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/embedded"
 )
@@ -73,6 +71,9 @@ type CacheUsage struct {
 
 // CacheDU counts everything under the cache directory dir by kind.
 func CacheDU(dir string) (*CacheUsage, error) {
+	if _, _, err := cache.Look(dir); err != nil {
+		return nil, err
+	}
 	u := &CacheUsage{Dir: dir}
 	by := map[string]*KindUsage{}
 	for _, k := range cacheKinds {
@@ -82,7 +83,7 @@ func CacheDU(dir string) (*CacheUsage, error) {
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				return nil // removed while we walk: a run finished
+				return nil // removed while we walk: a run finished (or no cache yet)
 			}
 			return err
 		}
@@ -161,7 +162,7 @@ type CacheEntry struct {
 
 // CacheList lists the sources, the stage outputs and the kept logs under dir.
 func CacheList(dir string) ([]CacheEntry, error) {
-	c, err := cache.Open(dir)
+	c, _, err := cache.Look(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +221,9 @@ func stageOutputs(dir string) ([]stageOutput, error) {
 			continue
 		}
 		for _, k := range keys {
-			out = append(out, stageOutput{st.Name(), k.Name(), filepath.Join(dir, "stages", st.Name(), k.Name())})
+			if slices.Contains(stageOrder, st.Name()) && isKey(k.Name()) && k.IsDir() {
+				out = append(out, stageOutput{st.Name(), k.Name(), filepath.Join(dir, "stages", st.Name(), k.Name())})
+			}
 		}
 	}
 	return out, nil
@@ -271,6 +274,66 @@ type GCReport struct {
 	Freed   int64    `json:"freed"`
 }
 
+// notOurs is why gc keeps what epbuild did not make (by its name and place).
+const notOurs = "not epbuild's: left alone"
+
+// Names epbuild gives what it makes in its cache, by place: gc removes nothing else.
+var (
+	keyRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	// tmp/: a stage being made, a build directory (measures off), a rebuild check, gc's
+	// trash; the sources' temp names are cache.TempOwner's
+	tempRe  = regexp.MustCompile(`^(?:(?:patch|build|check|package)-[0-9a-f]{64}|work-[0-9a-f]{12}|rebuild|gc-(?:git|archive)|gc-(?:patch|build|check|package)-[0-9a-f]{64})-[0-9]+$`)
+	logRe   = regexp.MustCompile(`^(?:patch|build|check|package)-[0-9a-f]{64}$`)
+	recRe   = map[string]*regexp.Regexp{"compat": regexp.MustCompile(`^[0-9a-f]{64}\.json$`), "toolchain": regexp.MustCompile(`^probe-[0-9a-f]{16}\.json$`)}
+	embedRe = regexp.MustCompile(`^[0-9a-f]{16}$`)
+	runRe   = regexp.MustCompile(`^(?:[0-9]+-[0-9]+\.run|\.new-[0-9]+)$`)
+)
+
+func isKey(s string) bool { return keyRe.MatchString(s) }
+
+// isTemp reports whether name under tmp/ is one epbuild gives.
+func isTemp(name string) bool {
+	if _, _, ok := cache.TempOwner(name); ok {
+		return true
+	}
+	return tempRe.MatchString(name)
+}
+
+// foreign reports what under dir epbuild did not make, by place: the top level's other
+// names, and other names in the places gc removes from. gc leaves them alone.
+func (g *gcRun) foreign() {
+	add := func(kind, name, p string) {
+		size, _ := dirBytes(p)
+		g.rep.Kept = append(g.rep.Kept, GCItem{Kind: kind, Name: name, Bytes: size, Why: notOurs})
+	}
+	top, _ := os.ReadDir(g.dir)
+	for _, d := range top {
+		if !cache.IsLayoutName(d.Name()) {
+			add(KindMetadata, d.Name(), filepath.Join(g.dir, d.Name()))
+		}
+	}
+	check := func(sub string, ok func(fs.DirEntry) bool) {
+		des, _ := os.ReadDir(filepath.Join(g.dir, sub))
+		for _, d := range des {
+			if !ok(d) {
+				add(kindOf(sub), sub+"/"+d.Name(), filepath.Join(g.dir, sub, d.Name()))
+			}
+		}
+	}
+	check("tmp", func(d fs.DirEntry) bool { return isTemp(d.Name()) })
+	check("logs", func(d fs.DirEntry) bool { return d.IsDir() && logRe.MatchString(d.Name()) })
+	check("embedded", func(d fs.DirEntry) bool { return d.IsDir() && embedRe.MatchString(d.Name()) })
+	check("stages", func(d fs.DirEntry) bool { return d.IsDir() && slices.Contains(stageOrder, d.Name()) })
+	for _, st := range stageOrder {
+		check("stages/"+st, func(d fs.DirEntry) bool { return d.IsDir() && isKey(d.Name()) })
+	}
+	for sub, re := range recRe {
+		check(sub, func(d fs.DirEntry) bool {
+			return d.IsDir() || re.MatchString(d.Name()) || strings.HasPrefix(d.Name(), ".tmp-")
+		})
+	}
+}
+
 // staleTemp is how old a temporary entry that no lock names must be before gc removes
 // it while a run is in progress (it may be that run's).
 const staleTemp = 24 * time.Hour
@@ -296,9 +359,16 @@ func CacheGC(ctx context.Context, dir string, opts GCOptions) (*GCReport, error)
 	}
 	old := func(t time.Time) bool { return opts.Now.Sub(t) >= opts.OlderThan }
 	rep := &GCReport{Dir: dir, Removed: []GCItem{}, Kept: []GCItem{}}
-	c, err := cache.Open(dir)
+	c, state, err := cache.Look(dir)
 	if err != nil {
 		return nil, err
+	}
+	if state == cache.Missing || state == cache.Empty {
+		return rep, nil // nothing to remove, and nothing is made
+	}
+	if c.ReadOnly() {
+		return nil, &cache.DirError{Dir: c.Dir(), Code: 3, Why: "it is read-only here (a read-only mount, or another user's), so gc cannot remove anything",
+			Fix: "run cache gc where the cache is writable (as its owner, or on the machine that fills it)"}
 	}
 	removed, err := c.GC(ctx, func(e cache.Entry) bool { return !old(e.LastUsed) })
 	for _, e := range removed {
@@ -312,6 +382,7 @@ func CacheGC(ctx context.Context, dir string, opts GCOptions) (*GCReport, error)
 		return rep, err
 	}
 	g := &gcRun{dir: dir, rep: rep, old: old, now: opts.Now, alive: alive}
+	g.foreign()
 	for _, step := range []func(context.Context) error{g.stages, g.temps, g.logs, g.metadata} {
 		if err := ctx.Err(); err != nil {
 			return rep, err
@@ -452,6 +523,9 @@ func (g *gcRun) temps(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if !isTemp(d.Name()) {
+			continue // reported by foreign
+		}
 		p := filepath.Join(dir, "tmp", d.Name())
 		fi, err := d.Info()
 		if err != nil {
@@ -517,6 +591,9 @@ func (g *gcRun) logs(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if !d.IsDir() || !logRe.MatchString(d.Name()) {
+			continue // reported by foreign
+		}
 		p := filepath.Join(dir, "logs", d.Name())
 		size, mtime := dirBytes(p)
 		if !old(mtime) {
@@ -549,7 +626,7 @@ func (g *gcRun) metadata(ctx context.Context) error {
 		des, _ := os.ReadDir(filepath.Join(dir, sub))
 		for _, d := range des {
 			fi, err := d.Info()
-			if err != nil || d.IsDir() || !old(fi.ModTime()) {
+			if err != nil || d.IsDir() || !recRe[sub].MatchString(d.Name()) || !old(fi.ModTime()) {
 				continue
 			}
 			// written by rename, read whole: a run that loses one computes it again
@@ -564,6 +641,9 @@ func (g *gcRun) metadata(ctx context.Context) error {
 	}
 	des, _ := os.ReadDir(filepath.Join(dir, "embedded"))
 	for _, d := range des {
+		if !d.IsDir() || !embedRe.MatchString(d.Name()) {
+			continue // reported by foreign
+		}
 		p := filepath.Join(dir, "embedded", d.Name())
 		size, mtime := dirBytes(p)
 		if !old(mtime) {
@@ -597,6 +677,9 @@ func liveRuns(dir string) (map[string]bool, int, error) {
 	}
 	alive := 0
 	for _, d := range des {
+		if !runRe.MatchString(d.Name()) {
+			continue
+		}
 		p := filepath.Join(rd, d.Name())
 		f, err := os.Open(p)
 		if err != nil {
@@ -624,13 +707,14 @@ func liveRuns(dir string) (map[string]bool, int, error) {
 // tryLock takes the exclusive flock on path if it is free now (creating the file: lock
 // files are never removed).
 func tryLock(path string) (func(), bool, error) {
-	l := flock.New(path)
-	ok, err := l.TryLock()
+	l, err := cache.OpenLock(path, 0o644, cache.LockFix(filepath.Dir(filepath.Dir(path))))
 	if err != nil {
-		return nil, false, fmt.Errorf("lock %s: %w", path, err)
+		return nil, false, err
 	}
-	if !ok {
-		return nil, false, nil
+	ok, err := l.TryLock(false)
+	if err != nil || !ok {
+		l.Close()
+		return nil, false, err
 	}
-	return func() { _ = l.Unlock() }, true, nil
+	return l.Close, true, nil
 }

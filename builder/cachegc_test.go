@@ -119,7 +119,7 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 		}
 		return p
 	}
-	inProgress := []string{mk("build-" + making + "-1"), mk("work-" + making[:12] + "-2"), mk("artifact-3")}
+	inProgress := []string{mk("build-" + making + "-1"), mk("work-" + making[:12] + "-2"), mk("rebuild-3")}
 	logs, err := run.stepLogs("build", making)
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 		t.Fatal(err)
 	}
 	u2()
-	abandoned := []string{mk("build-" + killed + "-4"), mk("work-" + killed[:12] + "-5"), mk("gc-build-x-6")}
+	abandoned := []string{mk("build-" + killed + "-4"), mk("work-" + killed[:12] + "-5"), mk("gc-build-" + killed + "-6")}
 
 	rep, err := CacheGC(ctx, dir, GCOptions{})
 	if err != nil {

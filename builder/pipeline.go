@@ -297,6 +297,9 @@ func (j *Job) findings(ctx context.Context, tc *Toolchain, run bool) ([]compat.F
 		keep = filepath.Join(dir, "compat", Key("compat/2", compat.DataDigest(), facts, stage, j.opts.Rules != nil)+".json")
 		_, err := os.Stat(dir)
 		exists = err == nil
+		if _, err := cache.Inspect(dir); err != nil {
+			keep = "" // not a cache: nothing is written there (the run says why)
+		}
 	}
 	if !exists && !run {
 		keep = ""
@@ -451,6 +454,9 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 	store, err := OpenStore(c.Dir())
 	if err != nil {
 		return nil, err
+	}
+	if store.ReadOnly() {
+		j.opts.Log.Debug("the cache is read-only: cached stages are served, use times and the run's record are not written", "cache", c.Dir())
 	}
 	src, err := j.Sources()
 	if err != nil {

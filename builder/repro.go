@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/compat"
 )
 
@@ -51,9 +52,11 @@ import (
 // rev-parse --short` honours core.abbrev). The root is not part of any key: caches and
 // registries filled from builds under different roots share their stages.
 //
-// Builds of one key run one at a time on a machine (a lock beside the source directory,
-// shared by every cache, root and user); different keys run side by side. A build killed
-// midway leaves its directories behind; the next build of that key removes them.
+// Builds of one key run one at a time on a machine: a user's builds (any cache, any root)
+// through a lock in their own /tmp/epbuild-locks-<uid>/, another user's because the
+// directories are theirs (refused, never removed); different keys run side by side. A
+// build killed midway leaves its directories behind; the next build of that key by its
+// user removes them.
 
 // DefaultBuildRoot holds the build directories unless EPBUILD_BUILD_ROOT names another,
 // and always the source directories. /tmp is on every Linux machine, and its sticky bit
@@ -141,7 +144,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 	}
 	name := "epbuild-" + comp + "-" + key[:12]
 	dir, out := filepath.Join(srcRoot, name), filepath.Join(root, name)
-	unlock, err := lockShared(ctx, dir+".lock", r.Log.Info)
+	unlock, err := lockBuildDir(ctx, dir, r.Log.Info)
 	if err != nil {
 		return nil, err
 	}
@@ -244,45 +247,49 @@ func ownerOf(st fs.FileInfo) string {
 	return strconv.Itoa(uid)
 }
 
-// lockShared takes an exclusive lock on the file path, which every user may open: a
-// lock file another user made (0644) is opened read-only rather than created, since a
-// sticky directory refuses O_CREAT on another user's file (fs.protected_regular). It
-// waits, saying so once, until the lock is free or ctx ends.
-func lockShared(ctx context.Context, path string, say func(msg any, kv ...any)) (func(), error) {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		f, err = os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o644)
-		if err == nil {
-			_ = f.Chmod(0o644) // whatever the umask: other users' builds must open it
-		} else if errors.Is(err, fs.ErrExist) {
-			f, err = os.Open(path)
-		}
-	}
+// lockBuildDir takes the lock of the build directory dir (<root>/epbuild-<comp>-<key12>)
+// for this user: a file in <root>/epbuild-locks-<uid>/, a directory only this user may
+// write. A lock file in the shared root itself could be made first by anyone (or be a
+// FIFO) and block every build of that key. Builds of other users are kept apart by the
+// directory itself: one of theirs is refused, never removed. It waits, saying so once,
+// until the lock is free or ctx ends.
+func lockBuildDir(ctx context.Context, dir string, say func(msg any, kv ...any)) (func(), error) {
+	fix := "remove it (no build of yours may be running), or set EPBUILD_BUILD_ROOT to a directory of yours"
+	locks, err := cache.PrivateDir(filepath.Join(filepath.Dir(dir), fmt.Sprintf("epbuild-locks-%d", os.Getuid())))
 	if err != nil {
-		return nil, &PreflightError{Missing: []Missing{{What: "lock " + path, Need: "a lock file every user can read", Found: err.Error(),
-			Fix: "remove it (no build may be running), or set EPBUILD_BUILD_ROOT to another directory"}}}
+		return nil, &PreflightError{Missing: []Missing{{What: "lock directory", Need: "a directory of this user's that nobody else may write",
+			Found: err.Error(), Fix: "set EPBUILD_BUILD_ROOT to another directory (the same on every machine whose builds must agree)"}}}
 	}
-	said := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		if !said {
-			say("waiting for another build of the same key (another cache or user)", "lock", path)
-			said = true
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	path := filepath.Join(locks, filepath.Base(dir)+".lock")
+	l, err := cache.OpenLock(path, 0o600, fix)
+	if err != nil {
+		return nil, &PreflightError{Missing: []Missing{{What: "lock " + path, Need: "a regular file of this user's", Found: err.Error(), Fix: fix}}}
 	}
+	wait := func(l *cache.FileLock, path string) error {
+		err := l.Wait(ctx, false, 100*time.Millisecond, func() {
+			say("waiting for another build of the same key (another cache)", "lock", path)
+		})
+		if err != nil {
+			l.Close()
+		}
+		return err
+	}
+	if err := wait(l, path); err != nil {
+		return nil, err
+	}
+	// Also the lock beside the directory, where an older epbuild locks it, when it is a
+	// file of this user's or root's; anything else there is ignored: an older epbuild
+	// would be stopped by it anyway, and this build keeps to its own lock.
+	old, err := cache.OpenLock(dir+".lock", 0o644, fix)
+	if err != nil {
+		say("ignoring the lock file an older epbuild would use", "lock", dir+".lock", "why", err)
+		return l.Close, nil
+	}
+	if err := wait(old, dir+".lock"); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return func() { old.Close(); l.Close() }, nil
 }
 
 // reproEnv is what the measures add to a build step's environment, given the source and

@@ -754,22 +754,24 @@ func TestConcurrentBuildsOfOneKey(t *testing.T) {
 	for _, e := range ents {
 		t.Errorf("left in the build root: %s", e.Name())
 	}
-	// the locks sit beside the source directories, in /tmp whatever the root
+	// a lock file per build key in this user's lock directory beside the source
+	// directories, in /tmp whatever the root; nothing else left there
+	private := filepath.Join(DefaultBuildRoot, fmt.Sprintf("epbuild-locks-%d", os.Getuid()))
 	var locks int
 	for _, st := range a.res.Stages {
 		if st.Stage != "build" {
 			continue
 		}
-		name := filepath.Join(DefaultBuildRoot, "epbuild-"+st.Component+"-"+st.Key[:12])
-		if _, err := os.Stat(name + ".lock"); err == nil {
+		name := "epbuild-" + st.Component + "-" + st.Key[:12]
+		if _, err := os.Stat(filepath.Join(private, name+".lock")); err == nil {
 			locks++
 		}
-		if _, err := os.Stat(name); err == nil {
+		if _, err := os.Stat(filepath.Join(DefaultBuildRoot, name)); err == nil {
 			t.Errorf("left: %s", name)
 		}
 	}
 	if locks != 2 {
-		t.Errorf("%d lock files, want one per build key (2)", locks)
+		t.Errorf("%d lock files in %s, want one per build key (2)", locks, private)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gofrs/flock"
+	"github.com/epbuild/epbuild/builder/cache"
 )
 
 // Store keeps each stage's output under stages/<stage>/<key>/: a directory that appears
@@ -33,6 +33,10 @@ import (
 type Store struct {
 	dir    string
 	opened time.Time
+	// readOnly: the cache may not be written here (a shared cache mounted read-only): it
+	// serves the outputs it holds, without locks (nothing changes through this mount),
+	// use times or run records.
+	readOnly bool
 
 	mu   sync.Mutex
 	used map[string]bool // stage/key of the outputs this store handed out
@@ -42,13 +46,59 @@ type Store struct {
 
 // OpenStore opens (creating) the stage store under dir.
 func OpenStore(dir string) (*Store, error) {
+	s := &Store{dir: dir, opened: time.Now(), used: map[string]bool{}, redo: map[string]bool{}}
+	if _, err := os.Stat(filepath.Join(dir, "stages")); err == nil && !cache.Writable(dir) {
+		s.readOnly = true
+		return s, nil
+	}
 	for _, d := range []string{"stages", "locks", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			if cache.IsAccess(err) {
+				return nil, cache.AccessError(dir, "open the stage store", err)
+			}
 			return nil, noSpaceOr(fmt.Errorf("open stage store %s: %w", dir, err), "open the stage store", dir, 0, fixCacheSpace)
 		}
 	}
-	return &Store{dir: dir, opened: time.Now(), used: map[string]bool{}, redo: map[string]bool{}}, nil
+	s.sweepDead()
+	return s, nil
 }
+
+// sweepDead removes what killed runs left under tmp/: the entries whose owners' locks
+// (a stage's produce lock, a source's lock) are free, so that no run of theirs is alive.
+// Entries no lock names are cache gc's (a run in progress may own them).
+func (s *Store) sweepDead() {
+	tmp := filepath.Join(s.dir, "tmp")
+	des, _ := os.ReadDir(tmp)
+	var locks []string
+	if ls, err := os.ReadDir(filepath.Join(s.dir, "locks")); err == nil {
+		for _, l := range ls {
+			locks = append(locks, l.Name())
+		}
+	}
+	for _, d := range des {
+		if !isTemp(d.Name()) {
+			continue
+		}
+		owned := tempLocks(s.dir, d.Name(), locks)
+		var held []func()
+		for _, l := range owned {
+			if u, ok, err := tryLock(l); err == nil && ok {
+				held = append(held, u)
+			}
+		}
+		if len(owned) > 0 && len(held) == len(owned) {
+			p := filepath.Join(tmp, d.Name())
+			_ = makeWritable(p)
+			_ = os.RemoveAll(p)
+		}
+		for _, u := range held {
+			u()
+		}
+	}
+}
+
+// ReadOnly reports whether the store only serves what it holds (see Store.readOnly).
+func (s *Store) ReadOnly() bool { return s.readOnly }
 
 const fixCacheSpace = "free space there or point EPBUILD_CACHE at a larger file system, then rerun (finished stages are kept)"
 
@@ -106,6 +156,10 @@ func (s *Store) Produce(ctx context.Context, stage, key string, make func(dir st
 			s.markUsed(id)
 			return true, nil
 		}
+	}
+	if s.readOnly {
+		return false, &cache.DirError{Dir: s.dir, Code: 3, Why: fmt.Sprintf("it is read-only here, and the %s stage %s is not in it", stage, key[:12]),
+			Fix: cache.FixWritable}
 	}
 	unlock, err := s.lock(ctx, stage+"-"+key+".lock", false)
 	if err != nil {
@@ -168,6 +222,9 @@ func (s *Store) Produce(ctx context.Context, stage, key string, make func(dir st
 func (s *Store) hit(ctx context.Context, stage, key string) (bool, error) {
 	if !s.Has(stage, key) {
 		return false, nil
+	}
+	if s.readOnly {
+		return true, nil // nothing changes through this mount
 	}
 	unlock, err := s.lock(ctx, stage+"-"+key+".use", true)
 	if err != nil {
@@ -251,6 +308,9 @@ type runRecord struct {
 
 // record adds id to this run's record, making the record on first use.
 func (s *Store) record(id string) error {
+	if s.readOnly {
+		return nil // gc cannot run on it here either
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.run == nil {
@@ -327,6 +387,9 @@ func (s *Store) holdUsed(ctx context.Context) (func(), error) {
 		}
 	}
 	for _, id := range ids {
+		if s.readOnly {
+			break
+		}
 		u, err := s.lock(ctx, strings.Replace(id, "/", "-", 1)+".use", true)
 		if err != nil {
 			release()
@@ -391,25 +454,18 @@ func ReadJSON(dir, name string, v any) error {
 
 // lock takes the lock file locks/name, exclusive or shared, waiting until ctx ends.
 func (s *Store) lock(ctx context.Context, name string, shared bool) (func(), error) {
-	fl := flock.New(filepath.Join(s.dir, "locks", name))
-	try := fl.TryLock
-	if shared {
-		try = fl.TryRLock
+	l, err := cache.OpenLock(filepath.Join(s.dir, "locks", name), 0o644, cache.LockFix(s.dir))
+	if err != nil {
+		if cache.IsAccess(err) {
+			return nil, cache.AccessError(s.dir, "lock "+name, err)
+		}
+		return nil, noSpaceOr(err, "lock "+name, s.dir, 0, fixCacheSpace)
 	}
-	for {
-		ok, err := try()
-		if err != nil {
-			return nil, noSpaceOr(fmt.Errorf("lock %s: %w", name, err), "lock "+name, s.dir, 0, fixCacheSpace)
-		}
-		if ok {
-			return func() { _ = fl.Unlock() }, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := l.Wait(ctx, shared, 50*time.Millisecond, nil); err != nil {
+		l.Close()
+		return nil, err
 	}
+	return l.Close, nil
 }
 
 // makeWritable lets RemoveAll delete trees with read-only directories (go module caches

@@ -16,9 +16,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
-
-	"github.com/gofrs/flock"
 )
 
 // Kind is the kind of a cache entry.
@@ -32,7 +31,8 @@ const (
 
 // Cache is an opened store directory.
 type Cache struct {
-	dir string
+	dir      string
+	readOnly bool
 }
 
 // Layout below the store directory.
@@ -44,7 +44,9 @@ const (
 	tmpDir     = "tmp"
 )
 
-// DefaultDir is $EPBUILD_CACHE, else $XDG_CACHE_HOME/epbuild, else ~/.cache/epbuild.
+// DefaultDir is $EPBUILD_CACHE, else $XDG_CACHE_HOME/epbuild, else ~/.cache/epbuild, else
+// (no home directory: HOME unset, a batch job) epbuild-cache-<uid> in the temporary
+// directory: made mode 0700 for this user, refused if anyone else owns it.
 func DefaultDir() (string, error) {
 	if d := os.Getenv("EPBUILD_CACHE"); d != "" {
 		return d, nil
@@ -52,11 +54,41 @@ func DefaultDir() (string, error) {
 	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
 		return filepath.Join(d, "epbuild"), nil
 	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("find the cache directory: set EPBUILD_CACHE: %w", err)
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".cache", "epbuild"), nil
 	}
-	return filepath.Join(home, ".cache", "epbuild"), nil
+	return PrivateDir(filepath.Join(os.TempDir(), fmt.Sprintf("epbuild-cache-%d", os.Getuid())))
+}
+
+// PrivateDir makes dir (mode 0700) if it is not there and checks that it is a real
+// directory of this user's (or root's) that nobody else may write: in a shared directory
+// such as /tmp another user could have made it first.
+func PrivateDir(dir string) (string, error) {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", AccessError(dir, "make it", err)
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return "", AccessError(dir, "look at it", err)
+	}
+	uid := -1
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		uid = int(s.Uid)
+	}
+	var why string
+	switch {
+	case !st.IsDir():
+		why = "it is not a directory (a link or file someone else may have put there)"
+	case uid != os.Getuid() && uid != 0:
+		why = "it is " + userName(uid) + "'s, not yours"
+	case st.Mode().Perm()&0o022 != 0:
+		why = "others may write to it"
+	}
+	if why != "" {
+		return "", &DirError{Dir: dir, Why: why, Code: 3,
+			Fix: "set EPBUILD_CACHE (or HOME, or XDG_CACHE_HOME) to a directory of yours, or remove it if it is yours"}
+	}
+	return dir, nil
 }
 
 // OpenDefault opens the store at DefaultDir.
@@ -68,19 +100,67 @@ func OpenDefault() (*Cache, error) {
 	return Open(dir)
 }
 
-// Open opens (creating if needed) the store at dir.
+// Open opens the store at dir for a run, making it (and marking it epbuild's) where it is
+// missing or empty and adopting an older epbuild's cache. A cache this process may not
+// write (a read-only mount) is opened read-only: it serves what it holds.
 func Open(dir string) (*Cache, error) {
-	abs, err := filepath.Abs(dir)
+	c, state, err := Look(dir)
 	if err != nil {
-		return nil, fmt.Errorf("open cache %s: %w", dir, err)
+		return nil, err
 	}
-	for _, d := range []string{gitDir, archiveDir, metaDir, lockDir, tmpDir} {
-		if err := os.MkdirAll(filepath.Join(abs, d), 0o755); err != nil {
-			return nil, fmt.Errorf("open cache %s: %w", abs, err)
+	if c.readOnly && (state == Marked || state == Legacy) {
+		return c, nil
+	}
+	c.readOnly = false // or making it says why not
+	if state == Missing {
+		if err := os.MkdirAll(c.dir, 0o755); err != nil {
+			return nil, AccessError(c.dir, "make it", err)
 		}
 	}
-	return &Cache{dir: abs}, nil
+	if state != Marked && state != Legacy {
+		if err := writeMarker(c.dir); err != nil {
+			return nil, AccessError(c.dir, "mark it as epbuild's cache", err)
+		}
+	}
+	for _, d := range []string{gitDir, archiveDir, metaDir, lockDir, tmpDir} {
+		if err := os.MkdirAll(filepath.Join(c.dir, d), 0o755); err != nil {
+			return nil, AccessError(c.dir, "make "+d, err)
+		}
+	}
+	return c, nil
 }
+
+// Look opens the store at dir as it is, making nothing (for ls, du and gc): a missing
+// or empty directory is an empty cache, one an older epbuild made is adopted (marked)
+// when this process may write it. It refuses anything else (see Inspect).
+func Look(dir string) (*Cache, DirState, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, Missing, fmt.Errorf("open cache %s: %w", dir, err)
+	}
+	state, err := Inspect(abs)
+	if err != nil {
+		return nil, state, err
+	}
+	c := &Cache{dir: abs}
+	switch {
+	case state == Missing:
+		if !Writable(filepath.Dir(abs)) {
+			c.readOnly = true
+		}
+	case !Writable(abs):
+		c.readOnly = true
+	case state == Legacy:
+		if err := writeMarker(abs); err != nil {
+			return nil, state, AccessError(abs, "mark it as epbuild's cache", err)
+		}
+	}
+	return c, state, nil
+}
+
+// ReadOnly reports whether this process may not write the cache (a read-only mount,
+// another user's directory): it serves what it holds, and records nothing.
+func (c *Cache) ReadOnly() bool { return c.readOnly }
 
 // Dir is the store's absolute directory.
 func (c *Cache) Dir() string { return c.dir }
@@ -155,21 +235,23 @@ func (c *Cache) Lock(ctx context.Context, kind Kind, key string) (unlock func(),
 	if err := CheckKey(kind, key); err != nil {
 		return nil, err
 	}
-	p := filepath.Join(c.dir, lockDir, LockFile(kind, key))
-	l := flock.New(p)
-	// Lock() cannot be cancelled; poll TryLock so that ctx can end the wait.
-	ok, err := l.TryLockContext(ctx, 20*time.Millisecond)
-	if err != nil || !ok {
-		if err == nil {
-			err = ctx.Err()
-		}
+	if c.readOnly {
+		// nothing can change through this mount, and nothing can be locked in it
+		return func() {}, nil
+	}
+	l, err := OpenLock(filepath.Join(c.dir, lockDir, LockFile(kind, key)), 0o644, LockFix(c.dir))
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Wait(ctx, false, 20*time.Millisecond, nil); err != nil {
+		l.Close()
 		return nil, fmt.Errorf("lock %s %s in cache %s: %w", kind, key, c.dir, err)
 	}
 	if err := c.removeTemps(tempPrefix(kind, key)); err != nil {
-		l.Unlock()
+		l.Close()
 		return nil, err
 	}
-	return func() { l.Unlock() }, nil
+	return l.Close, nil
 }
 
 // TempOwner names the entry whose lock guards the temp file or directory name under
@@ -222,6 +304,9 @@ func (c *Cache) metaPath(kind Kind, key string) string {
 // Touch records that kind/key (fetched from url) was used now. The last-use time is the
 // mtime of its meta file, so a use costs one utimes call, not a rewrite.
 func (c *Cache) Touch(kind Kind, key, url string) error {
+	if c.readOnly {
+		return nil // best effort: the entry only looks older to gc
+	}
 	p := c.metaPath(kind, key)
 	now := time.Now()
 	if err := os.Chtimes(p, now, now); err == nil {
@@ -257,6 +342,9 @@ func (c *Cache) List() ([]Entry, error) {
 	root := filepath.Join(c.dir, gitDir)
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
+			if p == root && errors.Is(err, fs.ErrNotExist) {
+				return nil // a cache that fetched nothing yet
+			}
 			return err
 		}
 		if p == root || !d.IsDir() || !strings.HasSuffix(d.Name(), ".git") {
@@ -277,7 +365,7 @@ func (c *Cache) List() ([]Entry, error) {
 		return nil, fmt.Errorf("list cache %s: %w", c.dir, err)
 	}
 	des, err := os.ReadDir(filepath.Join(c.dir, archiveDir))
-	if err != nil {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("list cache %s: %w", c.dir, err)
 	}
 	for _, d := range des {

@@ -8,17 +8,33 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/quote"
 )
 
 func newCacheCmd(app *App) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cache",
 		Short: "Look at and clean the cache ($EPBUILD_CACHE): sources, stage outputs, temporary directories, logs",
-		Long: `The cache ($EPBUILD_CACHE, else $XDG_CACHE_HOME/epbuild, else ~/.cache/epbuild) holds
-the fetched sources (git/, archives/, embedded/), every stage's outputs by key (stages/),
-the temporary directories of stages being made (tmp/), the whole logs of failed build
-steps (logs/), and small records (rule findings, toolchain probes, locks, runs in
-progress). Runs share it: cache gc never removes what a run in progress uses.`,
+		Long: `The cache ($EPBUILD_CACHE, else $XDG_CACHE_HOME/epbuild, else ~/.cache/epbuild, else
+with no home directory epbuild-cache-<uid> in the temporary directory, mode 0700 and
+refused if another user owns it) holds the fetched sources (git/, archives/, embedded/),
+every stage's outputs by key (stages/), the temporary directories of stages being made
+(tmp/), the whole logs of failed build steps (logs/), and small records (rule findings,
+toolchain probes, locks, runs in progress). Runs share it: cache gc never removes what a
+run in progress uses.
+
+A cache is marked by its EPBUILD-CACHE file, written when epbuild makes it. Every command
+refuses (exit 2) a directory that is neither empty nor marked, so that EPBUILD_CACHE set
+to the wrong place (your home, a project) is neither written to nor cleaned; a cache of
+an older epbuild (only epbuild's names at its top: stages/, git/, locks/, tmp/, ...) is
+adopted and marked. gc removes only what epbuild names (stage outputs by their 64-hex
+keys, its temporary and log directories, its records) and lists anything else there as
+"not epbuild's: left alone".
+
+A cache this user may not write (a shared cache mounted read-only) serves the stage
+outputs it holds; use times and run records are skipped, a stage it lacks fails with
+exit 3, and gc on it exits 3. Lock files that are not regular files of this user's (or
+root's), a FIFO say, are refused at once with their path and owner.`,
 	}
 	cmd.AddCommand(newCacheLsCmd(app), newCacheDuCmd(app), newCacheGCCmd(app))
 	return cmd
@@ -57,7 +73,7 @@ func newCacheLsCmd(app *App) *cobra.Command {
 			tw := tabwriter.NewWriter(app.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "KIND\tKEY\tSIZE\tLAST USED\tURL")
 			for _, e := range ents {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Kind, e.Key, humanBytes(e.Bytes), e.LastUsed.Format("2006-01-02 15:04"), orDash(e.URL))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Kind, quote.Term(e.Key), humanBytes(e.Bytes), e.LastUsed.Format("2006-01-02 15:04"), orDash(quote.Term(e.URL)))
 			}
 			return tw.Flush()
 		},
@@ -119,7 +135,8 @@ func newCacheGCCmd(app *App) *cobra.Command {
   - rule findings, toolchain probes and embedded repositories of other epbuild versions
     older than --older-than;
   - the temporary directories of runs that ended without removing them (killed),
-    whatever their age.
+    whatever their age (each run, when it starts, also removes those whose owner's
+    lock is free).
 
 Never what a run in progress uses: each run records the stage outputs it uses and holds
 the locks of what it makes or fetches, and gc keeps those (listed as kept).
@@ -141,11 +158,12 @@ the locks of what it makes or fetches, and gc keeps those (listed as kept).
 			if asJSON {
 				return app.printJSON(rep)
 			}
+			// names under the cache may be anyone's (what gc leaves alone): shown safely
 			for _, it := range rep.Removed {
-				fmt.Fprintf(app.Out, "removed %s %s (%s)\n", it.Kind, it.Name, humanBytes(it.Bytes))
+				fmt.Fprintf(app.Out, "removed %s %s (%s)\n", it.Kind, quote.Term(it.Name), humanBytes(it.Bytes))
 			}
 			for _, it := range rep.Kept {
-				fmt.Fprintf(app.Out, "kept    %s %s (%s): %s\n", it.Kind, it.Name, humanBytes(it.Bytes), it.Why)
+				fmt.Fprintf(app.Out, "kept    %s %s (%s): %s\n", it.Kind, quote.Term(it.Name), humanBytes(it.Bytes), it.Why)
 			}
 			fmt.Fprintf(app.Out, "freed %s in %s\n", humanBytes(rep.Freed), rep.Dir)
 			return nil

@@ -197,3 +197,68 @@ func TestValidateRefusesAnAliasBomb(t *testing.T) {
 		t.Errorf("alias bomb (%d bytes): exit %d, %q", b.Len(), code, errs)
 	}
 }
+
+// EPBUILD_CACHE=$HOME (a typo): cache gc, ls and du refuse it (exit 2, naming it and the
+// fix) and remove or make nothing there.
+func TestCacheCommandsRefuseHome(t *testing.T) {
+	home := t.TempDir()
+	for _, n := range []string{"tmp/project/notes.txt", "logs/2023/app.log"} {
+		p := filepath.Join(home, n)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("mine"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"cache", "gc", "--older-than", "0s"}, {"cache", "ls"}, {"cache", "du"}} {
+		code, _, errs := run(t, map[string]string{"EPBUILD_CACHE": home, "HOME": home}, args...)
+		if code != 2 || !strings.Contains(errs, home) || !strings.Contains(errs, "EPBUILD_CACHE") {
+			t.Errorf("%v: exit %d: %s", args, code, errs)
+		}
+	}
+	des, _ := os.ReadDir(home)
+	if len(des) != 2 {
+		t.Errorf("the home directory holds %v", des)
+	}
+	for _, n := range []string{"tmp/project/notes.txt", "logs/2023/app.log"} {
+		if _, err := os.Stat(filepath.Join(home, n)); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+}
+
+// With HOME unset the cache commands use the private directory in the temporary one.
+func TestCacheWithoutHome(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("HOME", "")
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("EPBUILD_CACHE", "")
+	t.Setenv("TMPDIR", tmp)
+	code, out, errs := run(t, nil, "cache", "du")
+	if code != 0 || !strings.Contains(out, filepath.Join(tmp, fmt.Sprintf("epbuild-cache-%d", os.Getuid()))) {
+		t.Errorf("exit %d: %s%s", code, out, errs)
+	}
+}
+
+// What gc leaves alone in a cache is listed with its name shown safely (no terminal
+// escapes from a file name).
+func TestCacheGCShowsForeignNamesSafely(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, errs := run(t, map[string]string{"EPBUILD_CACHE": dir}, "cache", "du"); code != 0 {
+		t.Fatalf("du: %s", errs)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "EPBUILD-CACHE"), []byte("epbuild cache\nformat: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "tmp", "evil\x1b]0;x\x07"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run(t, map[string]string{"EPBUILD_CACHE": dir}, "cache", "gc", "--older-than", "0s")
+	if code != 0 || !strings.Contains(out, "not epbuild's: left alone") || strings.ContainsAny(out, "\x1b\x07") {
+		t.Errorf("exit %d: %q %s", code, out, errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tmp", "evil\x1b]0;x\x07")); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,281 @@
+package builder
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/epbuild/epbuild/builder/cache"
+)
+
+// In a cache, gc removes only what epbuild names: a user's files under tmp/ and logs/
+// (and at the top) are reported, not removed.
+func TestCacheGCLeavesWhatIsNotEpbuilds(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := cache.Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	const key = "7777777777777777777777777777777777777777777777777777777777777777"
+	mine := []string{"tmp/project/notes.txt", "logs/2023/app.log", "notes.txt", "stages/patch/mine/x", "compat/keep.json"}
+	ours := []string{"tmp/build-" + key + "-1/x", "logs/build-" + key + "/00-cmake.log", "stages/patch/" + key + "/.done"}
+	for _, n := range append(slices.Clone(mine), ours...) {
+		p := filepath.Join(dir, n)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := CacheGC(context.Background(), dir, GCOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range mine {
+		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
+			t.Errorf("gc removed %s: %v", n, err)
+		}
+	}
+	for _, n := range ours {
+		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
+			t.Errorf("gc left %s", n)
+		}
+	}
+	for _, n := range []string{"tmp/project", "logs/2023", "notes.txt", "stages/patch/mine", "compat/keep.json"} {
+		if !slices.ContainsFunc(rep.Kept, func(it GCItem) bool { return it.Name == n && it.Why == notOurs }) {
+			t.Errorf("%s not reported as left alone: %+v", n, rep.Kept)
+		}
+	}
+}
+
+// gc on a directory that is no cache ($HOME): exit 2, nothing removed, nothing made.
+func TestCacheGCRefusesHome(t *testing.T) {
+	home := t.TempDir()
+	for _, n := range []string{"tmp/project/notes.txt", "logs/2023/app.log"} {
+		p := filepath.Join(home, n)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("mine"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		old := time.Now().Add(-1000 * time.Hour)
+		_ = os.Chtimes(p, old, old)
+	}
+	for _, f := range []func() error{
+		func() error { _, err := CacheGC(context.Background(), home, GCOptions{}); return err },
+		func() error { _, err := CacheList(home); return err },
+		func() error { _, err := CacheDU(home); return err },
+	} {
+		var de *cache.DirError
+		if err := f(); !errors.As(err, &de) || de.ExitCode() != 2 {
+			t.Errorf("want a refusal (exit 2), got %v", err)
+		}
+	}
+	des, _ := os.ReadDir(home)
+	var names []string
+	for _, d := range des {
+		names = append(names, d.Name())
+	}
+	if strings.Join(names, " ") != "logs tmp" {
+		t.Errorf("the directory holds %v", names)
+	}
+	for _, n := range []string{"tmp/project/notes.txt", "logs/2023/app.log"} {
+		if _, err := os.Stat(filepath.Join(home, n)); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+}
+
+// The helper process of TestKilledRunLeftovers: it makes a stage output and, midway,
+// says so and waits to be killed.
+func TestHelperKilledMidStage(t *testing.T) {
+	dir := os.Getenv("EPBUILD_TEST_KILLED_CACHE")
+	if dir == "" {
+		t.Skip("a helper process")
+	}
+	s, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Produce(context.Background(), "build", os.Getenv("EPBUILD_TEST_KILLED_KEY"), func(tmp string) error {
+		if err := os.WriteFile(filepath.Join(tmp, "half.o"), []byte("half"), 0o644); err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		select {}
+	})
+	t.Fatal(err)
+}
+
+// A run killed (SIGKILL) midway leaves its temporary directory under tmp/; the next run
+// (when it opens the store) and gc remove it, and keep the one of a run that is alive
+// (its lock is held).
+func TestKilledRunLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := cache.Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	const killed = "8888888888888888888888888888888888888888888888888888888888888888"
+	const alive = "9999999999999999999999999999999999999999999999999999999999999999"
+	kill := func(key string) {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperKilledMidStage$")
+		cmd.Env = append(os.Environ(), "EPBUILD_TEST_KILLED_CACHE="+dir, "EPBUILD_TEST_KILLED_KEY="+key)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if l, _ := bufio.NewReader(out).ReadString('\n'); l != "ready\n" {
+			t.Fatalf("helper said %q", l)
+		}
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+	kill(killed)
+	kill(killed) // twice: the second run removes the first one's leftover
+	temps := func(key string) []string {
+		m, _ := filepath.Glob(filepath.Join(dir, "tmp", "build-"+key+"-*"))
+		return m
+	}
+	if got := temps(killed); len(got) != 1 {
+		t.Fatalf("leftovers of the killed runs: %v (the next run removes the one before)", got)
+	}
+	// a run in progress on another key
+	s, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	unlock, err := s.lock(context.Background(), "build-"+alive+".lock", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	live := filepath.Join(dir, "tmp", "build-"+alive+"-1")
+	if err := os.Mkdir(live, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := temps(killed); len(got) != 0 {
+		t.Errorf("the next run left %v", got)
+	}
+	kill(killed)
+	if _, err := CacheGC(context.Background(), dir, GCOptions{OlderThan: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if got := temps(killed); len(got) != 0 {
+		t.Errorf("gc left %v", got)
+	}
+	// the next run too keeps what a live run makes
+	s2, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.Close()
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("gc or a run removed what a live run makes: %v", err)
+	}
+}
+
+// The build directory's lock: a FIFO or another user's file where it goes, or another
+// user's lock directory, is refused at once with what is wrong; the ones beside the
+// directory (where an older epbuild locks) are ignored when unsafe.
+func TestBuildDirLockRefusesFIFOAndOthersFiles(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to give files to another user")
+	}
+	root := t.TempDir()
+	dir := filepath.Join(root, "epbuild-libdemo-0123456789ab")
+	priv := filepath.Join(root, fmt.Sprintf("epbuild-locks-%d", os.Getuid()))
+	lock := filepath.Join(priv, filepath.Base(dir)+".lock")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	say := func(any, ...any) {}
+	// an older epbuild's place holds a FIFO: ignored, the build goes on
+	if err := syscall.Mkfifo(dir+".lock", 0o666); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := lockBuildDir(ctx, dir, say)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	refused := func(what, want string) {
+		t.Helper()
+		_, err := lockBuildDir(ctx, dir, say)
+		var pe *PreflightError
+		if !errors.As(err, &pe) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	os.Remove(lock)
+	if err := syscall.Mkfifo(lock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	refused("a FIFO", "not a regular file")
+	os.Remove(lock)
+	if err := os.WriteFile(lock, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(lock, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	refused("another user's file", "owned by")
+	os.Remove(lock)
+	if err := os.Chown(priv, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	refused("another user's lock directory", "not yours")
+	if ctx.Err() != nil {
+		t.Error("a lock waited")
+	}
+}
+
+// A cache on a read-only mount (shared, filled elsewhere) serves a run whose stages are
+// all cached; gc on it says it is read-only (exit 3).
+func TestReadOnlyCacheServesCachedRun(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("a read-only bind mount needs root")
+	}
+	dir := t.TempDir()
+	res, err := demoRun(t, dir, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro := t.TempDir()
+	if out, err := exec.Command("mount", "--bind", "-o", "ro", dir, ro).CombinedOutput(); err != nil {
+		t.Skipf("cannot bind-mount read-only here: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", ro).Run() })
+	if cache.Writable(ro) {
+		t.Skip("the bind mount is writable")
+	}
+	res2, err := demoRun(t, ro, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.SHA256 != res.SHA256 {
+		t.Errorf("from the read-only cache %s, was %s", res2.SHA256, res.SHA256)
+	}
+	for _, s := range res2.Stages {
+		if !s.Cached {
+			t.Errorf("%s %s not cached", s.Stage, s.Component)
+		}
+	}
+	_, err = CacheGC(context.Background(), ro, GCOptions{})
+	var de *cache.DirError
+	if !errors.As(err, &de) || de.ExitCode() != 3 || !strings.Contains(err.Error(), "read-only") {
+		t.Errorf("gc on a read-only cache: %v", err)
+	}
+}
