@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/compat"
 )
 
