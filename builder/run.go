@@ -314,17 +314,11 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 		return res, err
 	}
 	res.SHA256 = sum
-	res.Artifact = filepath.Join(r.OutDir, ArtifactName(p))
-	if err := publishArtifact(art, res.Artifact, sum); err != nil {
+	set, err := publishSet(p, r.Store.Path("package", pk), r.OutDir, sum)
+	if err != nil {
 		return res, err
 	}
-	if err := publishSBOM(art, res.Artifact); err != nil {
-		return res, err
-	}
-	res.SBOM = res.Artifact + SBOMSuffix
-	if res.Wheels, err = publishWheels(p, r.Store.Path("package", pk), r.OutDir); err != nil {
-		return res, err
-	}
+	res.Artifact, res.SBOM, res.Wheels = set.Artifact, set.SBOM, set.Wheels
 	return res, nil
 }
 
