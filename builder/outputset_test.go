@@ -41,6 +41,12 @@ func outputSetChild(t *testing.T) {
 		isEmpty(t, out)
 	}
 
+	// epbuild sbom -o FILE on a full file system: no space, naming it; nothing left
+	full := smallFS(t, "4k")
+	err = WriteOutput(filepath.Join(full, "x.cdx.json"), make([]byte, 64<<10))
+	wantNoSpace(t, err, full)
+	isEmpty(t, full)
+
 	// a killed run's temporary names go; another name, and one of a live process, stay
 	out := t.TempDir()
 	name := filepath.Base(ref.Artifact)

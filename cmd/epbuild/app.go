@@ -106,6 +106,8 @@ func Main(args []string, s Streams, getenv func(string) string) int {
 		code = ec.ExitCode()
 	} else if isCobraUsage(err) {
 		code = exitBadInput
+	} else if environmentError(err) {
+		code = exitEnv
 	}
 	if wantsJSON(cmd) && out.n == 0 {
 		// the one JSON document of a command that failed before it printed its result

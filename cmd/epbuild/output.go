@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -166,6 +169,19 @@ func describeError(err error, code int) errorJSON {
 		e.Code = "failed"
 	}
 	return e
+}
+
+// environmentError reports whether err, which carries no exit code of its own, is the
+// environment lacking something: a program not on PATH, no permission on a file or
+// directory (a read-only or another user's output directory), a full file system, a
+// host that cannot be reached. The error's text names the program, path or host.
+func environmentError(err error) bool {
+	var dns *net.DNSError
+	var op *net.OpError
+	return errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) ||
+		errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) ||
+		errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial" ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTUNREACH)
 }
 
 // interrupted is the cause of a run stopped by a signal: exit 130, as shells report a
