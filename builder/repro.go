@@ -99,6 +99,8 @@ func (r Repro) key() string {
 type workDir struct {
 	path    string
 	release func()
+	// keep lets go of the directory and leaves it (a failed build kept for reading).
+	keep func()
 }
 
 // acquireWorkDir makes the build directory of a component's build key: the stable one
@@ -109,7 +111,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 		if err != nil {
 			return nil, err
 		}
-		return &workDir{path: d, release: func() { _ = makeWritable(d); _ = os.RemoveAll(d) }}, nil
+		return &workDir{path: d, release: func() { _ = makeWritable(d); _ = os.RemoveAll(d) }, keep: func() {}}, nil
 	}
 	root := r.Repro.root()
 	if err := checkBuildRoot(root); err != nil {
@@ -144,7 +146,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 		_ = makeWritable(dir)
 		_ = os.RemoveAll(dir)
 		unlock()
-	}}, nil
+	}, keep: unlock}, nil
 }
 
 const fixBuildRoot = "free space there or set EPBUILD_BUILD_ROOT to a directory with room (the same on every machine whose builds must agree)"

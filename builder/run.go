@@ -63,6 +63,8 @@ type Runner struct {
 	// Force lists stages to rerun ("all" for every one).
 	Force        []string
 	AllowApplied bool
+	// KeepFailed keeps a failed build step's build directory (BuildOptions.KeepFailed).
+	KeepFailed bool
 	// Version is epbuild's version, recorded in the manifest.
 	Version string
 	// SourceDateEpoch, when set, stamps the artifact; else the newest pinned commit's time.
@@ -785,7 +787,14 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 	if err != nil {
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
-	defer wd.release()
+	kept := false
+	defer func() {
+		if kept {
+			wd.keep()
+		} else {
+			wd.release()
+		}
+	}()
 	work := wd.path
 	src := filepath.Join(work, "src")
 	if err := copyTree(tree, src); err != nil {
@@ -877,6 +886,10 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 			err = se.command(ctx, i, st.Command, vars)
 		}
 		if err != nil {
+			var be *BuildError
+			if r.KeepFailed && errors.As(err, &be) && !be.Stopped {
+				kept, be.Kept = true, work
+			}
 			return r.buildRootFull(err)
 		}
 	}

@@ -107,6 +107,7 @@ type errorJSON struct {
 	Log       string            `json:"log,omitempty"`
 	Component string            `json:"component,omitempty"`
 	Step      string            `json:"step,omitempty"`
+	Kept      string            `json:"kept,omitempty"` // --keep-failed: the build directory
 	Errors    []*recipes.Error  `json:"errors,omitempty"`
 	Findings  []compat.Finding  `json:"findings,omitempty"`
 	Missing   []builder.Missing `json:"missing,omitempty"`
@@ -143,7 +144,7 @@ func describeError(err error, code int) errorJSON {
 			e.Free = &ns.Free
 		}
 	case errors.As(err, &be):
-		e.Code, e.Log, e.Component, e.Step = "build_failed", be.Log, be.Component, be.Step
+		e.Code, e.Log, e.Component, e.Step, e.Kept = "build_failed", be.Log, be.Component, be.Step, be.Kept
 	case errors.As(err, &re):
 		e.Code, e.Findings = "rules", re.Findings
 	case errors.As(err, &pe):
