@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -273,7 +272,7 @@ func (app *App) buildCaches(from, to string, plainHTTP bool) (builder.ArtifactCa
 }
 
 func writeStages(w io.Writer, ev []builder.StageEvent, planned bool) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "STAGE\tCOMPONENT\tKEY\tSTATE")
 	for _, e := range ev {
 		state := "done"

@@ -204,6 +204,8 @@ func (e *interrupted) ExitCode() int { return exitInterrupted }
 type countingWriter struct {
 	w io.Writer
 	n int64
+	// width is the terminal's that w is (0: not a terminal), for tables to fit.
+	width int
 }
 
 func (c *countingWriter) Write(b []byte) (int, error) {
