@@ -5,10 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -167,4 +171,171 @@ func installedComponents(p *Plan, res *Result) []string {
 func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
+}
+
+// tmpPrefix marks a file or directory of an output set being written: NAME.tmp-PID in
+// the output directory. A run that dies leaves them; the next run removes those whose
+// process is gone (leftoverTemps).
+const tmpPrefix = ".tmp-"
+
+func tmpName(path string) string { return path + tmpPrefix + strconv.Itoa(os.Getpid()) }
+
+// publishSet writes the output set of a build into outDir whole or not at all: the
+// artifact, ARTIFACT.sha256, ARTIFACT.cdx.json and the wheels (WheelDir), copied from the
+// package stage's dir. Each is first written under a temporary name beside its final
+// one; only when all are complete are they renamed into place, the sidecars first and
+// the artifact last, so that whoever sees the artifact sees its sidecars (an artifact
+// already there from an earlier build of the same plan holds the same bytes). On any
+// failure what was written is removed. A full file system is a NoSpaceError (exit 3).
+func publishSet(p *Plan, dir, outDir, sum string) (*Result, error) {
+	src := filepath.Join(dir, ArtifactName(p))
+	res := &Result{SHA256: sum, Artifact: filepath.Join(outDir, ArtifactName(p))}
+	res.SBOM = res.Artifact + SBOMSuffix
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, publishErr(err, src, res.Artifact)
+	}
+	removeLeftoverTemps(outDir)
+	var ws []WheelFile
+	if err := ReadJSON(dir, wheelsName, &ws); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	type move struct{ tmp, to string }
+	var moves []move // in the order they are renamed into place
+	undo := func() {
+		for _, m := range moves {
+			os.RemoveAll(m.tmp)
+		}
+	}
+	fail := func(err error, from, to string) (*Result, error) {
+		undo()
+		return nil, publishErr(err, from, to)
+	}
+	if len(ws) > 0 {
+		wd := filepath.Join(outDir, WheelDir(p))
+		tmp := tmpName(wd)
+		moves = append(moves, move{tmp, wd})
+		if err := os.Mkdir(tmp, 0o755); err != nil {
+			return fail(err, src, wd)
+		}
+		for _, w := range ws {
+			from := filepath.Join(dir, "wheels", w.File)
+			got, err := copyHashed(from, filepath.Join(tmp, w.File))
+			if err == nil && got != w.SHA256 {
+				err = fmt.Errorf("the stored wheel %s has sha256 %s, its record says %s: the cache is damaged; rebuild it with --force=package", from, got, w.SHA256)
+			}
+			if err != nil {
+				return fail(err, from, wd) // publishErr names wd's directory: outDir
+			}
+			res.Wheels = append(res.Wheels, filepath.Join(wd, w.File))
+		}
+	}
+	bom, err := os.ReadFile(src + SBOMSuffix)
+	if err != nil {
+		undo()
+		return nil, fmt.Errorf("write the SBOM beside %s: %w", res.Artifact, err)
+	}
+	for _, f := range []struct {
+		to string
+		b  []byte
+	}{{res.SBOM, bom}, {res.Artifact + ".sha256", []byte(sum + "  " + filepath.Base(res.Artifact) + "\n")}} {
+		tmp := tmpName(f.to)
+		moves = append(moves, move{tmp, f.to})
+		if err := writeSynced(tmp, f.b); err != nil {
+			return fail(err, src, f.to)
+		}
+	}
+	// an artifact already there with the same bytes is left as it is
+	if got, err := fileSHA256(res.Artifact); err != nil || got != sum {
+		tmp := tmpName(res.Artifact)
+		moves = append(moves, move{tmp, res.Artifact})
+		got, err := copyHashed(src, tmp)
+		if err == nil && got != sum {
+			err = fmt.Errorf("the stored artifact %s has sha256 %s, its record says %s: the cache is damaged; rebuild it with --force=package", src, got, sum)
+		}
+		if err != nil {
+			return fail(err, src, res.Artifact)
+		}
+	}
+	for i, m := range moves {
+		if err := renameReplacing(m.tmp, m.to); err != nil {
+			moves = moves[i:]
+			return fail(err, m.tmp, m.to)
+		}
+	}
+	return res, nil
+}
+
+// writeSynced writes b to a new file path (0644).
+func writeSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// renameReplacing renames tmp to path; a directory already at path (the wheels of an
+// earlier build of the same plan) is moved aside first and removed after.
+func renameReplacing(tmp, path string) error {
+	err := os.Rename(tmp, path)
+	if err == nil {
+		return nil
+	}
+	st, serr := os.Lstat(path)
+	if serr != nil || !st.IsDir() {
+		return err
+	}
+	old := tmpName(path + ".old")
+	if err := os.Rename(path, old); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Rename(old, path)
+		return err
+	}
+	return os.RemoveAll(old)
+}
+
+// removeLeftoverTemps removes, from outDir, the temporary names of output sets whose
+// writer is gone (a run that was killed, or lost its machine): NAME.tmp-PID where NAME
+// is an artifact, its .sha256 or .cdx.json, or a wheel directory, and no process PID
+// runs. A run of another epbuild still writing is left alone.
+func removeLeftoverTemps(outDir string) {
+	ents, err := os.ReadDir(outDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		name, pid, ok := strings.Cut(e.Name(), tmpPrefix)
+		if !ok || !outputName(name) {
+			continue
+		}
+		n, err := strconv.Atoi(pid)
+		if err != nil || n <= 0 || (n != os.Getpid() && processRuns(n)) {
+			continue
+		}
+		os.RemoveAll(filepath.Join(outDir, e.Name()))
+	}
+}
+
+// outputName reports whether name is one of an output set's names.
+func outputName(name string) bool {
+	name = strings.TrimSuffix(name, ".old")
+	for _, s := range []string{".tar.zst", ".tar.zst.sha256", ".tar.zst" + SBOMSuffix, ".wheels"} {
+		if strings.HasSuffix(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// processRuns reports whether a process pid exists (signal 0: EPERM means it does, as
+// another user's).
+func processRuns(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }

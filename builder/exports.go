@@ -1,7 +1,6 @@
 package builder
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -73,45 +71,6 @@ func packWheels(p *Plan, res *Result, dir string, sde int64) ([]WheelFile, error
 		return nil, fmt.Errorf("package %s: %w", p.Recipe, err)
 	}
 	return out, nil
-}
-
-// publishWheels copies the stored wheels (dir/wheels) into outDir/<WheelDir>, each
-// through a temporary file and checked against its recorded sha256, and returns their
-// paths. A directory left from an earlier build of the same plan is brought up to date.
-func publishWheels(p *Plan, dir, outDir string) ([]string, error) {
-	var ws []WheelFile
-	err := ReadJSON(dir, wheelsName, &ws)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil || len(ws) == 0 {
-		return nil, err
-	}
-	dst := filepath.Join(outDir, WheelDir(p))
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return nil, publishErr(err, dir, dst)
-	}
-	var paths []string
-	for _, w := range ws {
-		src, to := filepath.Join(dir, "wheels", w.File), filepath.Join(dst, w.File)
-		paths = append(paths, to)
-		if got, err := fileSHA256(to); err == nil && got == w.SHA256 {
-			continue
-		}
-		tmp := to + ".tmp-" + strconv.Itoa(os.Getpid())
-		got, err := copyHashed(src, tmp)
-		if err == nil && got != w.SHA256 {
-			err = fmt.Errorf("the stored wheel %s has sha256 %s, its record says %s: the cache is damaged; rebuild it with --force=package", src, got, w.SHA256)
-		}
-		if err == nil {
-			err = os.Rename(tmp, to)
-		}
-		if err != nil {
-			os.Remove(tmp)
-			return nil, publishErr(err, src, to)
-		}
-	}
-	return paths, nil
 }
 
 // SBOMSuffix names the SBOM beside an artifact (ARTIFACT.cdx.json); epbuild push stores it.
@@ -198,29 +157,6 @@ func SBOM(ctx context.Context, path, tool string) ([]byte, error) {
 		return nil, err
 	}
 	return sbomBytes(m, filepath.Base(path), sum, tool)
-}
-
-// publishSBOM copies the stored SBOM beside the published artifact (dst + SBOMSuffix)
-// through a temporary file, unless it already holds the same bytes.
-func publishSBOM(src, dst string) error {
-	b, err := os.ReadFile(src + SBOMSuffix)
-	if err != nil {
-		return fmt.Errorf("write the SBOM beside %s: %w", dst, err)
-	}
-	to := dst + SBOMSuffix
-	if have, err := os.ReadFile(to); err == nil && bytes.Equal(have, b) {
-		return nil
-	}
-	tmp := to + ".tmp-" + strconv.Itoa(os.Getpid())
-	err = os.WriteFile(tmp, b, 0o644)
-	if err == nil {
-		err = os.Rename(tmp, to)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return publishErr(err, src+SBOMSuffix, to)
-	}
-	return nil
 }
 
 // ModuleOptions say which install to write a modulefile for, under what name.

@@ -3,6 +3,7 @@ package builder
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"syscall"
 )
@@ -129,4 +130,12 @@ func noSpaceIn(err error, op string, places ...place) error {
 		return &NoSpaceError{Op: op, Path: p.dir, Free: free, Fix: p.fix, Err: err}
 	}
 	return err
+}
+
+// WriteOutput writes b to path atomically (WriteFileAtomic) for a command's -o FILE: a
+// full file system is a NoSpaceError naming path's directory (exit 3), and nothing is
+// left there.
+func WriteOutput(path string, b []byte) error {
+	err := WriteFileAtomic(path, b)
+	return noSpaceOr(err, "write "+path, filepath.Dir(path), int64(len(b)), "free space there, or write it elsewhere with -o FILE")
 }

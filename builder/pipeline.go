@@ -368,6 +368,10 @@ type BuildOptions struct {
 	// Force lists stages to rerun ("all" for every one).
 	Force        []string
 	AllowApplied bool
+	// KeepFailed keeps the build directory of a failed build step (its path is in the
+	// BuildError), so that logs it points to (CMakeError.log) can be read; the next build
+	// of that component removes it.
+	KeepFailed bool
 	// Version is epbuild's, recorded in the manifest.
 	Version string
 	// SourceDateEpoch stamps the artifact ("": the newest pinned commit's time).
@@ -465,7 +469,7 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 	}
 	r := &Runner{
 		Store: store, Sources: src, Log: j.opts.Log, Environ: opts.Environ,
-		OutDir: opts.OutDir, Force: opts.Force, AllowApplied: opts.AllowApplied, Version: opts.Version,
+		OutDir: opts.OutDir, Force: opts.Force, AllowApplied: opts.AllowApplied, KeepFailed: opts.KeepFailed, Version: opts.Version,
 		SourceDateEpoch: opts.SourceDateEpoch, Findings: findings, Repro: opts.Repro, Watch: opts.Watch,
 	}
 	probeCtx, stop := context.WithCancel(ctx)

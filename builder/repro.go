@@ -117,6 +117,8 @@ func (r Repro) key() string {
 type workDir struct {
 	path, out string
 	release   func()
+	// keep lets go of the directories and leaves them (a failed build kept for reading).
+	keep func()
 }
 
 // acquireWorkDir makes the build directory of a component's build key: the stable one
@@ -127,7 +129,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 		if err != nil {
 			return nil, err
 		}
-		return &workDir{path: d, out: d, release: func() { _ = makeWritable(d); _ = os.RemoveAll(d) }}, nil
+		return &workDir{path: d, out: d, release: func() { _ = makeWritable(d); _ = os.RemoveAll(d) }, keep: func() {}}, nil
 	}
 	root := r.Repro.root()
 	if err := ensureBuildRoot(root); err != nil {
@@ -184,7 +186,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 	return &workDir{path: dir, out: out, release: func() {
 		remove()
 		unlock()
-	}}, nil
+	}, keep: unlock}, nil
 }
 
 // ensureBuildRoot makes a root that does not exist yet (this user's, 0700) and checks it.

@@ -63,6 +63,8 @@ type Runner struct {
 	// Force lists stages to rerun ("all" for every one).
 	Force        []string
 	AllowApplied bool
+	// KeepFailed keeps a failed build step's build directory (BuildOptions.KeepFailed).
+	KeepFailed bool
 	// Version is epbuild's version, recorded in the manifest.
 	Version string
 	// SourceDateEpoch, when set, stamps the artifact; else the newest pinned commit's time.
@@ -316,17 +318,11 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 		return res, err
 	}
 	res.SHA256 = sum
-	res.Artifact = filepath.Join(r.OutDir, ArtifactName(p))
-	if err := publishArtifact(art, res.Artifact, sum); err != nil {
+	set, err := publishSet(p, r.Store.Path("package", pk), r.OutDir, sum)
+	if err != nil {
 		return res, err
 	}
-	if err := publishSBOM(art, res.Artifact); err != nil {
-		return res, err
-	}
-	res.SBOM = res.Artifact + SBOMSuffix
-	if res.Wheels, err = publishWheels(p, r.Store.Path("package", pk), r.OutDir); err != nil {
-		return res, err
-	}
+	res.Artifact, res.SBOM, res.Wheels = set.Artifact, set.SBOM, set.Wheels
 	return res, nil
 }
 
@@ -793,7 +789,14 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 	if err != nil {
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
-	defer wd.release()
+	kept := false
+	defer func() {
+		if kept {
+			wd.keep()
+		} else {
+			wd.release()
+		}
+	}()
 	work := wd.path
 	src := filepath.Join(work, "src")
 	if err := copyTree(tree, src); err != nil {
@@ -885,6 +888,13 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 			err = se.command(ctx, i, st.Command, vars)
 		}
 		if err != nil {
+			var be *BuildError
+			if r.KeepFailed && errors.As(err, &be) && !be.Stopped {
+				kept, be.Kept = true, work
+				if wd.out != work {
+					be.Kept += " (the build trees: " + wd.out + ")"
+				}
+			}
 			return r.buildRootFull(err)
 		}
 	}

@@ -34,13 +34,19 @@ type BuildError struct {
 	Err       error
 	// Stopped: the run was interrupted (Err is why), the step did not fail by itself.
 	Stopped bool
+	// Kept is the failed build's directory, kept for reading (--keep-failed); "": removed.
+	Kept string
 }
 
 func (e *BuildError) Error() string {
 	if e.Stopped {
 		return fmt.Sprintf("build %s: step %s stopped: %v; its log so far: %s", e.Component, e.Step, e.Err, e.Log)
 	}
-	return fmt.Sprintf("build %s: step %s failed: %v\n--- last lines of %s ---\n%s", e.Component, e.Step, e.Err, e.Log, e.Tail)
+	kept := ""
+	if e.Kept != "" {
+		kept = "\nthe build directory is kept: " + e.Kept
+	}
+	return fmt.Sprintf("build %s: step %s failed: %v\n--- last lines of %s ---\n%s%s", e.Component, e.Step, e.Err, e.Log, e.Tail, kept)
 }
 
 // ExitCode: the job failed, or what stopped it says (an interrupt: 130).

@@ -117,10 +117,55 @@ func CheckHost(ctx context.Context, opts HostOptions) (*HostReport, error) {
 		}
 		hs.anc = h
 	}
-	rep.Checks = oneVerdict(Checks().Run(ctx, check.Host, &Subject{Plan: opts.Plan, node: hs}, nil))
+	rep.Checks = scopeHostChecks(opts.Plan, oneVerdict(Checks().Run(ctx, check.Host, &Subject{Plan: opts.Plan, node: hs}, nil)))
 	rep.Pairs = node.Pairs()
 	rep.MappingLine = host.MappingLine(host.Report{Checks: rep.Checks, Pairs: rep.Pairs})
 	return rep, nil
+}
+
+// recipeUses says what of a node a plan's install uses: GPUs (a CUDA toolchain, GPU
+// architectures, or an NVSHMEM or DeepEP component), NVSHMEM (and through it the NICs,
+// GDRCopy and locked memory) and NCCL (a component, or torch, which loads one).
+func recipeUses(p *Plan) (gpu, nvshmem, nccl bool) {
+	for _, name := range []string{"nvshmem", "deepep"} {
+		if _, ok := p.Component(name); ok {
+			gpu, nvshmem = true, nvshmem || name == "nvshmem"
+		}
+	}
+	_, nccl = p.Component("nccl")
+	nccl = nccl || p.Toolchain.Torch != ""
+	gpu = gpu || nccl || p.Toolchain.CUDA != "" || len(p.Toolchain.Arch) > 0
+	return gpu, nvshmem, nccl
+}
+
+// scopeHostChecks skips, saying why, the host checks of what the plan's install does not
+// use: a CPU-only recipe is not failed for a node without GPUs. With no plan (host check
+// without a recipe) every check applies.
+func scopeHostChecks(p *Plan, rs []CheckResult) []CheckResult {
+	if p == nil {
+		return rs
+	}
+	gpu, nvshmem, nccl := recipeUses(p)
+	noGPU := "the recipe " + p.Recipe + " uses no GPU (no toolchain.cuda or arch, no nvshmem, deepep or nccl component, no torch)"
+	noNVSHMEM := "the recipe " + p.Recipe + " has no nvshmem component: nothing of it uses the NICs, GDRCopy or locked memory"
+	noNCCL := "the recipe " + p.Recipe + " takes no NCCL (no nccl component, no torch)"
+	for i, r := range rs {
+		why := ""
+		switch {
+		case r.Status == check.Skip:
+		case !gpu && (strings.HasPrefix(r.ID, "host.") || strings.HasPrefix(r.ID, "rule.")) && r.ID != "host.hostnames":
+			// the host-stage rules are about GPU jobs: fabric, NICs, drivers, NCCL
+			why = noGPU
+		case !nvshmem && (strings.HasPrefix(r.ID, "host.ib.") || r.ID == "host.pcie.gpu-nic-pairing" || r.ID == "host.gdrdrv" || r.ID == "host.memlock"):
+			why = noNVSHMEM
+		case !nccl && strings.HasPrefix(r.ID, "host.nccl."):
+			why = noNCCL
+		}
+		if why != "" {
+			rs[i].Status, rs[i].Found, rs[i].Why, rs[i].Fix = check.Skip, "not applicable: "+why, r.Why, ""
+		}
+	}
+	return rs
 }
 
 // loadedFacts are the NVSHMEM the job's process maps: its version, when every copy's is

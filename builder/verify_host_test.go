@@ -429,3 +429,29 @@ func TestLoadedNVSHMEMVersion(t *testing.T) {
 		t.Errorf("R24: %+v", r)
 	}
 }
+
+// TestHostChecksScopedToTheRecipe: on a node without GPUs or NICs, the CPU demo's host
+// checks skip what its recipe does not use, saying why, and nothing fails; a DeepEP
+// recipe on the same node fails host.gpus as before.
+func TestHostChecksScopedToTheRecipe(t *testing.T) {
+	root := hostfixture.New(t).Root()
+	rep := checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: hostPlan(t, "demo"), Mapped: -1})
+	gpus := result(t, rep.Checks, "host.gpus")
+	if gpus.Status != check.Skip || !strings.Contains(gpus.Found, "the recipe demo uses no GPU") {
+		t.Errorf("host.gpus for the demo: %+v", gpus)
+	}
+	for _, r := range rep.Checks {
+		if r.Status == check.Fail || r.Status == check.Warn {
+			t.Errorf("the demo on a CPU node: %s %s: %s", r.ID, r.Status, r.Found)
+		}
+	}
+	rep = checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: hostPlan(t, "gcp-b200"), Mapped: -1})
+	if r := result(t, rep.Checks, "host.gpus"); r.Status != check.Fail {
+		t.Errorf("host.gpus for gcp-b200 on a node without GPUs: %+v", r)
+	}
+	// without a recipe every check applies
+	rep = checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Mapped: -1})
+	if r := result(t, rep.Checks, "host.gpus"); r.Status != check.Fail {
+		t.Errorf("host.gpus without a recipe on a node without GPUs: %+v", r)
+	}
+}

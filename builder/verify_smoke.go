@@ -16,6 +16,9 @@ import (
 // runner and the reading of its lines are builder/smoke's; here is what the install
 // gives it: the program, the environment, and what the build recorded.
 
+// smokeComponent is the recipe component that builds the smoke test.
+const smokeComponent = "nvshmem-smoke"
+
 // smokeKinds are the checks of the smoke test, run on the process target when asked.
 func smokeKinds() []check.Kind[*Subject] {
 	return []check.Kind[*Subject]{
@@ -38,10 +41,15 @@ func (v *verifier) smoke(ctx context.Context) []CheckResult {
 			Why: "the smoke test runs with the runtime env the plan gives this prefix", Fix: v.fix()}}
 	}
 	bin := v.smokeBinary()
+	if _, ok := v.m.Plan.Component(smokeComponent); !ok && bin == "" {
+		return []CheckResult{{ID: "smoke.run", Status: check.Skip, Read: filepath.Join(v.prefix, ManifestName),
+			Found: "the recipe " + v.m.Plan.Recipe + " has no " + smokeComponent + " component: the install has no smoke test",
+			Why:   "the smoke test checks NVSHMEM on this node; an install without NVSHMEM has nothing for it to run"}}
+	}
 	if bin == "" {
 		return []CheckResult{{ID: "smoke.run", Status: check.Fail, Read: filepath.Join(v.prefix, "*", "bin", smoke.Binary),
 			Expected: "a component of the install that carries bin/" + smoke.Binary,
-			Found:    "none: the install was built from a recipe without the nvshmem-smoke component, or by an older epbuild",
+			Found:    "none, though the recipe has the " + smokeComponent + " component: the install lacks its files, or was built by an older epbuild",
 			Why:      "the smoke test must be built against the NVSHMEM the install's DeepEP links, so it travels in the artifact",
 			Fix:      "rebuild with this epbuild (every DeepEP recipe builds the smoke test) and reinstall"}}
 	}

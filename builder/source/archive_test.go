@@ -135,6 +135,7 @@ func TestFetchArchiveFailures(t *testing.T) {
 		if !errors.Is(err, ErrFetch) || !strings.Contains(err.Error(), u) {
 			t.Fatalf("got %v", err)
 		}
+		assertUnreachable(t, err)
 	})
 	t.Run("truncated", func(t *testing.T) {
 		cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

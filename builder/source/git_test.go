@@ -172,6 +172,7 @@ func TestFetchGitBadInput(t *testing.T) {
 		if !errors.Is(err, ErrFetch) || !strings.Contains(err.Error(), u) {
 			t.Fatalf("got %v", err)
 		}
+		assertUnreachable(t, err)
 		assertNoRepo(t, f)
 	})
 	t.Run("cancelled", func(t *testing.T) {

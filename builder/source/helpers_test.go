@@ -2,8 +2,10 @@ package source
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -317,4 +319,34 @@ func assertNoTemp(t testing.TB, f *Fetcher) {
 	for _, d := range des {
 		t.Errorf("left in the cache's tmp/: %s", d.Name())
 	}
+}
+
+// assertUnreachable: a host that cannot be reached is the environment (exit 3), and the
+// error tells how to fetch without the network.
+func assertUnreachable(t *testing.T, err error) {
+	t.Helper()
+	var se *Error
+	if !errors.As(err, &se) || se.ExitCode() != 3 || !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("want an unreachable host (exit 3), got %#v", err)
+	}
+	for _, want := range []string{"cannot reach ", "--mirror DIR", "EPBUILD_MIRROR", "epbuild mirror RECIPE DIR"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q: %v", want, err)
+		}
+	}
+}
+
+// TestUnresolvableHost: a name that does not resolve is an unreachable host named in
+// the error, for git and archive sources alike. .onion names are refused by Go's
+// resolver without asking a DNS server (RFC 7686), so the test sends nothing.
+func TestUnresolvableHost(t *testing.T) {
+	ctx := context.Background()
+	f := newTestFetcher(t, "", "")
+	err := f.FetchGit(ctx, Git{URL: "https://nonexistent.onion/org/proj", Commit: strings.Repeat("ab", 20)})
+	assertUnreachable(t, err)
+	if !strings.Contains(err.Error(), "cannot reach nonexistent.onion ") {
+		t.Errorf("the host is not named: %v", err)
+	}
+	_, err = f.FetchArchive(ctx, Archive{URL: "https://nonexistent.onion/x.tar.gz", SHA256: strings.Repeat("ab", 32)})
+	assertUnreachable(t, err)
 }

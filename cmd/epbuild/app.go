@@ -73,7 +73,7 @@ func (e *exitError) ExitCode() int { return e.code }
 // command's context: build steps are stopped with their process groups, temporary
 // directories are removed, and the exit code is 130; a second signal ends it at once.
 func Main(args []string, s Streams, getenv func(string) string) int {
-	out := &countingWriter{w: s.Out}
+	out := &countingWriter{w: s.Out, width: terminalWidth(s.Out, getenv)}
 	app := &App{Streams: Streams{In: s.In, Out: out, Err: s.Err}, Getenv: getenv}
 	root := NewRootCmd(app)
 	root.SetArgs(args)
@@ -106,6 +106,8 @@ func Main(args []string, s Streams, getenv func(string) string) int {
 		code = ec.ExitCode()
 	} else if isCobraUsage(err) {
 		code = exitBadInput
+	} else if environmentError(err) {
+		code = exitEnv
 	}
 	if wantsJSON(cmd) && out.n == 0 {
 		// the one JSON document of a command that failed before it printed its result

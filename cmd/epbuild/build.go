@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -99,6 +98,7 @@ func newRecipeCmd(app *App) *cobra.Command {
 		cacheFrom      string
 		cacheTo        string
 		registry       registryFlags
+		keepFailed     bool
 	)
 	cmd := &cobra.Command{
 		Use:               "recipe NAME|FILE",
@@ -130,6 +130,8 @@ and the last line of its log; elsewhere (CI set, stderr not a terminal, --log-fo
 json) a log line per running step every --heartbeat. Each step's whole log is kept under
 the cache, <cache>/logs/build-<key>/<step>.log while it runs and after it failed (the
 path is printed; cache gc removes it), and in the build's stored output once it succeeded.
+A failed build's directory is removed unless --keep-failed keeps it (its path is printed;
+the next build of that component removes it).
 Ctrl-C (SIGINT) or SIGTERM stops the running step and everything it started, removes the
 stage's temporary directories, and exits 130; finished stages are kept.
 
@@ -176,7 +178,7 @@ is a warning too, and the build starts.`,
 				return err
 			}
 			opts := builder.BuildOptions{
-				OutDir: out, AllowApplied: allowApplied, Version: version, SourceDateEpoch: app.Getenv("SOURCE_DATE_EPOCH"),
+				OutDir: out, AllowApplied: allowApplied, KeepFailed: keepFailed, Version: version, SourceDateEpoch: app.Getenv("SOURCE_DATE_EPOCH"),
 				Environ: os.Environ(), Getenv: app.Getenv, PlanOnly: planOnly, Repro: repro,
 			}
 			if force != "" {
@@ -245,6 +247,7 @@ is a warning too, and the build starts.`,
 	cmd.Flags().BoolVar(&planOnly, "plan", false, "print the plan with its stage keys and what is cached; do nothing")
 	cmd.Flags().StringVar(&force, "force", "", "rerun `STAGE` (all, patch, build, check, package; a comma-separated list) and the ones after it")
 	cmd.Flags().Lookup("force").NoOptDefVal = "all"
+	cmd.Flags().BoolVar(&keepFailed, "keep-failed", false, "keep a failed build step's build directory (its path is printed) to read what its logs point to, such as CMakeError.log; the next build of that component removes it")
 	cmd.Flags().BoolVar(&allowApplied, "allow-applied", false, "continue when a patch is already in the tree (reported), instead of failing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringArrayVar(&ignore, "ignore-rule", nil, "build despite an error-level finding of this rule id (e.g. to reproduce a known failure); recorded in the manifest")
@@ -289,7 +292,7 @@ func (app *App) buildCaches(from, to string, reg *registryFlags) (builder.Artifa
 }
 
 func writeStages(w io.Writer, ev []builder.StageEvent, planned bool) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "STAGE\tCOMPONENT\tKEY\tSTATE")
 	for _, e := range ev {
 		state := "done"

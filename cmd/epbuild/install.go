@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -264,7 +263,7 @@ func writeReport(w io.Writer, r *builder.VerifyReport) {
 		fmt.Fprintf(w, " (recipe %s, plan %s)", r.Recipe, r.PlanKey[:min(12, len(r.PlanKey))])
 	}
 	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "ID\tSTATUS\tFOUND")
 	for _, c := range r.Checks {
 		found := c.Found

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -104,6 +107,7 @@ type errorJSON struct {
 	Log       string            `json:"log,omitempty"`
 	Component string            `json:"component,omitempty"`
 	Step      string            `json:"step,omitempty"`
+	Kept      string            `json:"kept,omitempty"` // --keep-failed: the build directory
 	Errors    []*recipes.Error  `json:"errors,omitempty"`
 	Findings  []compat.Finding  `json:"findings,omitempty"`
 	Missing   []builder.Missing `json:"missing,omitempty"`
@@ -140,7 +144,7 @@ func describeError(err error, code int) errorJSON {
 			e.Free = &ns.Free
 		}
 	case errors.As(err, &be):
-		e.Code, e.Log, e.Component, e.Step = "build_failed", be.Log, be.Component, be.Step
+		e.Code, e.Log, e.Component, e.Step, e.Kept = "build_failed", be.Log, be.Component, be.Step, be.Kept
 	case errors.As(err, &re):
 		e.Code, e.Findings = "rules", re.Findings
 	case errors.As(err, &pe):
@@ -168,6 +172,19 @@ func describeError(err error, code int) errorJSON {
 	return e
 }
 
+// environmentError reports whether err, which carries no exit code of its own, is the
+// environment lacking something: a program not on PATH, no permission on a file or
+// directory (a read-only or another user's output directory), a full file system, a
+// host that cannot be reached. The error's text names the program, path or host.
+func environmentError(err error) bool {
+	var dns *net.DNSError
+	var op *net.OpError
+	return errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) ||
+		errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) ||
+		errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial" ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTUNREACH)
+}
+
 // interrupted is the cause of a run stopped by a signal: exit 130, as shells report a
 // command ended by SIGINT.
 type interrupted struct{ sig os.Signal }
@@ -187,6 +204,8 @@ func (e *interrupted) ExitCode() int { return exitInterrupted }
 type countingWriter struct {
 	w io.Writer
 	n int64
+	// width is the terminal's that w is (0: not a terminal), for tables to fit.
+	width int
 }
 
 func (c *countingWriter) Write(b []byte) (int, error) {

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/invopop/jsonschema"
 	"github.com/spf13/cobra"
@@ -61,7 +60,7 @@ func newListCmd(app *App) *cobra.Command {
 					Recipes []row `json:"recipes"`
 				}{rows})
 			}
-			tw := tabwriter.NewWriter(app.Out, 0, 4, 2, ' ', 0)
+			tw := newTable(app.Out)
 			fmt.Fprintln(tw, "NAME\tCLUSTER\tPINS\tPATCH SETS")
 			for _, r := range rows {
 				var pins, sets []string

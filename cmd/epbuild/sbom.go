@@ -40,7 +40,7 @@ Exit codes: 0 done; 2 not an artifact or install (or a damaged one).`,
 				_, err = app.Out.Write(b)
 				return err
 			}
-			if err := builder.WriteFileAtomic(out, b); err != nil {
+			if err := builder.WriteOutput(out, b); err != nil {
 				return err
 			}
 			fmt.Fprintf(app.Err, "wrote %s\n", out)
