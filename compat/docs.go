@@ -111,6 +111,9 @@ func RulesMarkdown(rules *Rules, facts []HostFact) []byte {
 		for _, s := range r.Sources {
 			w("- %s\n", mdText(s))
 		}
+		for _, c := range r.Cites {
+			w("- `%s` says %s\n", c, mdCodeSpan(strings.Join(strings.Fields(c.Says), " ")))
+		}
 	}
 	w("\n## Host facts\n\n")
 	w("What a node's probe reads for the host conditions. A fact that was not read leaves its\n")
@@ -145,4 +148,16 @@ func mdCode(l string) string {
 		return "`" + l + "`"
 	}
 	return mdText(l)
+}
+
+// mdCodeSpan puts s in a code span whose fence is longer than any backtick run in s.
+func mdCodeSpan(s string) string {
+	fence := "`"
+	for strings.Contains(s, fence) {
+		fence += "`"
+	}
+	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") || len(fence) > 1 {
+		return fence + " " + s + " " + fence
+	}
+	return fence + s + fence
 }
