@@ -688,8 +688,8 @@ func ruleTable() []ruleCase {
 		{"R25", "c6051f3 (before df4debe) on 3.7.0", P, all(deepepAt(cC6051f3), nvshmemWheel("3.7.0"), lowLatency("1", "16")), ""},
 		{"R25", "df4debe on 3.7.0", P, all(deepepAt(cDf4debe), nvshmemWheel("3.7.0"), lowLatency("1", "16")), "/warn"},
 
-		{"R28", "no interface named has an IPv4 address on the node", H, host("net.bootstrap-ifname", "no-address"), "interface-no-address/error"},
-		{"R28", "the interface named is missing on the node", H, host("net.bootstrap-ifname", "absent"), "interface-no-address/error"},
+		{"R28", "no interface named has an IPv4 address on the node", H, host("net.bootstrap-ifname", "no-address"), "interface-down/error"},
+		{"R28", "the interface named is missing on the node", H, host("net.bootstrap-ifname", "absent"), "interface-down/error"},
 		{"R28", "an interface named has an IPv4 address", H, nil, ""},
 
 		{"R30", "MNNVL without an IMEX channel, DeepEP v1", H, host("gpu.fabric", "yes"), "no-channel/error"},

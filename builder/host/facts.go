@@ -49,7 +49,7 @@ func (r *Node) Facts(ctx context.Context) map[string]string {
 			f["nvidia-param.EnableStreamMemOPs"] = regkeyValue(v)
 		}
 	}
-	if v := r.bootstrapInterface(); v != "" {
+	if v := r.bootstrapInterface(ctx); v != "" {
 		f["net.bootstrap-ifname"] = v
 	}
 	if v := r.nvcc(); v != "" {
@@ -64,6 +64,15 @@ func (r *Node) Facts(ctx context.Context) map[string]string {
 	if v := r.container(); v != "" {
 		f["container"] = v
 	}
+	if v := r.libmlx5Version(); v != "" {
+		f["rdma.libmlx5-mlx5-1.25"] = v
+	}
+	for key, mod := range map[string]string{"efa.version": "efa", "gdrdrv.version": "gdrdrv"} {
+		if v := r.moduleVersion(mod); v != "" {
+			f[key] = v
+		}
+	}
+	r.partitionFacts(f)
 	return f
 }
 
