@@ -364,11 +364,11 @@ func ruleTable() []ruleCase {
 		{"R15", "DOCA-OFED 3.0.0 on 6.8", H, all(host("doca-ofed", "3.0.0"), host("kernel", "6.8.0")), ""},
 		{"R15", "DOCA-OFED 3.0.0 on 6.14, plan stage", P, host("doca-ofed", "3.0.0"), ""},
 
-		{"R18", "NCCL 2.22 lazy connect", P, nccl("2.22.3-1"), "runtime-connect/advice"},
+		{"R18", "NCCL 2.22 lazy connect", P, nccl("2.22.3-1"), "runtime-connect/warn"},
 		{"R18", "EPv2 on NCCL 2.27", P, all(deepepAt(cB306af0), nccl("2.27.3-1"), env("NCCL_RUNTIME_CONNECT", "0")), "epv2-nccl/error"},
 		{"R18", "NCCL 2.22 with NCCL_RUNTIME_CONNECT=0", P, all(nccl("2.22.3-1"), env("NCCL_RUNTIME_CONNECT", "0")), ""},
 		{"R18", "NCCL 2.21.5", P, nil, ""},
-		{"R18", "torch's NCCL 2.28.9 wheel at preflight", F, nccl("2.28.9"), "runtime-connect/advice"},
+		{"R18", "torch's NCCL 2.28.9 wheel at preflight", F, nccl("2.28.9"), "runtime-connect/warn"},
 		{"R18", "torch's NCCL 2.21.5 wheel at preflight", F, nil, ""},
 		{"R18", "EPv2 on the NCCL 2.28.9 wheel at preflight", F, all(deepepAt(cDd758ca), nccl("2.28.9"), env("NCCL_RUNTIME_CONNECT", "0")), "epv2-nccl/error"},
 		{"R18", "EPv2 without an nccl component", P, all(deepepAt(cDd758ca), env("NCCL_RUNTIME_CONNECT", "0"), func(f *Facts) {
@@ -630,13 +630,13 @@ func ruleTable() []ruleCase {
 
 		// R18: the 2.22 finding is internode only
 		{"R18", "NCCL 2.22 on one node (the wheel, no remote transport)", P, all(single, nccl("2.22.3-1")), ""},
-		{"R18", "NCCL 2.22, the wheel, runtime IBGDA=true", P, all(single, nccl("2.22.3-1"), env("NVSHMEM_IB_ENABLE_IBGDA", "true")), "runtime-connect/advice"},
+		{"R18", "NCCL 2.22, the wheel, runtime IBGDA=true", P, all(single, nccl("2.22.3-1"), env("NVSHMEM_IB_ENABLE_IBGDA", "true")), "runtime-connect/warn"},
 		{"R18", "NCCL 2.22, the wheel, IBGDA=0", P, all(single, nccl("2.22.3-1"), env("NVSHMEM_IB_ENABLE_IBGDA", "0")), ""},
-		{"R18", "NCCL 2.22, the wheel, NVSHMEM_REMOTE_TRANSPORT=ucx", P, all(single, nccl("2.22.3-1"), env("NVSHMEM_REMOTE_TRANSPORT", "ucx")), "runtime-connect/advice"},
+		{"R18", "NCCL 2.22, the wheel, NVSHMEM_REMOTE_TRANSPORT=ucx", P, all(single, nccl("2.22.3-1"), env("NVSHMEM_REMOTE_TRANSPORT", "ucx")), "runtime-connect/warn"},
 		{"R18", "NCCL 2.22, the wheel, NVSHMEM_REMOTE_TRANSPORT=NONE", P, all(single, nccl("2.22.3-1"), env("NVSHMEM_REMOTE_TRANSPORT", "NONE")), ""},
-		{"R18", "NCCL 2.22, IBGDA built only", P, all(nccl("2.22.3-1"), env("NVSHMEM_IB_ENABLE_IBGDA", ""), option("NVSHMEM_IBRC_SUPPORT", "0")), "runtime-connect/advice"},
-		{"R18", "NCCL 2.22, IBRC built only", P, all(nccl("2.22.3-1"), env("NVSHMEM_IB_ENABLE_IBGDA", ""), option("NVSHMEM_IBGDA_SUPPORT", "0")), "runtime-connect/advice"},
-		{"R18", "NCCL 2.22, libfabric built only", P, all(efa, nccl("2.22.3-1"), env("NVSHMEM_REMOTE_TRANSPORT", "")), "runtime-connect/advice"},
+		{"R18", "NCCL 2.22, IBGDA built only", P, all(nccl("2.22.3-1"), env("NVSHMEM_IB_ENABLE_IBGDA", ""), option("NVSHMEM_IBRC_SUPPORT", "0")), "runtime-connect/warn"},
+		{"R18", "NCCL 2.22, IBRC built only", P, all(nccl("2.22.3-1"), env("NVSHMEM_IB_ENABLE_IBGDA", ""), option("NVSHMEM_IBGDA_SUPPORT", "0")), "runtime-connect/warn"},
+		{"R18", "NCCL 2.22, libfabric built only", P, all(efa, nccl("2.22.3-1"), env("NVSHMEM_REMOTE_TRANSPORT", "")), "runtime-connect/warn"},
 		{"R18", "NCCL 2.22, source build without IB or libfabric", P, all(single, nvshmemArchive("3.4.5"), nccl("2.22.3-1"), option("NVSHMEM_IBGDA_SUPPORT", "0"), option("NVSHMEM_IBRC_SUPPORT", "0")), ""},
 
 		// R24: the built side by layout, the loaded side by release version
