@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/host/hostfixture"
@@ -117,5 +118,33 @@ func TestPartitionAndVFFacts(t *testing.T) {
 	cfg.HCAPrefix = "mlx5_0"
 	if got := factsOf(t, f.Root(), cfg); got["ib.vf"] != "no" {
 		t.Errorf("prefix mlx5_0: %v", got)
+	}
+}
+
+// R44: the version of the nvcc EPv2's JIT runs on the node, from its toolkit's version.json.
+func TestNVCCVersionFact(t *testing.T) {
+	t.Parallel()
+	f := hostfixture.New(t)
+	f.Executable("/usr/local/cuda-13.0/bin/nvcc")
+	f.CUDAVersionJSON("/usr/local/cuda-13.0", "13.0.2", "13.0.88")
+	f.Link("/usr/local/cuda", "/usr/local/cuda-13.0")
+	f.Executable("/opt/cuda-13.1/bin/nvcc")
+	f.CUDAVersionJSON("/opt/cuda-13.1", "13.1.0", "13.1.80")
+	f.Executable("/opt/bare/bin/nvcc")
+	for env, want := range map[string]string{
+		"": "13.0.88",
+		"EP_JIT_NVCC_COMPILER=/opt/cuda-13.1/bin/nvcc": "13.1.80",
+		"CUDA_HOME=/opt/cuda-13.1":                     "13.1.80",
+		"CUDA_HOME=/opt/bare":                          "", // no version.json: not read
+		"CUDA_HOME=/opt/none":                          "", // no nvcc
+	} {
+		e := map[string]string{}
+		if k, v, ok := strings.Cut(env, "="); ok {
+			e[k] = v
+		}
+		got, ok := factsOf(t, f.Root(), Config{Transport: TransportNone, GIDIndex: -1, Env: e})["cuda.nvcc-version"]
+		if got != want || ok != (want != "") {
+			t.Errorf("%s: %q, want %q", env, got, want)
+		}
 	}
 }

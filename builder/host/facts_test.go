@@ -30,6 +30,7 @@ func gcpNode(t *testing.T) (string, Config) {
 	f.Hostname("a4-node-03")
 	f.Cgroup("0::/\n")
 	f.Executable("/usr/local/cuda-12.9/bin/nvcc")
+	f.CUDAVersionJSON("/usr/local/cuda-12.9", "12.9.1", "12.9.86")
 	f.Link("/usr/local/cuda", "/usr/local/cuda-12.9")
 	var addrs []string
 	var fabric []hostfixture.Fabric
@@ -58,6 +59,7 @@ func TestFactsOfTheFixtureNodes(t *testing.T) {
 		"regkey.PeerMappingOverride": "1", "nvidia-param.EnableStreamMemOPs": "1",
 		"net.bootstrap-ifname": "address", "cuda.nvcc": "present", "gpu.fabric": "no", "imex.channel": "absent", "container": "no",
 		"rdma.libmlx5-mlx5-1.25": "absent", "efa.version": "none", "gdrdrv.version": "none", "ib.pkey0": "default", "ib.vf": "no",
+		"cuda.nvcc-version": "12.9.86",
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("facts:\n%v\nwant\n%v", got, want)

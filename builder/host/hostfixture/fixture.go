@@ -304,6 +304,26 @@ func (f *Fixture) VirtualFunction(devPath, pfPath string) {
 	f.Link("/sys/devices/"+devPath+"/physfn", "/sys/devices/"+pfPath)
 }
 
+// CUDAVersionJSON writes a CUDA toolkit's version.json under dir (/usr/local/cuda-12.9) as
+// the toolkit installs it: the SDK's version and each component's, nvcc's among them.
+func (f *Fixture) CUDAVersionJSON(dir, sdk, nvcc string) {
+	f.Write(dir+"/version.json", fmt.Sprintf(`{
+   "cuda" : {
+      "name" : "CUDA SDK",
+      "version" : %q
+   },
+   "cuda_cudart" : {
+      "name" : "CUDA Runtime (cudart)",
+      "version" : %q
+   },
+   "cuda_nvcc" : {
+      "name" : "CUDA NVCC",
+      "version" : %q
+   }
+}
+`, sdk, sdk, nvcc))
+}
+
 // Hostname writes this node's name, /proc/sys/kernel/hostname.
 func (f *Fixture) Hostname(name string) { f.Write("/proc/sys/kernel/hostname", name+"\n") }
 
