@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 BIN     := bin/epbuild
 
-.PHONY: all build deps test lint vet bench schema docs demo clean fuzz
+.PHONY: all build deps test lint vet bench schema docs demo clean fuzz rules-check
 
 DEMO_PREFIX ?= out/demo-install
 
@@ -51,6 +51,13 @@ schema:
 # docs/rules.md from compat/rules.yaml and compat/host-facts.yaml (a test fails when stale).
 docs:
 	$(GO) run ./compat/internal/rulesdoc -o docs/rules.md
+
+# Every upstream file:line the rules cite (cites: in compat/rules.yaml), read again from a
+# mirror of bare repositories, EPBUILD_RULES_MIRROR=DIR/github.com/OWNER/REPO.git: fails when
+# the cited lines no longer say what the rule quotes. Without a mirror it says so and passes.
+# Not part of make test (it needs the mirror).
+rules-check:
+	$(GO) run ./compat/internal/rulescheck
 
 # Each fuzzer under a memory limit (ulimit -v, KiB): an input that makes a loader or an
 # extractor allocate beyond it crashes the worker, and the fuzzer reports the input.

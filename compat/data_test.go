@@ -3,6 +3,7 @@ package compat
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -31,6 +32,15 @@ func TestParseRulesErrors(t *testing.T) {
 		{"size default not a size", head + "    when: {size: {env: NVSHMEM_SYMMETRIC_SIZE, default: 1Q, below: buffer-bytes}}\n", "unknown suffix"},
 		{"size both below and invalid", head + "    when: {size: {env: X, default: 1G, below: buffer-bytes, invalid: true}}\n", "exactly one of below: and invalid"},
 		{"unknown runtime key", head + "    when: {runtime: {key: heap-bytes, set: true}}\n", "runtime key \"heap-bytes\""},
+		{"unknown build fact", head + "    when: {build: {key: deepep.layout, equals: v2}}\n", "build fact \"deepep.layout\""},
+		{"build fact of a component", head + "    when: {build: {component: nvshmem, key: nvshmem.rc-layout, equals: v2}}\n", "rules.yaml:8:"},
+		{"release of a bad component", head + "    when: {release: NVSHMEM}\n", "rules.yaml:8:"},
+		{"cite repo not GitHub", head + "    when: {requires: a}\n" + fmt.Sprintf("    cites:\n      - {repo: %s, commit: %s, path: %s, lines: %s, says: %s}\n", "https://gitlab.com/a/b", "v1", "a.c", "\"1\"", "x"), "https://github.com/OWNER/REPO"},
+		{"cite repo .git", head + "    when: {requires: a}\n" + fmt.Sprintf("    cites:\n      - {repo: %s, commit: %s, path: %s, lines: %s, says: %s}\n", "https://github.com/a/b.git", "v1", "a.c", "\"1\"", "x"), "https://github.com/OWNER/REPO"},
+		{"cite lines backwards", head + "    when: {requires: a}\n" + fmt.Sprintf("    cites:\n      - {repo: %s, commit: %s, path: %s, lines: %s, says: %s}\n", "https://github.com/a/b", "v1", "a.c", "9-3", "x"), "rules.yaml:10:"},
+		{"cite path escapes", head + "    when: {requires: a}\n" + fmt.Sprintf("    cites:\n      - {repo: %s, commit: %s, path: %s, lines: %s, says: %s}\n", "https://github.com/a/b", "v1", "../a.c", "\"1\"", "x"), "a file's path"},
+		{"cite commit with a range", head + "    when: {requires: a}\n" + fmt.Sprintf("    cites:\n      - {repo: %s, commit: %s, path: %s, lines: %s, says: %s}\n", "https://github.com/a/b", "v1..v2", "a.c", "\"1\"", "x"), "a full 40-hex commit or a tag"},
+		{"cite says nothing", head + "    when: {requires: a}\n" + fmt.Sprintf("    cites:\n      - {repo: %s, commit: %s, path: %s, lines: %s, says: %s}\n", "https://github.com/a/b", "v1", "a.c", "\"1\"", "\"  \""), "says:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseRules("rules.yaml", []byte(tc.body))

@@ -111,7 +111,15 @@ func RulesMarkdown(rules *Rules, facts []HostFact) []byte {
 		for _, s := range r.Sources {
 			w("- %s\n", mdText(s))
 		}
+		for _, c := range r.Cites {
+			w("- `%s` says %s\n", c, mdCodeSpan(strings.Join(strings.Fields(c.Says), " ")))
+		}
 	}
+	w("\n## Build facts\n\n")
+	w("What a build records of what it built, for the `build:` conditions; before the build,\n")
+	w("and for an install that did not record one, the fact is unknown.\n\n")
+	w("| fact | values | read |\n|---|---|---|\n")
+	w("| `nvshmem.rc-layout` | `v1`, `v2` | The typedef of `nvshmemi_ibgda_device_state_t` in `include/device_host_transport/nvshmem_common_ibgda.h` of the NVSHMEM DeepEP builds against: `nvshmemi_ibgda_device_state_v1` or `_v2` (the RC-QP layout; R3, R24). |\n")
 	w("\n## Host facts\n\n")
 	w("What a node's probe reads for the host conditions. A fact that was not read leaves its\n")
 	w("rules undecided.\n\n")
@@ -145,4 +153,16 @@ func mdCode(l string) string {
 		return "`" + l + "`"
 	}
 	return mdText(l)
+}
+
+// mdCodeSpan puts s in a code span whose fence is longer than any backtick run in s.
+func mdCodeSpan(s string) string {
+	fence := "`"
+	for strings.Contains(s, fence) {
+		fence += "`"
+	}
+	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") || len(fence) > 1 {
+		return fence + " " + s + " " + fence
+	}
+	return fence + s + fence
 }

@@ -39,4 +39,9 @@ func TestRulesDocUpToDate(t *testing.T) {
 			t.Errorf("docs lack host fact %s", f.Key)
 		}
 	}
+	for _, k := range BuildKeys {
+		if !strings.Contains(doc, "| `"+k+"` |") {
+			t.Errorf("docs lack build fact %s", k)
+		}
+	}
 }

@@ -154,6 +154,7 @@ type evaluator struct {
 	facts *Facts
 	anc   Ancestry
 	memo  map[[3]string]ancAnswer
+	cat   *Catalog
 	// err is a failure that stops the evaluation (not an unknown commit).
 	err error
 }
@@ -240,7 +241,17 @@ func (ev *evaluator) eval(c *Cond) (tri, []string) {
 		}
 		return matchKey("host", ev.facts.Host, c.Host, true)
 	case c.Runtime != nil:
+		if _, ok := ev.facts.Runtime[c.Runtime.Key]; !ok && !c.Runtime.Set && !c.Runtime.Unset {
+			return unknown, []string{"the recipe declares no runtime." + c.Runtime.Key}
+		}
 		return matchKey("runtime", ev.facts.Runtime, c.Runtime, false)
+	case c.Build != nil:
+		if _, ok := ev.facts.Build[c.Build.Key]; !ok && !c.Build.Set && !c.Build.Unset {
+			return unknown, []string{"build fact " + c.Build.Key + " is not recorded (it is read from the built tree; before the build, or for an install that did not record it, it is unknown)"}
+		}
+		return matchKey("build", ev.facts.Build, c.Build, false)
+	case c.Release != "":
+		return ev.release(c.Release)
 	case c.Size != nil:
 		return ev.size(c.Size)
 	case c.Command != nil:
@@ -332,6 +343,35 @@ func (ev *evaluator) commit(cc *CommitCond) (tri, []string) {
 		desc = fmt.Sprintf("%s %s does not contain %s", comp.Name, short(comp.Commit), short(mark))
 	}
 	return triOf(a.ok != before), []string{desc}
+}
+
+// release decides whether a component is a published release, so that its version
+// number says what the release notes say of it: an archive or a wheel is; a git tree is
+// only at a commit the catalogue pins for that version (a branch's own version line can
+// name a release whose contents it does not have).
+func (ev *evaluator) release(name string) (tri, []string) {
+	comp, ok := ev.facts.Component(name)
+	if !ok {
+		return no, []string{"no component " + name}
+	}
+	switch comp.Source {
+	case "archive", "python":
+		return yes, []string{fmt.Sprintf("%s %s is a release (a %s source)", comp.Name, comp.Version, comp.Source)}
+	case "git":
+		if ev.cat == nil {
+			cat, err := LoadCatalog()
+			if err != nil {
+				ev.err = fmt.Errorf("load the release catalogue: %w", err)
+				return unknown, nil
+			}
+			ev.cat = cat
+		}
+		if r, ok := ev.cat.ReleaseAt(comp.Name, comp.Repo, comp.Commit); ok && sameVersion(r.Version, comp.Version) {
+			return yes, []string{fmt.Sprintf("%s %s is release %s", comp.Name, short(comp.Commit), r.Version)}
+		}
+		return no, []string{fmt.Sprintf("%s %s (version %s) is not a commit the catalogue pins for a release", comp.Name, short(comp.Commit), comp.Version)}
+	}
+	return no, []string{fmt.Sprintf("%s is a %s source", comp.Name, comp.Source)}
 }
 
 // size decides a size condition: the runtime env variable read as NVSHMEM reads a size.
@@ -453,4 +493,11 @@ func (ev *evaluator) combine(cs []Cond, stop, other tri) (tri, []string) {
 		return unknown, unk
 	}
 	return other, why
+}
+
+// sameVersion reports whether a and b are the same vendor version ("3.5.19-1").
+func sameVersion(a, b string) bool {
+	va, err1 := ParseVersion(a)
+	vb, err2 := ParseVersion(b)
+	return err1 == nil && err2 == nil && va.Equal(vb)
 }

@@ -17,6 +17,10 @@ type Facts struct {
 	// Host holds facts read on a host (see the head of rules.yaml for the keys); nil
 	// when no host was probed, which makes every host condition unknown.
 	Host map[string]string `json:"host,omitempty"`
+	// Build holds the facts the build recorded about what it built (BuildKeys), read
+	// back from the install's manifest; nil before the build, which makes every build
+	// condition on a value unknown.
+	Build map[string]string `json:"build,omitempty"`
 }
 
 // Component is one component as the rules see it.

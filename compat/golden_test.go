@@ -134,6 +134,10 @@ func condText(c *Cond) string {
 		return "recipe(" + strings.Join(c.Recipe, "|") + ")"
 	case c.Runtime != nil:
 		return "runtime(" + keyText(c.Runtime) + ")"
+	case c.Build != nil:
+		return "build(" + keyText(c.Build) + ")"
+	case c.Release != "":
+		return "release(" + c.Release + ")"
 	case c.Size != nil:
 		if c.Size.Invalid {
 			return "size(" + c.Size.Env + " invalid)"

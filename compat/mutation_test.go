@@ -163,6 +163,10 @@ func walkCond(c *Cond, at string, out *[]site) {
 		listSites("recipe", &c.Recipe, func(string) string { return "mutant" }, add)
 	case c.Runtime != nil:
 		keySites("runtime", c.Runtime, add)
+	case c.Build != nil:
+		keySites("build", c.Build, add)
+	case c.Release != "":
+		add("release "+c.Release+" → another component", func() { c.Release = "mutant" })
 	case c.Size != nil:
 		sc := c.Size
 		add("size "+sc.Env+": another variable", func() { sc.Env += "_MUTANT" })

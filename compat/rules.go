@@ -9,6 +9,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/epbuild/epbuild/recipes/strictyaml"
@@ -63,7 +64,43 @@ type Rule struct {
 	Message  string   `json:"message"`
 	Fix      *Fix     `json:"fix,omitempty"`
 	Sources  []string `json:"sources"`
-	line     int
+	// Cites are the sources that quote upstream code, in a form `make rules-check` reads
+	// again from a mirror: the rule stays true only while those lines still say it.
+	Cites []Cite `json:"cites,omitempty"`
+	line  int
+}
+
+// Cite is one upstream file:line a rule rests on: Says must appear in lines Lines of
+// Path at Commit of Repo (whitespace runs compared as one space).
+type Cite struct {
+	Repo   string `json:"repo"`
+	Commit string `json:"commit"`
+	Path   string `json:"path"`
+	Lines  string `json:"lines"`
+	Says   string `json:"says"`
+	line   int
+}
+
+// Line is the cite's line in the rules file.
+func (c Cite) Line() int { return c.line }
+
+// Range gives the first and last line of Lines ("79-96" or "341").
+func (c Cite) Range() (first, last int, err error) {
+	a, b, ok := strings.Cut(c.Lines, "-")
+	if !ok {
+		b = a
+	}
+	first, err1 := strconv.Atoi(a)
+	last, err2 := strconv.Atoi(b)
+	if err1 != nil || err2 != nil || first < 1 || last < first {
+		return 0, 0, fmt.Errorf("lines %q: give N or N-M with 1 <= N <= M", c.Lines)
+	}
+	return first, last, nil
+}
+
+// String is repo@commit:path:lines, as a reader checks it.
+func (c Cite) String() string {
+	return fmt.Sprintf("%s@%s:%s:%s", strings.TrimPrefix(c.Repo, "https://"), c.Commit, c.Path, c.Lines)
 }
 
 // Case is one way a rule can be broken; unset fields are the rule's.
@@ -127,10 +164,19 @@ type Cond struct {
 	Host      *KeyCond       `json:"host,omitempty"`
 	Runtime   *KeyCond       `json:"runtime,omitempty"`
 	Size      *SizeCond      `json:"size,omitempty"`
+	Build     *KeyCond       `json:"build,omitempty"`
+	Release   string         `json:"release,omitempty"`
 }
 
-// RuntimeKeys are the recipe's runtime settings a runtime condition may name.
-var RuntimeKeys = []string{"buffer-bytes"}
+// BuildKeys are the facts a build records about what it built (the install's manifest),
+// which a build condition may name. Before the build, and for an install that did not
+// record one, the fact is unknown.
+var BuildKeys = []string{"nvshmem.rc-layout"}
+
+// RuntimeKeys are the recipe's runtime settings a runtime condition may name: the bytes
+// DeepEP's buffer asks of each GPU, the GPUs a node gives a job, the ranks of the job,
+// the model's hidden size, and whether the job uses low-latency mode (1 or 0).
+var RuntimeKeys = []string{"buffer-bytes", "gpus-per-node", "ranks", "hidden", "low-latency"}
 
 // SizeCond reads a variable of the runtime env as NVSHMEM reads a size (ParseSize), or
 // Default when the variable is unset. Below names a runtime key (buffer-bytes): the
@@ -314,6 +360,8 @@ var (
 	envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	full40   = regexp.MustCompile(`^[0-9a-f]{40}$`)
 	compName = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+	ghRepo   = regexp.MustCompile(`^https://github\.com/[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+	gitRev   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
 )
 
 // ParseRules decodes a rules file strictly and checks every rule: ids unique, stages and
@@ -352,6 +400,9 @@ func ParseRules(file string, data []byte) (*Rules, error) {
 		if len(r.Sources) == 0 {
 			d.at(p, "rule %s: name at least one source under sources: (an issue, a commit, a release note)", r.ID)
 		}
+		for j := range r.Cites {
+			d.checkCite(fmt.Sprintf("%s.cites[%d]", p, j), &r.Cites[j])
+		}
 		d.checkStages(p+".stages", r.Stages, true)
 		d.checkSeverity(p+".severity", r.Severity, true)
 		d.checkFix(p+".fix", r.Fix)
@@ -385,6 +436,25 @@ func ParseRules(file string, data []byte) (*Rules, error) {
 		return nil, err
 	}
 	return &Rules{File: file, rules: raw.Rules}, nil
+}
+
+func (d *yamlDoc) checkCite(p string, c *Cite) {
+	c.line = d.line(p)
+	if !ghRepo.MatchString(c.Repo) || strings.HasSuffix(c.Repo, ".git") {
+		d.at(p+".repo", "repo %q: give https://github.com/OWNER/REPO", c.Repo)
+	}
+	if !gitRev.MatchString(c.Commit) || strings.Contains(c.Commit, "..") {
+		d.at(p+".commit", "commit %q: a full 40-hex commit or a tag", c.Commit)
+	}
+	if c.Path == "" || strings.HasPrefix(c.Path, "/") || slices.Contains(strings.Split(c.Path, "/"), "..") {
+		d.at(p+".path", "path %q: a file's path inside the repository", c.Path)
+	}
+	if _, _, err := c.Range(); err != nil {
+		d.at(p+".lines", "%v", err)
+	}
+	if strings.TrimSpace(c.Says) == "" {
+		d.at(p+".says", "says: the text those lines must contain, copied from them")
+	}
 }
 
 func (d *yamlDoc) checkStages(p string, ss []Stage, required bool) {
@@ -434,13 +504,14 @@ func (d *yamlDoc) checkCond(p string, c *Cond) {
 	n := 0
 	for _, set := range []bool{c.All != nil, c.Any != nil, c.Not != nil, c.Version != nil, c.Commit != nil,
 		c.Source != nil, c.Package != nil, c.Patch != nil, c.Option != nil, c.BuildVar != nil, c.Env != nil, c.Command != nil,
-		c.Toolchain != nil, c.Requires != "", c.Present != "", c.Arch != nil, c.Recipe != nil, c.Host != nil, c.Runtime != nil, c.Size != nil} {
+		c.Toolchain != nil, c.Requires != "", c.Present != "", c.Arch != nil, c.Recipe != nil, c.Host != nil, c.Runtime != nil, c.Size != nil,
+		c.Build != nil, c.Release != ""} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		d.at(p, "a condition has exactly one key (all, any, not, version, commit, source, package, patch, option, build-var, env, command, toolchain, requires, present, arch, recipe, host, runtime, size); found %d", n)
+		d.at(p, "a condition has exactly one key (all, any, not, version, commit, source, package, patch, option, build-var, env, command, toolchain, requires, present, arch, recipe, host, runtime, size, build, release); found %d", n)
 		return
 	}
 	comp := func(q, name string) {
@@ -518,6 +589,16 @@ func (d *yamlDoc) checkCond(p string, c *Cond) {
 			d.at(p+".host.component", "host facts belong to no component")
 		}
 		d.checkKey(p+".host", c.Host, true)
+	case c.Build != nil:
+		if c.Build.Component != "" {
+			d.at(p+".build.component", "build facts are named by their key (nvshmem.rc-layout), not by component:")
+		}
+		if !slices.Contains(BuildKeys, c.Build.Key) {
+			d.at(p+".build.key", "build fact %q: one of %s", c.Build.Key, strings.Join(BuildKeys, ", "))
+		}
+		d.checkKey(p+".build", c.Build, false)
+	case c.Release != "":
+		comp(p+".release", c.Release)
 	case c.Runtime != nil:
 		if c.Runtime.Component != "" {
 			d.at(p+".runtime.component", "runtime settings belong to no component")

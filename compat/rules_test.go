@@ -39,7 +39,8 @@ func baseFacts() Facts {
 			"ib.link-layer": "Ethernet", "ib.driver": "mlx5_core", "ib.name-prefix": "mlx5", "ib.gid-type": "RoCE v2",
 			"ib.roce-v2-ipv4-gid": "yes", "kernel": "6.14.0", "doca-ofed": "3.2.1",
 			"nvshmem.host-libs-mapped": "1", "nvshmem.loaded-version": "3.5.19", "nvshmem.loaded-matches-build": "yes",
-			"net.bootstrap-ifname": "up", "cuda.nvcc": "present", "gpu.fabric": "no", "imex.channel": "absent", "container": "no",
+			"net.bootstrap-ifname": "address", "cuda.nvcc": "present", "gpu.fabric": "no", "imex.channel": "absent", "container": "no",
+			"rdma.libmlx5-mlx5-1.25": "yes", "ib.pkey0": "default", "ib.vf": "no",
 		},
 	}
 }
@@ -242,6 +243,27 @@ var single = all(nvshmemWheel("3.4.5"), buildEnv("deepep", "NVSHMEM_DIR", ""), b
 var epv2 = all(single, deepepAt(cDd758ca), patches("deepep"), nccl("2.30.4-1"), tool(func(t *Toolchain) { t.Torch = "2.11.0+cu130"; t.CUDA = "13.0" }),
 	pkg("nvshmem", "nvidia-nvshmem-cu13"), pkg("nccl", "nvidia-nccl-cu13"), buildEnv("deepep", "CPATH", "/usr/local/cuda/include/cccl"))
 
+// nvshmemMain is NVIDIA/nvshmem's main branch: its version line says 3.5.0, its headers
+// already have the RC-QP layout _v2 of the 3.5.19 release; no release is pinned there.
+var nvshmemMain = nvshmemGit("3.5.0-0", nvshmemURL, "2c7f5a37b16d74166b7dfd30014bb1de1c6aaa0a")
+
+// nvshmem345Tag is the v3.4.5-0 tag of NVIDIA/nvshmem, a release the catalogue pins.
+var nvshmem345Tag = nvshmemGit("3.4.5", nvshmemURL, "131da55f643ac87c810ba0bc51d359258bf433a1")
+
+// built records what the build read of the NVSHMEM headers: the RC-QP layout.
+func built(layout string) mut {
+	return func(f *Facts) { f.Build = map[string]string{"nvshmem.rc-layout": layout} }
+}
+
+// lowLatency declares the job's mode (1 low-latency, 0 normal) and its ranks.
+func lowLatency(mode, ranks string) mut {
+	return all(runtime("low-latency", mode), runtime("ranks", ranks))
+}
+
+// efaGIN is EPv2 on an EFA node with what GDAKI needs there.
+var efaGIN = all(epv2, host("ib.driver", "efa"), host("ib.name-prefix", "rdmap"), host("ib.link-layer", "Unknown"),
+	host("efa.version", "3.3.0"), host("gdrdrv.version", "2.5"), env("NCCL_GIN_TYPE", "5"))
+
 // ruleCase is one row: the facts (baseFacts changed by change) at a stage, and the cases
 // of rule id that must hold there, exactly: "case/severity" items separated by commas
 // ("/error" for a rule without cases), "" for none.
@@ -254,7 +276,7 @@ type ruleCase struct {
 
 func ruleTable() []ruleCase {
 	P, F, H := StagePlan, StagePreflight, StageHost
-	return []ruleCase{
+	rows := []ruleCase{
 		{"R1", "3.2.5 era on 3.3.24", P, all(ibrc, nvshmemArchive("3.3.24"), patches("nvshmem")), "deepep-3.2.5-era/error"},
 		{"R1", "ibrc patch on 3.5.19", P, all(ibrc, nvshmemVer("3.5.19-1")), "deepep-3.2.5-era/error,patch-for-3.2.5-1-only/error"},
 		{"R1", "3.1.7 era on 3.2.5-1", P, all(ibrc, deepepAt(cEbfe47e)), "deepep-3.1.7-era/error"},
@@ -266,11 +288,6 @@ func ruleTable() []ruleCase {
 		{"R2", "29d31c0 on patched NVSHMEM", P, patches("nvshmem", "ibrc-dualport-nvshmem"), "nvshmem-patched/error"},
 		{"R2", "e995aa2 on patched 3.2.5-1", P, all(ibrc, deepepAt(cE995aa2)), ""},
 		{"R2", "b6ce310 on 3.3.9", P, all(deepepAt(cB6ce310), nvshmemArchive("3.3.9")), ""},
-
-		{"R3", "v1.2.1 on 3.5.19-1", P, deepepAt(c9af0e0d), "qp-layout/error"},
-		{"R3", "EPv2 on 3.5.19-1", P, deepepAt(cB306af0), "epv2-legacy/warn"},
-		{"R3", "29d31c0 on 3.5.19-1", P, nil, ""},
-		{"R3", "v1.2.1 on 3.4.5", P, all(deepepAt(c9af0e0d), nvshmemVer("3.4.5")), ""},
 
 		{"R4", "v1.2.1 on source 3.3.20", P, all(deepepAt(c9af0e0d), nvshmemArchive("3.3.20")), "/error"},
 		{"R4", "v1.2.1 on the 3.5.19 wheel", P, all(deepepAt(c9af0e0d), nvshmemWheel("3.5.19")), "/error"},
@@ -337,9 +354,7 @@ func ruleTable() []ruleCase {
 		{"R13", "InfiniBand IBGDA on 3.4.5", H, all(nvshmemVer("3.4.5"), host("ib.link-layer", "InfiniBand")), ""},
 		{"R13", "RoCE IBGDA on 3.5.19-1", H, nil, ""},
 
-		{"R14", "gcp-b200 without HCA prefix", P, all(recipe("gcp-b200"), env("NVSHMEM_HCA_PREFIX", "")), "gcp-names/warn"},
 		{"R14", "rocep prefix on 3.3.24", P, all(deepepAt(cB6ce310), nvshmemArchive("3.3.24"), env("NVSHMEM_HCA_PREFIX", "rocep")), "prefix-needs-3.4.5/error"},
-		{"R14", "host NICs rocep*, no prefix", H, all(host("ib.name-prefix", "rocep"), env("NVSHMEM_HCA_PREFIX", "")), "host-names/error"},
 		{"R14", "IBGDA on an efa NIC", H, host("ib.driver", "efa"), "ibgda-mlx5-only/error"},
 		{"R14", "gcp-b200 with rocep prefix on 3.5.19-1", P, all(recipe("gcp-b200"), env("NVSHMEM_HCA_PREFIX", "rocep")), ""},
 		{"R14", "host rocep with prefix", H, all(host("ib.name-prefix", "rocep"), env("NVSHMEM_HCA_PREFIX", "rocep")), ""},
@@ -473,29 +488,6 @@ func ruleTable() []ruleCase {
 		{"R23", "transport GPUNetIO on 3.5.19-1", P, env("NVSHMEM_REMOTE_TRANSPORT", "GPUNetIO"), "gpunetio-needs-3.7/error"},
 		{"R23", "transport unset", P, nil, ""},
 
-		{"R24", "built 3.4.5, loads 3.5.19", H, nvshmemVer("3.4.5"), "built-before-loaded-after/error"},
-		{"R24", "built 3.5.19-1, loads torch's 3.4.5", H, host("nvshmem.loaded-version", "3.4.5"), "built-after-loaded-before/error"},
-		{"R24", "v1.2.1, loads 3.5.19", H, all(deepepAt(c9af0e0d), nvshmemVer("3.4.5")), "old-deepep-loaded-after/error"},
-		{"R24", "built 3.5.19-1, loads 3.5.19", H, nil, ""},
-		{"R24", "built 3.4.5, loads 3.4.5", H, all(nvshmemVer("3.4.5"), host("nvshmem.loaded-version", "3.4.5")), ""},
-		{"R24", "v1.2.1 on 3.4.5, loads 3.4.5", H, all(deepepAt(c9af0e0d), nvshmemVer("3.4.5"), host("nvshmem.loaded-version", "3.4.5")), ""},
-		{"R24", "EPv2 (R3's), loads 3.4.5", H, all(deepepAt(cB306af0), host("nvshmem.loaded-version", "3.4.5")), ""},
-		{"R24", "EPv2 built 3.4.5, loads 3.5.19", H, all(deepepAt(cB306af0), nvshmemVer("3.4.5")), ""},
-		{"R24", "torch 2.10 loads its 3.4.5 before the built 3.5.19-1", P, env("LD_PRELOAD", ""), "torch-bundled/error"},
-		{"R24", "torch 2.9 without preload, EPv2", P, all(env("LD_PRELOAD", ""), torch("2.9.1+cu128"), deepepAt(cB306af0)), ""},
-		{"R24", "torch 2.11 without preload", P, all(env("LD_PRELOAD", ""), torch("2.11.0+cu130")), ""},
-		{"R24", "torch 2.10, built 3.4.5, no preload", P, all(env("LD_PRELOAD", ""), nvshmemVer("3.4.5")), ""},
-		{"R24", "torch 2.10, the 3.5.19 wheel", P, all(single, nvshmemWheel("3.5.19")), ""},
-		{"R24", "torch 2.10, v1.2.1", P, all(env("LD_PRELOAD", ""), deepepAt(c9af0e0d)), ""},
-		{"R24", "torch 2.10 with preload", P, nil, ""},
-		{"R24", "torch 2.10, built 3.5.19-1 from an archive, no preload", P, all(env("LD_PRELOAD", ""), nvshmemArchive("3.5.19-1")), "torch-bundled/error"},
-
-		{"R25", "29d31c0 on the 3.7.0 wheel", P, all(single, nvshmemWheel("3.7.0")), "/warn"},
-		{"R25", "EPv2 on 3.7.0", P, all(epv2, nvshmemWheel("3.7.0")), "/warn"},
-		{"R25", "29d31c0 on 3.5.19-1", P, nil, ""},
-		{"R25", "c6051f3 (before df4debe) on 3.7.0", P, all(deepepAt(cC6051f3), nvshmemWheel("3.7.0")), ""},
-		{"R25", "df4debe on 3.7.0", P, all(deepepAt(cDf4debe), nvshmemWheel("3.7.0")), "/warn"},
-
 		{"R26", "CUDA 13 with NVSHMEM 3.3.9", F, all(cuda("13.0"), deepepAt(cB6ce310), nvshmemArchive("3.3.9")), "/error"},
 		{"R26", "CUDA 13 with the 3.3.9 wheel", F, all(single, cuda("13.0"), nvshmemWheel("3.3.9"), pkg("nvshmem", "nvidia-nvshmem-cu13")), "/error"},
 		{"R26", "CUDA 13 with NVSHMEM 3.3.20", F, all(cuda("13.0"), deepepAt(cB6ce310), nvshmemArchive("3.3.20")), ""},
@@ -522,25 +514,22 @@ func ruleTable() []ruleCase {
 		{"R28", "the wheel, IBGDA=0", P, all(single, env("NVSHMEM_IB_ENABLE_IBGDA", "0")), ""},
 		{"R28", "source build without IB or libfabric, nothing at run time", P, all(single, nvshmemArchive("3.4.5"), option("NVSHMEM_IBGDA_SUPPORT", "0"), option("NVSHMEM_IBRC_SUPPORT", "0")), ""},
 		{"R28", "interface named", P, nil, ""},
-		{"R28", "interface down on the node", H, host("net.bootstrap-ifname", "down"), "interface-down/error"},
-		{"R28", "interface up on the node", H, nil, ""},
 		{"R28", "IBRC built only", P, all(env("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", ""), env("NVSHMEM_IB_ENABLE_IBGDA", ""), option("NVSHMEM_IBGDA_SUPPORT", "0")), "unset/warn"},
 		{"R28", "libfabric built only", P, all(efa, env("NVSHMEM_REMOTE_TRANSPORT", ""), env("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "")), "unset/warn"},
 
-		{"R29", "EPv2 (b306af0) on the wheels", P, all(epv2, deepepAt(cB306af0)), "wheel-link/error,nvcc-on-nodes/advice"},
-		{"R29", "EPv2 (b306af0), NCCL from git, NVSHMEM wheel", P, all(epv2, deepepAt(cB306af0), ncclGit), "wheel-link/error,nvcc-on-nodes/advice"},
-		{"R29", "EPv2 (b306af0), NVSHMEM from source, NCCL wheel", P, all(epv2, deepepAt(cB306af0), nvshmemArchive("3.4.5"), buildEnv("deepep", "EP_NVSHMEM_ROOT_DIR", "{{nvshmem.prefix}}")), "wheel-link/error,nvcc-on-nodes/advice"},
-		{"R29", "EPv2 (b306af0), neither a wheel", P, all(epv2, deepepAt(cB306af0), nvshmemArchive("3.4.5"), ncclGit, buildEnv("deepep", "EP_NVSHMEM_ROOT_DIR", "{{nvshmem.prefix}}")), "nvcc-on-nodes/advice"},
-		{"R29", "EPv2 main on the wheels", P, epv2, "nvcc-on-nodes/advice"},
-		{"R29", "EPv2 main, NVSHMEM_DIR without EP_NVSHMEM_ROOT_DIR", P, all(epv2, buildEnv("deepep", "NVSHMEM_DIR", "/opt/nvshmem")), "nvshmem-root-dir/warn,nvcc-on-nodes/advice"},
-		{"R29", "EPv2 main, both set", P, all(epv2, buildEnv("deepep", "NVSHMEM_DIR", "/opt/nvshmem"), buildEnv("deepep", "EP_NVSHMEM_ROOT_DIR", "/opt/nvshmem")), "nvcc-on-nodes/advice"},
+		{"R29", "EPv2 (b306af0) on the wheels", P, all(epv2, deepepAt(cB306af0)), "wheel-link/error,nccl-headers-on-nodes/advice,nvcc-on-nodes/advice"},
+		{"R29", "EPv2 (b306af0), NCCL from git, NVSHMEM wheel", P, all(epv2, deepepAt(cB306af0), ncclGit), "wheel-link/error,nccl-headers-on-nodes/advice,nvcc-on-nodes/advice"},
+		{"R29", "EPv2 (b306af0), NVSHMEM from source, NCCL wheel", P, all(epv2, deepepAt(cB306af0), nvshmemArchive("3.4.5"), buildEnv("deepep", "EP_NVSHMEM_ROOT_DIR", "{{nvshmem.prefix}}")), "wheel-link/error,nccl-headers-on-nodes/advice,nvcc-on-nodes/advice"},
+		{"R29", "EPv2 (b306af0), neither a wheel", P, all(epv2, deepepAt(cB306af0), nvshmemArchive("3.4.5"), ncclGit, buildEnv("deepep", "EP_NVSHMEM_ROOT_DIR", "{{nvshmem.prefix}}")), "nccl-headers-on-nodes/advice,nvcc-on-nodes/advice"},
+		{"R29", "EPv2 main on the wheels", P, epv2, "nccl-headers-on-nodes/advice,nvcc-on-nodes/advice"},
+		{"R29", "EPv2 main, NVSHMEM_DIR without EP_NVSHMEM_ROOT_DIR", P, all(epv2, buildEnv("deepep", "NVSHMEM_DIR", "/opt/nvshmem")), "nvshmem-root-dir/warn,nccl-headers-on-nodes/advice,nvcc-on-nodes/advice"},
+		{"R29", "EPv2 main, both set", P, all(epv2, buildEnv("deepep", "NVSHMEM_DIR", "/opt/nvshmem"), buildEnv("deepep", "EP_NVSHMEM_ROOT_DIR", "/opt/nvshmem")), "nccl-headers-on-nodes/advice,nvcc-on-nodes/advice"},
 		{"R29", "EPv2 on a node without nvcc", H, all(epv2, host("cuda.nvcc", "absent")), "nvcc-missing/error"},
 		{"R29", "EPv2 on a node with nvcc", H, epv2, ""},
 		{"R29", "29d31c0 on the wheels", P, single, ""},
 		{"R29", "29d31c0 on a node without nvcc", H, all(single, host("cuda.nvcc", "absent")), ""},
-		{"R29", "EPv2 from an archive: its commit is unknown", P, all(epv2, deepepArchive), "nvcc-on-nodes/advice?,wheel-link/warn?"},
+		{"R29", "EPv2 from an archive: its commit is unknown", P, all(epv2, deepepArchive), "nccl-headers-on-nodes/advice?,nvcc-on-nodes/advice?,wheel-link/warn?"},
 
-		{"R30", "MNNVL without an IMEX channel", H, host("gpu.fabric", "yes"), "no-channel/error"},
 		{"R30", "MNNVL in a container without NVIDIA_IMEX_CHANNELS", H, all(host("gpu.fabric", "yes"), host("imex.channel", "present"), host("container", "yes")), "container-env/warn"},
 		{"R30", "MNNVL with a channel", H, all(host("gpu.fabric", "yes"), host("imex.channel", "present")), ""},
 		{"R30", "MNNVL in a container with NVIDIA_IMEX_CHANNELS", H, all(host("gpu.fabric", "yes"), host("imex.channel", "present"), host("container", "yes"), env("NVIDIA_IMEX_CHANNELS", "0")), ""},
@@ -606,13 +595,186 @@ func ruleTable() []ruleCase {
 			ncclMake("sh", "-c", `make -C src BUILDDIR="$DESTDIR$PREFIX" "$DESTDIR$PREFIX/include/nccl.h"`)), ""},
 		{"R40", "NCCL 2.21.5-1 from git, CUDA 13.0, at plan stage", P, all(ncclLib, nccl("2.21.5-1")), ""},
 
-		{"R41", "NCCL 2.28.3-1 from git beside torch 2.11 (measured)", F, all(ncclLib, nccl("2.28.3-1"), torch("2.11.0+cu130")), "/error"},
-		{"R41", "NCCL 2.28.3-1 from an archive beside torch 2.11", F, all(ncclLib, nccl("2.28.3-1"), ncclFrom("archive"), torch("2.11.0+cu130")), "/error"},
+		// R3: the layout, from the build's header when recorded, else from a release's version
+		{"R3", "v1.2.1 on 3.5.19-1", P, deepepAt(c9af0e0d), "qp-layout/error"},
+		{"R3", "EPv2 on 3.5.19-1", P, deepepAt(cB306af0), "epv2-legacy/warn"},
+		{"R3", "29d31c0 on 3.5.19-1", P, nil, ""},
+		{"R3", "v1.2.1 on the 3.4.5 release tag", P, all(deepepAt(c9af0e0d), nvshmem345Tag), ""},
+		{"R3", "v1.2.1 on the 3.4.5 archive", P, all(deepepAt(c9af0e0d), nvshmemArchive("3.4.5")), ""},
+		{"R3", "v1.2.1 on NVSHMEM main (calls itself 3.5.0, has _v2): undecided before the build", P, all(deepepAt(c9af0e0d), nvshmemMain), "qp-layout/warn?"},
+		{"R3", "v1.2.1 on NVSHMEM main, the build read _v2", H, all(deepepAt(c9af0e0d), nvshmemMain, built("v2")), "qp-layout/error"},
+		{"R3", "v1.2.1 on NVSHMEM main, the build read _v1", H, all(deepepAt(c9af0e0d), nvshmemMain, built("v1")), ""},
+		{"R3", "v1.2.1 on the 3.5.19-1 release, the build read _v1: the header wins", H, all(deepepAt(c9af0e0d), built("v1")), ""},
+		{"R3", "v1.2.1 on the 3.4.5 archive, the build read _v2: the header wins", H, all(deepepAt(c9af0e0d), nvshmemArchive("3.4.5"), built("v2")), "qp-layout/error"},
+		{"R3", "EPv2 on NVSHMEM main, the build read _v2", H, all(deepepAt(cB306af0), nvshmemMain, built("v2")), "epv2-legacy/warn"},
+		{"R3", "EPv2 on NVSHMEM main, undecided before the build", P, all(deepepAt(cB306af0), nvshmemMain), "epv2-legacy/warn?"},
+		{"R3", "EPv2 on the 3.4.5 archive", P, all(deepepAt(cB306af0), nvshmemArchive("3.4.5")), ""},
+		{"R3", "EPv2 on the 3.4.5 archive, the build read _v2", H, all(deepepAt(cB306af0), nvshmemArchive("3.4.5"), built("v2")), "epv2-legacy/warn"},
+
+		// R14: the name filter is IBGDA's and IBDEVX's, and only before 3.5.19
+		{"R14", "gcp-b200 on 3.5.19-1 without HCA prefix: every name is accepted", P, all(recipe("gcp-b200"), env("NVSHMEM_HCA_PREFIX", "")), ""},
+		{"R14", "gcp-b200 on 3.4.5, IBGDA, no prefix", P, all(recipe("gcp-b200"), env("NVSHMEM_HCA_PREFIX", ""), nvshmemArchive("3.4.5")), "gcp-names/warn"},
+		{"R14", "gcp-b200 on 3.4.5, IBDEVX, no prefix", P, all(recipe("gcp-b200"), env("NVSHMEM_HCA_PREFIX", ""), nvshmemArchive("3.4.5"), env("NVSHMEM_IB_ENABLE_IBGDA", ""), env("NVSHMEM_REMOTE_TRANSPORT", "IBDEVX")), "gcp-names/warn"},
+		{"R14", "gcp-b200 on 3.4.5, IBRC only, no prefix", P, all(recipe("gcp-b200"), env("NVSHMEM_HCA_PREFIX", ""), nvshmemArchive("3.4.5"), env("NVSHMEM_IB_ENABLE_IBGDA", "")), ""},
+		{"R14", "gcp-b200 on 3.4.5, IBGDA, prefix set", P, all(recipe("gcp-b200"), env("NVSHMEM_HCA_PREFIX", "rocep"), nvshmemArchive("3.4.5")), ""},
+		{"R14", "another recipe on 3.4.5, IBGDA, no prefix", P, all(env("NVSHMEM_HCA_PREFIX", ""), nvshmemArchive("3.4.5")), ""},
+		{"R14", "rocep prefix on 3.3.24, IBRC only", P, all(deepepAt(cB6ce310), nvshmemArchive("3.3.24"), env("NVSHMEM_HCA_PREFIX", "rocep"), env("NVSHMEM_IB_ENABLE_IBGDA", "")), ""},
+		{"R14", "rocep prefix on 3.3.24, IBDEVX", P, all(deepepAt(cB6ce310), nvshmemArchive("3.3.24"), env("NVSHMEM_HCA_PREFIX", "rocep"), env("NVSHMEM_IB_ENABLE_IBGDA", ""), env("NVSHMEM_REMOTE_TRANSPORT", "IBDEVX")), "prefix-needs-3.4.5/error"},
+		{"R14", "host NICs rocep*, no prefix, IBGDA on 3.4.5", H, all(host("ib.name-prefix", "rocep"), env("NVSHMEM_HCA_PREFIX", ""), nvshmemArchive("3.4.5")), "host-names/error"},
+		{"R14", "host NICs rocep*, no prefix, IBDEVX on 3.4.5", H, all(host("ib.name-prefix", "rocep"), env("NVSHMEM_HCA_PREFIX", ""), nvshmemArchive("3.4.5"), env("NVSHMEM_IB_ENABLE_IBGDA", ""), env("NVSHMEM_REMOTE_TRANSPORT", "IBDEVX")), "host-names/error"},
+		{"R14", "host NICs rocep*, no prefix, NVSHMEM 3.5.19-1 accepts every name", H, all(host("ib.name-prefix", "rocep"), env("NVSHMEM_HCA_PREFIX", "")), ""},
+		{"R14", "ibrc-dualport on rocep* NICs: IBRC has no name filter", H, all(ibrc, host("ib.name-prefix", "rocep")), ""},
+		{"R14", "host mlx5, no prefix, IBGDA on 3.4.5", H, all(env("NVSHMEM_HCA_PREFIX", ""), nvshmemArchive("3.4.5")), ""},
+		{"R14", "host rocep with prefix, IBGDA on 3.4.5", H, all(host("ib.name-prefix", "rocep"), env("NVSHMEM_HCA_PREFIX", "rocep"), nvshmemArchive("3.4.5")), ""},
+		{"R14", "no RDMA devices, IBGDA on 3.4.5, no prefix", H, all(env("NVSHMEM_HCA_PREFIX", ""), nvshmemArchive("3.4.5"), host("ib.link-layer", "none"), host("ib.driver", ""), host("ib.name-prefix", "")), ""},
+
+		// R18: the 2.22 finding is internode only
+		{"R18", "NCCL 2.22 on one node (the wheel, no remote transport)", P, all(single, nccl("2.22.3-1")), ""},
+		{"R18", "NCCL 2.22, the wheel, runtime IBGDA=true", P, all(single, nccl("2.22.3-1"), env("NVSHMEM_IB_ENABLE_IBGDA", "true")), "runtime-connect/warn"},
+		{"R18", "NCCL 2.22, the wheel, IBGDA=0", P, all(single, nccl("2.22.3-1"), env("NVSHMEM_IB_ENABLE_IBGDA", "0")), ""},
+		{"R18", "NCCL 2.22, the wheel, NVSHMEM_REMOTE_TRANSPORT=ucx", P, all(single, nccl("2.22.3-1"), env("NVSHMEM_REMOTE_TRANSPORT", "ucx")), "runtime-connect/warn"},
+		{"R18", "NCCL 2.22, the wheel, NVSHMEM_REMOTE_TRANSPORT=NONE", P, all(single, nccl("2.22.3-1"), env("NVSHMEM_REMOTE_TRANSPORT", "NONE")), ""},
+		{"R18", "NCCL 2.22, IBGDA built only", P, all(nccl("2.22.3-1"), env("NVSHMEM_IB_ENABLE_IBGDA", ""), option("NVSHMEM_IBRC_SUPPORT", "0")), "runtime-connect/warn"},
+		{"R18", "NCCL 2.22, IBRC built only", P, all(nccl("2.22.3-1"), env("NVSHMEM_IB_ENABLE_IBGDA", ""), option("NVSHMEM_IBGDA_SUPPORT", "0")), "runtime-connect/warn"},
+		{"R18", "NCCL 2.22, libfabric built only", P, all(efa, nccl("2.22.3-1"), env("NVSHMEM_REMOTE_TRANSPORT", "")), "runtime-connect/warn"},
+		{"R18", "NCCL 2.22, source build without IB or libfabric", P, all(single, nvshmemArchive("3.4.5"), nccl("2.22.3-1"), option("NVSHMEM_IBGDA_SUPPORT", "0"), option("NVSHMEM_IBRC_SUPPORT", "0")), ""},
+
+		// R24: the built side by layout, the loaded side by release version
+		{"R24", "built 3.4.5, loads 3.5.19", H, nvshmemArchive("3.4.5"), "built-before-loaded-after/error"},
+		{"R24", "built 3.5.19-1, loads torch's 3.4.5", H, host("nvshmem.loaded-version", "3.4.5"), "built-after-loaded-before/error"},
+		{"R24", "v1.2.1, loads 3.5.19", H, all(deepepAt(c9af0e0d), nvshmemArchive("3.4.5")), "old-deepep-loaded-after/error"},
+		{"R24", "built 3.5.19-1, loads 3.5.19", H, nil, ""},
+		{"R24", "built 3.4.5, loads 3.4.5", H, all(nvshmemArchive("3.4.5"), host("nvshmem.loaded-version", "3.4.5")), ""},
+		{"R24", "v1.2.1 on 3.4.5, loads 3.4.5", H, all(deepepAt(c9af0e0d), nvshmemArchive("3.4.5"), host("nvshmem.loaded-version", "3.4.5")), ""},
+		{"R24", "EPv2, loads 3.4.5", H, all(deepepAt(cB306af0), host("nvshmem.loaded-version", "3.4.5")), ""},
+		{"R24", "EPv2 built 3.4.5, loads 3.5.19: the legacy kernels", H, all(deepepAt(cB306af0), nvshmemArchive("3.4.5")), "epv2-legacy-loaded-after/warn"},
+		{"R24", "built from NVSHMEM main (3.5.0, _v2 recorded), loads torch's 3.4.5", H, all(nvshmemMain, built("v2"), host("nvshmem.loaded-version", "3.4.5")), "built-after-loaded-before/error"},
+		{"R24", "built from NVSHMEM main (3.5.0, _v2 recorded), loads 3.5.19", H, all(nvshmemMain, built("v2")), ""},
+		{"R24", "built from NVSHMEM main (_v1 recorded), loads 3.5.19", H, all(nvshmemMain, built("v1")), "built-before-loaded-after/error"},
+		{"R24", "built 3.5.19-1 but _v1 recorded, loads 3.5.19", H, built("v1"), "built-before-loaded-after/error"},
+		{"R24", "built 3.4.5 but _v2 recorded, loads 3.4.5", H, all(nvshmemArchive("3.4.5"), built("v2"), host("nvshmem.loaded-version", "3.4.5")), "built-after-loaded-before/error"},
+		{"R24", "built from NVSHMEM main, nothing recorded, loads 3.5.19", H, nvshmemMain, "built-before-loaded-after/warn?"},
+		{"R24", "built from NVSHMEM main, nothing recorded, loads 3.4.5", H, all(nvshmemMain, host("nvshmem.loaded-version", "3.4.5")), "built-after-loaded-before/warn?"},
+		{"R24", "torch 2.10 loads its 3.4.5 before the built 3.5.19-1", P, env("LD_PRELOAD", ""), "torch-wheel-v1/error"},
+		{"R24", "torch 2.12 (cu13 3.4.5) before the built 3.5.19-1", P, all(env("LD_PRELOAD", ""), torch("2.12.0+cu130")), "torch-wheel-v1/error"},
+		{"R24", "torch 2.14 before the built 3.5.19-1", P, all(env("LD_PRELOAD", ""), torch("2.14.1+cu130")), "torch-wheel-v1/error"},
+		{"R24", "torch 2.15 (3.7.2) with the built 3.5.19-1: the same layout", P, all(env("LD_PRELOAD", ""), torch("2.15.0+cu130")), ""},
+		{"R24", "torch 2.15 (3.7.2) before the built 3.4.5: the reverse case", P, all(env("LD_PRELOAD", ""), torch("2.15.0+cu130"), nvshmemArchive("3.4.5")), "torch-wheel-v2/error"},
+		{"R24", "torch 2.15, the built 3.4.5 preloaded", P, all(torch("2.15.0+cu130"), nvshmemArchive("3.4.5")), ""},
+		{"R24", "torch 2.16, built 3.4.5: its pin is not read yet", P, all(env("LD_PRELOAD", ""), torch("2.16.0+cu130"), nvshmemArchive("3.4.5")), ""},
+		{"R24", "torch 2.15, built from NVSHMEM main: undecided before the build", P, all(env("LD_PRELOAD", ""), torch("2.15.0+cu130"), nvshmemMain), "torch-wheel-v2/warn?"},
+		{"R24", "torch 2.10, built from NVSHMEM main: undecided before the build", P, all(env("LD_PRELOAD", ""), nvshmemMain), "torch-wheel-v1/warn?"},
+		{"R24", "torch 2.10, built from NVSHMEM main, _v2 recorded", P, all(env("LD_PRELOAD", ""), nvshmemMain, built("v2")), "torch-wheel-v1/error"},
+		{"R24", "torch 2.15, built from NVSHMEM main, _v1 recorded", P, all(env("LD_PRELOAD", ""), torch("2.15.0+cu130"), nvshmemMain, built("v1")), "torch-wheel-v2/error"},
+		{"R24", "torch 2.15, the 3.4.5 wheel", P, all(single, torch("2.15.0+cu130")), ""},
+		{"R24", "torch 2.15, EPv2, built 3.4.5", P, all(env("LD_PRELOAD", ""), torch("2.15.0+cu130"), nvshmemArchive("3.4.5"), deepepAt(cB306af0)), ""},
+		{"R24", "torch 2.15, v1.2.1, built 3.4.5", P, all(env("LD_PRELOAD", ""), torch("2.15.0+cu130"), nvshmemArchive("3.4.5"), deepepAt(c9af0e0d)), ""},
+		{"R24", "torch 2.9 without preload, EPv2", P, all(env("LD_PRELOAD", ""), torch("2.9.1+cu128"), deepepAt(cB306af0)), ""},
+		{"R24", "torch 2.8 without preload", P, all(env("LD_PRELOAD", ""), torch("2.8.0+cu128")), ""},
+		{"R24", "torch 2.10, built 3.4.5, no preload", P, all(env("LD_PRELOAD", ""), nvshmemArchive("3.4.5")), ""},
+		{"R24", "torch 2.10, the 3.5.19 wheel", P, all(single, nvshmemWheel("3.5.19")), ""},
+		{"R24", "torch 2.10, v1.2.1", P, all(env("LD_PRELOAD", ""), deepepAt(c9af0e0d)), ""},
+		{"R24", "torch 2.10 with preload", P, nil, ""},
+		{"R24", "torch 2.10, built 3.5.19-1 from an archive, no preload", P, all(env("LD_PRELOAD", ""), nvshmemArchive("3.5.19-1")), "torch-wheel-v1/error"},
+
+		// R25: internode low-latency mode only
+		{"R25", "29d31c0 on the 3.7.0 wheel, low-latency across 16 ranks", P, all(single, nvshmemWheel("3.7.0"), lowLatency("1", "16")), "/warn"},
+		{"R25", "29d31c0 on the 3.7.0 wheel, low-latency across 9 ranks", P, all(single, nvshmemWheel("3.7.0"), lowLatency("1", "9")), "/warn"},
+		{"R25", "29d31c0 on the 3.7.0 wheel, low-latency on one node of 8", P, all(single, nvshmemWheel("3.7.0"), lowLatency("1", "8")), ""},
+		{"R25", "29d31c0 on the 3.7.0 wheel, normal mode across 16 ranks", P, all(single, nvshmemWheel("3.7.0"), lowLatency("0", "16")), ""},
+		{"R25", "29d31c0 on the 3.7.0 wheel, the runtime says nothing", P, all(single, nvshmemWheel("3.7.0")), "/warn?"},
+		{"R25", "EPv2 on 3.7.0, low-latency across 32 ranks", P, all(epv2, nvshmemWheel("3.7.0"), lowLatency("1", "32")), "/warn"},
+		{"R25", "29d31c0 on 3.5.19-1", P, lowLatency("1", "16"), ""},
+		{"R25", "c6051f3 (before df4debe) on 3.7.0", P, all(deepepAt(cC6051f3), nvshmemWheel("3.7.0"), lowLatency("1", "16")), ""},
+		{"R25", "df4debe on 3.7.0", P, all(deepepAt(cDf4debe), nvshmemWheel("3.7.0"), lowLatency("1", "16")), "/warn"},
+
+		{"R28", "no interface named has an IPv4 address on the node", H, host("net.bootstrap-ifname", "no-address"), "interface-down/error"},
+		{"R28", "the interface named is missing on the node", H, host("net.bootstrap-ifname", "absent"), "interface-down/error"},
+		{"R28", "an interface named has an IPv4 address", H, nil, ""},
+
+		{"R30", "MNNVL without an IMEX channel, DeepEP v1", H, host("gpu.fabric", "yes"), "no-channel/error"},
+		{"R30", "MNNVL without an IMEX channel, EPv2 falls back silently", H, all(epv2, host("gpu.fabric", "yes")), "no-channel-silent/warn"},
+
+		// R41: the preloaded NCCL runs torch's communicator (measured)
+		{"R41", "NCCL 2.28.3-1 from git beside torch 2.11, not preloaded", F, all(ncclLib, nccl("2.28.3-1"), torch("2.11.0+cu130")), "/warn"},
+		{"R41", "NCCL 2.28.3-1 from git beside torch 2.11, preloaded (measured: torch calls it)", F, all(ncclLib, nccl("2.28.3-1"), torch("2.11.0+cu130"), env("LD_PRELOAD", "{{nccl.prefix}}/lib/libnccl.so.2")), ""},
+		{"R41", "NCCL 2.28.3-1 from an archive beside torch 2.11", F, all(ncclLib, nccl("2.28.3-1"), ncclFrom("archive"), torch("2.11.0+cu130")), "/warn"},
 		{"R41", "torch's NCCL wheel, torch 2.11", F, all(ncclLib, nccl("2.28.9"), ncclFrom("python"), torch("2.11.0+cu130")), ""},
-		{"R41", "NCCL from git beside torch 2.10: not measured, verify-install asks torch", F, all(ncclLib, nccl("2.28.3-1")), ""},
+		{"R41", "NCCL from git beside torch 2.10: not measured", F, all(ncclLib, nccl("2.28.3-1")), ""},
 		{"R41", "NCCL from git, only nccl.h generated (gcp-a3-tcpx), torch 2.11", F, all(ncclGit, cuda("13.0"), nccl("2.21.5-1"), torch("2.11.0+cu130"),
 			ncclMake("sh", "-c", `make -C src BUILDDIR="$DESTDIR$PREFIX" "$DESTDIR$PREFIX/include/nccl.h"`)), ""},
+
+		{"R42", "EPv2, libmlx5 without MLX5_1.25", H, all(epv2, host("rdma.libmlx5-mlx5-1.25", "no")), "/error"},
+		{"R42", "EPv2, libmlx5 without MLX5_1.25, EP_DISABLE_GIN=1", H, all(epv2, host("rdma.libmlx5-mlx5-1.25", "no"), env("EP_DISABLE_GIN", "1")), ""},
+		{"R42", "EPv2, libmlx5 without MLX5_1.25, EP_DISABLE_GIN=0", H, all(epv2, host("rdma.libmlx5-mlx5-1.25", "no"), env("EP_DISABLE_GIN", "0")), "/error"},
+		{"R42", "EPv2, libmlx5 with MLX5_1.25", H, epv2, ""},
+		{"R42", "EPv2, no libmlx5", H, all(epv2, host("rdma.libmlx5-mlx5-1.25", "absent")), ""},
+		{"R42", "DeepEP v1, libmlx5 without MLX5_1.25", H, host("rdma.libmlx5-mlx5-1.25", "no"), ""},
+
+		{"R43", "EPv2, the job loads NCCL 2.28.9 (downgraded)", H, all(epv2, nccl("2.28.9")), "/error"},
+		{"R43", "EPv2, the job loads NCCL 2.30.4", H, epv2, ""},
+		{"R43", "DeepEP v1, NCCL 2.28.9", H, nccl("2.28.9"), ""},
+
+		{"R44", "EPv2 JIT for sm_100 with CUDA 13.0", P, all(epv2, arch("sm_100")), "build-cuda/warn"},
+		{"R44", "EPv2 JIT for sm_100a with CUDA 13.0", P, all(epv2, arch("sm_100a")), "build-cuda/warn"},
+		{"R44", "EPv2 JIT for sm_103 with CUDA 13.0", P, all(epv2, arch("sm_103")), "build-cuda/warn"},
+		{"R44", "EPv2 JIT for sm_103a with CUDA 12.9", P, all(epv2, arch("sm_103a"), cuda("12.9")), "build-cuda/warn"},
+		{"R44", "EPv2 JIT for sm_100 with CUDA 13.1", P, all(epv2, arch("sm_100"), cuda("13.1")), ""},
+		{"R44", "EPv2 JIT for sm_90", P, epv2, ""},
+		{"R44", "DeepEP v1 for sm_100 with CUDA 12.9", P, nil, ""},
+		{"R44", "EPv2 for sm_100 on a node with nvcc 13.0", H, all(epv2, arch("sm_100"), host("cuda.nvcc-version", "13.0.88")), "node-nvcc/warn"},
+		{"R44", "EPv2 for sm_100 on a node with nvcc 13.1", H, all(epv2, arch("sm_100"), cuda("12.9"), host("cuda.nvcc-version", "13.1.80")), ""},
+
+		{"R45", "EPv2 with NCCL_GIN_TYPE=2 (proxy)", P, all(epv2, env("NCCL_GIN_TYPE", "2")), "/warn"},
+		{"R45", "EPv2 with NCCL_GIN_TYPE=3", P, all(epv2, env("NCCL_GIN_TYPE", "3")), ""},
+		{"R45", "DeepEP v1 with NCCL_GIN_TYPE=2", P, env("NCCL_GIN_TYPE", "2"), ""},
+
+		{"R46", "EPv2 on EFA, efa.ko 2.10.0", H, all(efaGIN, host("efa.version", "2.10.0")), "efa-module/error"},
+		{"R46", "EPv2 on EFA, gdrdrv 2.4", H, all(efaGIN, host("gdrdrv.version", "2.4")), "gdrdrv-module/error"},
+		{"R46", "EPv2 on EFA, NCCL_GIN_TYPE unset", H, all(efaGIN, env("NCCL_GIN_TYPE", "")), "gin-type/warn"},
+		{"R46", "EPv2 on EFA, all there", H, efaGIN, ""},
+		{"R46", "EPv2 on mlx5, gdrdrv 2.4", H, all(epv2, host("gdrdrv.version", "2.4")), ""},
+		{"R46", "DeepEP v1 on EFA, efa.ko 2.10.0", H, all(efaGIN, deepepAt(c29d31c0), host("efa.version", "2.10.0")), ""},
+
+		{"R47", "v1 normal mode across 16 ranks on 4-GPU nodes", P, all(lowLatency("0", "16"), runtime("gpus-per-node", "4")), "/error"},
+		{"R47", "v1 normal mode across 9 ranks on 4-GPU nodes", P, all(lowLatency("0", "9"), runtime("gpus-per-node", "4")), "/error"},
+		{"R47", "v1 normal mode across 16 ranks on 8-GPU nodes", P, all(lowLatency("0", "16"), runtime("gpus-per-node", "8")), ""},
+		{"R47", "v1 normal mode on one node of 4", P, all(lowLatency("0", "4"), runtime("gpus-per-node", "4")), ""},
+		{"R47", "v1 low-latency across 16 ranks on 4-GPU nodes", P, all(lowLatency("1", "16"), runtime("gpus-per-node", "4")), ""},
+		{"R47", "v1 normal mode, GPUs a node not declared", P, lowLatency("0", "16"), "/warn?"},
+		{"R47", "v1, the runtime says nothing", P, nil, ""},
+		{"R47", "EPv2 normal mode on 4-GPU nodes", P, all(epv2, lowLatency("0", "16"), runtime("gpus-per-node", "4")), ""},
+
+		{"R48", "29d31c0 low-latency, hidden 3000", P, all(lowLatency("1", "16"), runtime("hidden", "3000")), "/error"},
+		{"R48", "29d31c0 normal mode, hidden 3000", P, all(lowLatency("0", "16"), runtime("hidden", "3000")), ""},
+		{"R48", "29d31c0 low-latency, hidden not declared", P, lowLatency("1", "16"), ""},
+		{"R48", "v1.2.1 (before 29d31c0) low-latency, hidden 3000", P, all(deepepAt(c9af0e0d), lowLatency("1", "16"), runtime("hidden", "3000")), ""},
+		{"R48", "EPv2 low-latency, hidden 3000", P, all(epv2, lowLatency("1", "16"), runtime("hidden", "3000")), ""},
+
+		{"R49", "traffic class with IBGDA, before the nodes are read", P, all(env("NVSHMEM_IB_TRAFFIC_CLASS", "106"), host("ib.link-layer", "")), "traffic-class-set/warn?"},
+		{"R49", "traffic class with IBGDA on an InfiniBand cluster", P, all(env("NVSHMEM_IB_TRAFFIC_CLASS", "106"), host("ib.link-layer", "InfiniBand")), "traffic-class-set/warn"},
+		{"R49", "traffic class with IBGDA on RoCE", P, env("NVSHMEM_IB_TRAFFIC_CLASS", "106"), ""},
+		{"R49", "traffic class with IBGDA on an InfiniBand node", H, all(env("NVSHMEM_IB_TRAFFIC_CLASS", "106"), host("ib.link-layer", "InfiniBand")), "infiniband/error"},
+		{"R49", "traffic class with IBGDA on a RoCE node", H, env("NVSHMEM_IB_TRAFFIC_CLASS", "106"), ""},
+		{"R49", "traffic class without IBGDA on an InfiniBand node", H, all(env("NVSHMEM_IB_TRAFFIC_CLASS", "106"), env("NVSHMEM_IB_ENABLE_IBGDA", ""), host("ib.link-layer", "InfiniBand")), ""},
+		{"R49", "no traffic class on an InfiniBand node", H, host("ib.link-layer", "InfiniBand"), ""},
+
+		{"R50", "IBRC on 3.4.5, pkey index 0 not the default", H, all(nvshmemArchive("3.4.5"), env("NVSHMEM_IB_ENABLE_IBGDA", ""), host("ib.pkey0", "other")), "/error"},
+		{"R50", "IBRC on 3.7.0, pkey index 0 not the default", H, all(nvshmemArchive("3.7.0"), env("NVSHMEM_IB_ENABLE_IBGDA", ""), host("ib.pkey0", "other")), ""},
+		{"R50", "IBGDA on 3.4.5, pkey index 0 not the default", H, all(nvshmemArchive("3.4.5"), host("ib.pkey0", "other")), ""},
+		{"R50", "IBRC on 3.4.5, the default pkey at index 0", H, all(nvshmemArchive("3.4.5"), env("NVSHMEM_IB_ENABLE_IBGDA", "")), ""},
+
+		{"R51", "NCCL's = in NVSHMEM_HCA_LIST", P, env("NVSHMEM_HCA_LIST", "=mlx5_0:1,mlx5_1:1"), "nccl-syntax/error"},
+		{"R51", "= on a later entry", P, env("NVSHMEM_HCA_LIST", "mlx5_0:1, =mlx5_1:1"), "nccl-syntax/error"},
+		{"R51", "NVSHMEM's syntax", P, env("NVSHMEM_HCA_LIST", "mlx5_0:1,mlx5_1:1"), ""},
+		{"R51", "a virtual function in use", H, host("ib.vf", "yes"), "virtual-function/warn"},
+		{"R51", "physical functions", H, nil, ""},
 	}
+	// every hidden size 29d31c0 compiles: one row each, so that none drops from R48 unseen
+	for _, h := range []string{"2048", "2560", "3072", "4096", "5120", "6144", "7168", "8192"} {
+		rows = append(rows, ruleCase{"R48", "29d31c0 low-latency, hidden " + h, P, all(lowLatency("1", "16"), runtime("hidden", h)), ""})
+	}
+	return rows
 }
 
 // outcome is what a rule says about a row: its findings' "case/severity" (with "?" for an

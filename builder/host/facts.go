@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"path"
@@ -49,11 +50,14 @@ func (r *Node) Facts(ctx context.Context) map[string]string {
 			f["nvidia-param.EnableStreamMemOPs"] = regkeyValue(v)
 		}
 	}
-	if v := r.bootstrapInterface(); v != "" {
+	if v := r.bootstrapInterface(ctx); v != "" {
 		f["net.bootstrap-ifname"] = v
 	}
 	if v := r.nvcc(); v != "" {
 		f["cuda.nvcc"] = v
+	}
+	if v := r.nvccVersion(); v != "" {
+		f["cuda.nvcc-version"] = v
 	}
 	if v := r.fabric(ctx); v != "" {
 		f["gpu.fabric"] = v
@@ -64,6 +68,15 @@ func (r *Node) Facts(ctx context.Context) map[string]string {
 	if v := r.container(); v != "" {
 		f["container"] = v
 	}
+	if v := r.libmlx5Version(); v != "" {
+		f["rdma.libmlx5-mlx5-1.25"] = v
+	}
+	for key, mod := range map[string]string{"efa.version": "efa", "gdrdrv.version": "gdrdrv"} {
+		if v := r.moduleVersion(mod); v != "" {
+			f[key] = v
+		}
+	}
+	r.partitionFacts(f)
 	return f
 }
 
@@ -229,16 +242,22 @@ func (r *Node) readNVParams() (nvParams, error) {
 // EP_JIT_NVCC_COMPILER, else $CUDA_HOME/bin/nvcc with CUDA_HOME, else CUDA_PATH, else
 // the directory above the nvcc on PATH, else /usr/local/cuda.
 func (r *Node) nvcc() string {
+	state, _ := r.nvccAt()
+	return state
+}
+
+// nvccAt is nvcc's state (present, absent, "" when not known) and, when present, its path.
+func (r *Node) nvccAt() (string, string) {
 	env := r.cfg.Env
-	found := func(p string) string {
+	found := func(p string) (string, string) {
 		ok, err := r.sys.IsExecutable(p)
 		switch {
 		case err != nil:
-			return ""
+			return "", ""
 		case ok:
-			return "present"
+			return "present", p
 		}
-		return "absent"
+		return "absent", ""
 	}
 	onPath := func(name string) string {
 		for _, dir := range strings.Split(env["PATH"], ":") {
@@ -253,12 +272,12 @@ func (r *Node) nvcc() string {
 	if c := env["EP_JIT_NVCC_COMPILER"]; c != "" {
 		if !strings.Contains(c, "/") {
 			if p := onPath(c); p != "" {
-				return "present"
+				return "present", p
 			}
-			return "absent"
+			return "absent", ""
 		}
 		if !path.IsAbs(c) {
-			return "" // relative to the job's working directory, which is not known here
+			return "", "" // relative to the job's working directory, which is not known here
 		}
 		return found(c)
 	}
@@ -275,9 +294,32 @@ func (r *Node) nvcc() string {
 		home = "/usr/local/cuda"
 	}
 	if !path.IsAbs(home) {
-		return ""
+		return "", ""
 	}
 	return found(path.Join(home, "bin", "nvcc"))
+}
+
+// nvccVersion is the version of the nvcc EPv2's JIT runs on this node, from the
+// toolkit's version.json beside it (<toolkit>/version.json, "cuda_nvcc": {"version":
+// "13.0.88"}): "" when there is no nvcc or no such file.
+func (r *Node) nvccVersion() string {
+	state, p := r.nvccAt()
+	if state != "present" {
+		return ""
+	}
+	b, err := r.sys.ReadFile(path.Join(path.Dir(path.Dir(p)), "version.json"))
+	if err != nil {
+		return ""
+	}
+	var v struct {
+		NVCC struct {
+			Version string `json:"version"`
+		} `json:"cuda_nvcc"`
+	}
+	if json.Unmarshal(b, &v) != nil {
+		return ""
+	}
+	return leadingVersion(v.NVCC.Version)
 }
 
 // imexDir holds the IMEX channels the administrator created (or the NVIDIA container

@@ -30,6 +30,7 @@ func gcpNode(t *testing.T) (string, Config) {
 	f.Hostname("a4-node-03")
 	f.Cgroup("0::/\n")
 	f.Executable("/usr/local/cuda-12.9/bin/nvcc")
+	f.CUDAVersionJSON("/usr/local/cuda-12.9", "12.9.1", "12.9.86")
 	f.Link("/usr/local/cuda", "/usr/local/cuda-12.9")
 	var addrs []string
 	var fabric []hostfixture.Fabric
@@ -56,7 +57,9 @@ func TestFactsOfTheFixtureNodes(t *testing.T) {
 		"ib.name-prefix": "mlx5", "ib.gid-type": "RoCE v2", "ib.roce-v2-ipv4-gid": "yes", "gdrdrv": "absent",
 		"peermem.memory-peers": "absent", "peermem.module": "present", "dmabuf": "supported",
 		"regkey.PeerMappingOverride": "1", "nvidia-param.EnableStreamMemOPs": "1",
-		"net.bootstrap-ifname": "up", "cuda.nvcc": "present", "gpu.fabric": "no", "imex.channel": "absent", "container": "no",
+		"net.bootstrap-ifname": "address", "cuda.nvcc": "present", "gpu.fabric": "no", "imex.channel": "absent", "container": "no",
+		"rdma.libmlx5-mlx5-1.25": "absent", "efa.version": "none", "gdrdrv.version": "none", "ib.pkey0": "default", "ib.vf": "no",
+		"cuda.nvcc-version": "12.9.86",
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("facts:\n%v\nwant\n%v", got, want)
@@ -230,7 +233,9 @@ func TestPeerMemoryAndDriverFacts(t *testing.T) {
 	}
 }
 
-// R28: the interfaces NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME names, read as NVSHMEM reads it.
+// R28: the interfaces NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME names, read as NVSHMEM reads it,
+// and whether one has an address of the bootstrap's family: NVSHMEM takes a down
+// interface that has an IPv4 address, and refuses an up one that has only IPv6.
 func TestBootstrapInterfaceFact(t *testing.T) {
 	t.Parallel()
 	f := hostfixture.New(t)
@@ -240,18 +245,41 @@ func TestBootstrapInterfaceFact(t *testing.T) {
 	f.Netdev("ib0", "unknown", "0x1003")
 	f.Netdev("ib1", "unknown", "0x1002")
 	f.Netdev("docker0", "down", "0x1003")
+	f.Netdev("eth2.100", "up", "0x1003")
+	f.Addresses("1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever",
+		"1: lo    inet6 ::1/128 scope host \\       valid_lft forever preferred_lft forever",
+		hostfixture.AddrLine(2, "eth0", "inet", "10.0.0.5/24"),
+		"2: eth0    inet6 fe80::4001:aff:fe80:5/64 scope link \\       valid_lft forever preferred_lft forever",
+		hostfixture.AddrLine(3, "eth1", "inet", "10.1.0.5/24"),
+		hostfixture.AddrLine(4, "ib0", "inet6", "fd00::4/64"),
+		hostfixture.AddrLine(6, "docker0", "inet", "172.17.0.1/16"),
+		"7: eth2.100@eth2    inet 10.2.0.5/24 brd 10.2.0.255 scope global eth2.100\\       valid_lft forever preferred_lft forever")
 	for spec, want := range map[string]string{
-		"eth0": "up", "eth": "up", "eth1": "down", "=eth": "absent", "=eth1": "down", "eth1,eth0": "up",
-		"eth0:5000": "up", "ib0": "up", "ib1": "down", "ens": "absent", "^eth,ib,lo": "down", "^eth,ib": "up",
-		"=docker0": "down",
+		"eth0": "address", "eth": "address", "eth1": "address", "=eth": "absent", "=eth1": "address", "eth1,eth0": "address",
+		"eth0:5000": "address", "ib0": "no-address", "ib1": "no-address", "ib": "no-address", "ens": "absent",
+		"^eth,ib,lo,docker": "absent", "^eth,docker": "address", "^eth,docker,lo": "no-address", "^eth,ib": "address", "=docker0": "address", "=eth2.100": "address",
 	} {
 		cfg := Config{Transport: TransportNone, GIDIndex: -1, Env: map[string]string{"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": spec}}
 		if got := factsOf(t, f.Root(), cfg)["net.bootstrap-ifname"]; got != want {
 			t.Errorf("%q: %q, want %q", spec, got, want)
 		}
 	}
+	// AF_INET6: ib0 has a global IPv6 address; lo's ::1 does not count
+	for spec, want := range map[string]string{"ib0": "address", "ib1": "no-address", "eth1": "no-address", "lo": "no-address", "eth0": "address"} {
+		cfg := Config{Transport: TransportNone, GIDIndex: -1, Env: map[string]string{"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": spec, "NVSHMEM_BOOTSTRAP_UID_SOCK_FAMILY": "AF_INET6"}}
+		if got := factsOf(t, f.Root(), cfg)["net.bootstrap-ifname"]; got != want {
+			t.Errorf("AF_INET6 %q: %q, want %q", spec, got, want)
+		}
+	}
 	if got := factsOf(t, f.Root(), Config{Transport: TransportNone, GIDIndex: -1}); hasKey(got, "net.bootstrap-ifname") {
 		t.Errorf("unset: %v", got)
+	}
+	// the addresses not read (no ip output): not decided
+	g := hostfixture.New(t)
+	g.Netdev("eth0", "up", "0x1003")
+	cfg := Config{Transport: TransportNone, GIDIndex: -1, Env: map[string]string{"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "eth0"}}
+	if got := factsOf(t, g.Root(), cfg); hasKey(got, "net.bootstrap-ifname") {
+		t.Errorf("addresses not read: %v", got)
 	}
 }
 

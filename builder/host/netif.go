@@ -1,19 +1,14 @@
 package host
 
 import (
+	"context"
 	"errors"
 	"io/fs"
-	"strconv"
 	"strings"
 )
 
-// netClassDir lists the network interfaces, each with operstate (RFC 2863: "up", "down",
-// "unknown" for drivers that do not say, ...) and flags (the IFF_* bits in hex)
-// (Documentation/ABI/testing/sysfs-class-net).
+// netClassDir lists the network interfaces (Documentation/ABI/testing/sysfs-class-net).
 const netClassDir = "/sys/class/net"
-
-// iffUp is IFF_UP in /sys/class/net/<if>/flags (include/uapi/linux/if.h).
-const iffUp = 0x1
 
 // ifSpec is an interface list as NVSHMEM's bootstrap reads NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME
 // (findInterfaces and matchIfList in src/modules/bootstrap/uid/ncclSocket, taken from
@@ -51,12 +46,18 @@ func (sp ifSpec) matches(name string) bool {
 	return in != sp.not
 }
 
-// bootstrapInterface says whether an interface NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME names is
-// up: "up" when one of them is (operstate up, or unknown with IFF_UP set), "down" when
-// none is, "absent" when no interface matches, "" when the variable is unset or the
-// interfaces cannot be listed. NVSHMEM takes a named interface as given and does not
-// fall back to another one.
-func (r *Node) bootstrapInterface() string {
+// addrCommand lists every interface address as getifaddrs(3) does (netlink): what
+// NVSHMEM's bootstrap reads, where /sys/class/net has no addresses.
+var addrCommand = []string{"ip", "-o", "addr", "show"}
+
+// bootstrapInterface says whether an interface NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME names
+// has an address of the bootstrap's socket family (NVSHMEM_BOOTSTRAP_UID_SOCK_FAMILY,
+// AF_INET by default; for AF_INET6 the loopback ::1 does not count, as in NVSHMEM's
+// findInterfaces): "address" when one has, "no-address" when none has, "absent" when no
+// interface matches, "" when the variable is unset or the interfaces or their addresses
+// cannot be read. NVSHMEM does not look at whether the interface is up, and takes a named
+// interface as given: it does not fall back to another one.
+func (r *Node) bootstrapInterface(ctx context.Context) string {
 	spec := r.cfg.Env["NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"]
 	if spec == "" {
 		return ""
@@ -69,37 +70,48 @@ func (r *Node) bootstrapInterface() string {
 		return ""
 	}
 	sp := parseIfSpec(spec)
-	matched := false
+	var matched []string
 	for _, n := range names {
-		if !sp.matches(n) {
-			continue
-		}
-		matched = true
-		if r.interfaceUp(n) {
-			return "up"
+		if sp.matches(n) {
+			matched = append(matched, n)
 		}
 	}
-	if matched {
-		return "down"
+	if len(matched) == 0 {
+		return "absent"
 	}
-	return "absent"
+	out, err := r.sys.Output(ctx, addrCommand...)
+	if err != nil {
+		return ""
+	}
+	family := "inet"
+	if r.cfg.Env["NVSHMEM_BOOTSTRAP_UID_SOCK_FAMILY"] == "AF_INET6" {
+		family = "inet6"
+	}
+	has := addressedInterfaces(out, family)
+	for _, n := range matched {
+		if has[n] {
+			return "address"
+		}
+	}
+	return "no-address"
 }
 
-func (r *Node) interfaceUp(name string) bool {
-	state, err := r.sys.ReadString(netClassDir + "/" + name + "/operstate")
-	if err != nil {
-		return false
-	}
-	switch state {
-	case "up":
-		return true
-	case "unknown":
-		flags, err := r.sys.ReadString(netClassDir + "/" + name + "/flags")
-		if err != nil {
-			return false
+// addressedInterfaces reads `ip -o addr show` ("2: eth0    inet 10.0.0.5/24 brd ... scope
+// global eth0\ ...", one address a line; a VLAN shows as eth0.100@eth0) and gives the
+// interfaces with an address of family (inet or inet6), the IPv6 loopback left out.
+func addressedInterfaces(out []byte, family string) map[string]bool {
+	has := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasSuffix(f[0], ":") || f[2] != family {
+			continue
 		}
-		n, err := strconv.ParseUint(strings.TrimPrefix(flags, "0x"), 16, 32)
-		return err == nil && n&iffUp != 0
+		name, _, _ := strings.Cut(f[1], "@")
+		addr, _, _ := strings.Cut(f[3], "/")
+		if family == "inet6" && addr == "::1" {
+			continue
+		}
+		has[name] = true
 	}
-	return false
+	return has
 }

@@ -173,6 +173,7 @@ type Port struct {
 	GIDs             map[int]GID
 	XmitData         string // counters/port_xmit_data, "" for none
 	TxBytes          string // hw_counters/tx_bytes, "" for none
+	PKey0            string // pkeys/0, "" for the default 0xffff
 }
 
 // RoCEGIDs is the table mlx5 builds for one IPv4 address on a RoCE port: link-local v1
@@ -199,6 +200,11 @@ func (f *Fixture) IBDevice(name, devPath, driver string, ports ...Port) {
 		pd := fmt.Sprintf("%s/ports/%d", dev, i+1)
 		f.Write(pd+"/state", p.State+"\n")
 		f.Write(pd+"/link_layer", p.LinkLayer+"\n")
+		pkey := p.PKey0
+		if pkey == "" {
+			pkey = "0xffff" // the full-member default partition key, as the kernel prints it
+		}
+		f.Write(pd+"/pkeys/0", pkey+"\n")
 		for idx, g := range p.GIDs {
 			f.Write(fmt.Sprintf("%s/gid_attrs/types/%d", pd, idx), g.Type+"\n")
 			f.Write(fmt.Sprintf("%s/gids/%d", pd, idx), g.Addr+"\n")
@@ -267,6 +273,55 @@ func (f *Fixture) Netdev(name, operstate, flags string) {
 	f.Write(dev+"/operstate", operstate+"\n")
 	f.Write(dev+"/flags", flags+"\n")
 	f.Link("/sys/class/net/"+name, dev)
+}
+
+// Addresses stands in for `ip -o addr show`: lines as iproute2 prints them, one address
+// each ("2: eth0    inet 10.0.0.5/24 brd 10.0.0.255 scope global eth0\       valid_lft ...").
+func (f *Fixture) Addresses(lines ...string) {
+	f.Command(strings.Join(lines, "\n")+"\n", "ip", "-o", "addr", "show")
+}
+
+// AddrLine is one line of `ip -o addr show` for interface index idx, name, family (inet,
+// inet6) and address with prefix, as iproute2 prints a global address.
+func AddrLine(idx int, name, family, cidr string) string {
+	tail := " scope global " + name
+	if family == "inet6" {
+		tail = " scope global "
+	}
+	return fmt.Sprintf("%d: %s    %s %s%s\\       valid_lft forever preferred_lft forever", idx, name, family, cidr, tail)
+}
+
+// ModuleVersion loads a kernel module that says its version (/sys/module/<name>/version,
+// MODULE_VERSION), as efa and gdrdrv do.
+func (f *Fixture) ModuleVersion(name, version string) {
+	f.Module(name)
+	f.Write("/sys/module/"+name+"/version", version+"\n")
+}
+
+// VirtualFunction makes the PCI function at devPath an SR-IOV virtual function of the
+// physical function at pfPath: the physfn link the kernel creates.
+func (f *Fixture) VirtualFunction(devPath, pfPath string) {
+	f.Link("/sys/devices/"+devPath+"/physfn", "/sys/devices/"+pfPath)
+}
+
+// CUDAVersionJSON writes a CUDA toolkit's version.json under dir (/usr/local/cuda-12.9) as
+// the toolkit installs it: the SDK's version and each component's, nvcc's among them.
+func (f *Fixture) CUDAVersionJSON(dir, sdk, nvcc string) {
+	f.Write(dir+"/version.json", fmt.Sprintf(`{
+   "cuda" : {
+      "name" : "CUDA SDK",
+      "version" : %q
+   },
+   "cuda_cudart" : {
+      "name" : "CUDA Runtime (cudart)",
+      "version" : %q
+   },
+   "cuda_nvcc" : {
+      "name" : "CUDA NVCC",
+      "version" : %q
+   }
+}
+`, sdk, sdk, nvcc))
 }
 
 // Hostname writes this node's name, /proc/sys/kernel/hostname.
@@ -400,6 +455,12 @@ func GCPB200With(t testing.TB, o NodeOpts) string {
 		}
 		f.IBDevice(o.NICName(i, nic), nic, "mlx5_core", p)
 	}
+	// The addresses getifaddrs gives: loopback, and the host NIC enp0s19 (IPv4 and
+	// link-local IPv6); GCP gives a /32.
+	f.Addresses("1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever",
+		"1: lo    inet6 ::1/128 scope host \\       valid_lft forever preferred_lft forever",
+		AddrLine(2, "enp0s19", "inet", "10.128.0.3/32"),
+		"2: enp0s19    inet6 fe80::4001:aff:fe80:3/64 scope link \\       valid_lft forever preferred_lft forever")
 	// An NVMe drive on socket 0's host bridge: a PCI device that is neither GPU nor NIC.
 	f.PCI("pci0000:00/0000:00:05.0", "0x8086", "0x060400", 0, "pcieport")
 	f.PCI("pci0000:00/0000:00:05.0/0000:70:00.0", "0x144d", "0x010802", 0, "nvme")
