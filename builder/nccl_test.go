@@ -423,6 +423,11 @@ env:
 	if err != nil {
 		t.Fatal(err)
 	}
+	// what a matrix cell records: the preloaded build torch binds, not torch's header 2.28.9
+	if n := installedNCCL(context.Background(), prefix, environ); n == nil || n.Version != "2.21.5" ||
+		!withinResolved(n.Path, filepath.Join(prefix, "nccl", "lib")) || n.TorchHeader != "2.28.9" {
+		t.Errorf("the cell's NCCL: %+v", n)
+	}
 	for id, want := range map[string]string{"nccl.nccl-version": "ncclGetVersion 22105 (2.21.5); include/nccl.h 2.21.5", "process.single-nccl": filepath.Join(prefix, "nccl", "lib")} {
 		if c, ok := rep.Check(id); !ok || c.Status != check.Pass || !strings.Contains(c.Found, want) {
 			t.Errorf("%s: %+v (want pass, found %q)", id, c, want)
