@@ -98,6 +98,9 @@ type MatrixCellResult struct {
 	Verify string         `json:"verify"`
 	Counts map[string]int `json:"verify_counts,omitempty"`
 	Failed []string       `json:"verify_failed,omitempty"`
+	// NCCL is the NCCL the cell's test runs: the library torch's communicator binds to
+	// with the install's env (ProbeNCCL), not torch's compile-time header version.
+	NCCL *NCCLRuntime `json:"nccl,omitempty"`
 	// Test: pass, fail, none or skipped; its exit status, log, seconds and metrics.
 	Test        string   `json:"test"`
 	TestExit    int      `json:"test_exit,omitempty"`
@@ -254,6 +257,9 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 			}
 		}
 	}
+	if _, ok := res.Plan.Component("nccl"); ok && ir != nil {
+		cr.NCCL = installedNCCL(ctx, cr.Prefix, CleanEnviron(opts.Getenv))
+	}
 	if err != nil {
 		cr.Verify, cr.Error = StepFail, err.Error()
 		return
@@ -278,6 +284,19 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 		return
 	}
 	runTest(ctx, opts, metrics, cr, res)
+}
+
+// installedNCCL is the NCCL a process with the install's runtime env (env.sh's
+// LD_PRELOAD and the rest, over base) runs; nil when that cannot be read.
+func installedNCCL(ctx context.Context, prefix string, base []string) *NCCLRuntime {
+	env, err := InstallEnv(prefix, base)
+	if err != nil {
+		return nil
+	}
+	if n := ProbeNCCL(ctx, "", env, nil); n.Version != "" {
+		return &n
+	}
+	return nil
 }
 
 // runTest runs the cell's test command with env.sh's env and the cell's, in a fresh

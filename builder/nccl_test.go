@@ -26,12 +26,15 @@ import (
 // and output layout (../build/lib/libnccl.so.X.Y.Z with its links, ../build/include/nccl.h),
 // so that the recipes' own NCCL steps build it.
 const (
-	ncclFixtureC = `/* stands in for NCCL: ncclGetVersion as NCCL defines it */
+	ncclFixtureC = `/* stands in for NCCL: ncclGetVersion as NCCL defines it, and the communicator
+   entry points torch calls (stubs that create nothing) */
 int ncclGetVersion(int *version) {
   if (version == 0) return 4; /* ncclInvalidArgument */
   *version = NCCL_FIXTURE_CODE;
   return 0;
 }
+int ncclCommInitRankConfig(void *comm, int nranks, char id[128], int rank, void *config) { return 5; }
+int ncclCommInitRank(void *comm, int nranks, char id[128], int rank) { return 5; }
 `
 	ncclFixtureMakefile = `include ../makefiles/version.mk
 BUILDDIR ?= $(abspath ../build)
@@ -92,20 +95,24 @@ func ncclLib(t *testing.T, dir, version string) string {
 
 // torchSite is a Python site directory that loads NCCL the way torch's CUDA wheels do:
 // an nvidia-nccl-cu12 wheel of version wheel (its dist-info as pip writes it, the library
-// in nvidia/nccl/lib), and a torch package whose library links libnccl.so.2 (DT_NEEDED)
-// and finds it through DT_RPATH $ORIGIN/../../nvidia/nccl/lib, as torch's wheels are
-// patched (--force-rpath). torch.cuda.nccl.version() asks the copy that library bound.
-// Extra modules (name → Python source) go beside torch.
-func torchSite(t *testing.T, wheel string, modules map[string]string) string {
+// in nvidia/nccl/lib), and a torch package whose lib/libtorch_cuda.so calls NCCL's
+// communicator (DT_NEEDED libnccl.so.2, found through DT_RPATH
+// $ORIGIN/../../nvidia/nccl/lib, as torch's wheels are patched with --force-rpath) and is
+// loaded by torch's import with ctypes (RTLD_LOCAL, as a dependency of torch's
+// extension). torch.cuda.nccl.version() returns header, as torch returns the nccl.h it
+// was compiled with, whatever library is loaded. Extra modules (name → Python source) go
+// beside torch.
+func torchSite(t *testing.T, wheel, header string, modules map[string]string) string {
 	t.Helper()
 	site := t.TempDir()
 	wheelLib := ncclLib(t, filepath.Join(site, "nvidia", "nccl"), wheel)
 	di := "nvidia_nccl_cu12-" + wheel + ".dist-info/"
 	writeFile(t, filepath.Join(site, di+"METADATA"), "Metadata-Version: 2.1\nName: nvidia-nccl-cu12\nVersion: "+wheel+"\n")
 	writeFile(t, filepath.Join(site, di+"RECORD"), "nvidia/nccl/lib/libnccl.so.2,,\n"+di+"METADATA,,\n")
-	torchLib := filepath.Join(site, "torch", "lib", "libtorch_fixture.so")
+	torchLib := filepath.Join(site, "torch", "lib", "libtorch_cuda.so")
 	src := filepath.Join(t.TempDir(), "torch.c")
-	writeFile(t, src, "int ncclGetVersion(int *);\nint torch_fixture_nccl_version(void) { int v = 0; ncclGetVersion(&v); return v; }\n")
+	writeFile(t, src, "int ncclCommInitRankConfig(void *, int, char *, int, void *);\n"+
+		"int torch_fixture_new_comm(void) { char id[128] = {0}; return ncclCommInitRankConfig(0, 1, id, 0, 0); }\n")
 	if err := os.MkdirAll(filepath.Dir(torchLib), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -113,13 +120,14 @@ func torchSite(t *testing.T, wheel string, modules map[string]string) string {
 		"-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../../nvidia/nccl/lib").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
-	writeFile(t, filepath.Join(site, "torch", "__init__.py"), `import ctypes, os, types
-_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libtorch_fixture.so"))
-def _nccl_version():
-    v = _lib.torch_fixture_nccl_version()
-    return (v // 10000, v // 100 % 100, v % 100)
-cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=_nccl_version))
-`)
+	var major, minor, patch int
+	if _, err := fmt.Sscanf(header, "%d.%d.%d", &major, &minor, &patch); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(site, "torch", "__init__.py"), fmt.Sprintf(`import ctypes, os, types
+_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libtorch_cuda.so"))
+cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=lambda: (%d, %d, %d)))
+`, major, minor, patch))
 	for name, body := range modules {
 		writeFile(t, filepath.Join(site, name+".py"), body)
 	}
@@ -131,7 +139,7 @@ cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=_nccl_version))
 // leaves one copy mapped.
 func TestPreloadNotLibraryPathReplacesTorchsNCCL(t *testing.T) {
 	needTools(t, "gcc", "python3")
-	site := torchSite(t, "2.28.9", nil)
+	site := torchSite(t, "2.28.9", "2.28.9", nil)
 	ours := ncclLib(t, t.TempDir(), "2.28.3")
 	base := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
 	mapped := func(env ...string) []string {
@@ -150,8 +158,65 @@ func TestPreloadNotLibraryPathReplacesTorchsNCCL(t *testing.T) {
 		t.Errorf("with LD_PRELOAD only the preloaded NCCL should be mapped: %v", got)
 	}
 	v := ProbeNCCL(context.Background(), "python3", append(base, "LD_PRELOAD="+ours), nil)
-	if v.Version != "2.28.3" || !strings.Contains(v.Source, "torch.cuda.nccl.version()") {
-		t.Errorf("torch reports the NCCL it bound: %+v", v)
+	if v.Version != "2.28.3" || !strings.Contains(v.Source, "dlsym(RTLD_DEFAULT, ncclCommInitRankConfig)") {
+		t.Errorf("the NCCL torch's communicator binds to: %+v", v)
+	}
+}
+
+// The NCCL that runs is the library libtorch_cuda.so's ncclCommInitRank* binds to, not
+// the nccl.h version torch was compiled with (torch.cuda.nccl.version(), 2.27.7 here):
+// its own linked copy (the wheel's, 2.28.9) without a preload, the preloaded one (2.28.3)
+// with it. The probe the manifest records and verify-install's process check both read it.
+func TestNCCLThatRunsIsTheBoundLibrary(t *testing.T) {
+	needTools(t, "gcc", "python3")
+	site := torchSite(t, "2.28.9", "2.27.7", nil)
+	inst := t.TempDir()
+	other := ncclLib(t, filepath.Join(inst, "nccl"), "2.28.3")
+	otherFile, err := filepath.EvalSymlinks(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
+	got := ProbeNCCL(context.Background(), "python3", base, nil)
+	if got.Version != "2.28.9" || got.Path != "nvidia/nccl/lib/libnccl.so.2.28.9" || got.TorchHeader != "2.27.7" ||
+		!strings.Contains(got.Source, "dlsym(libtorch_cuda.so, ncclCommInitRankConfig)") {
+		t.Errorf("no preload: want the wheel's 2.28.9 that libtorch_cuda.so links, got %+v", got)
+	}
+	got = ProbeNCCL(context.Background(), "python3", append(base, "LD_PRELOAD="+other), nil)
+	if got.Version != "2.28.3" || got.Path != otherFile || got.TorchHeader != "2.27.7" ||
+		!strings.Contains(got.Source, "dlsym(RTLD_DEFAULT, ncclCommInitRankConfig)") {
+		t.Errorf("LD_PRELOAD: want the preloaded 2.28.3, got %+v", got)
+	}
+
+	verify := func(p *Plan, tc *Toolchain, env ...string) CheckResult {
+		t.Helper()
+		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: p, Toolchain: tc},
+			prefixes: map[string]string{"nccl": filepath.Join(inst, "nccl")}, env: append(base, env...), mapped: -1}
+		r, ok := check.Find(v.oneCopy(context.Background(), processLibs()), "process.single-nccl")
+		if !ok {
+			t.Fatal("no process.single-nccl")
+		}
+		return r
+	}
+	built := &Plan{Recipe: "t", Components: []PlanComponent{{Component: recipes.Component{Name: "nccl", Version: "2.28.3-1",
+		Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/nccl", Commit: strings.Repeat("a", 40)}}}}}}
+	// the preloaded copy has libtorch_cuda's DT_NEEDED soname: the only one mapped
+	if r := verify(built, nil, "LD_PRELOAD="+other); r.Status != check.Pass || !strings.Contains(r.Found, "torch calls "+otherFile+": NCCL 2.28.3") ||
+		!strings.Contains(r.Found, "torch was compiled with nccl.h 2.27.7") {
+		t.Errorf("the built NCCL preloaded: %+v", r)
+	}
+	if r := verify(built, nil); r.Status != check.Fail || !strings.Contains(r.Found, "NCCL 2.28.9") || !strings.Contains(r.Fix, EnvName) {
+		t.Errorf("the built NCCL not preloaded: %+v", r)
+	}
+	torchs := &Plan{Recipe: "t", Components: []PlanComponent{{Component: recipes.Component{Name: "nccl",
+		Source: recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nccl-cu12"}}}}}}
+	if r := verify(torchs, &Toolchain{NCCL: &NCCLRuntime{Version: "2.28.9"}}); r.Status != check.Pass {
+		t.Errorf("torch's NCCL as recorded: %+v", r)
+	}
+	// what torch.cuda.nccl.version() said at build is not what runs
+	if r := verify(torchs, &Toolchain{NCCL: &NCCLRuntime{Version: "2.27.7"}}); r.Status != check.Fail ||
+		!strings.Contains(r.Found, "NCCL 2.28.9, the build recorded 2.27.7") || !strings.Contains(r.Fix, "nvidia-nccl-cu12==2.27.7") {
+		t.Errorf("the header version recorded: %+v", r)
 	}
 }
 
@@ -191,7 +256,7 @@ func TestOneNCCLInTheProcess(t *testing.T) {
 	second := map[string]string{"second_nccl": `import ctypes, glob, os, torch
 ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "nccl", "lib", "libnccl.so.2*"))[0])
 `}
-	site := torchSite(t, "2.28.9", second)
+	site := torchSite(t, "2.28.9", "2.28.9", second)
 	inst := t.TempDir()
 	ours := ncclLib(t, filepath.Join(inst, "nccl"), "2.28.3")
 	base := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
@@ -210,7 +275,7 @@ ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidi
 		if p.Components[0].Source.Python == nil {
 			v.prefixes["nccl"] = filepath.Join(inst, "nccl")
 		}
-		rs := v.oneCopy(context.Background(), processLibs(tc))
+		rs := v.oneCopy(context.Background(), processLibs())
 		r, ok := check.Find(rs, "process.single-nccl")
 		if !ok {
 			t.Fatalf("no process.single-nccl in %+v", rs)
@@ -226,32 +291,39 @@ ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidi
 	if r := verify(built, nil, nil, "LD_LIBRARY_PATH="+filepath.Dir(ours)); r.Status != check.Fail || !strings.Contains(r.Found, "not the install's nccl") || r.Fix == "" {
 		t.Errorf("torch's NCCL where the install built its own: %+v", r)
 	}
-	// torch's __init__ also loads its wheel's NCCL by path (seen with torch 2.11): two
-	// copies mapped, but torch calls the preloaded install's, which it reports
-	if r := verify(built, nil, []string{"second_nccl"}, "LD_PRELOAD="+ours); r.Status != check.Warn || !strings.Contains(r.Found, "2 copies") ||
-		!strings.Contains(r.Found, "torch.cuda.nccl.version() is 2.28.3") {
+	// a module that also loads the wheel's NCCL by path: two copies mapped, and torch's
+	// communicator binds to the preloaded install's, which comes first in the global scope
+	oursFile, err := filepath.EvalSymlinks(ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := verify(built, nil, []string{"second_nccl"}, "LD_PRELOAD="+ours); r.Status != check.Warn || !strings.Contains(r.Found, "2 libnccl files are mapped") ||
+		!strings.Contains(r.Found, "only "+oursFile+" runs torch's communicator") {
 		t.Errorf("two NCCLs mapped, torch bound to the install's: %+v", r)
 	}
 	// the same second copy when the install's is not preloaded: torch runs its own
 	if r := verify(built, nil, []string{"second_nccl"}, "LD_LIBRARY_PATH="+filepath.Dir(ours)); r.Status != check.Fail {
 		t.Errorf("two NCCLs mapped, torch bound to its own: %+v", r)
 	}
-	// torch 2.11 as measured: the preload maps a second copy, torch calls its wheel's
-	// (here through a handle on the wheel's library, which dlsym searches first)
-	writeFile(t, filepath.Join(site, "torch", "__init__.py"), `import ctypes, glob, os, types
-_nccl = ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(__file__), "..", "nvidia", "nccl", "lib", "libnccl.so.2"))[0])
-def _nccl_version():
-    v = ctypes.c_int(0)
-    _nccl.ncclGetVersion(ctypes.byref(v))
-    return (v.value // 10000, v.value // 100 % 100, v.value % 100)
-cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=_nccl_version))
-`)
-	if r := verify(built, nil, nil, "LD_PRELOAD="+ours); r.Status != check.Fail || !strings.Contains(r.Found, "2 copies") ||
-		!strings.Contains(r.Found, "torch.cuda.nccl.version() is 2.28.9: torch calls its own NCCL, not the install's 2.28.3-1 (R41)") {
-		t.Errorf("two NCCLs mapped, torch calling its own through a handle: %+v", r)
+	// a torch whose import opens its wheel's NCCL by path, through a handle of its own (as
+	// once thought of torch 2.11): the preloaded copy still comes first in the global
+	// scope, so that is the one a communicator runs, with both mapped
+	init := filepath.Join(site, "torch", "__init__.py")
+	body, err := os.ReadFile(init)
+	if err != nil {
+		t.Fatal(err)
 	}
-	recorded := &Toolchain{NCCL: &NCCLRuntime{Version: "2.28.9", Source: "torch.cuda.nccl.version()"}}
-	if r := verify(torchs, recorded, nil); r.Status != check.Pass || !strings.Contains(r.Found, "NCCL 2.28.9, as recorded") {
+	writeFile(t, init, `import ctypes, glob, os, types
+_nccl = ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(__file__), "..", "nvidia", "nccl", "lib", "libnccl.so.2"))[0])
+cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=lambda: (2, 28, 9)))
+`)
+	if r := verify(built, nil, nil, "LD_PRELOAD="+ours); r.Status != check.Warn || !strings.Contains(r.Found, "2 libnccl files are mapped") ||
+		!strings.Contains(r.Found, "torch calls "+oursFile+": NCCL 2.28.3") || strings.Contains(r.Found, "calls its own") {
+		t.Errorf("two NCCLs mapped, the preloaded one bound: %+v", r)
+	}
+	writeFile(t, init, string(body))
+	recorded := &Toolchain{NCCL: &NCCLRuntime{Version: "2.28.9", Source: "ncclGetVersion"}}
+	if r := verify(torchs, recorded, nil); r.Status != check.Pass || !strings.Contains(r.Found, ": NCCL 2.28.9 (ncclGetVersion 22809") {
 		t.Errorf("torch's NCCL, as recorded: %+v", r)
 	}
 	older := &Toolchain{NCCL: &NCCLRuntime{Version: "2.27.3"}}
@@ -341,7 +413,7 @@ env:
 	if got := res.Plan.Env["LD_PRELOAD"]; got != "{{nccl.prefix}}/lib/libnccl.so.2" {
 		t.Errorf("the plan preloads the built NCCL: %q", got)
 	}
-	site := torchSite(t, "2.28.9", nil)
+	site := torchSite(t, "2.28.9", "2.28.9", nil)
 	prefix := filepath.Join(t.TempDir(), "inst")
 	environ := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
 	if _, err := Install(context.Background(), InstallOptions{Artifact: res.Artifact, Prefix: prefix, Version: "test", Verify: VerifyOptions{Environ: environ}}); err != nil {
@@ -350,6 +422,11 @@ env:
 	rep, err := Verify(context.Background(), VerifyOptions{Prefix: prefix, Environ: environ})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// what a matrix cell records: the preloaded build torch binds, not torch's header 2.28.9
+	if n := installedNCCL(context.Background(), prefix, environ); n == nil || n.Version != "2.21.5" ||
+		!withinResolved(n.Path, filepath.Join(prefix, "nccl", "lib")) || n.TorchHeader != "2.28.9" {
+		t.Errorf("the cell's NCCL: %+v", n)
 	}
 	for id, want := range map[string]string{"nccl.nccl-version": "ncclGetVersion 22105 (2.21.5); include/nccl.h 2.21.5", "process.single-nccl": filepath.Join(prefix, "nccl", "lib")} {
 		if c, ok := rep.Check(id); !ok || c.Status != check.Pass || !strings.Contains(c.Found, want) {

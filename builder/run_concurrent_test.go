@@ -535,7 +535,7 @@ func TestNCCLAskedBesideTheBuild(t *testing.T) {
 		}
 	}
 	cacheDir := filepath.Join(t.TempDir(), "cache")
-	site := torchSite(t, "2.28.9", nil)
+	site := torchSite(t, "2.28.9", "2.28.9", nil)
 	init := filepath.Join(site, "torch", "__init__.py")
 	body, err := os.ReadFile(init)
 	if err != nil {
@@ -578,7 +578,7 @@ components:
 		t.Error("torch's NCCL was asked before any build began")
 	}
 	m := decodeManifestWithTar(t, res.Artifact)
-	if m.Toolchain == nil || m.Toolchain.NCCL == nil || m.Toolchain.NCCL.Version != "2.28.9" {
+	if m.Toolchain == nil || m.Toolchain.NCCL == nil || m.Toolchain.NCCL.Version != "2.28.9" || m.Toolchain.NCCL.Path != "nvidia/nccl/lib/libnccl.so.2.28.9" {
 		t.Errorf("the manifest's NCCL: %+v", m.Toolchain)
 	}
 }

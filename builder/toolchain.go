@@ -47,9 +47,10 @@ type Toolchain struct {
 	TorchCUDA     string `json:"torch_cuda,omitempty"`
 	// Python packages asked for by the recipe (the NVSHMEM wheel): name → version, dir.
 	PythonPackages map[string]PythonPackage `json:"python_packages,omitempty"`
-	// NCCL is the NCCL torch loads (torch.cuda.nccl.version(), else the nvidia-nccl wheel's
-	// metadata), probed for plans that take NCCL from the Python environment: the manifest
-	// records which NCCL such an install runs.
+	// NCCL is the NCCL torch's communicator calls (ProbeNCCL: the library libtorch_cuda's
+	// ncclCommInitRank* binds to, its ncclGetVersion and path, beside torch's compile-time
+	// header version), probed for plans that take NCCL from the Python environment: the
+	// manifest records which NCCL such an install runs.
 	NCCL *NCCLRuntime `json:"nccl,omitempty"`
 	// sitePackages are where Python looks for packages: a change there (pip install)
 	// invalidates a cached probe.
@@ -127,7 +128,8 @@ type Prober struct {
 	// CMAKE_PREFIX_PATH) and then the system prefixes.
 	CMakePackages bool
 	Prefixes      []string
-	// NCCL: ask torch which NCCL it loads (the plan takes NCCL from the Python environment).
+	// NCCL: ask which NCCL torch's communicator calls (the plan takes NCCL from the Python
+	// environment).
 	NCCL bool
 }
 
@@ -635,7 +637,8 @@ func (p *Prober) cacheFile(dir string) (key, file string) {
 		key = Key("probe/2", env, p.Packages, p.Torch, p.Prefixes)
 	}
 	if p.NCCL {
-		key = Key(key, "torch's nccl")
+		// /2: the library torch binds, no longer torch.cuda.nccl.version()
+		key = Key(key, "torch's nccl/2")
 	}
 	return key, filepath.Join(dir, "probe-"+key[:16]+".json")
 }

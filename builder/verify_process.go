@@ -22,10 +22,11 @@ import (
 func processKinds() []check.Kind[*Subject] {
 	return []check.Kind[*Subject]{
 		{Name: "process.one-copy", Targets: []check.Target{check.Process}, Run: onInstall(func(v *verifier, ctx context.Context) []CheckResult {
-			return v.oneCopy(ctx, processLibs(v.m.Toolchain))
+			return v.oneCopy(ctx, processLibs())
 		}),
-			Explain: "exactly one libnvshmem_host and one libnccl are mapped after importing torch and the recipe's modules: the install's own, " +
-				"or the version the build recorded of one taken from the Python environment (R9, R10)"},
+			Explain: "exactly one libnvshmem_host is mapped after importing torch and the recipe's modules: the install's own, " +
+				"or the version the build recorded of one taken from the Python environment (R9, R10); torch's communicator calls the recipe's NCCL " +
+				"(the library libtorch_cuda's ncclCommInitRank* binds to, read with dlsym and its ncclGetVersion), and a second libnccl mapped is a warning"},
 	}
 }
 
@@ -41,16 +42,16 @@ type oneLib struct {
 	// carried: the install's component carries the library (else the check is skipped:
 	// gcp-a3-tcpx builds only NCCL's headers)
 	carried func(prefix string) bool
-	// recorded judges the one copy mapped when the component comes from the Python
-	// environment: ok, and what was read (nil: any single copy passes)
-	recorded func(ctx context.Context, v *verifier, path string) (ok bool, found string)
+	// judge, where set, decides the check from a process of its own (torch and modules
+	// imported) instead of the copies mapped
+	judge func(v *verifier, ctx context.Context, c VerifyCheck, l oneLib, pc *PlanComponent, modules []string) VerifyCheck
 	// secondOK: a second copy that is not a broken process (a warning, with why); why
 	// may also say what makes it one
 	secondOK func(v *verifier, pc *PlanComponent, paths []string) (bool, string)
 }
 
 // processLibs are the libraries checked for one copy: NVSHMEM (R9, R10) and NCCL.
-func processLibs(tc *Toolchain) []oneLib {
+func processLibs() []oneLib {
 	return []oneLib{
 		{id: "process.single-nvshmem", component: "nvshmem", pattern: "libnvshmem_host", rule: "R10/one-nvshmem-mapped",
 			why: "torch bundles its own NVSHMEM; two copies in one process fail at run time with a device/host mismatch (R9, R10)",
@@ -63,54 +64,20 @@ func processLibs(tc *Toolchain) []oneLib {
 					"this NVSHMEM is unpatched and preloaded, so DeepEP binds to the install's copy"
 			}},
 		{id: "process.single-nccl", component: "nccl", pattern: `libnccl\.so`,
-			why: "the NCCL the matrix cell and the manifest name must be the one jobs run: torch loads its own through DT_RPATH " +
-				"unless the install's is preloaded, and a second copy leaves two NCCLs in one process",
-			fix: "its LD_PRELOAD loads the install's NCCL before torch's; remove the extra NCCL from the job's environment",
-			secondOK: func(v *verifier, pc *PlanComponent, paths []string) (bool, string) {
-				// torch's __init__ also loads its wheel's NCCL by path (a second mapping), but
-				// libtorch's DT_NEEDED libnccl.so.2 was bound to the preloaded install's copy,
-				// which came first with that soname: torch reports the version it calls
-				if pc.Source.Python != nil || !preloadsFrom(v.env, v.prefixes[pc.Name]) || pc.Version == "" {
-					return false, ""
-				}
-				n := ProbeNCCL(context.Background(), v.python(), v.env, nil)
-				switch {
-				case n.Version == "":
-					return false, ""
-				case !sameCore(n.Version, pc.Version):
-					// measured with torch 2.11: the preload does not take torch's calls (R41)
-					return false, fmt.Sprintf("torch.cuda.nccl.version() is %s: torch calls its own NCCL, not the install's %s (R41)", n.Version, pc.Version)
-				}
-				return true, fmt.Sprintf("torch maps its wheel's copy too, but calls the install's: torch.cuda.nccl.version() is %s, the NCCL built here", n.Version)
-			},
+			why: "the NCCL the matrix cell and the manifest name must be the one torch's communicator calls: the library the dynamic " +
+				"linker binds libtorch_cuda's ncclCommInitRank* to (the global scope first: LD_PRELOAD; then torch's own through DT_RPATH). " +
+				"torch.cuda.nccl.version() only says which nccl.h torch was compiled with",
+			fix: "its LD_PRELOAD loads the install's NCCL, which torch's communicator then binds to; remove any other NCCL from the job's LD_PRELOAD",
 			carried: func(prefix string) bool {
 				m, _ := filepath.Glob(filepath.Join(globEscape(prefix), "lib", "libnccl.so*"))
 				return len(m) > 0
 			},
-			recorded: func(ctx context.Context, v *verifier, path string) (bool, string) {
-				want := recordedNCCL(tc)
-				lib, err := inspect.NCCLLibraryVersion(ctx, v.python(), path)
-				if err != nil {
-					// what torch reports of the copy it bound, in the job's env
-					if n := ProbeNCCL(ctx, v.python(), v.env, nil); n.Version != "" {
-						lib, err = inspect.NCCLLib{Path: path, Version: n.Version}, nil
-					}
-				}
-				switch {
-				case err != nil:
-					return false, "its version cannot be read: " + err.Error()
-				case want == "":
-					return true, "NCCL " + lib.Version + "; the build recorded no NCCL version to compare with"
-				case !sameCore(lib.Version, want):
-					return false, fmt.Sprintf("NCCL %s, the build recorded %s", lib.Version, want)
-				}
-				return true, "NCCL " + lib.Version + ", as recorded at build"
-			}},
+			judge: (*verifier).judgeNCCL},
 	}
 }
 
-// recordedNCCL is the NCCL version the build recorded of torch's: what torch reported at
-// the probe, else the wheel's metadata.
+// recordedNCCL is the NCCL version the build recorded of torch's: the library torch's
+// communicator bound at the probe (ProbeNCCL), else the wheel's metadata.
 func recordedNCCL(tc *Toolchain) string {
 	if tc == nil {
 		return ""
@@ -180,15 +147,89 @@ func (v *verifier) oneCopy(ctx context.Context, libs []oneLib) []CheckResult {
 		}
 	}
 	read := "/proc/self/maps of " + py + " after importing " + strings.Join(modules, ", ")
-	all, err := inspect.MappedLibs(ctx, py, modules, v.env, strings.Join(patterns, "|"))
-	if err != nil && strings.Contains(err.Error(), "libcuda") {
-		return skipAll("no NVIDIA driver on this host (libcuda cannot be loaded): " + err.Error())
+	var all []string
+	var err error
+	if slices.ContainsFunc(libs, func(l oneLib) bool { return l.judge == nil }) {
+		all, err = inspect.MappedLibs(ctx, py, modules, v.env, strings.Join(patterns, "|"))
+		if err != nil && strings.Contains(err.Error(), "libcuda") {
+			return skipAll("no NVIDIA driver on this host (libcuda cannot be loaded): " + err.Error())
+		}
 	}
 	for i, pc := range todo {
 		out[i].Read = read
+		if libs[i].judge != nil {
+			out[i] = libs[i].judge(v, ctx, out[i], libs[i], pc, modules)
+			continue
+		}
 		out[i] = v.judgeCopies(ctx, out[i], libs[i], pc, matching(all, libs[i].pattern), err)
 	}
 	return out
+}
+
+// judgeNCCL reads, in the job's process (the install's env; torch and the recipe's
+// modules imported), the library torch's communicator binds to, and passes when it is
+// the recipe's NCCL: the one built here, else the version recorded at build. Two libnccl
+// files mapped are a warning naming both and the one bound: only the bound one runs.
+func (v *verifier) judgeNCCL(ctx context.Context, c VerifyCheck, l oneLib, pc *PlanComponent, modules []string) VerifyCheck {
+	py := v.python()
+	c.Read = "the file libtorch_cuda's ncclCommInitRank* binds to (dlsym, dladdr) and its ncclGetVersion, and /proc/self/maps, in " +
+		py + " after importing " + strings.Join(modules, ", ")
+	c.Expected = "torch's communicator calls the install's NCCL"
+	own := v.prefixes[pc.Name]
+	if pc.Source.Python == nil {
+		c.Expected = "torch's communicator calls the NCCL built here, under " + own
+	} else if want := recordedNCCL(v.m.Toolchain); want != "" {
+		c.Expected = "torch's communicator calls NCCL " + want + ", as recorded at build"
+	}
+	n, err := inspect.NCCL(ctx, py, v.env, modules[1:]...)
+	switch {
+	case err == nil && strings.Contains(n.TorchError, "libcuda"):
+		c.Status, c.Found = check.Skip, "no NVIDIA driver on this host (libcuda cannot be loaded): "+n.TorchError
+		return c
+	case err == nil && n.TorchError != "":
+		err = fmt.Errorf("import %s: %s", strings.Join(modules, ", "), n.TorchError)
+	case err == nil && n.Bound == nil:
+		err = fmt.Errorf("which NCCL torch calls cannot be read: %s", n.BoundError)
+	}
+	fix := "source " + filepath.Join(v.prefix, EnvName) + " (" + l.fix + ")"
+	if pc.Source.Python != nil {
+		fix = "run with the Python environment the install was built in, or install the NCCL it recorded there (pip install " +
+			pc.Source.Python.Package + "==" + recordedNCCL(v.m.Toolchain) + ")"
+	}
+	if err != nil {
+		c.Status, c.Found, c.Fix = check.Fail, err.Error(), fix
+		return c
+	}
+	b := n.Bound
+	c.Found = fmt.Sprintf("torch calls %s: NCCL %s (ncclGetVersion %d, read by %s)", b.Path, b.Version, b.Code, b.How)
+	if n.TorchHeader != "" {
+		c.Found += "; torch was compiled with nccl.h " + n.TorchHeader
+	}
+	var bad string
+	switch want := recordedNCCL(v.m.Toolchain); {
+	case pc.Source.Python == nil && own != "" && !withinResolved(b.Path, own):
+		bad = "not the install's nccl under " + own
+	case pc.Source.Python == nil && pc.Version != "" && !sameCore(b.Version, pc.Version):
+		bad = "NCCL " + b.Version + ", not the " + pc.Version + " the recipe names"
+	case pc.Source.Python != nil && want == "":
+		c.Found += "; the build recorded no NCCL version to compare with"
+	case pc.Source.Python != nil && !sameCore(b.Version, want):
+		bad = fmt.Sprintf("NCCL %s, the build recorded %s", b.Version, want)
+	}
+	mapped := matching(n.Mapped, l.pattern)
+	if len(mapped) > 1 {
+		c.Found += fmt.Sprintf("; %d libnccl files are mapped (%s): only %s runs torch's communicator", len(mapped), strings.Join(mapped, ", "), b.Path)
+	}
+	switch {
+	case bad != "":
+		c.Status, c.Fix = check.Fail, fix
+		c.Found += " (" + bad + ")"
+	case len(mapped) > 1:
+		c.Status = check.Warn
+	default:
+		c.Status = check.Pass
+	}
+	return c
 }
 
 // matching keeps the paths that match pattern.
@@ -218,12 +259,6 @@ func (v *verifier) judgeCopies(ctx context.Context, c VerifyCheck, l oneLib, pc 
 	case r.Status == check.Pass && pc.Source.Python == nil && own != "" && !withinResolved(paths[0], own):
 		c.Status = check.Fail
 		c.Found = paths[0] + ", not the install's " + l.component + " under " + own
-	case r.Status == check.Pass && pc.Source.Python != nil && l.recorded != nil:
-		ok, found := l.recorded(ctx, v, paths[0])
-		c.Found = paths[0] + ": " + found
-		if !ok {
-			c.Status = check.Fail
-		}
 	case c.Status == check.Fail && len(paths) > 1 && l.secondOK != nil:
 		ok, why := l.secondOK(v, pc, paths)
 		if ok {
@@ -290,38 +325,52 @@ func preloadsFrom(env []string, dir string) bool {
 	return false
 }
 
-// NCCLRuntime is the NCCL a job loads, and where that was read ("" when nothing says).
+// NCCLRuntime is the NCCL a job runs, and where that was read ("" when nothing says).
 type NCCLRuntime struct {
 	Version string `json:"version,omitempty"`
 	Source  string `json:"source,omitempty"`
+	// Path is the library torch's communicator binds to, relative to the Python path entry
+	// (site-packages) that holds it, else absolute ("" when not read from the process).
+	Path string `json:"path,omitempty"`
+	// TorchHeader is torch.cuda.nccl.version(): the nccl.h torch was compiled with, a
+	// constant of torch's build that says nothing of the library loaded.
+	TorchHeader string `json:"torch_header,omitempty"`
 }
 
-// ProbeNCCL finds the NCCL a job would load, in this order: what torch reports of the
-// library it loaded; the nvidia-nccl-* wheel's metadata (the one whose libnccl is mapped,
-// or the only one installed); NCCL_HOME (its nccl.h, or a libnccl.so.X.Y.Z file name).
+// ProbeNCCL finds the NCCL a job would run, in this order: the library torch's
+// communicator binds to in a process with env (inspect.NCCL: its file and
+// ncclGetVersion); the nvidia-nccl-* wheel's metadata (the one whose libnccl is mapped,
+// or the only one installed); the header version torch was compiled with (when torch
+// imports but its library cannot be read); NCCL_HOME (its nccl.h, or a libnccl.so.X.Y.Z
+// file name).
 func ProbeNCCL(ctx context.Context, python string, env, jobEnv []string) NCCLRuntime {
 	if python == "" {
 		python = "python3"
 	}
 	p, err := inspect.NCCL(ctx, python, env)
 	if err == nil {
-		if p.Torch != "" {
-			src := "torch.cuda.nccl.version()"
-			if len(p.Mapped) > 0 {
-				src += " of " + strings.Join(p.Mapped, ", ")
+		if b := p.Bound; b != nil {
+			path := b.Site
+			if path == "" {
+				path = b.Path
 			}
-			return NCCLRuntime{Version: p.Torch, Source: src}
+			return NCCLRuntime{Version: b.Version, Path: path, TorchHeader: p.TorchHeader,
+				Source: fmt.Sprintf("ncclGetVersion %d of %s, which libtorch_cuda's NCCL calls bind to (%s)", b.Code, b.Path, b.How)}
 		}
 		names := slices.Sorted(maps.Keys(p.Packages))
 		for _, n := range names {
 			for _, f := range p.PackageFiles[n] {
 				if slices.Contains(p.Mapped, f) {
-					return NCCLRuntime{Version: p.Packages[n], Source: n + " (mapped " + f + ")"}
+					return NCCLRuntime{Version: p.Packages[n], TorchHeader: p.TorchHeader, Source: n + " (mapped " + f + ")"}
 				}
 			}
 		}
 		if len(names) == 1 {
-			return NCCLRuntime{Version: p.Packages[names[0]], Source: names[0] + " package metadata"}
+			return NCCLRuntime{Version: p.Packages[names[0]], TorchHeader: p.TorchHeader, Source: names[0] + " package metadata"}
+		}
+		if p.TorchHeader != "" {
+			return NCCLRuntime{Version: p.TorchHeader, TorchHeader: p.TorchHeader,
+				Source: "torch.cuda.nccl.version(), the nccl.h torch was compiled with: the library it loaded cannot be read (" + p.BoundError + ")"}
 		}
 	}
 	home := getenvFrom(jobEnv, "NCCL_HOME")

@@ -27,7 +27,7 @@ print("` + reportMarker + `" + json.dumps({"rc": rc, "code": v.value}))
 `
 
 // NCCLLibraryVersion loads an NCCL library with python (ctypes) in a clean environment
-// and asks it ncclGetVersion, as torch.cuda.nccl.version() asks the copy torch loaded.
+// and asks it ncclGetVersion.
 func NCCLLibraryVersion(ctx context.Context, python, path string) (NCCLLib, error) {
 	r := NCCLLib{Path: path}
 	out, _, err := runPython(ctx, python, []string{"PATH=" + os.Getenv("PATH")}, "", ncclLibProgram, path)
@@ -73,4 +73,143 @@ func NCCLHeaderVersion(path string) string {
 		}
 	}
 	return fmt.Sprintf("%d.%d.%d", v["MAJOR"], v["MINOR"], v["PATCH"])
+}
+
+// NCCLBound is the NCCL library a process's torch communicator calls: the file the
+// dynamic linker binds libtorch_cuda.so's ncclCommInitRank* to, and its ncclGetVersion.
+type NCCLBound struct {
+	// Path is the library file (symlinks resolved, as /proc/self/maps names it).
+	Path string `json:"path"`
+	// Site is Path relative to the Python path entry (site-packages) that holds it, ""
+	// when none does (a preloaded or system library).
+	Site    string `json:"site,omitempty"`
+	Code    int    `json:"code"`
+	Version string `json:"version"`
+	// How says how the binding was read: "dlsym(RTLD_DEFAULT, ncclCommInitRankConfig)".
+	How string `json:"how"`
+}
+
+// NCCLProcess is what a Python process says of the NCCL it runs once torch (and the
+// modules asked for) are imported: the library torch's communicator binds to (Bound), the
+// nccl.h version torch was compiled with (TorchHeader: torch.cuda.nccl.version(), a
+// constant of torch's build, not the library loaded), the libnccl files mapped, and the
+// versions of the nvidia-nccl-* distributions installed.
+type NCCLProcess struct {
+	Bound       *NCCLBound `json:"bound,omitempty"`
+	BoundError  string     `json:"bound_error,omitempty"`
+	TorchHeader string     `json:"torch_header,omitempty"`
+	// TorchError says why torch (or a module asked for) could not be imported.
+	TorchError string            `json:"torch_error,omitempty"`
+	Mapped     []string          `json:"mapped,omitempty"`
+	Packages   map[string]string `json:"packages,omitempty"`
+	// PackageFiles maps each package to where its libnccl lies.
+	PackageFiles map[string][]string `json:"package_files,omitempty"`
+}
+
+// ncclProgram imports torch and the modules in argv, then reads which NCCL torch's
+// communicator calls as the dynamic linker resolves libtorch_cuda.so's reference to
+// ncclCommInitRank*: the global scope first (the executable, LD_PRELOAD, RTLD_GLOBAL
+// objects: dlsym(RTLD_DEFAULT)), then libtorch_cuda.so's own dependencies (dlsym on its
+// handle, opened with RTLD_NOLOAD); dladdr names the file, whose ncclGetVersion only
+// stores a constant: no GPU, no driver, no communicator. torch.cuda.nccl.version() is
+// read too, and labelled for what it is: the NCCL_MAJOR/MINOR/PATCH torch was compiled
+// with. Each part may fail on its own.
+const ncclProgram = `import ctypes, glob, json, os, sys
+r = {"packages": {}, "package_files": {}, "mapped": []}
+try:
+    import importlib.metadata as md
+    for d in md.distributions():
+        name = d.metadata.get("Name") or ""
+        if name.lower().startswith("nvidia-nccl"):
+            r["packages"][name] = d.version
+            r["package_files"][name] = [str(d.locate_file(f)) for f in (d.files or []) if "libnccl" in str(f)]
+except Exception:
+    pass
+
+class DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+
+def bound(torch):
+    libc = ctypes.CDLL(None)
+    dlsym, dladdr = libc.dlsym, libc.dladdr
+    dlsym.restype, dlsym.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]
+    dladdr.restype, dladdr.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
+    noload = getattr(os, "RTLD_NOLOAD", 4) | getattr(os, "RTLD_LAZY", 1)
+    tc = None
+    for p in sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda*.so*"))):
+        try:
+            tc = (os.path.basename(p), ctypes.CDLL(p, mode=noload)._handle)
+            break
+        except OSError:
+            pass
+    addr, how = None, ""
+    for sym in ("ncclCommInitRankConfig", "ncclCommInitRank"):
+        addr, how = dlsym(None, sym.encode()), "dlsym(RTLD_DEFAULT, %s)" % sym
+        if not addr and tc:
+            addr, how = dlsym(tc[1], sym.encode()), "dlsym(%s, %s)" % (tc[0], sym)
+        if addr:
+            break
+    if not addr:
+        raise RuntimeError("no ncclCommInitRank in the global scope" + (" nor among the dependencies of " + tc[0] if tc else " and torch has no libtorch_cuda*.so loaded"))
+    info = DlInfo()
+    if not dladdr(addr, ctypes.byref(info)) or not info.fname:
+        raise RuntimeError("dladdr names no file for " + how)
+    path = os.path.realpath(info.fname.decode())
+    h = ctypes.CDLL(path, mode=noload)._handle
+    gv = dlsym(h, b"ncclGetVersion")
+    gi = DlInfo()
+    if not gv or not dladdr(gv, ctypes.byref(gi)) or not gi.fname or os.path.realpath(gi.fname.decode()) != path:
+        raise RuntimeError(path + " (from " + how + ") exports no ncclGetVersion of its own")
+    v = ctypes.c_int(0)
+    rc = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(gv)(ctypes.byref(v))
+    if rc != 0:
+        raise RuntimeError("%s: ncclGetVersion returned %d" % (path, rc))
+    site = ""
+    for e in sorted({os.path.realpath(e) for e in sys.path if e}, key=len, reverse=True):
+        if path.startswith(e.rstrip("/") + "/"):
+            site = os.path.relpath(path, e)
+            break
+    return {"path": path, "site": site, "code": v.value, "how": how}
+
+try:
+    import torch
+    for m in sys.argv[1:]:
+        __import__(m)
+except Exception as e:
+    r["torch_error"] = "%s: %s" % (type(e).__name__, e)
+else:
+    try:
+        v = torch.cuda.nccl.version()
+        if isinstance(v, int):
+            v = (v // 10000, v // 100 % 100, v % 100) if v >= 10000 else (v // 1000, v // 100 % 10, v % 100)
+        r["torch_header"] = ".".join(str(x) for x in v)
+    except Exception:
+        pass
+    try:
+        r["bound"] = bound(torch)
+    except Exception as e:
+        r["bound_error"] = "%s: %s" % (type(e).__name__, e)
+try:
+    with open("/proc/self/maps") as f:
+        r["mapped"] = sorted({l.split(None, 5)[5].strip() for l in f if "libnccl" in l and len(l.split(None, 5)) == 6})
+except Exception:
+    pass
+print("` + reportMarker + `" + json.dumps(r))
+`
+
+// NCCL runs python with env, imports torch and modules, and reports the NCCL the process
+// runs (see NCCLProcess).
+func NCCL(ctx context.Context, python string, env []string, modules ...string) (NCCLProcess, error) {
+	var r NCCLProcess
+	out, _, err := runPython(ctx, python, env, "", ncclProgram, modules...)
+	if err != nil {
+		return r, fmt.Errorf("ask %s which NCCL it runs: %w", python, err)
+	}
+	if err := decodeReport(out, &r); err != nil {
+		return r, fmt.Errorf("ask %s which NCCL it runs: %w", python, err)
+	}
+	if r.Bound != nil {
+		r.Bound.Version = NCCLCodeVersion(r.Bound.Code)
+	}
+	return r, nil
 }

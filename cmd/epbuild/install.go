@@ -362,7 +362,8 @@ same checks, the same results, without the node.`,
 the install at --prefix (default $EPBUILD_PREFIX), else nothing recipe-specific (transport
 ibrc when the host has RDMA devices, none otherwise), under the runtime env a job gets
 here (the recipe's, overridden by this environment's). The NCCL a job loads is read from
-python3 (torch, else the nvidia-nccl-* wheel, else NCCL_HOME). The job's nodes come from
+python3 (the library torch's communicator binds to, else the nvidia-nccl-* wheel, else
+NCCL_HOME). The job's nodes come from
 --hosts FILE (one host a line, or Slurm's node[01-04] syntax), else SLURM_JOB_NODELIST
 (expanded by scontrol show hostnames where it runs). Exit 1 when a check fails; 2 for a
 recipe or host list that cannot be read.

@@ -41,8 +41,11 @@ install it into DIR/<cell>/prefix (install verifies the tree first), run the --t
 command with the install's env.sh and the cell's env from the rules (NCCL_RUNTIME_CONNECT=0
 from NCCL 2.22 on, R18), and read numbers from its output with --metric. A cell that
 fails does not stop the others. Then one table: cell, build, verify, test, metrics,
-build seconds and the stages reused; --json for machines. Exit 1 when a cell that ran
-failed; cells a rule excludes or refuses on this host are shown with the rule ids.
+build seconds and the stages reused; --json for machines, with each cell's nccl: the
+library torch's communicator binds to under the install's env (version, path and how it
+was read), not torch.cuda.nccl.version(), which names the header torch was compiled
+with. Exit 1 when a cell that ran failed; cells a rule excludes or refuses on this host
+are shown with the rule ids.
 
 The test runs under sh -c in DIR/<cell>/test with EPBUILD_PREFIX and EPBUILD_CELL set;
 it may name {{prefix}} (the cell's install), {{COMPONENT.prefix}} and {{COMPONENT.src}}
