@@ -9,8 +9,9 @@ import (
 )
 
 // Diff compares two artifacts or installed prefixes (or one of each): `epbuild diff`. In
-// an installed prefix, what install adds and no build made is left out: the receipt and
-// Python's bytecode caches (as verify-install leaves them out). An artifact is unpacked
+// an installed prefix, what install adds and no build made is left out: the receipt, the
+// bin/ directory with its copy of epbuild (Receipt.Added) and Python's bytecode caches
+// (as verify-install leaves them out). An artifact is unpacked
 // only up to maxExtract bytes (0: diff.DefaultMaxExtract), and refused as soon as its
 // manifest declares more.
 func Diff(ctx context.Context, a, b string, maxExtract int64) (*diff.Report, error) {
@@ -37,5 +38,6 @@ func installWritten(rel string) func([]byte) ([]byte, error) {
 }
 
 func installAdded(rel string, e archive.Entry) bool {
-	return rel == ReceiptName || e.Type == archive.TypeDir && path.Base(rel) == "__pycache__"
+	return rel == ReceiptName || rel == binEpbuild || rel == binDir && e.Type == archive.TypeDir ||
+		e.Type == archive.TypeDir && path.Base(rel) == "__pycache__"
 }

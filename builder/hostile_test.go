@@ -108,7 +108,7 @@ func TestHostilePatchSets(t *testing.T) {
 	// a set that replaces a file outside the tree does not load
 	_, err := hostileSet("", func(string) string {
 		return "name: hostile\ndescription: hostile\ncomponent: victim\npatches:\n  - name: r\n    replace:\n      target: ../../etc/passwd\n" +
-			"      repo: https://example.invalid/r\n      commit: 131da55f643ac87c810ba0bc51d359258bf433a1\n      path: x\n      sha256: " + strings.Repeat("0", 64) + "\n"
+			"      repo: https://example.invalid/r\n      commit: 131da55f643ac87c810ba0bc51d359258bf433a1\n      path: x\n      sha256: \"" + strings.Repeat("0", 64) + "\"\n"
 	})
 	if err == nil || !strings.Contains(err.Error(), "patches/hostile/set.yaml:7:15") || !strings.Contains(err.Error(), "not a relative path inside a tree") {
 		t.Errorf("a replace target outside the tree: %v", err)
