@@ -101,7 +101,7 @@ func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, che
 	if err != nil {
 		return err
 	}
-	wheels, err := packWheels(p, res, dir, sde)
+	wheels, err := packWheels(p, res, dir, sde, r.Toolchain.PythonPackages)
 	if err != nil {
 		return err
 	}

@@ -49,8 +49,9 @@ func wantsWheel(c *PlanComponent) bool {
 }
 
 // packWheels packs the python/ tree of each component that asks for a wheel into
-// dir/wheels, stamped with sde, and records them in dir/wheels.json.
-func packWheels(p *Plan, res *Result, dir string, sde int64) ([]WheelFile, error) {
+// dir/wheels, stamped with sde, and records them in dir/wheels.json. pkgs are the
+// Python environment's packages the build recorded (the toolchain's).
+func packWheels(p *Plan, res *Result, dir string, sde int64, pkgs map[string]PythonPackage) ([]WheelFile, error) {
 	var out []WheelFile
 	for _, c := range res.Components {
 		pc, ok := p.Component(c.Name)
@@ -61,7 +62,11 @@ func packWheels(p *Plan, res *Result, dir string, sde int64) ([]WheelFile, error
 		if err := os.MkdirAll(wd, 0o755); err != nil {
 			return nil, fmt.Errorf("package %s: %w", p.Recipe, err)
 		}
-		info, err := wheel.Pack(filepath.Join(c.Prefix, "python"), wd, time.Unix(sde, 0))
+		reqs, err := wheelRequirements(p, pc, pkgs)
+		if err != nil {
+			return nil, fmt.Errorf("package %s: the wheel of %s: %w", p.Recipe, c.Name, err)
+		}
+		info, err := wheel.PackRequiring(filepath.Join(c.Prefix, "python"), wd, time.Unix(sde, 0), reqs)
 		if err != nil {
 			return nil, fmt.Errorf("package %s: the wheel of %s: %w", p.Recipe, c.Name, err)
 		}
@@ -71,6 +76,39 @@ func packWheels(p *Plan, res *Result, dir string, sde int64) ([]WheelFile, error
 		return nil, fmt.Errorf("package %s: %w", p.Recipe, err)
 	}
 	return out, nil
+}
+
+// wheelRequirements are the packages of the Python environment that c was built
+// against (the components it depends on, directly or not, whose source is a Python
+// package), each at the version the build recorded: a wheel built against NVSHMEM's
+// wheel 3.4.5 needs that NVSHMEM where it is installed, and pip should say so.
+func wheelRequirements(p *Plan, c *PlanComponent, pkgs map[string]PythonPackage) ([]wheel.Requirement, error) {
+	var reqs []wheel.Requirement
+	seen := map[string]bool{c.Name: true}
+	queue := slices.Clone(c.Depends)
+	for len(queue) > 0 {
+		name := queue[0]
+		queue = queue[1:]
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		d, ok := p.Component(name)
+		if !ok {
+			continue
+		}
+		queue = append(queue, d.Depends...)
+		if d.Source.Python == nil {
+			continue
+		}
+		pk, ok := pkgs[d.Source.Python.Package]
+		if !ok || pk.Version == "" {
+			return nil, fmt.Errorf("%s is built against the Python package %s, whose version the build did not record", c.Name, d.Source.Python.Package)
+		}
+		reqs = append(reqs, wheel.Requirement{Name: d.Source.Python.Package, Version: pk.Version})
+	}
+	slices.SortFunc(reqs, func(a, b wheel.Requirement) int { return strings.Compare(a.Name, b.Name) })
+	return reqs, nil
 }
 
 // SBOMSuffix names the SBOM beside an artifact (ARTIFACT.cdx.json); epbuild push stores it.
