@@ -114,11 +114,19 @@ func wheelRequirements(p *Plan, c *PlanComponent, pkgs map[string]PythonPackage)
 // SBOMSuffix names the SBOM beside an artifact (ARTIFACT.cdx.json); epbuild push stores it.
 const SBOMSuffix = ".cdx.json"
 
+// SBOMCredits name who supplies an artifact and who made it, for its SBOM's metadata:
+// nobody unless given (epbuild sbom --supplier, --author).
+type SBOMCredits struct {
+	Supplier string
+	Authors  []string
+}
+
 // sbomInput is the SBOM's view of a manifest: the artifact's name and sha256 come from
 // the caller (the package stage, or an install's receipt).
-func sbomInput(m *Manifest, artifact, sum, tool string) sbom.Input {
+func sbomInput(m *Manifest, artifact, sum, tool string, cr SBOMCredits) sbom.Input {
 	in := sbom.Input{Plan: m.Plan, Patches: map[string][]*patches.SetResult{}, Python: map[string]string{}, Files: m.Files,
-		Artifact: artifact, ArtifactSHA256: sum, BuiltBy: m.Epbuild, Tool: tool, SourceDateEpoch: m.SourceDateEpoch}
+		Artifact: artifact, ArtifactSHA256: sum, BuiltBy: m.Epbuild, Tool: tool, SourceDateEpoch: m.SourceDateEpoch,
+		PatchDiffs: shippedPatchDiffs(m.Plan), Supplier: cr.Supplier, Authors: cr.Authors}
 	for _, c := range m.Components {
 		in.Patches[c.Name] = c.Patches
 	}
@@ -152,9 +160,42 @@ func sbomInput(m *Manifest, artifact, sum, tool string) sbom.Input {
 	return in
 }
 
+// shippedPatchDiffs are the bytes of the patch files of the shipped sets the plan names,
+// by sha256: what the SBOM carries as their diffs. Only shipped sets: epbuild sbom makes
+// the BOM again from the manifest, where a local set's directory may be gone, and must
+// write the same bytes. A patch applied with other bytes (a local set that shadows a
+// shipped one) has another sha256 and finds nothing here.
+func shippedPatchDiffs(p *Plan) map[string][]byte {
+	out := map[string][]byte{}
+	if p == nil {
+		return out
+	}
+	cat, err := patches.Load()
+	if err != nil {
+		return out // the shipped sets are epbuild's own and load in every test; no text then
+	}
+	for _, c := range p.Components {
+		for _, ps := range c.PatchSets {
+			set, ok := cat.Get(ps.Name)
+			if !ok {
+				continue
+			}
+			for _, pt := range set.Patches {
+				if pt.Kind() != patches.KindFile {
+					continue
+				}
+				if b, err := set.FileBytes(context.Background(), pt); err == nil {
+					out[sha256Hex(b)] = b
+				}
+			}
+		}
+	}
+	return out
+}
+
 // sbomBytes is the CycloneDX JSON of m.
-func sbomBytes(m *Manifest, artifact, sum, tool string) ([]byte, error) {
-	bom, err := sbom.Build(sbomInput(m, artifact, sum, tool))
+func sbomBytes(m *Manifest, artifact, sum, tool string, cr SBOMCredits) ([]byte, error) {
+	bom, err := sbom.Build(sbomInput(m, artifact, sum, tool, cr))
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +205,7 @@ func sbomBytes(m *Manifest, artifact, sum, tool string) ([]byte, error) {
 // SBOM is the CycloneDX 1.6 SBOM of an artifact (ARTIFACT.tar.zst: its manifest, and its
 // sha256, checked against ARTIFACT.sha256 when there is one) or of an install (PREFIX:
 // its manifest, and the artifact its receipt names). tool is this epbuild's version.
-func SBOM(ctx context.Context, path, tool string) ([]byte, error) {
+func SBOM(ctx context.Context, path, tool string, cr SBOMCredits) ([]byte, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
@@ -184,7 +225,7 @@ func SBOM(ctx context.Context, path, tool string) ([]byte, error) {
 		case !errors.Is(err, fs.ErrNotExist):
 			return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
 		}
-		return sbomBytes(m, art, sum, tool)
+		return sbomBytes(m, art, sum, tool, cr)
 	}
 	sum, err := checkArtifactSum(path)
 	if err != nil {
@@ -194,7 +235,7 @@ func SBOM(ctx context.Context, path, tool string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sbomBytes(m, filepath.Base(path), sum, tool)
+	return sbomBytes(m, filepath.Base(path), sum, tool, cr)
 }
 
 // ModuleOptions say which install to write a modulefile for, under what name.
