@@ -51,7 +51,7 @@ func checkEnvelope(t *testing.T, s *jsonschema.Schema, what, out string) {
 		return
 	}
 	if err := s.Validate(doc); err != nil {
-		t.Errorf("%s: does not follow %s: %v\n%.2000s", what, envelopeSchemaFile, err, out)
+		t.Errorf("%s: does not follow %s: %#v\n%.2000s", what, envelopeSchemaFile, err, out)
 	}
 	if keys := topKeys(t, out); len(keys) < 5 || !slices.Equal(keys[:5], []string{"schema_version", "epbuild_version", "hostname", "ok", "command"}) {
 		t.Errorf("%s: the document starts with %v", what, keys)
