@@ -101,7 +101,7 @@ func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, che
 	if err != nil {
 		return err
 	}
-	wheels, err := packWheels(p, res, dir, sde)
+	wheels, err := packWheels(p, res, dir, sde, r.Toolchain.PythonPackages)
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, che
 	// who built it is provenance: in the SBOM beside the artifact, not in its bytes
 	built := m
 	built.Epbuild = r.Version
-	bom, err := sbomBytes(&built, filepath.Base(out), rep.SHA256, r.Version)
+	bom, err := sbomBytes(&built, filepath.Base(out), rep.SHA256, r.Version, SBOMCredits{})
 	if err != nil {
 		return fmt.Errorf("package %s: %w", p.Recipe, err)
 	}

@@ -138,7 +138,7 @@ func publishCached(got *CachedArtifact, outDir string, p *Plan) (*Result, error)
 	res := &Result{Plan: p, SHA256: got.SHA256, Artifact: filepath.Join(outDir, ArtifactName(p))}
 	res.SBOM = res.Artifact + SBOMSuffix
 	if got.SBOM == "" {
-		b, err := sbomBytes(got.Manifest, filepath.Base(got.Artifact), got.SHA256, got.Manifest.Epbuild)
+		b, err := sbomBytes(got.Manifest, filepath.Base(got.Artifact), got.SHA256, got.Manifest.Epbuild, SBOMCredits{})
 		if err != nil {
 			return nil, fmt.Errorf("the SBOM of %s: %w", got.Artifact, err)
 		}

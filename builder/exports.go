@@ -49,8 +49,9 @@ func wantsWheel(c *PlanComponent) bool {
 }
 
 // packWheels packs the python/ tree of each component that asks for a wheel into
-// dir/wheels, stamped with sde, and records them in dir/wheels.json.
-func packWheels(p *Plan, res *Result, dir string, sde int64) ([]WheelFile, error) {
+// dir/wheels, stamped with sde, and records them in dir/wheels.json. pkgs are the
+// Python environment's packages the build recorded (the toolchain's).
+func packWheels(p *Plan, res *Result, dir string, sde int64, pkgs map[string]PythonPackage) ([]WheelFile, error) {
 	var out []WheelFile
 	for _, c := range res.Components {
 		pc, ok := p.Component(c.Name)
@@ -61,7 +62,11 @@ func packWheels(p *Plan, res *Result, dir string, sde int64) ([]WheelFile, error
 		if err := os.MkdirAll(wd, 0o755); err != nil {
 			return nil, fmt.Errorf("package %s: %w", p.Recipe, err)
 		}
-		info, err := wheel.Pack(filepath.Join(c.Prefix, "python"), wd, time.Unix(sde, 0))
+		reqs, err := wheelRequirements(p, pc, pkgs)
+		if err != nil {
+			return nil, fmt.Errorf("package %s: the wheel of %s: %w", p.Recipe, c.Name, err)
+		}
+		info, err := wheel.PackRequiring(filepath.Join(c.Prefix, "python"), wd, time.Unix(sde, 0), reqs)
 		if err != nil {
 			return nil, fmt.Errorf("package %s: the wheel of %s: %w", p.Recipe, c.Name, err)
 		}
@@ -73,14 +78,55 @@ func packWheels(p *Plan, res *Result, dir string, sde int64) ([]WheelFile, error
 	return out, nil
 }
 
+// wheelRequirements are the packages of the Python environment that c was built
+// against (the components it depends on, directly or not, whose source is a Python
+// package), each at the version the build recorded: a wheel built against NVSHMEM's
+// wheel 3.4.5 needs that NVSHMEM where it is installed, and pip should say so.
+func wheelRequirements(p *Plan, c *PlanComponent, pkgs map[string]PythonPackage) ([]wheel.Requirement, error) {
+	var reqs []wheel.Requirement
+	seen := map[string]bool{c.Name: true}
+	queue := slices.Clone(c.Depends)
+	for len(queue) > 0 {
+		name := queue[0]
+		queue = queue[1:]
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		d, ok := p.Component(name)
+		if !ok {
+			continue
+		}
+		queue = append(queue, d.Depends...)
+		if d.Source.Python == nil {
+			continue
+		}
+		pk, ok := pkgs[d.Source.Python.Package]
+		if !ok || pk.Version == "" {
+			return nil, fmt.Errorf("%s is built against the Python package %s, whose version the build did not record", c.Name, d.Source.Python.Package)
+		}
+		reqs = append(reqs, wheel.Requirement{Name: d.Source.Python.Package, Version: pk.Version})
+	}
+	slices.SortFunc(reqs, func(a, b wheel.Requirement) int { return strings.Compare(a.Name, b.Name) })
+	return reqs, nil
+}
+
 // SBOMSuffix names the SBOM beside an artifact (ARTIFACT.cdx.json); epbuild push stores it.
 const SBOMSuffix = ".cdx.json"
 
+// SBOMCredits name who supplies an artifact and who made it, for its SBOM's metadata:
+// nobody unless given (epbuild sbom --supplier, --author).
+type SBOMCredits struct {
+	Supplier string
+	Authors  []string
+}
+
 // sbomInput is the SBOM's view of a manifest: the artifact's name and sha256 come from
 // the caller (the package stage, or an install's receipt).
-func sbomInput(m *Manifest, artifact, sum, tool string) sbom.Input {
+func sbomInput(m *Manifest, artifact, sum, tool string, cr SBOMCredits) sbom.Input {
 	in := sbom.Input{Plan: m.Plan, Patches: map[string][]*patches.SetResult{}, Python: map[string]string{}, Files: m.Files,
-		Artifact: artifact, ArtifactSHA256: sum, BuiltBy: m.Epbuild, Tool: tool, SourceDateEpoch: m.SourceDateEpoch}
+		Artifact: artifact, ArtifactSHA256: sum, BuiltBy: m.Epbuild, Tool: tool, SourceDateEpoch: m.SourceDateEpoch,
+		PatchDiffs: shippedPatchDiffs(m.Plan), Supplier: cr.Supplier, Authors: cr.Authors}
 	for _, c := range m.Components {
 		in.Patches[c.Name] = c.Patches
 	}
@@ -114,9 +160,42 @@ func sbomInput(m *Manifest, artifact, sum, tool string) sbom.Input {
 	return in
 }
 
+// shippedPatchDiffs are the bytes of the patch files of the shipped sets the plan names,
+// by sha256: what the SBOM carries as their diffs. Only shipped sets: epbuild sbom makes
+// the BOM again from the manifest, where a local set's directory may be gone, and must
+// write the same bytes. A patch applied with other bytes (a local set that shadows a
+// shipped one) has another sha256 and finds nothing here.
+func shippedPatchDiffs(p *Plan) map[string][]byte {
+	out := map[string][]byte{}
+	if p == nil {
+		return out
+	}
+	cat, err := patches.Load()
+	if err != nil {
+		return out // the shipped sets are epbuild's own and load in every test; no text then
+	}
+	for _, c := range p.Components {
+		for _, ps := range c.PatchSets {
+			set, ok := cat.Get(ps.Name)
+			if !ok {
+				continue
+			}
+			for _, pt := range set.Patches {
+				if pt.Kind() != patches.KindFile {
+					continue
+				}
+				if b, err := set.FileBytes(context.Background(), pt); err == nil {
+					out[sha256Hex(b)] = b
+				}
+			}
+		}
+	}
+	return out
+}
+
 // sbomBytes is the CycloneDX JSON of m.
-func sbomBytes(m *Manifest, artifact, sum, tool string) ([]byte, error) {
-	bom, err := sbom.Build(sbomInput(m, artifact, sum, tool))
+func sbomBytes(m *Manifest, artifact, sum, tool string, cr SBOMCredits) ([]byte, error) {
+	bom, err := sbom.Build(sbomInput(m, artifact, sum, tool, cr))
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +205,7 @@ func sbomBytes(m *Manifest, artifact, sum, tool string) ([]byte, error) {
 // SBOM is the CycloneDX 1.6 SBOM of an artifact (ARTIFACT.tar.zst: its manifest, and its
 // sha256, checked against ARTIFACT.sha256 when there is one) or of an install (PREFIX:
 // its manifest, and the artifact its receipt names). tool is this epbuild's version.
-func SBOM(ctx context.Context, path, tool string) ([]byte, error) {
+func SBOM(ctx context.Context, path, tool string, cr SBOMCredits) ([]byte, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
@@ -146,7 +225,7 @@ func SBOM(ctx context.Context, path, tool string) ([]byte, error) {
 		case !errors.Is(err, fs.ErrNotExist):
 			return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
 		}
-		return sbomBytes(m, art, sum, tool)
+		return sbomBytes(m, art, sum, tool, cr)
 	}
 	sum, err := checkArtifactSum(path)
 	if err != nil {
@@ -156,7 +235,7 @@ func SBOM(ctx context.Context, path, tool string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sbomBytes(m, filepath.Base(path), sum, tool)
+	return sbomBytes(m, filepath.Base(path), sum, tool, cr)
 }
 
 // ModuleOptions say which install to write a modulefile for, under what name.

@@ -8,8 +8,10 @@
 //     for GitHub, else pkg:generic with vcs_url or download_url and checksum, pkg:pypi for a
 //     package of the Python environment), a vcs or distribution reference, and, when it was
 //     patched, a pedigree: the unpatched upstream as ancestor, the pinned commit, and one
-//     patch entry per patch applied (its kind, the upstream diff's URL and the pull request
-//     it comes from where known); each patch's sha256 is a property epbuild:patch:SET/NAME;
+//     patch entry per patch applied (its kind, its diff's text where epbuild ships the
+//     patch file, the upstream diff's URL and the pull request it comes from where known);
+//     each patch's sha256 is a property epbuild:patch:SET/NAME; a patched component's purl
+//     has the qualifier epbuild.patches (the upstream's purl stays on the ancestor);
 //   - under each component, the files the artifact carries for it, with their sha256, and
 //     the wheel made of it (beside the artifact);
 //   - the dependencies between components;
@@ -18,14 +20,19 @@ package sbom
 
 import (
 	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/url"
 	"path"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/patches"
@@ -56,7 +63,22 @@ type Input struct {
 	SourceDateEpoch int64
 	// Properties are further facts of the build (os, arch), in order.
 	Properties []Property
+	// PatchDiffs are the patches' bytes epbuild ships (the shipped sets' patch files), by
+	// their sha256 (hex): a patch applied with these bytes carries them as its diff.
+	PatchDiffs map[string][]byte
+	// Supplier and Authors name who supplies the artifact and who made it (the BOM's
+	// metadata.supplier and metadata.authors); none when empty.
+	Supplier string
+	Authors  []string
 }
+
+// MaxDiffBytes bounds a patch's diff carried in the BOM: a larger one is named by its URL
+// and sha256 alone.
+const MaxDiffBytes = 1 << 20
+
+// PatchedQualifier is the purl qualifier of a patched component: the first 12 hex digits
+// of the sha256 of its patches' sha256s (hex, in the order applied, one a line).
+const PatchedQualifier = "epbuild.patches"
 
 // Tool is one tool of the build host.
 type Tool struct {
@@ -86,10 +108,22 @@ type BOM struct {
 
 // Metadata says what the BOM describes and what wrote it.
 type Metadata struct {
-	Timestamp  string     `json:"timestamp"`
-	Tools      Tools      `json:"tools"`
-	Component  *Component `json:"component"`
-	Properties []Property `json:"properties,omitempty"`
+	Timestamp  string        `json:"timestamp"`
+	Tools      Tools         `json:"tools"`
+	Authors    []Contact     `json:"authors,omitempty"`
+	Component  *Component    `json:"component"`
+	Supplier   *Organization `json:"supplier,omitempty"`
+	Properties []Property    `json:"properties,omitempty"`
+}
+
+// Contact is a person or team (CycloneDX organizationalContact).
+type Contact struct {
+	Name string `json:"name"`
+}
+
+// Organization is a CycloneDX organizationalEntity.
+type Organization struct {
+	Name string `json:"name"`
 }
 
 // Tools are what made the BOM.
@@ -147,9 +181,17 @@ type Patch struct {
 	Resolves []Issue `json:"resolves,omitempty"`
 }
 
-// Diff says where a patch's diff is.
+// Diff is a patch's diff: its text, or where it is.
 type Diff struct {
-	URL string `json:"url,omitempty"`
+	Text *Attachment `json:"text,omitempty"`
+	URL  string      `json:"url,omitempty"`
+}
+
+// Attachment is text carried in the BOM.
+type Attachment struct {
+	ContentType string `json:"contentType"`
+	Encoding    string `json:"encoding,omitempty"`
+	Content     string `json:"content"`
 }
 
 // Issue is what a patch resolves.
@@ -226,6 +268,12 @@ func Build(in Input) (*BOM, error) {
 			Properties: props("epbuild:version", in.Tool, "epbuild:built-by", in.BuiltBy, "epbuild:recipe", p.Recipe,
 				"epbuild:source-date-epoch", strconv.FormatInt(in.SourceDateEpoch, 10)),
 		},
+	}
+	if in.Supplier != "" {
+		bom.Metadata.Supplier = &Organization{Name: in.Supplier}
+	}
+	for _, a := range in.Authors {
+		bom.Metadata.Authors = append(bom.Metadata.Authors, Contact{Name: a})
 	}
 	byComp := map[string]*Component{}
 	top := Dependency{Ref: art.BOMRef}
@@ -387,6 +435,7 @@ func component(c lock.Component, in Input) (*Component, error) {
 	for _, r := range in.Patches[c.Name] {
 		results[r.Set] = r
 	}
+	applied := sha256.New() // the patches' digests in order: the patched purl's qualifier
 	for _, set := range c.PatchSets {
 		sr := results[set.Name]
 		if sr == nil {
@@ -403,11 +452,47 @@ func component(c lock.Component, in Input) (*Component, error) {
 				Property{"epbuild:patch:" + id + ":sha256", res.Digest},
 				Property{"epbuild:patch:" + id + ":kind", string(res.Kind)},
 				Property{"epbuild:patch:" + id + ":status", string(res.Status)})
-			ped.Patches = append(ped.Patches, patchEntry(set, pt, c))
+			fmt.Fprintln(applied, res.Digest)
+			e := patchEntry(set, pt, c)
+			if b, ok := in.PatchDiffs[res.Digest]; ok && len(b) <= MaxDiffBytes {
+				if e.Diff == nil {
+					e.Diff = &Diff{}
+				}
+				e.Diff.Text = diffText(b)
+			}
+			ped.Patches = append(ped.Patches, e)
 		}
 	}
 	comp.Pedigree = ped
+	if comp.PURL != "" {
+		comp.PURL = withQualifier(comp.PURL, PatchedQualifier, hex.EncodeToString(applied.Sum(nil))[:12])
+	}
 	return comp, nil
+}
+
+// diffText is a patch's bytes as an attachment: as they are when they are UTF-8 text,
+// else base64.
+func diffText(b []byte) *Attachment {
+	if utf8.Valid(b) {
+		return &Attachment{ContentType: "text/x-diff", Content: string(b)}
+	}
+	return &Attachment{ContentType: "text/x-diff", Encoding: "base64", Content: base64.StdEncoding.EncodeToString(b)}
+}
+
+// withQualifier adds key=value to a purl's qualifiers, keeping them sorted by key as the
+// purl specification's canonical form has them (key lowercase, value percent-encoded).
+func withQualifier(purl, key, value string) string {
+	base, query, _ := strings.Cut(purl, "?")
+	quals := []string{key + "=" + url.QueryEscape(value)}
+	if query != "" {
+		quals = append(quals, strings.Split(query, "&")...)
+	}
+	sort.Slice(quals, func(i, j int) bool {
+		ki, _, _ := strings.Cut(quals[i], "=")
+		kj, _, _ := strings.Cut(quals[j], "=")
+		return ki < kj
+	})
+	return base + "?" + strings.Join(quals, "&")
 }
 
 func versionPart(v string) string {

@@ -3,6 +3,8 @@ package sbom_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -188,20 +190,24 @@ func TestGCPB200Pedigree(t *testing.T) {
 			dep = c
 		}
 	}
-	if dep == nil || dep.PURL != "pkg:github/deepseek-ai/deepep@29d31c095796f3c8ece47ee9cdcc167051bbeed9" {
+	// patched: its own purl says with what; the ancestor keeps the upstream's
+	upstream := "pkg:github/deepseek-ai/deepep@29d31c095796f3c8ece47ee9cdcc167051bbeed9"
+	digest := in.Patches["deepep"][0].Patches[0].Digest
+	sum := sha256.Sum256([]byte(digest + "\n"))
+	if dep == nil || dep.PURL != upstream+"?epbuild.patches="+hex.EncodeToString(sum[:])[:12] {
 		t.Fatalf("deepep: %+v", dep)
 	}
 	ped := dep.Pedigree
-	if ped == nil || len(ped.Patches) != 1 || len(ped.Ancestors) != 1 || len(ped.Commits) != 1 {
+	if ped == nil || len(ped.Patches) != 1 || len(ped.Ancestors) != 1 || len(ped.Commits) != 1 || ped.Ancestors[0].PURL != upstream {
 		t.Fatalf("pedigree: %+v", ped)
 	}
 	pt := ped.Patches[0]
 	want := "https://github.com/deepseek-ai/DeepEP/compare/29d31c095796f3c8ece47ee9cdcc167051bbeed9...8a07e7e7ed57cfc63005f670d64d410cb30b061b.diff"
-	if pt.Type != "cherry-pick" || pt.Diff == nil || pt.Diff.URL != want || len(pt.Resolves) != 1 ||
+	// an upstream diff is computed when applied: its URL (and its digest below), no text
+	if pt.Type != "cherry-pick" || pt.Diff == nil || pt.Diff.URL != want || pt.Diff.Text != nil || len(pt.Resolves) != 1 ||
 		pt.Resolves[0].Source == nil || pt.Resolves[0].Source.URL != "https://github.com/deepseek-ai/DeepEP/pull/466" || pt.Resolves[0].ID != "466" {
 		t.Errorf("patch entry: %+v %+v", pt, pt.Diff)
 	}
-	digest := in.Patches["deepep"][0].Patches[0].Digest
 	if !slices.Contains(dep.Properties, sbom.Property{Name: "epbuild:patch:deepep-pr466/pr466:sha256", Value: digest}) {
 		t.Errorf("no digest property: %+v", dep.Properties)
 	}
@@ -335,13 +341,125 @@ func TestDemoSBOM(t *testing.T) {
 			}
 		}
 	}
+	// each shipped patch file travels as its diff's text, the bytes of the repository's file
+	if bom.Metadata.Supplier != nil || bom.Metadata.Authors != nil {
+		t.Errorf("a supplier or authors nobody gave: %+v", bom.Metadata)
+	}
+	texts := 0
+	for _, c := range bom.Components {
+		if c.Pedigree == nil {
+			continue
+		}
+		if !strings.Contains(c.PURL, "?epbuild.patches=") || strings.Contains(c.Pedigree.Ancestors[0].PURL, "epbuild.patches") {
+			t.Errorf("%s: purl %s, ancestor %s", c.Name, c.PURL, c.Pedigree.Ancestors[0].PURL)
+		}
+		for _, pt := range c.Pedigree.Patches {
+			if pt.Diff == nil || pt.Diff.Text == nil || pt.Diff.Text.ContentType != "text/x-diff" {
+				t.Errorf("%s: a patch without its diff: %+v", c.Name, pt)
+				continue
+			}
+			files, _ := filepath.Glob(filepath.Join("..", "..", "patches", pt.Resolves[0].Name, "*.patch"))
+			want, err := os.ReadFile(files[0])
+			if err != nil || pt.Diff.Text.Content != string(want) {
+				t.Errorf("%s: the diff's text is not %v: %v", c.Name, files, err)
+			}
+			texts++
+		}
+	}
+	if texts != 2 {
+		t.Errorf("%d diffs carried, want the demo's 2", texts)
+	}
+	// the supplier and authors given to epbuild sbom
+	credited, err := builder.SBOM(ctx, res.Artifact, "9.9.9-test", builder.SBOMCredits{Supplier: "ACME HPC \"ops\"", Authors: []string{"Site Team", "Ana"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate(t, credited); err != nil {
+		t.Errorf("the SBOM with a supplier is not valid CycloneDX 1.6: %v", err)
+	}
+	var cb sbom.BOM
+	if err := json.Unmarshal(credited, &cb); err != nil || cb.Metadata.Supplier == nil || cb.Metadata.Supplier.Name != "ACME HPC \"ops\"" ||
+		len(cb.Metadata.Authors) != 2 || cb.Metadata.Authors[1].Name != "Ana" {
+		t.Errorf("supplier and authors: %v %+v", err, cb.Metadata)
+	}
 	for _, from := range []string{res.Artifact, prefix} {
-		got, err := builder.SBOM(ctx, from, "9.9.9-test")
+		got, err := builder.SBOM(ctx, from, "9.9.9-test", builder.SBOMCredits{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(got, b) {
-			t.Errorf("epbuild sbom %s differs from the SBOM beside the artifact", from)
+		// but for the epbuild that built it: the manifest no longer records it, only the
+		// SBOM written beside the artifact knows it (docs/reproducible.md)
+		if !bytes.Equal(got, withoutBuiltBy(t, b)) {
+			t.Errorf("epbuild sbom %s differs from the SBOM beside the artifact:\n%s", from, got)
 		}
 	}
+}
+
+// TestPatchDiffText: a patch's bytes, when epbuild has them, are its diff's text (UTF-8
+// as it is, anything else base64), up to MaxDiffBytes; past that the BOM names the
+// patch by its digest alone. Valid CycloneDX 1.6 every way.
+func TestPatchDiffText(t *testing.T) {
+	res, err := builder.NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := res.Resolve("demo", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		diff     []byte
+		encoding string
+		text     bool
+	}{
+		"text":       {[]byte("diff --git a/x b/x\n"), "", true},
+		"not UTF-8":  {[]byte("diff --git a/x b/x\n\xff\xfe\n"), "base64", true},
+		"at the cap": {bytes.Repeat([]byte("+"), sbom.MaxDiffBytes), "", true},
+		"too large":  {bytes.Repeat([]byte("+"), sbom.MaxDiffBytes+1), "", false},
+	} {
+		in := inputFor(p)
+		in.PatchDiffs = map[string][]byte{in.Patches["libdemo"][0].Patches[0].Digest: tc.diff}
+		bom, err := sbom.Build(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lib *sbom.Component
+		for _, c := range bom.Components {
+			if c.Name == "libdemo" {
+				lib = c
+			}
+		}
+		d := lib.Pedigree.Patches[0].Diff
+		switch {
+		case !tc.text && d != nil && d.Text != nil:
+			t.Errorf("%s: carried whole", name)
+		case tc.text && (d == nil || d.Text == nil || d.Text.Encoding != tc.encoding):
+			t.Errorf("%s: %+v", name, d)
+		case tc.text && tc.encoding == "" && d.Text.Content != string(tc.diff):
+			t.Errorf("%s: the text is not the patch", name)
+		}
+		b, _ := bom.Marshal()
+		if err := validate(t, b); err != nil {
+			t.Errorf("%s: not valid CycloneDX 1.6: %v", name, err)
+		}
+	}
+}
+
+// withoutBuiltBy is the BOM b without its epbuild:built-by property.
+func withoutBuiltBy(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var bom sbom.BOM
+	if err := json.Unmarshal(b, &bom); err != nil {
+		t.Fatal(err)
+	}
+	n := len(bom.Metadata.Properties)
+	bom.Metadata.Properties = slices.DeleteFunc(bom.Metadata.Properties, func(p sbom.Property) bool { return p.Name == "epbuild:built-by" })
+	if len(bom.Metadata.Properties) != n-1 {
+		t.Errorf("the SBOM beside the artifact does not name the epbuild that built it")
+	}
+	out, err := bom.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -451,6 +451,12 @@ var zipEpoch = time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC)
 // sha256 in that order. INSTALLER and an installed RECORD are left out: they belong to
 // an installation, not to a wheel.
 func Pack(root, dir string, mtime time.Time) (Info, error) {
+	return PackRequiring(root, dir, mtime, nil)
+}
+
+// PackRequiring is Pack with reqs added to the wheel's METADATA (see withRequirements);
+// the installed form in root is left as it is.
+func PackRequiring(root, dir string, mtime time.Time, reqs []Requirement) (Info, error) {
 	dis, err := filepath.Glob(filepath.Join(root, "*.dist-info"))
 	if err != nil || len(dis) != 1 {
 		return Info{}, fmt.Errorf("%s holds %d .dist-info directories, want one (one wheel per component)", root, len(dis))
@@ -477,6 +483,13 @@ func Pack(root, dir string, mtime time.Time) (Info, error) {
 		return info, fmt.Errorf("%s does not match its METADATA (%s %s): want %s", distInfo, info.Name, info.Version, want)
 	}
 	info.File = FileName(info.Name, info.Version, info.Tag)
+	var metaBytes []byte // the METADATA the wheel holds when reqs change it
+	if len(reqs) > 0 {
+		if err := withRequirements(m, reqs); err != nil {
+			return info, fmt.Errorf("%s/METADATA: %w", distInfo, err)
+		}
+		metaBytes = m.bytes()
+	}
 
 	type file struct {
 		name string
@@ -554,6 +567,12 @@ func Pack(root, dir string, mtime time.Time) (Info, error) {
 		return nil
 	}
 	for _, f := range files {
+		if f.name == distInfo+"/METADATA" && metaBytes != nil {
+			if err := add(f.name, f.mode, bytes.NewReader(metaBytes)); err != nil {
+				return info, fmt.Errorf("pack %s: %s: %w", info.File, f.name, err)
+			}
+			continue
+		}
 		r, err := os.Open(f.path)
 		if err != nil {
 			return info, fmt.Errorf("pack %s: %w", info.File, err)
@@ -587,6 +606,72 @@ func Pack(root, dir string, mtime time.Time) (Info, error) {
 		return info, fmt.Errorf("pack %s: %w", info.File, err)
 	}
 	return info, nil
+}
+
+// Requirement is a distribution at exactly one version: a package of the Python
+// environment that a component was built against (its ABI, e.g. NVSHMEM's wheel).
+type Requirement struct {
+	Name, Version string
+}
+
+var (
+	// distName is a PEP 508 distribution name.
+	distName = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`)
+	// exactVersion is what may follow == (PEP 440: release, pre/post/dev, local label).
+	exactVersion = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.+!_-]*$`)
+	nameSeps     = regexp.MustCompile(`[-_.]+`)
+)
+
+// normalizeName is the PEP 503 form of a distribution name, for comparing names.
+func normalizeName(n string) string { return nameSeps.ReplaceAllString(strings.ToLower(n), "-") }
+
+// withRequirements adds "Requires-Dist: NAME==VERSION" for each of reqs to m, after its
+// own Requires-Dist fields; a Requires-Dist of m that names the same distribution
+// without a marker goes (the exact pin says more). A name or version that is not one
+// (a newline, a space, a marker) is refused rather than written into the headers.
+func withRequirements(m *metadata, reqs []Requirement) error {
+	pinned := map[string]bool{}
+	var add []header
+	for _, r := range reqs {
+		if !distName.MatchString(r.Name) {
+			return fmt.Errorf("requirement %q: not a distribution name (PEP 508)", r.Name)
+		}
+		if !exactVersion.MatchString(r.Version) {
+			return fmt.Errorf("requirement %s: version %q is not a version (PEP 440)", r.Name, r.Version)
+		}
+		if n := normalizeName(r.Name); !pinned[n] {
+			pinned[n] = true
+			add = append(add, header{"Requires-Dist", r.Name + "==" + r.Version})
+		}
+	}
+	last := -1 // the new fields go after the last Requires-Dist, or at the end
+	for i, h := range m.Headers {
+		if strings.EqualFold(h.Key, "Requires-Dist") {
+			last = i
+		}
+	}
+	var out []header
+	for i, h := range m.Headers {
+		if !strings.EqualFold(h.Key, "Requires-Dist") || strings.Contains(h.Value, ";") || !pinned[normalizeName(reqName(h.Value))] {
+			out = append(out, h)
+		}
+		if i == last {
+			out = append(out, add...)
+		}
+	}
+	if last < 0 {
+		out = append(out, add...)
+	}
+	m.Headers = out
+	return nil
+}
+
+// reqName is the distribution name a Requires-Dist value starts with.
+func reqName(v string) string {
+	if i := strings.IndexAny(v, " ([<>=!~;"); i >= 0 {
+		return v[:i]
+	}
+	return v
 }
 
 // recordPath quotes a RECORD path the way the csv module does (a comma or quote in it).

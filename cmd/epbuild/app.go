@@ -48,6 +48,8 @@ type App struct {
 	recipeDir []string
 	patchDir  []string
 	shadow    []string
+	// command names the running command in the JSON envelope ("cache ls").
+	command string
 }
 
 // exitCoder is implemented by errors that know their exit code (recipe errors are 2,
@@ -111,10 +113,11 @@ func Main(args []string, s Streams, getenv func(string) string) int {
 	}
 	if wantsJSON(cmd) && out.n == 0 {
 		// the one JSON document of a command that failed before it printed its result
-		_ = app.printJSON(struct {
-			OK    bool      `json:"ok"`
-			Error errorJSON `json:"error"`
-		}{false, describeError(err, code)})
+		if app.command == "" {
+			app.command = commandName(cmd)
+		}
+		e := describeError(err, code)
+		_ = app.writeEnvelope(false, &e, struct{}{})
 	}
 	if e := (*exitError)(nil); errors.As(err, &e) && e.msg == "" {
 		return code
@@ -167,6 +170,7 @@ disk space).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			app.command = commandName(cmd)
 			return app.setupLog()
 		},
 	}

@@ -72,7 +72,11 @@ the plugin or CUDA cannot be loaded.`,
 				return err
 			}
 			if asJSON {
-				if werr := app.printJSON(res); werr != nil {
+				var fail error
+				if err != nil {
+					fail = &exitError{code: exitFailed, msg: err.Error()}
+				}
+				if werr := app.printJSON(fail, res); werr != nil {
 					return werr
 				}
 			} else {

@@ -208,7 +208,7 @@ is a warning too, and the build starts.`,
 				return err
 			}
 			if errors.As(err, &nr) {
-				if werr := writeJSON(app.Out, res); werr != nil {
+				if werr := app.printJSON(err, res); werr != nil {
 					return werr
 				}
 				return err
@@ -218,7 +218,7 @@ is a warning too, and the build starts.`,
 			}
 			if planOnly {
 				if asJSON {
-					return app.printJSON(map[string]any{"plan": res.Plan, "stages": res.Stages})
+					return app.printJSON(nil, map[string]any{"plan": res.Plan, "stages": res.Stages})
 				}
 				writePlan(app.Out, res.Plan)
 				fmt.Fprintln(app.Out)
@@ -226,7 +226,7 @@ is a warning too, and the build starts.`,
 				return nil
 			}
 			if asJSON {
-				return app.printJSON(res)
+				return app.printJSON(nil, res)
 			}
 			writeStages(app.Out, res.Stages, false)
 			fmt.Fprintf(app.Out, "\nartifact %s\nsha256   %s\n", res.Artifact, res.SHA256)
@@ -336,16 +336,10 @@ and each archive a plain tree.`,
 					reps = []builder.FetchReport{}
 				}
 				doc := struct {
-					OK         bool                  `json:"ok"`
 					Recipe     string                `json:"recipe"`
 					Components []builder.FetchReport `json:"components"`
-					Error      *errorJSON            `json:"error,omitempty"`
-				}{OK: err == nil, Recipe: j.Plan.Recipe, Components: reps}
-				if err != nil {
-					e := describeError(err, exitCodeOf(err))
-					doc.Error = &e
-				}
-				if werr := app.printJSON(doc); werr != nil {
+				}{Recipe: j.Plan.Recipe, Components: reps}
+				if werr := app.printJSON(err, doc); werr != nil {
 					return werr
 				}
 				return err
@@ -406,7 +400,7 @@ created. DIR/epbuild-mirror.json lists the recipes DIR holds completely.`,
 				return err
 			}
 			if asJSON {
-				return app.printJSON(rep)
+				return app.printJSON(nil, rep)
 			}
 			fmt.Fprintf(app.Out, "mirror %s: %d git pins, %d archives\n", rep.Dir, rep.Git, rep.Archives)
 			if len(rep.Python) > 0 {

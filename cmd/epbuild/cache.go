@@ -65,7 +65,7 @@ func newCacheLsCmd(app *App) *cobra.Command {
 				if ents == nil {
 					ents = []builder.CacheEntry{}
 				}
-				return app.printJSON(struct {
+				return app.printJSON(nil, struct {
 					Dir     string               `json:"dir"`
 					Entries []builder.CacheEntry `json:"entries"`
 				}{dir, ents})
@@ -101,7 +101,7 @@ and archives, stage outputs, temporary directories, log directories).`,
 				return err
 			}
 			if asJSON {
-				return app.printJSON(u)
+				return app.printJSON(nil, u)
 			}
 			tw := tabwriter.NewWriter(app.Out, 0, 4, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "KIND\tSIZE\tON DISK\tENTRIES\tFILES\t")
@@ -156,7 +156,7 @@ the locks of what it makes or fetches, and gc keeps those (listed as kept).
 				return err
 			}
 			if asJSON {
-				return app.printJSON(rep)
+				return app.printJSON(nil, rep)
 			}
 			// names under the cache may be anyone's (what gc leaves alone): shown safely
 			for _, it := range rep.Removed {

@@ -62,17 +62,16 @@ them can decide exits 2 too, naming the question, unless --allow-undecided.
 			plan := j.Plan
 			if asJSON {
 				out := struct {
-					OK        bool             `json:"ok"`
 					Recipe    string           `json:"recipe"`
 					Overrides []string         `json:"overrides,omitempty"`
 					Stage     compat.Stage     `json:"stage"`
 					Findings  []compat.Finding `json:"findings"`
 					Notes     []string         `json:"notes,omitempty"`
-				}{verdict == nil, plan.Recipe, sf.sets, compat.StagePlan, fs, plan.Notes}
+				}{plan.Recipe, sf.sets, compat.StagePlan, fs, plan.Notes}
 				if out.Findings == nil {
 					out.Findings = []compat.Finding{}
 				}
-				if err := app.printJSON(out); err != nil {
+				if err := app.printJSON(verdict, out); err != nil {
 					return err
 				}
 			} else {
@@ -179,7 +178,7 @@ marked ">>".`,
 				}
 			}
 			if asJSON {
-				return app.printJSON(r)
+				return app.printJSON(nil, r)
 			}
 			facts, err := compat.LoadHostFacts()
 			if err != nil {
@@ -290,7 +289,7 @@ func newCompatListCmd(app *App) *cobra.Command {
 				rows = append(rows, rw)
 			}
 			if asJSON {
-				return app.printJSON(struct {
+				return app.printJSON(nil, struct {
 					Rules []row `json:"rules"`
 				}{rows})
 			}

@@ -57,7 +57,11 @@ than --max-extract; 3 the machine lacks something (no room to unpack an artifact
 				return err
 			}
 			if asJSON {
-				if err := writeJSON(app.Out, rep); err != nil {
+				var fail error
+				if !rep.Equal {
+					fail = &exitError{code: exitFailed, msg: "the two differ"}
+				}
+				if err := app.printJSON(fail, rep); err != nil {
 					return err
 				}
 			} else {

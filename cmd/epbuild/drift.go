@@ -66,7 +66,7 @@ tell". A component from an archive drifts over a git repository given with
 				return err
 			}
 			if asJSON {
-				return app.printJSON(rep)
+				return app.printJSON(nil, rep)
 			}
 			writeDrift(app.Out, rep, changes)
 			return nil

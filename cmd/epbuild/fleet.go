@@ -59,11 +59,14 @@ directory without reports and no host list, an unreadable host list).`,
 			}
 			rep := fleet.Compare(nodes, fleet.Options{ArtifactDir: artifacts})
 			if asJSON {
-				if err := app.printJSON(struct {
-					OK  bool     `json:"ok"`
+				var fail error
+				if !rep.OK() {
+					fail = &exitError{code: exitFailed, msg: "the nodes differ or a check failed"}
+				}
+				if err := app.printJSON(fail, struct {
 					Odd []string `json:"odd"`
 					*fleet.Report
-				}{rep.OK(), rep.Odd(), rep}); err != nil {
+				}{rep.Odd(), rep}); err != nil {
 					return err
 				}
 			} else {

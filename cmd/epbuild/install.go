@@ -69,18 +69,19 @@ needed is named).`,
 			})
 			var ve *builder.InstallVerifyError
 			if errors.As(err, &ve) && ve.Report != nil {
+				fail := &exitError{code: exitFailed, msg: strings.SplitN(ve.Error(), ":\n", 2)[0]}
 				if asJSON {
-					_ = app.printJSON(jsonReport(ve.Report))
+					_ = app.printJSON(fail, ve.Report)
 				} else {
 					writeReport(app.Out, ve.Report)
 				}
-				return &exitError{code: exitFailed, msg: strings.SplitN(ve.Error(), ":\n", 2)[0]}
+				return fail
 			}
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return app.printJSON(res)
+				return app.printJSON(nil, res)
 			}
 			r := res.Receipt
 			fmt.Fprintf(app.Out, "installed %s (recipe %s, plan %s)\n", r.Artifact, r.Recipe, r.PlanKey[:min(12, len(r.PlanKey))])
@@ -189,7 +190,11 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 				return err
 			}
 			if asJSON {
-				if err := app.printJSON(jsonReport(rep)); err != nil {
+				var fail error
+				if rep.Failed() {
+					fail = &exitError{code: exitFailed, msg: "a check failed: " + verifySummary(rep)}
+				}
+				if err := app.printJSON(fail, rep); err != nil {
 					return err
 				}
 			} else {
@@ -235,16 +240,6 @@ func (app *App) trafficCommand(prefix string, args []string) func(context.Contex
 		}
 		return nil
 	}
-}
-
-// verifyJSON is the report with its verdict, for fleets.
-type verifyJSON struct {
-	OK bool `json:"ok"`
-	*builder.VerifyReport
-}
-
-func jsonReport(r *builder.VerifyReport) verifyJSON {
-	return verifyJSON{OK: !r.Failed(), VerifyReport: r}
 }
 
 func verifySummary(r *builder.VerifyReport) string {
@@ -340,7 +335,7 @@ same checks, the same results, without the node.`,
 				return err
 			}
 			if capJSON {
-				return app.printJSON(struct {
+				return app.printJSON(nil, struct {
 					File      string `json:"file"`
 					Bytes     int    `json:"bytes"`
 					Recipe    string `json:"recipe,omitempty"`
@@ -381,10 +376,11 @@ recipe or host list that cannot be read.
 				return err
 			}
 			if asJSON {
-				err = app.printJSON(struct {
-					OK bool `json:"ok"`
-					*builder.HostReport
-				}{!rep.Failed(), rep})
+				var fail error
+				if rep.Failed() {
+					fail = &exitError{code: exitFailed, msg: "a host check failed"}
+				}
+				err = app.printJSON(fail, rep)
 			} else {
 				err = host.WriteTable(app.Out, host.Report{Checks: rep.Checks, Pairs: rep.Pairs})
 				if rep.MappingLine != "" && err == nil {

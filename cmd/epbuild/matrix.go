@@ -77,7 +77,7 @@ epbuild matrix run RECIPE --axis ... builds, installs, verifies and tests each c
 			}
 			switch format {
 			case "json":
-				return app.printJSON(m)
+				return app.printJSON(nil, m)
 			case "github":
 				b, err := m.GitHub()
 				if err != nil {

@@ -89,7 +89,11 @@ it may name {{prefix}} (the cell's install), {{COMPONENT.prefix}} and {{COMPONEN
 				return err
 			}
 			if asJSON {
-				if jerr := app.printJSON(run); jerr != nil {
+				fail := err
+				if fail == nil && run.Failed() {
+					fail = &exitError{code: exitFailed, msg: "a cell failed"}
+				}
+				if jerr := app.printJSON(fail, run); jerr != nil {
 					return jerr
 				}
 			} else {

@@ -14,24 +14,42 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
 
 // schemaVersion is the version of the --json documents: every one is an object that
-// starts with schema_version, epbuild_version and hostname, so that reports from many
-// nodes and many epbuilds can be merged. Bump it when a field changes meaning or goes.
+// starts with the envelope (schema_version, epbuild_version, hostname, ok, command; see
+// docs/json.md and docs/schema/envelope.json), so that reports from many nodes and many
+// epbuilds can be merged. Bump it when a field changes meaning or goes.
 const schemaVersion = 1
 
-// printJSON writes v, a JSON object, as the command's one JSON document on stdout, with
-// the report header first (a field v already has is left as it is).
-func (app *App) printJSON(v any) error {
+// printJSON writes v, a JSON object, as the command's one JSON document on stdout, in
+// the envelope. fail is why the command failed, its result printed all the same (a
+// failed check, two builds that differ): nil makes ok true; else ok is false and
+// "error" describes fail.
+func (app *App) printJSON(fail error, v any) error {
+	if fail == nil {
+		return app.writeEnvelope(true, nil, v)
+	}
+	e := describeError(fail, exitCodeOf(fail))
+	return app.writeEnvelope(false, &e, v)
+}
+
+// writeEnvelope writes v's fields after the envelope's, and "error" when e is not nil.
+func (app *App) writeEnvelope(ok bool, e *errorJSON, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode the result as JSON: %w", err)
 	}
-	b, err = withHeader(b, app.header())
+	head := app.header(ok)
+	if e != nil {
+		head = append(head, [2]any{"error", e})
+	}
+	b, err = withHeader(b, head)
 	if err != nil {
 		return err
 	}
@@ -44,9 +62,18 @@ func (app *App) printJSON(v any) error {
 	return err
 }
 
-// header is what every JSON document starts with.
-func (app *App) header() [][2]any {
-	return [][2]any{{"schema_version", schemaVersion}, {"epbuild_version", epbuildVersion()}, {"hostname", app.hostname()}}
+// header is what every JSON document starts with, in this order.
+func (app *App) header(ok bool) [][2]any {
+	return [][2]any{{"schema_version", schemaVersion}, {"epbuild_version", epbuildVersion()}, {"hostname", app.hostname()},
+		{"ok", ok}, {"command", app.command}}
+}
+
+// commandName is how the envelope names cmd: its path without "epbuild", e.g. "cache ls".
+func commandName(cmd *cobra.Command) string {
+	if cmd == nil || !cmd.HasParent() {
+		return ""
+	}
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
 }
 
 // hostname names this node in reports: $EPBUILD_HOSTNAME (a Kubernetes pod can pass its
@@ -59,39 +86,70 @@ func (app *App) hostname() string {
 	return h
 }
 
-// withHeader puts the fields of head that obj lacks at the start of the JSON object obj.
+// withHeader puts the fields of head at the start of the JSON object obj, in head's
+// order, then obj's other fields in obj's order. A field obj has already keeps obj's
+// value, at head's place.
 func withHeader(obj []byte, head [][2]any) ([]byte, error) {
 	obj = bytes.TrimSpace(obj)
 	if len(obj) < 2 || obj[0] != '{' {
 		return nil, fmt.Errorf("encode the result as JSON: a report must be an object, got %.20s", obj)
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(obj, &fields); err != nil {
+	type field struct {
+		key string
+		val json.RawMessage
+	}
+	var fields []field
+	have := map[string]json.RawMessage{}
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	dec.UseNumber()
+	if _, err := dec.Token(); err != nil {
 		return nil, fmt.Errorf("encode the result as JSON: %w", err)
 	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("encode the result as JSON: %w", err)
+		}
+		k, _ := t.(string)
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return nil, fmt.Errorf("encode the result as JSON: %w", err)
+		}
+		if _, dup := have[k]; !dup {
+			fields = append(fields, field{k, val})
+		}
+		have[k] = val
+	}
 	var b bytes.Buffer
-	b.WriteByte('{')
-	for _, kv := range head {
-		k := kv[0].(string)
-		if _, ok := fields[k]; ok {
-			continue
+	write := func(k string, v json.RawMessage) {
+		if b.Len() > 0 {
+			b.WriteByte(',')
 		}
 		kb, _ := json.Marshal(k)
-		vb, err := json.Marshal(kv[1])
-		if err != nil {
-			return nil, err
-		}
 		b.Write(kb)
 		b.WriteByte(':')
-		b.Write(vb)
-		b.WriteByte(',')
+		b.Write(v)
 	}
-	rest := bytes.TrimSpace(obj[1:])
-	if len(fields) == 0 && b.Len() > 1 {
-		b.Truncate(b.Len() - 1) // the comma before "}"
+	inHead := map[string]bool{}
+	for _, kv := range head {
+		k := kv[0].(string)
+		inHead[k] = true
+		if v, ok := have[k]; ok {
+			write(k, v)
+			continue
+		}
+		vb, err := json.Marshal(kv[1])
+		if err != nil {
+			return nil, fmt.Errorf("encode the result as JSON: %w", err)
+		}
+		write(k, vb)
 	}
-	b.Write(rest)
-	return b.Bytes(), nil
+	for _, f := range fields {
+		if !inHead[f.key] {
+			write(f.key, have[f.key])
+		}
+	}
+	return append(append([]byte{'{'}, b.Bytes()...), '}'), nil
 }
 
 // errorJSON is the error object of a failed command's JSON document.

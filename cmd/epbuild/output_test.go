@@ -159,14 +159,17 @@ func TestLogFormatJSON(t *testing.T) {
 	}
 }
 
-// The header goes first; a field the report has already stays as it is.
+// The header goes first, in its order; a field the report has already keeps its value,
+// at the header's place; the report's other fields follow in their order.
 func TestWithHeader(t *testing.T) {
-	head := [][2]any{{"schema_version", 1}, {"hostname", "n1"}}
+	head := [][2]any{{"schema_version", 1}, {"hostname", "n1"}, {"ok", true}}
 	for in, want := range map[string]string{
-		`{"a":1}`:              `{"schema_version":1,"hostname":"n1","a":1}`,
-		`{}`:                   `{"schema_version":1,"hostname":"n1"}`,
-		`{"hostname":"gpu-a"}`: `{"schema_version":1,"hostname":"gpu-a"}`,
-		` {"b":[1,2],"c":{}} `: `{"schema_version":1,"hostname":"n1","b":[1,2],"c":{}}`,
+		`{"a":1}`:                      `{"schema_version":1,"hostname":"n1","ok":true,"a":1}`,
+		`{}`:                           `{"schema_version":1,"hostname":"n1","ok":true}`,
+		`{"hostname":"gpu-a"}`:         `{"schema_version":1,"hostname":"gpu-a","ok":true}`,
+		` {"b":[1,2],"c":{}} `:         `{"schema_version":1,"hostname":"n1","ok":true,"b":[1,2],"c":{}}`,
+		`{"z":1,"ok":false,"a":2.50}`:  `{"schema_version":1,"hostname":"n1","ok":false,"z":1,"a":2.50}`,
+		`{"big":12345678901234567890}`: `{"schema_version":1,"hostname":"n1","ok":true,"big":12345678901234567890}`,
 	} {
 		got, err := withHeader([]byte(in), head)
 		if err != nil || string(got) != want {

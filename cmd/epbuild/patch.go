@@ -47,10 +47,9 @@ with which --max-offset), then the sets' effects.
 				return firstErr
 			}
 			if asJSON {
-				if err := app.printJSON(struct {
-					OK         bool                  `json:"ok"`
+				if err := app.printJSON(firstErr, struct {
 					Components []builder.PatchReport `json:"components"`
-				}{firstErr == nil, reports}); err != nil {
+				}{reports}); err != nil {
 					return err
 				}
 				if firstErr != nil {

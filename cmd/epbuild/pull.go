@@ -57,7 +57,7 @@ epbuild install DIR/<recipe>-<plan>.tar.zst --prefix PREFIX.
 				return err
 			}
 			if f.asJSON {
-				return app.printJSON(res)
+				return app.printJSON(nil, res)
 			}
 			fmt.Fprintf(app.Out, "pulled    %s (recipe %s, plan %s)\ndigest    %s\nartifact  %s\nsha256    %s\n",
 				res.Ref, res.Recipe, res.PlanKey[:min(12, len(res.PlanKey))], res.Digest, res.Artifact, res.SHA256)

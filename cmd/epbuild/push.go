@@ -184,7 +184,7 @@ with ` + "`oras login`" + ` or ` + "`docker login`" + `.
 				return err
 			}
 			if f.asJSON {
-				return app.printJSON(res)
+				return app.printJSON(nil, res)
 			}
 			fmt.Fprintf(app.Out, "pushed  %s\ndigest  %s\ntags    %v\n", res.Ref, res.Digest, res.Tags)
 			if res.SignedBy != "" {

@@ -56,7 +56,7 @@ func newListCmd(app *App) *cobra.Command {
 				rows = append(rows, r)
 			}
 			if asJSON {
-				return app.printJSON(struct {
+				return app.printJSON(nil, struct {
 					Recipes []row `json:"recipes"`
 				}{rows})
 			}
@@ -101,7 +101,7 @@ func newShowCmd(app *App) *cobra.Command {
 			}
 			if asJSON {
 				// where each set was read from is not part of the plan (nor its key)
-				return app.printJSON(struct {
+				return app.printJSON(nil, struct {
 					*builder.Plan
 					Origins map[string]string `json:"patch-set-origins,omitempty"`
 				}{plan, plan.PatchSetOrigins()})
@@ -230,18 +230,18 @@ exit 2 when a recipe is invalid. --json prints one object with a result per reci
 					fmt.Fprintf(app.Out, "%s: ok\n", a)
 				}
 			}
+			var fail error
+			if bad > 0 {
+				fail = &exitError{code: exitBadInput, msg: fmt.Sprintf("%d of %d recipes are invalid", bad, len(args))}
+			}
 			if asJSON {
-				if err := app.printJSON(struct {
-					OK      bool     `json:"ok"`
+				if err := app.printJSON(fail, struct {
 					Recipes []result `json:"recipes"`
-				}{bad == 0, results}); err != nil {
+				}{results}); err != nil {
 					return err
 				}
 			}
-			if bad > 0 {
-				return &exitError{code: exitBadInput, msg: fmt.Sprintf("%d of %d recipes are invalid", bad, len(args))}
-			}
-			return nil
+			return fail
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: each recipe with ok and its errors (file, line, col, message)")
@@ -293,12 +293,6 @@ func recipeSchema() ([]byte, error) {
 		return nil, fmt.Errorf("encode recipe schema: %w", err)
 	}
 	return append(b, '\n'), nil
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func shortPin(p string) string {

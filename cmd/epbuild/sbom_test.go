@@ -1,10 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/sbom"
 )
 
 // TestSBOMCLI: epbuild sbom of the artifact and of its install print the SBOM epbuild
@@ -18,6 +22,16 @@ func TestSBOMCLI(t *testing.T) {
 	}
 	if !strings.Contains(string(want), `"specVersion": "1.6"`) {
 		t.Fatalf("not a CycloneDX 1.6 document:\n%.400s", want)
+	}
+	// epbuild sbom writes it again from the manifest, which does not name the epbuild that
+	// built the artifact: all of it but that
+	var bom sbom.BOM
+	if err := json.Unmarshal(want, &bom); err != nil {
+		t.Fatal(err)
+	}
+	bom.Metadata.Properties = slices.DeleteFunc(bom.Metadata.Properties, func(p sbom.Property) bool { return p.Name == "epbuild:built-by" })
+	if want, err = bom.Marshal(); err != nil {
+		t.Fatal(err)
 	}
 	env := nodeEnv()
 	prefix := filepath.Join(t.TempDir(), "demo")
@@ -36,6 +50,15 @@ func TestSBOMCLI(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(file); string(got) != string(want) {
 		t.Error("sbom -o wrote another document")
+	}
+	// the supplier and authors given, none by default
+	code, out, errs := run(t, env, "sbom", art, "--supplier", "ACME HPC", "--author", "Site Team", "--author", "Ana")
+	if err := json.Unmarshal([]byte(out), &bom); code != 0 || err != nil || bom.Metadata.Supplier == nil || bom.Metadata.Supplier.Name != "ACME HPC" ||
+		len(bom.Metadata.Authors) != 2 || bom.Metadata.Authors[0].Name != "Site Team" {
+		t.Errorf("sbom --supplier --author: exit %d %v %+v\n%s", code, err, bom.Metadata, errs)
+	}
+	if strings.Contains(string(want), `"supplier"`) || strings.Contains(string(want), `"authors"`) {
+		t.Error("a supplier or authors nobody gave")
 	}
 	// a copy whose .sha256 does not match, a directory with no install, nothing at all
 	bad := filepath.Join(t.TempDir(), filepath.Base(art))

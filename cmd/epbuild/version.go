@@ -26,7 +26,7 @@ func newVersionCmd(app *App) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if asJSON {
-				return app.printJSON(struct {
+				return app.printJSON(nil, struct {
 					Go   string `json:"go"`
 					OS   string `json:"os"`
 					Arch string `json:"arch"`
