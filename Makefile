@@ -74,6 +74,7 @@ fuzz:
 	$(FUZZ) FuzzExpandHostlist ./builder/host/
 	$(FUZZ) FuzzBlocks2 ./builder/sha256x2/
 	$(FUZZ) FuzzLoadReport ./builder/fleet/
+	$(FUZZ) FuzzOCIManifest ./builder/oci/
 
 clean:
 	rm -rf bin

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/builder/userfile"
 )
 
 // The artifact check: install's checks on an artifact, made as the artifact streams by.
@@ -29,19 +31,16 @@ import (
 // sha256; a failed check is a *BadArtifactError (exit 2). Exporters of the artifact (the
 // OCI push and pull) call it, so that there is one artifact check.
 func CheckArtifact(ctx context.Context, art string) (*Manifest, []byte, string, error) {
-	st, err := os.Stat(art)
-	if err != nil {
-		return nil, nil, "", &BadArtifactError{Artifact: art, Err: err}
-	}
-	want, err := sumBeside(art)
-	if err != nil {
-		return nil, nil, "", err
-	}
-	f, err := os.Open(art)
+	// opened first, then checked: a FIFO put there is refused, not waited on
+	f, st, err := userfile.Open(art)
 	if err != nil {
 		return nil, nil, "", &BadArtifactError{Artifact: art, Err: err}
 	}
 	defer f.Close()
+	want, err := SumBeside(art)
+	if err != nil {
+		return nil, nil, "", err
+	}
 	h := sha256.New()
 	m, raw, err := CheckArtifactStream(ctx, io.TeeReader(f, h), art, st.Size())
 	if err != nil && (want == "" || ctx.Err() != nil) {
@@ -267,14 +266,23 @@ func describeListed(e archive.Entry) string {
 	return "symlink to " + e.Target
 }
 
-// sumBeside reads ARTIFACT.sha256: "" when there is none; a file that holds no sha256 is
-// a *BadArtifactError.
-func sumBeside(art string) (string, error) {
-	b, err := os.ReadFile(art + ".sha256")
+// SumBeside reads ARTIFACT.sha256: "" when there is none; a file that holds no sha256,
+// or is not a small regular file (a FIFO, /dev/zero behind a symlink: read whole it
+// would hang or exhaust memory), is a *BadArtifactError naming it and the fix.
+func SumBeside(art string) (string, error) {
+	side := art + ".sha256"
+	b, err := userfile.ReadFile(side, userfile.SumLimit)
+	var nr *userfile.NotRegularError
+	var tl *userfile.TooLargeError
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return "", nil
-	case err != nil:
+	case errors.As(err, &nr):
+		nr.Fix = sumFix(art)
+	case errors.As(err, &tl):
+		tl.Fix = "a .sha256 is one line of sha256sum; " + sumFix(art)
+	}
+	if err != nil {
 		return "", &BadArtifactError{Artifact: art, Err: err}
 	}
 	f := strings.Fields(string(b))
@@ -282,6 +290,12 @@ func sumBeside(art string) (string, error) {
 		return "", &BadArtifactError{Artifact: art, Err: fmt.Errorf("%s.sha256 holds no sha256", filepath.Base(art))}
 	}
 	return strings.ToLower(f[0]), nil
+}
+
+// sumFix says how to repair an artifact's .sha256.
+func sumFix(art string) string {
+	name := quote.Shell(filepath.Base(art))
+	return "remove it, or write it again beside the artifact with: sha256sum " + name + " > " + name + ".sha256"
 }
 
 // sumMismatch is an artifact whose bytes are not what its .sha256 says.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder/modulefile"
 	"github.com/epbuild/epbuild/builder/sbom"
+	"github.com/epbuild/epbuild/builder/userfile"
 	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/patches"
 )
@@ -226,6 +227,9 @@ func SBOM(ctx context.Context, path, tool string, cr SBOMCredits) ([]byte, error
 			return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
 		}
 		return sbomBytes(m, art, sum, tool, cr)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, &BadArtifactError{Artifact: path, Err: &userfile.NotRegularError{Path: path, Mode: st.Mode(), Fix: "an artifact is read whole; give the file itself"}}
 	}
 	sum, err := checkArtifactSum(path)
 	if err != nil {

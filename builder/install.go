@@ -500,7 +500,7 @@ func logInfo(l *log.Logger, msg string, kv ...any) {
 
 // checkArtifactSum hashes the artifact and compares it with ARTIFACT.sha256 when present.
 func checkArtifactSum(art string) (string, error) {
-	want, err := sumBeside(art)
+	want, err := SumBeside(art)
 	if err != nil {
 		return "", err
 	}

@@ -5,12 +5,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
 // A rerun repairs what was damaged beside the artifact in the output directory: its
 // .sha256 sidecar (truncated, wrong, garbage, gone) and the artifact itself; sha256sum -c
-// agrees afterwards. A store whose artifact and record disagree is not published.
+// agrees afterwards, a FIFO or a link to /dev/zero there included. A store whose artifact and record disagree is not published.
 func TestRerunRepairsTheSidecar(t *testing.T) {
 	dir, out := t.TempDir(), t.TempDir()
 	res, err := demoRun(t, dir, out)
@@ -28,6 +29,15 @@ func TestRerunRepairsTheSidecar(t *testing.T) {
 		"missing":  func() error { return os.Remove(side) },
 		"empty":    func() error { return os.WriteFile(side, nil, 0o644) },
 		"artifact": func() error { return os.WriteFile(res.Artifact, []byte("truncated"), 0o644) },
+		// read whole, these would hang the rerun or exhaust its memory
+		"fifo": func() error {
+			os.Remove(side)
+			return syscall.Mkfifo(side, 0o644)
+		},
+		"dev-zero": func() error {
+			os.Remove(side)
+			return os.Symlink("/dev/zero", side)
+		},
 	}
 	for name, f := range damage {
 		if err := f(); err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/inspect"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/userfile"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
 )
@@ -1014,9 +1015,10 @@ func getenvFrom(env []string, k string) string {
 func ArtifactName(p *Plan) string { return p.Recipe + "-" + p.Key[:12] + ".tar.zst" }
 
 // ReadSum returns the sha256 recorded beside an artifact (NAME.sha256), computing and
-// recording it if absent or unreadable.
+// recording it if absent or unreadable (a sidecar that is not a small regular file is
+// replaced, not read).
 func ReadSum(path string) (string, error) {
-	if b, err := os.ReadFile(path + ".sha256"); err == nil {
+	if b, err := userfile.ReadFile(path+".sha256", userfile.SumLimit); err == nil {
 		if f := strings.Fields(string(b)); len(f) > 0 && len(f[0]) == 64 && hexString(f[0]) {
 			return strings.ToLower(f[0]), nil
 		}
@@ -1109,7 +1111,7 @@ func copyHashed(src, dst string) (string, error) {
 func writeSidecar(path, sum string) error {
 	line := sum + "  " + filepath.Base(path) + "\n"
 	side := path + ".sha256"
-	if b, err := os.ReadFile(side); err == nil && string(b) == line {
+	if b, err := userfile.ReadFile(side, userfile.SumLimit); err == nil && string(b) == line {
 		return nil
 	}
 	tmp := side + ".tmp-" + strconv.Itoa(os.Getpid())

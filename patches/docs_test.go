@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/userfile"
 	"github.com/epbuild/epbuild/patches/effect"
 )
 
@@ -42,7 +43,7 @@ func TestDocsPatchSets(t *testing.T) {
 		row("effect kind", string(k))
 	}
 	l := DefaultLimits()
-	for _, s := range []string{humanSize(int64(l.SetBytes)), humanSize(l.PatchBytes)} {
+	for _, s := range []string{userfile.Size(int64(l.SetBytes)), userfile.Size(l.PatchBytes)} {
 		if !strings.Contains(doc, s) {
 			t.Errorf("docs/patch-sets.md does not give the limit %s", s)
 		}

@@ -2,12 +2,14 @@ package patches
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
+
+	"github.com/epbuild/epbuild/builder/userfile"
 )
 
 // Limits bound what reading a set's own files may cost. A local set is the user's
@@ -49,19 +51,13 @@ func (d userDir) Open(name string) (fs.File, error) {
 	if !fs.ValidPath(name) {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
 	}
-	p := d.path(name)
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	f, _, err := userfile.OpenEntry(d.path(name))
+	var nr *NotRegularError
+	if errors.As(err, &nr) {
+		nr.Fix = notRegularFix
+	}
 	if err != nil {
 		return nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() && !fi.IsDir() {
-		f.Close()
-		return nil, &NotRegularError{Path: p, Mode: fi.Mode(), Link: isLink(p)}
 	}
 	return f, nil
 }
@@ -74,76 +70,19 @@ func (d userDir) Stat(name string) (fs.FileInfo, error) {
 	return os.Stat(d.path(name))
 }
 
-func isLink(p string) bool {
-	fi, err := os.Lstat(p)
-	return err == nil && fi.Mode()&fs.ModeSymlink != 0
-}
-
 // NotRegularError is a set's file that is not a regular file (a FIFO, a device, a
 // socket): reading it could block forever or never end.
-type NotRegularError struct {
-	Path string
-	Mode fs.FileMode
-	Link bool // Path is a symlink to it
-}
+type NotRegularError = userfile.NotRegularError
 
-func (e *NotRegularError) Error() string {
-	what := "a " + fileType(e.Mode)
-	if e.Link {
-		what = "a symlink to " + what
-	}
-	return fmt.Sprintf("%s is %s, not a regular file: a patch set's files are read whole, so put the file itself there", e.Path, what)
-}
-
-// ExitCode marks it as bad input.
-func (e *NotRegularError) ExitCode() int { return 2 }
-
-func fileType(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "named pipe (FIFO)"
-	case m&fs.ModeCharDevice != 0:
-		return "character device"
-	case m&fs.ModeDevice != 0:
-		return "block device"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeIrregular != 0:
-		return "special file"
-	}
-	return "file of mode " + m.String()
-}
+const notRegularFix = "a patch set's files are read whole, so put the file itself there"
 
 // TooLargeError is a set's file over its limit.
-type TooLargeError struct {
-	Path  string
-	Size  int64 // -1: it grew past the limit while it was read
-	Limit int64
-	Field string // the Limits field that bounds it
-}
+type TooLargeError = userfile.TooLargeError
 
-func (e *TooLargeError) Error() string {
-	size := "larger than " + humanSize(e.Limit)
-	if e.Size >= 0 {
-		size = humanSize(e.Size)
-	}
-	return fmt.Sprintf("%s is %s; the limit is %s (patches.Limits.%s): split the patch into several patches of the set, or check that this is the file you meant",
-		e.Path, size, humanSize(e.Limit), e.Field)
-}
-
-// ExitCode marks it as bad input.
-func (e *TooLargeError) ExitCode() int { return 2 }
-
-func humanSize(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
+// tooLarge is the error of a patch over Limits.PatchBytes.
+func tooLarge(path string, size, limit int64) *TooLargeError {
+	return &TooLargeError{Path: path, Size: size, Limit: limit, Setting: "patches.Limits.PatchBytes",
+		Fix: "split the patch into several patches of the set, or check that this is the file you meant"}
 }
 
 // boundedReader reads at most limit bytes of a file and fails past them, and stops
@@ -168,7 +107,7 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.n += int64(n)
 	if b.n > b.limit {
-		return 0, &TooLargeError{Path: b.path, Size: -1, Limit: b.limit, Field: "PatchBytes"}
+		return 0, tooLarge(b.path, -1, b.limit)
 	}
 	return n, err
 }
@@ -176,10 +115,10 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 // checkSize refuses a file whose size is over the limit before a byte of it is read.
 func checkSize(fi fs.FileInfo, limit int64, path string) error {
 	if !fi.Mode().IsRegular() {
-		return &NotRegularError{Path: path, Mode: fi.Mode()}
+		return &NotRegularError{Path: path, Mode: fi.Mode(), Fix: notRegularFix}
 	}
 	if fi.Size() > limit {
-		return &TooLargeError{Path: path, Size: fi.Size(), Limit: limit, Field: "PatchBytes"}
+		return tooLarge(path, fi.Size(), limit)
 	}
 	return nil
 }

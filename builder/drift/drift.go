@@ -43,7 +43,15 @@ type Options struct {
 	Repos map[string]string
 	// Workers bounds the commits tried at once (0: one per processor).
 	Workers int
+	// MaxFileBytes bounds a file a patch names that drift reads into memory (0:
+	// DefaultMaxFileBytes): a larger one makes the set's cell at that commit a failed
+	// one, "file too large", and is not read.
+	MaxFileBytes int64
 }
+
+// DefaultMaxFileBytes is far above any source file a patch touches, and what a worker
+// may hold of one file: several workers each read a commit's files.
+const DefaultMaxFileBytes = 64 << 20
 
 // Report is drift over every patch set of a plan.
 type Report struct {
@@ -267,7 +275,7 @@ func runComponent(ctx context.Context, c *builder.PlanComponent, url, pinned str
 				if stop || ctx.Err() != nil {
 					return
 				}
-				row, err := tryCommit(rd, commits[i], sets, t.Sets)
+				row, err := tryCommit(rd, commits[i], sets, t.Sets, opts.maxFileBytes())
 				if err != nil {
 					mu.Lock()
 					if first == nil {
@@ -292,10 +300,17 @@ func runComponent(ctx context.Context, c *builder.PlanComponent, url, pinned str
 	return t, nil
 }
 
+func (o Options) maxFileBytes() int64 {
+	if o.MaxFileBytes > 0 {
+		return o.MaxFileBytes
+	}
+	return DefaultMaxFileBytes
+}
+
 // tryCommit tries every set on one commit.
-func tryCommit(rd *source.Reader, c source.Commit, sets []*patches.PreparedSet, info []SetInfo) (Row, error) {
+func tryCommit(rd *source.Reader, c source.Commit, sets []*patches.PreparedSet, info []SetInfo, maxFile int64) (Row, error) {
 	row := Row{Commit: c.ID, Date: c.Time, Subject: c.Subject}
-	tree := &commitTree{rd: rd, tree: c.Tree}
+	tree := &commitTree{rd: rd, tree: c.Tree, maxFile: maxFile}
 	off := unbounded
 	for i, ps := range sets {
 		res, err := ps.Check(tree, patches.Options{MaxOffset: &off, AllowApplied: true})
@@ -317,7 +332,10 @@ func tryCommit(rd *source.Reader, c source.Commit, sets []*patches.PreparedSet, 
 // classify turns a set's check into a cell.
 func classify(res *patches.SetResult, err error) Cell {
 	var ce *patches.ConflictError
+	var tl *tooLargeError
 	switch {
+	case errors.As(err, &tl):
+		return Cell{State: Failed, File: tl.file, Detail: tl.Error()}
 	case errors.As(err, &ce):
 		if ce.Hunk == 0 && ce.Reason == "file does not exist" {
 			return Cell{State: FileGone, File: ce.File}
@@ -386,10 +404,22 @@ func sameName(rd *source.Reader, tree, p string) ([]string, error) {
 // commitTree is a commit's tree as the patch engine reads it. The engine
 // reads several files at once; the Reader is for one goroutine.
 type commitTree struct {
-	rd   *source.Reader
-	tree string
-	mu   sync.Mutex
-	err  error
+	rd      *source.Reader
+	tree    string
+	maxFile int64
+	mu      sync.Mutex
+	err     error
+}
+
+// tooLargeError is a file over Options.MaxFileBytes: the set is not tried there, the
+// drift goes on.
+type tooLargeError struct {
+	file string
+	size int64
+}
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("file too large %s (%d bytes)", e.file, e.size)
 }
 
 func (t *commitTree) Entry(p string) (patches.Entry, error) {
@@ -408,6 +438,15 @@ func (t *commitTree) Entry(p string) (patches.Entry, error) {
 	case source.EntrySymlink:
 		return patches.Entry{Kind: patches.EntrySymlink}, nil
 	case source.EntryFile, source.EntryExec:
+		// sized from its headers first: a huge blob is refused, not read whole
+		size, err := t.rd.BlobSize(e.ID)
+		if err != nil {
+			t.err = err
+			return patches.Entry{}, err
+		}
+		if size > t.maxFile {
+			return patches.Entry{}, &tooLargeError{file: p, size: size}
+		}
 		data, err := t.rd.Blob(e.ID)
 		if err != nil {
 			t.err = err

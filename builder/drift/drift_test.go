@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -401,4 +402,57 @@ func TestMatchPrefix(t *testing.T) {
 	if !errors.As(err, &bad) || !strings.Contains(err.Error(), "ambiguous") || !strings.Contains(err.Error(), ids[0]) || !strings.Contains(err.Error(), ids[1]) {
 		t.Errorf("ambiguous: %v", err)
 	}
+}
+
+// TestDriftFileTooLarge: a commit whose patched file is larger than MaxFileBytes gets a
+// failed cell naming the file and its size, read from the object's header: the blob
+// (64 MiB of zeros, a few KiB in the mirror) is not read, so drift's allocations stay
+// far below its size. The other set, on another file, is tried as usual.
+func TestDriftFileTooLarge(t *testing.T) {
+	h := newHistory(t)
+	lib := filepath.Join(h.mirror, "example.invalid", "x", "lib.git")
+	const size = 64 << 20
+	gitIn := func(stdin io.Reader, env []string, args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = lib
+		cmd.Env = append(os.Environ(), append([]string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=" + os.DevNull,
+			"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
+			"GIT_AUTHOR_DATE=2025-02-01T00:00:00Z", "GIT_COMMITTER_DATE=2025-02-01T00:00:00Z"}, env...)...)
+		cmd.Stdin = stdin
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("git %s: %v", strings.Join(args, " "), err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	blob := gitIn(io.LimitReader(zeros{}, size), nil, "hash-object", "-w", "--stdin")
+	index := []string{"GIT_INDEX_FILE=" + filepath.Join(t.TempDir(), "index")}
+	gitIn(nil, index, "read-tree", h.head)
+	gitIn(nil, index, "update-index", "--add", "--cacheinfo", "100644,"+blob+",f.txt")
+	tree := gitIn(nil, index, "write-tree")
+	big := gitIn(nil, nil, "commit-tree", "-p", h.head, "-m", "a huge f.txt", tree)
+	gitIn(nil, nil, "update-ref", "refs/heads/main", big)
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	rep := h.drift(t, Options{Commits: h.deleted + "..", MaxFileBytes: 1 << 20})
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > size/4 {
+		t.Errorf("drift allocated %d bytes over a %d-byte file it should not read", n, size)
+	}
+	rows := rep.Tables[0].Rows
+	last := rows[len(rows)-1]
+	want := fmt.Sprintf("failed: file too large f.txt (%d bytes)", size)
+	if last.Commit != big || last.Cells[0].String() != want || last.Cells[0].File != "f.txt" || last.Cells[1].State != Conflict {
+		t.Errorf("the last row %.7s: %s | %s, want %.7s: %s | conflict", last.Commit, last.Cells[0], last.Cells[1], big, want)
+	}
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) {
+	clear(b)
+	return len(b), nil
 }

@@ -129,7 +129,7 @@ func TestComparePushPull(t *testing.T) {
 	}
 	ctx := context.Background()
 	c := newClient(t, Options{PlainHTTP: true})
-	sum, _ := sumBeside(art)
+	sum, _ := builder.SumBeside(art)
 	run := func(name string, args ...string) benchcmp.Sample {
 		cmd := exec.Command(name, args...)
 		cmd.Dir = filepath.Dir(art)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/builder/userfile"
 )
 
 // PullResult is a pulled and checked artifact.
@@ -53,8 +54,8 @@ type fetched struct {
 	name     string                        // the artifact's file name
 }
 
-// maxSum bounds the .sha256 layer: 64 hex digits, two spaces, a file name, a newline.
-const maxSum = 4 << 10
+// maxSum bounds the .sha256 layer, as push bounds the file it sends.
+const maxSum = userfile.SumLimit
 
 // fetchManifest resolves ref and reads its OCI manifest, verified against its digest,
 // within the response deadline, and checks that it is an epbuild artifact whose layers
@@ -262,7 +263,7 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (res *PullResult
 		suffixes = append(suffixes, l.Suffix)
 		res.Layers = append(res.Layers, layerResult(d, false))
 	}
-	sum, _ := sumBeside(art)
+	sum, _ := builder.SumBeside(art)
 	if sum != artDesc.Digest.Encoded() {
 		return nil, &ContentError{Ref: ref, What: name + ".sha256", Err: fmt.Errorf("says %q, the artifact layer is %s", sum, artDesc.Digest)}
 	}

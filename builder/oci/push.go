@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/sign"
+	"github.com/epbuild/epbuild/builder/userfile"
 )
 
 // PushOptions tune Push.
@@ -238,7 +238,7 @@ func layerResult(d ocispec.Descriptor, existed bool) LayerResult {
 // .sha256 when there is one (the registry verifies what it receives against it, and the
 // check beside this verifies the file against it), else the file's hash.
 func (c *Client) pushArtifactBlob(ctx context.Context, repo *remote.Repository, art string, size int64) (ocispec.Descriptor, bool, error) {
-	sum, err := sumBeside(art)
+	sum, err := builder.SumBeside(art) // an error is the check's to report
 	if err != nil || sum == "" {
 		if sum, err = hashFile(ctx, art); err != nil {
 			return ocispec.Descriptor{}, false, err
@@ -260,23 +260,6 @@ func (c *Client) pushArtifactBlob(ctx context.Context, repo *remote.Repository, 
 	return d, false, repo.Push(ctx, d, f)
 }
 
-// sumBeside reads ARTIFACT.sha256; "" when there is none or it holds no sha256 (the
-// check reports that).
-func sumBeside(art string) (string, error) {
-	b, err := os.ReadFile(art + ".sha256")
-	if err != nil {
-		return "", err
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 || len(f[0]) != 64 {
-		return "", nil
-	}
-	if _, err := hex.DecodeString(f[0]); err != nil {
-		return "", nil
-	}
-	return strings.ToLower(f[0]), nil
-}
-
 // hashFile is the file's sha256, with archive's one file hasher.
 func hashFile(ctx context.Context, name string) (string, error) {
 	sum, _, err := archive.HashFile(ctx, name, sha256.New(), make([]byte, 1<<20))
@@ -294,7 +277,12 @@ const maxSidecar = 64 << 20
 // artifact, or what push generates; nil for an optional layer with no file.
 func (c *Client) sidecar(art string, l Layer, manifest []byte, sum digest.Digest) ([]byte, error) {
 	p := art + l.Suffix
-	st, err := os.Stat(p)
+	limit := int64(maxSidecar)
+	if l.MediaType == MediaTypeSHA256 {
+		limit = maxSum
+	}
+	// opened, then checked on the descriptor: a FIFO swapped in after a stat would hang
+	b, err := userfile.ReadFile(p, limit)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && l.MediaType == MediaTypeManifest:
 		return manifest, nil
@@ -303,12 +291,10 @@ func (c *Client) sidecar(art string, l Layer, manifest []byte, sum digest.Digest
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
 	case err != nil:
-		return nil, &builder.BadArtifactError{Artifact: art, Err: err}
-	case !st.Mode().IsRegular() || st.Size() > maxSidecar:
-		return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("%s: not a regular file of at most %d MiB", filepath.Base(p), maxSidecar>>20)}
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
+		var nr *userfile.NotRegularError
+		if errors.As(err, &nr) {
+			nr.Fix = "push sends the file beside the artifact; remove it, or put the file itself there"
+		}
 		return nil, &builder.BadArtifactError{Artifact: art, Err: err}
 	}
 	switch l.MediaType {

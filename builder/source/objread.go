@@ -551,23 +551,9 @@ func (r *objReader) readLoose(h plumbing.Hash) (plumbing.ObjectType, []byte, err
 			return 0, nil, err
 		}
 		defer f.Close()
-		zr, err := r.inflater(bufio.NewReader(f))
+		t, size, br, err := r.looseHeader(f, h)
 		if err != nil {
-			return 0, nil, fmt.Errorf("loose object %s: %w", h, err)
-		}
-		br := bufio.NewReader(zr)
-		hdr, err := br.ReadString(0)
-		if err != nil {
-			return 0, nil, fmt.Errorf("loose object %s: %w", h, err)
-		}
-		var ts string
-		var size int64
-		if _, err := fmt.Sscanf(hdr[:len(hdr)-1], "%s %d", &ts, &size); err != nil || size < 0 {
-			return 0, nil, fmt.Errorf("loose object %s: bad header %q", h, hdr)
-		}
-		t, err := plumbing.ParseObjectType(ts)
-		if err != nil {
-			return 0, nil, fmt.Errorf("loose object %s: %w", h, err)
+			return 0, nil, err
 		}
 		data, err := io.ReadAll(io.LimitReader(br, size+1))
 		if err == nil && int64(len(data)) != size {
@@ -579,6 +565,101 @@ func (r *objReader) readLoose(h plumbing.Hash) (plumbing.ObjectType, []byte, err
 		return t, data, nil
 	}
 	return 0, nil, fmt.Errorf("object %s: %w", h, plumbing.ErrObjectNotFound)
+}
+
+// looseHeader reads the header of the loose object h in f ("blob 123\x00"): its type and
+// size, and the reader of its content that follows.
+func (r *objReader) looseHeader(f *os.File, h plumbing.Hash) (plumbing.ObjectType, int64, *bufio.Reader, error) {
+	zr, err := r.inflater(bufio.NewReader(f))
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("loose object %s: %w", h, err)
+	}
+	br := bufio.NewReader(zr)
+	// a header is a type name, a space and a decimal size: far below a bufio buffer
+	hdr, err := br.ReadSlice(0)
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("loose object %s: bad header: %w", h, err)
+	}
+	var ts string
+	var size int64
+	if _, err := fmt.Sscanf(string(hdr[:len(hdr)-1]), "%s %d", &ts, &size); err != nil || size < 0 {
+		return 0, 0, nil, fmt.Errorf("loose object %s: bad header %q", h, hdr)
+	}
+	t, err := plumbing.ParseObjectType(ts)
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("loose object %s: %w", h, err)
+	}
+	return t, size, br, nil
+}
+
+// size returns the size of the content of h from its headers alone: a pack entry's, the
+// two sizes a delta's stream begins with (the base's and its result's), a loose object's
+// header. Nothing past them is inflated, so a huge object can be refused before it is
+// read.
+func (r *objReader) size(h plumbing.Hash) (int64, error) {
+	p, i := r.db.find(h)
+	if p == nil {
+		for _, d := range r.db.loose {
+			f, err := os.Open(loosePath(d, h))
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return 0, err
+			}
+			defer f.Close()
+			_, size, _, err := r.looseHeader(f, h)
+			return size, err
+		}
+		return 0, fmt.Errorf("object %s: %w", h, plumbing.ErrObjectNotFound)
+	}
+	off, err := p.offset(i)
+	if err != nil {
+		return 0, err
+	}
+	e, err := r.entry(p, off)
+	if err != nil {
+		return 0, err
+	}
+	if e.typ != packOFSDelta && e.typ != packREFDelta {
+		return e.size, nil
+	}
+	var src io.Reader = io.NewSectionReader(p.f, e.data, p.size-20-e.data)
+	if p.data != nil {
+		src = bytes.NewReader(p.data[e.data : p.size-20])
+	}
+	zr, err := r.inflater(src)
+	if err != nil {
+		return 0, fmt.Errorf("pack %s: delta at %d: %w", p.path, off, err)
+	}
+	// two varints of at most 10 bytes each
+	var hdr [20]byte
+	n, err := io.ReadFull(zr, hdr[:min(int64(len(hdr)), e.size)])
+	if err != nil && err != io.ErrUnexpectedEOF {
+		return 0, fmt.Errorf("pack %s: delta at %d: %w", p.path, off, err)
+	}
+	b := hdr[:n]
+	var size uint64
+	for range 2 {
+		size = 0
+		ok := false
+		for shift := 0; shift < 64 && len(b) > 0; shift += 7 {
+			c := b[0]
+			b = b[1:]
+			size |= uint64(c&0x7f) << shift
+			if c&0x80 == 0 {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return 0, fmt.Errorf("pack %s: delta at %d: bad header", p.path, off)
+		}
+	}
+	if size > 1<<62 {
+		return 0, fmt.Errorf("pack %s: delta at %d: bad header", p.path, off)
+	}
+	return int64(size), nil
 }
 
 // stream opens the content of h for reading without holding it in memory when it is

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
 )
 
 // TestMirrorObjectForms checks out a commit from mirrors that store its objects in each
@@ -185,6 +187,37 @@ func TestMirrorObjectForms(t *testing.T) {
 			}
 			if fi, err := os.Stat(filepath.Join(dest, "third-party", "sub")); err != nil || !fi.IsDir() {
 				t.Errorf("submodule directory: %v", err)
+			}
+			// BlobSize reads each object's headers alone and agrees with git, for every
+			// form: whole, delta, loose, behind alternates
+			repo, err := OpenRepository(filepath.Join(m, "example.com", "org", "forms.git"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer repo.Close()
+			rd := repo.Reader()
+			deltas := 0
+			for _, c := range []string{commit + "~1", commit} {
+				for _, l := range strings.Split(runGit(t, work, "ls-tree", "-r", "--format=%(objecttype) %(objectname) %(objectsize)", c), "\n") {
+					var typ, id string
+					var want int64
+					if _, err := fmt.Sscan(l, &typ, &id, &want); err != nil || typ != "blob" {
+						continue
+					}
+					if got, err := rd.BlobSize(id); err != nil || got != want {
+						t.Errorf("BlobSize(%s) = %d, %v; git says %d", id, got, err, want)
+					}
+					if p, i := rd.r.db.find(plumbing.NewHash(id)); p != nil {
+						if off, _ := p.offset(i); off > 0 {
+							if e, _ := rd.r.entry(p, off); e.typ == packOFSDelta || e.typ == packREFDelta {
+								deltas++
+							}
+						}
+					}
+				}
+			}
+			if (deltas > 0) != (form == "ofs" || form == "ref" || form == "alternates") {
+				t.Errorf("%s: %d blobs sized from their delta's header", form, deltas)
 			}
 		})
 	}

@@ -311,6 +311,20 @@ func (rd *Reader) Blob(id string) ([]byte, error) {
 	return bytes.Clone(data), nil
 }
 
+// BlobSize returns the size of the blob id, read from its headers alone: a caller that
+// bounds what it holds in memory refuses a huge blob before reading it.
+func (rd *Reader) BlobSize(id string) (int64, error) {
+	h := plumbing.NewHash(id)
+	if !rd.r.db.has(h) {
+		return 0, fmt.Errorf("blob %s: %w", h, ErrNoObject)
+	}
+	n, err := rd.r.size(h)
+	if err != nil {
+		return 0, fmt.Errorf("read the size of blob %s: %w", h, err)
+	}
+	return n, nil
+}
+
 // Walk calls fn for every file of the tree id (path, entry), in tree order,
 // directories first entered as they come; fn returning false stops the walk.
 func (rd *Reader) Walk(tree string, fn func(p string, e Entry) bool) error {

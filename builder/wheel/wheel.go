@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -86,18 +87,33 @@ func (t Tags) Tag(root string) (tag string, pure bool, err error) {
 		return "", false, fmt.Errorf("look for extension modules in %s: %w", root, err)
 	}
 	if ext == "" {
-		return t.Python + "-none-any", true, nil
-	}
-	if t.Interpreter == "" || t.ABI == "" || t.Platform == "" {
+		tag, pure = t.Python+"-none-any", true
+	} else if t.Interpreter == "" || t.ABI == "" || t.Platform == "" {
 		return "", false, fmt.Errorf("%s is an extension module, and the interpreter gave no platform tag", ext)
+	} else {
+		tag = t.Interpreter + "-" + t.ABI + "-" + t.Platform
 	}
-	return t.Interpreter + "-" + t.ABI + "-" + t.Platform, false, nil
+	// the tag is written into WHEEL and the wheel's file name
+	if !tagRe.MatchString(tag) {
+		return "", false, fmt.Errorf("the interpreter's wheel tag %q is not three tags of letters, digits, _ and . (PEP 425)", tag)
+	}
+	return tag, pure, nil
 }
 
 var (
 	nameNormRe = regexp.MustCompile(`[-_.]+`)
 	extraRe    = regexp.MustCompile(`[^A-Za-z0-9.-]+`)
 	reqRe      = regexp.MustCompile(`^([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[([^\]]*)\])?\s*(.*)$`)
+	tagRe      = regexp.MustCompile(`^[A-Za-z0-9_.]+-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+$`)
+	// nameRe is a valid distribution name (the core metadata's Name).
+	nameRe = regexp.MustCompile(`^(?i:[A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$`)
+	// versionRe is a version as PEP 440 writes it (packaging's VERSION_PATTERN).
+	versionRe = regexp.MustCompile(`^(?i:v?(?:[0-9]+!)?[0-9]+(?:\.[0-9]+)*` +
+		`(?:[-_.]?(?:a|b|c|rc|alpha|beta|pre|preview)[-_.]?[0-9]*)?` +
+		`(?:-[0-9]+|[-_.]?(?:post|rev|r)[-_.]?[0-9]*)?` +
+		`(?:[-_.]?dev[-_.]?[0-9]*)?` +
+		`(?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?)$`)
+	fieldRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]*$`)
 )
 
 // EscapeName is a distribution name as wheel file and .dist-info names spell it:
@@ -180,6 +196,33 @@ func parseMetadata(b []byte, file string) (*metadata, error) {
 	return m, nil
 }
 
+// check refuses metadata whose writing would forge a field or leave the .dist-info:
+// Name and Version as the core metadata spec allows them (they name the .dist-info and
+// the wheel), and no field value holding a line break (Python's email parser breaks
+// lines at \r too) other than a folded line's, nor a control character. Multi-line
+// text belongs in the body (the description).
+func (m *metadata) check(file string) error {
+	for _, h := range m.Headers {
+		if !fieldRe.MatchString(h.Key) {
+			return fmt.Errorf("%s: %q is not a field name", file, h.Key)
+		}
+		for i := 0; i < len(h.Value); i++ {
+			c := h.Value[i]
+			folded := c == '\n' && i+1 < len(h.Value) && (h.Value[i+1] == ' ' || h.Value[i+1] == '\t')
+			if (c < 0x20 && c != '\t' && !folded) || c == 0x7f {
+				return fmt.Errorf("%s: field %s holds a line break or control character (%q): it would be read as another field", file, h.Key, h.Value)
+			}
+		}
+	}
+	if n := m.get("Name"); !nameRe.MatchString(n) {
+		return fmt.Errorf("%s: Name %q is not a valid distribution name (letters and digits, with . _ - between them)", file, n)
+	}
+	if v := m.get("Version"); !versionRe.MatchString(v) {
+		return fmt.Errorf("%s: Version %q is not a valid version (PEP 440)", file, v)
+	}
+	return nil
+}
+
 func (m *metadata) bytes() []byte {
 	var b bytes.Buffer
 	for _, h := range m.Headers {
@@ -221,6 +264,9 @@ func metadataFromEgg(pkgInfo, requires []byte) (*metadata, error) {
 		lines := strings.Split(d, "\n")
 		m.Body = strings.TrimLeft(lines[0], " \t") + "\n" + dedent(lines[1:]) + "\n"
 		m.drop("Description")
+	}
+	if err := m.check("PKG-INFO"); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -467,6 +513,9 @@ func PackRequiring(root, dir string, mtime time.Time, reqs []Requirement) (Info,
 		return Info{}, fmt.Errorf("pack a wheel of %s: %w", root, err)
 	}
 	m, err := parseMetadata(mb, distInfo+"/METADATA")
+	if err == nil {
+		err = m.check(distInfo + "/METADATA")
+	}
 	if err != nil {
 		return Info{}, err
 	}
@@ -548,7 +597,9 @@ func PackRequiring(root, dir string, mtime time.Time, reqs []Requirement) (Info,
 	mtime = mtime.UTC().Truncate(2 * time.Second) // DOS times count in 2-second steps
 	bw := bufio.NewWriterSize(tmp, 1<<20)
 	zw := zip.NewWriter(bw)
+	// RECORD is CSV: a path with a comma, a quote or a line break is quoted as such
 	var record bytes.Buffer
+	rw := csv.NewWriter(&record)
 	add := func(name string, mode fs.FileMode, r io.Reader) error {
 		h := &zip.FileHeader{Name: name, Method: zip.Deflate, Modified: mtime}
 		h.SetMode(mode)
@@ -562,7 +613,7 @@ func PackRequiring(root, dir string, mtime time.Time, reqs []Requirement) (Info,
 			return err
 		}
 		if name != distInfo+"/RECORD" {
-			fmt.Fprintf(&record, "%s,sha256=%s,%d\n", recordPath(name), base64.RawURLEncoding.EncodeToString(sum.Sum(nil)), n)
+			return rw.Write([]string{name, "sha256=" + base64.RawURLEncoding.EncodeToString(sum.Sum(nil)), strconv.FormatInt(n, 10)})
 		}
 		return nil
 	}
@@ -583,7 +634,12 @@ func PackRequiring(root, dir string, mtime time.Time, reqs []Requirement) (Info,
 			return info, fmt.Errorf("pack %s: %s: %w", info.File, f.name, err)
 		}
 	}
-	fmt.Fprintf(&record, "%s,,\n", recordPath(distInfo+"/RECORD"))
+	if err := rw.Write([]string{distInfo + "/RECORD", "", ""}); err != nil {
+		return info, fmt.Errorf("pack %s: RECORD: %w", info.File, err)
+	}
+	if rw.Flush(); rw.Error() != nil {
+		return info, fmt.Errorf("pack %s: RECORD: %w", info.File, rw.Error())
+	}
 	if err := add(distInfo+"/RECORD", 0o644, &record); err != nil {
 		return info, fmt.Errorf("pack %s: RECORD: %w", info.File, err)
 	}
@@ -674,14 +730,6 @@ func reqName(v string) string {
 	return v
 }
 
-// recordPath quotes a RECORD path the way the csv module does (a comma or quote in it).
-func recordPath(p string) string {
-	if strings.ContainsAny(p, ",\"\n") {
-		return `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
-	}
-	return p
-}
-
 // parseWheelFile reads WHEEL: version 1.x and exactly one Tag.
 func parseWheelFile(b []byte) (string, error) {
 	var tags []string
@@ -749,14 +797,15 @@ func Check(file string) error {
 	if err != nil {
 		return err
 	}
+	rr := csv.NewReader(bytes.NewReader(rb))
+	rr.FieldsPerRecord = 3
+	rows, err := rr.ReadAll()
+	if err != nil {
+		return fmt.Errorf("wheel %s: RECORD: %w", file, err)
+	}
 	listed := 0
-	for _, l := range strings.Split(strings.TrimSpace(string(rb)), "\n") {
-		i := strings.LastIndexByte(l, ',')
-		j := strings.LastIndexByte(l[:max(i, 0)], ',')
-		if i < 0 || j < 0 {
-			return fmt.Errorf("wheel %s: RECORD line %q", file, l)
-		}
-		name, digest := strings.Trim(l[:j], `"`), l[j+1:i]
+	for _, row := range rows {
+		name, digest := row[0], row[1]
 		f, ok := entries[name]
 		if !ok {
 			return fmt.Errorf("wheel %s: RECORD lists %s, which it does not hold", file, name)

@@ -30,7 +30,8 @@ already applied, conflict FILE:LINE, or file gone FILE (with files of the same n
 elsewhere, where it may have moved), then the commits where each set stops applying.
 
 History is read from the mirror (--mirror DIR or EPBUILD_MIRROR; the cache holds only
-pinned commits), in process: only the files a patch names are read, nothing is checked out.
+pinned commits), in process: only the files a patch names are read, nothing is checked out;
+one larger than 64 MiB is not read (its cell: failed: file too large FILE (N bytes)).
 The range defaults to the pinned commit up to the repository's HEAD; --commits A..B takes A
 and every commit after it up to B (A.., ..B and B as git reads them; A and B are commits,
 tags, branches or HEAD; a commit id may be cut to 7 hex digits or more where it is the only

@@ -34,7 +34,8 @@ func newInstallCmd(app *App) *cobra.Command {
 		Long: `Install an artifact <recipe>-<plan>.tar.zst into DIR.
 
 Before DIR is touched: the artifact's sha256 is checked against ARTIFACT.sha256 (when
-present) and its manifest is read. DIR must be absent, empty, or an install epbuild made
+present; one line of at most 4 KiB, a regular file: a FIFO or a device there is refused,
+exit 2) and its manifest is read. DIR must be absent, empty, or an install epbuild made
 (a receipt that pins the manifest beside it) holding nothing its manifest does not list:
 anything else is refused and left as it is. The free space beside DIR is checked against
 the sizes the manifest declares; the artifact is extracted beside DIR (stopped as soon as
