@@ -15,7 +15,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/quote"
-	"github.com/epbuild/epbuild/builder/userfile"
+	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
 // The artifact check: install's checks on an artifact, made as the artifact streams by.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder/modulefile"
 	"github.com/epbuild/epbuild/builder/sbom"
-	"github.com/epbuild/epbuild/builder/userfile"
+	"github.com/epbuild/epbuild/recipes/userfile"
 	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/patches"
 )

@@ -26,7 +26,7 @@ import (
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/inspect"
 	"github.com/epbuild/epbuild/builder/source"
-	"github.com/epbuild/epbuild/builder/userfile"
+	"github.com/epbuild/epbuild/recipes/userfile"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
 )

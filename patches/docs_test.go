@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epbuild/epbuild/builder/userfile"
+	"github.com/epbuild/epbuild/recipes/userfile"
 	"github.com/epbuild/epbuild/patches/effect"
 )
 

@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/epbuild/epbuild/builder/userfile"
+	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
 // Limits bound what reading a set's own files may cost. A local set is the user's

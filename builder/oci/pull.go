@@ -18,7 +18,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/quote"
-	"github.com/epbuild/epbuild/builder/userfile"
+	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
 // PullResult is a pulled and checked artifact.

@@ -23,7 +23,7 @@ import (
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/sign"
-	"github.com/epbuild/epbuild/builder/userfile"
+	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
 // PushOptions tune Push.
