@@ -14,9 +14,9 @@ import (
 
 	"github.com/epbuild/epbuild/builder/modulefile"
 	"github.com/epbuild/epbuild/builder/sbom"
-	"github.com/epbuild/epbuild/recipes/userfile"
 	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/patches"
+	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
 // What the package stage writes beside the artifact, each an exporter of what the build

@@ -26,9 +26,9 @@ import (
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/inspect"
 	"github.com/epbuild/epbuild/builder/source"
-	"github.com/epbuild/epbuild/recipes/userfile"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
+	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
 // The stages, in order; --force=STAGE reruns that stage and those after it.

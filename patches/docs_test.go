@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epbuild/epbuild/recipes/userfile"
 	"github.com/epbuild/epbuild/patches/effect"
+	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
 // TestDocsPatchSets: docs/patch-sets.md has a table row for every set.yaml field, every
