@@ -53,7 +53,7 @@ func shWord(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) +
 func newTestStep(t *testing.T, ninja bool) *stepEnv {
 	t.Helper()
 	root := t.TempDir()
-	s := &stepEnv{component: "fixture", src: filepath.Join(root, "src"), work: filepath.Join(root, "work"),
+	s := &stepEnv{component: "fixture", src: filepath.Join(root, "src"), work: filepath.Join(root, "work"), out: filepath.Join(root, "work"),
 		prefix: filepath.Join(root, "prefix"), destdir: filepath.Join(root, "destdir"), logs: filepath.Join(root, "logs"),
 		env: os.Environ(), jobs: 2, ninja: ninja, python: "python3"}
 	for _, d := range []string{s.src, s.work, s.logs, s.destdir} {

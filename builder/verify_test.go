@@ -516,7 +516,7 @@ func TestParseEnvScript(t *testing.T) {
 			t.Errorf("%s=%q, want %q", k, vars[k], v)
 		}
 	}
-	if !slices.Equal(order, []string{"LD_LIBRARY_PATH", "A", "B"}) {
+	if !slices.Equal(order, []string{"PATH", "LD_LIBRARY_PATH", "A", "B"}) { // env.sh puts the install's bin/ on PATH first
 		t.Errorf("order %v", order)
 	}
 	for _, bad := range []string{"export A=$(rm -rf /)\n", "export A='open\n", "A=1\n", "source /etc/profile\n"} {
