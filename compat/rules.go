@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/epbuild/epbuild/recipes/strictyaml"
+	"github.com/epbuild/epbuild/recipes/suggest"
 )
 
 //go:embed rules.yaml
@@ -759,39 +760,9 @@ func DataDigest() string {
 // Closest lists up to n rule ids nearest to id (by edit distance, case ignored),
 // nearest first: what a mistyped id most likely meant.
 func (rs *Rules) Closest(id string, n int) []string {
-	type cand struct {
-		id string
-		d  int
-	}
-	var cs []cand
+	ids := make([]string, 0, len(rs.rules))
 	for _, r := range rs.rules {
-		cs = append(cs, cand{r.ID, editDistance(strings.ToLower(id), strings.ToLower(r.ID))})
+		ids = append(ids, r.ID)
 	}
-	slices.SortStableFunc(cs, func(a, b cand) int { return a.d - b.d })
-	var out []string
-	for _, c := range cs[:min(n, len(cs))] {
-		out = append(out, c.id)
-	}
-	return out
-}
-
-// editDistance is the Levenshtein distance of a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return suggest.Closest(id, ids, n)
 }

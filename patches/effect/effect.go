@@ -5,6 +5,7 @@ package effect
 
 import (
 	"fmt"
+	"github.com/epbuild/epbuild/recipes/suggest"
 	"strings"
 )
 
@@ -76,37 +77,12 @@ func KindList() string {
 // when k looks like a misspelling of it ("contain" for "contains").
 func UnknownKind(k Kind) string {
 	msg := fmt.Sprintf("unknown effect kind %q (one of %s)", k, KindList())
-	best, bestD := Kind(""), 0
+	names := make([]string, 0, len(Kinds()))
 	for _, c := range Kinds() {
-		d := editDistance(strings.ToLower(string(k)), string(c))
-		if best == "" || d < bestD {
-			best, bestD = c, d
-		}
+		names = append(names, string(c))
 	}
-	// a few edits, and fewer than half the name: a typo, not another word
-	if bestD <= 3 && 2*bestD < len(best) {
+	if best := suggest.Typo(string(k), names); best != "" {
 		msg += fmt.Sprintf(": did you mean %q?", best)
 	}
 	return msg
-}
-
-// editDistance is the Levenshtein distance of a and b (bytes).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
