@@ -10,10 +10,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/recipes/userfile"
 	"io"
 	"io/fs"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/goccy/go-yaml"
@@ -119,7 +119,7 @@ func (l Loader) Decode(file string, data []byte, v any) (doc *Doc, err error) {
 func (l Loader) checkSize(file string, n int) error {
 	if n > l.Limits.MaxBytes {
 		return &Error{File: file, Msg: fmt.Sprintf("the document is %s; the limit is %s (strictyaml.Limits.MaxBytes): epbuild's files are a few KiB, so this one is damaged or not what it claims",
-			size(int64(n)), size(int64(l.Limits.MaxBytes)))}
+			userfile.Size(int64(n)), userfile.Size(int64(l.Limits.MaxBytes)))}
 	}
 	return nil
 }
@@ -151,22 +151,10 @@ func (l Loader) read(shown string, r io.Reader) ([]byte, error) {
 	}
 	if err := l.checkSize(shown, len(b)); err != nil {
 		e := err.(*Error)
-		e.Msg = strings.Replace(e.Msg, "the document is "+size(int64(len(b))), "the document is larger than "+size(int64(l.Limits.MaxBytes)), 1)
+		e.Msg = strings.Replace(e.Msg, "the document is "+userfile.Size(int64(len(b))), "the document is larger than "+userfile.Size(int64(l.Limits.MaxBytes)), 1)
 		return nil, e
 	}
 	return b, nil
-}
-
-func size(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return strconv.FormatInt(n, 10) + " bytes"
 }
 
 // checkNodes bounds the document's nodes from the bytes alone, before the scanner makes
