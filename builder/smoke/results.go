@@ -271,6 +271,9 @@ func stepRow(st step, rep *Report, views []view) (check.Result, bool) {
 		if st.name == "uid" && (strings.Contains(r.Found, "CUDA device") || strings.Contains(r.Found, "cudaSetDevice")) {
 			r.Fix = stepNamed("start").fix // the rank found no GPU before it made or received an ID
 		}
+		if st.name == "malloc" {
+			r.Fix = mallocFix(r.Found)
+		}
 		if strings.Contains(r.Found, "timed out") || strings.Contains(r.Found, "at the deadline") {
 			r.Fix += "; if the node is only slow, raise --smoke-timeout"
 		}
@@ -283,6 +286,28 @@ func stepRow(st step, rep *Report, views []view) (check.Result, bool) {
 		r.Status, r.Found = check.Skip, some(dedupe(append(stopped, skips...)))
 	}
 	return r, true
+}
+
+// mallocFix names what NVSHMEM said, not a guess: NVSHMEM 3.x finishes a unique-ID init
+// lazily, in the first API call after nvshmemx_init_attr when that init could not
+// complete (nvshmemi_check_state_and_init in src/host/init/init.cu), so a rank that
+// fails "at malloc" with "nvshmem initialization failed" failed its init; only a heap or
+// memory message points at the heap's size.
+func mallocFix(found string) string {
+	init := stepNamed("init").fix
+	switch {
+	case strings.Contains(found, "Unable to access ibgda device state") || strings.Contains(found, "Unable to access device state"):
+		return "NVSHMEM's host library could not find its device state in the program's device code (CUDA error 500, " +
+			"symbol not found): the program's device code and the libnvshmem_host it loaded are not one NVSHMEM build, or " +
+			"the device code has no image for this GPU. Check smoke.version (the loaded library), that env.sh is sourced " +
+			"(its LD_PRELOAD loads the install's NVSHMEM), and that the recipe's arch covers this GPU; then " + init
+	case strings.Contains(found, "check_state_and_init") || strings.Contains(found, "initialization failed"):
+		return "NVSHMEM finishes its initialisation in the first call after nvshmemx_init_attr when init could not complete, " +
+			"so this is an init failure, not the heap: " + init
+	case strings.Contains(found, "out of memory") || strings.Contains(found, "heap") || strings.Contains(found, "cudaMalloc"):
+		return stepNamed("malloc").fix
+	}
+	return "read NVSHMEM's message in found (rerun with NVSHMEM_DEBUG=INFO for more). " + stepNamed("malloc").fix
 }
 
 // withStderr adds the end of the rank's stderr (NVSHMEM's own message), when it has one.

@@ -80,6 +80,13 @@ if [ "$mode" = init-fail ]; then
 fi
 step init ok 783.2 "pe $rank of $npes on device 0"
 step version ok 0 "loaded=${SMOKE_LOADED:-3.4.5} built=3.4.5 lib=${SMOKE_LIB:-/site-packages/nvidia/nvshmem/lib/libnvshmem_host.so.3}"
+if [ "$mode" = malloc-initfail ] || [ "$mode" = malloc-statefail ]; then
+  # NVSHMEM 3.4.5 finishing a deferred init inside nvshmem_malloc (NVSHMEMI_ERROR_EXIT)
+  [ "$mode" = malloc-statefail ] && echo "nvshmem/src/src/device/init/init_device.cu:nvshmemi_get_mem_handle:128: Unable to access ibgda device state. 500" >&2
+  echo "nvshmem/src/src/host/init/init.cu:1013: NULL value Unable to query pointer information." >&2
+  echo "nvshmem/src/src/host/init/init.cu:nvshmemi_check_state_and_init:1119: nvshmem initialization failed, exiting" >&2
+  exit 255
+fi
 [ "$mode" = malloc-fail ] && fail malloc 0.3 "nvshmem_malloc returned NULL: the symmetric heap is smaller than asked (NVSHMEM_SYMMETRIC_SIZE)"
 step malloc ok 0.9 "2097156 bytes"
 if [ "$mode" = barrier-timeout ] && [ "$rank" = 1 ]; then
@@ -304,6 +311,11 @@ func TestEachFailingStepHasItsFix(t *testing.T) {
 				"smoke.malloc": "skip", "smoke.barrier": "skip", "smoke.put": "skip", "smoke.split": "skip"}},
 		{"malloc-fail", "smoke.malloc", "the symmetric heap is smaller than asked", "NVSHMEM_SYMMETRIC_SIZE",
 			maps(allOK, "smoke.malloc", "fail", "smoke.barrier", "skip", "smoke.put", "skip", "smoke.split", "skip")},
+		// not the heap: NVSHMEM finished a deferred init in nvshmem_malloc and that failed
+		{"malloc-initfail", "smoke.malloc", "nvshmem initialization failed", "this is an init failure, not the heap",
+			maps(allOK, "smoke.malloc", "fail", "smoke.barrier", "skip", "smoke.put", "skip", "smoke.split", "skip")},
+		{"malloc-statefail", "smoke.malloc", "Unable to access ibgda device state. 500", "not one NVSHMEM build",
+			maps(allOK, "smoke.malloc", "fail", "smoke.barrier", "skip", "smoke.put", "skip", "smoke.split", "skip")},
 		{"put-fail", "smoke.put", "rank 0: data from pe 1 wrong: 262144 words differ, flag missing", "NVSHMEM_DISABLE_P2P",
 			maps(allOK, "smoke.put", "fail", "smoke.split", "skip")},
 		{"barrier-timeout", "smoke.barrier", "rank 1: timed out in this step", "raise --smoke-timeout",
@@ -322,6 +334,9 @@ func TestEachFailingStepHasItsFix(t *testing.T) {
 			}
 			if !strings.Contains(r.Fix, c.fix) {
 				t.Errorf("%s fix %q, want %q in it", c.row, r.Fix, c.fix)
+			}
+			if strings.HasPrefix(c.mode, "malloc-") && c.mode != "malloc-fail" && strings.Contains(r.Fix, "NVSHMEM_SYMMETRIC_SIZE") {
+				t.Errorf("%s blames the heap's size for an init failure: %q", c.row, r.Fix)
 			}
 		})
 	}
