@@ -228,9 +228,9 @@ func TestGCPB200OnTheGPUMachine(t *testing.T) {
 	}
 }
 
-// ibrc-dualport on the GPU machine: R33 says why CUDA 13 cannot build it, beside the
-// GDRCopy headers it lacks, before any work (exit 3); on a CUDA 12.9 host with GDRCopy
-// nothing stops it.
+// ibrc-dualport on the GPU machine: CUDA 13 builds NVSHMEM 3.2.5-1 through our C++17 set,
+// so no rule stops it (R33 did before the set); the GDRCopy headers it lacks do, before
+// any work (exit 3); on a CUDA 12.9 host with GDRCopy nothing stops it.
 func TestIBRCDualportOnTheGPUMachine(t *testing.T) {
 	plan, host := gpuMachineVerdict(t, "ibrc-dualport")
 	if plan != nil {
@@ -238,11 +238,11 @@ func TestIBRCDualportOnTheGPUMachine(t *testing.T) {
 	}
 	var re *RulesError
 	var pe *PreflightError
-	if !errors.As(host, &re) || !errors.As(host, &pe) || len(re.Findings) != 1 || re.Findings[0].ID != "R33" || re.Stage != compat.StagePreflight {
-		t.Fatalf("want R33 and the missing GDRCopy, got %v", host)
+	if errors.As(host, &re) || !errors.As(host, &pe) {
+		t.Fatalf("want the missing GDRCopy alone, got %v", host)
 	}
 	var ec interface{ ExitCode() int }
-	if !errors.As(host, &ec) || ec.ExitCode() != 3 || !strings.Contains(host.Error(), "GDRCopy") || !strings.Contains(re.Findings[0].Fix.String(), "CUDA 12") {
+	if !errors.As(host, &ec) || ec.ExitCode() != 3 || !strings.Contains(host.Error(), "GDRCopy") {
 		t.Errorf("verdict: %v", host)
 	}
 	// a rule left undecided by what is missing says nothing; the missing tool does

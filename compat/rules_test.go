@@ -564,6 +564,8 @@ func ruleTable() []ruleCase {
 		{"R33", "3.2.5-1 from an archive on CUDA 13 (ibrc-dualport)", F, all(ibrc, cuda("13.0")), "/error"},
 		{"R33", "3.2.5-1 from git on CUDA 13", F, all(ibrc, cuda("13.0"), nvshmemGit("3.2.5-1", "https://github.com/valgur/NVSHMEM-archive", "6d8ab15b5d355d8d5fa5e9664962784de412dd9d")), "/error"},
 		{"R33", "3.2.5-1 on CUDA 12.9", F, ibrc, ""},
+		{"R33", "3.2.5-1 on CUDA 13 with our C++17 set (ibrc-dualport today)", F, all(ibrc, cuda("13.0"), patches("nvshmem", "ibrc-dualport-nvshmem", "nvshmem-3.2-cuda13")), ""},
+		{"R33", "3.2.5-1 on CUDA 13 with another set only", F, all(ibrc, cuda("13.0"), patches("nvshmem", "ibrc-dualport-nvshmem")), "/error"},
 		{"R33", "3.3.9 from source on CUDA 13 (R26's)", F, all(cuda("13.0"), deepepAt(cB6ce310), nvshmemArchive("3.3.9")), ""},
 		{"R33", "the 3.2.5 wheel on CUDA 13", F, all(single, cuda("13.0"), nvshmemWheel("3.2.5")), ""},
 
