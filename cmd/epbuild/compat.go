@@ -243,6 +243,25 @@ func writeExplain(w io.Writer, file string, r compat.Rule, highlight string, fac
 			fmt.Fprintf(w, "  - %s: %s\n", k, read)
 		}
 	}
+	writeFactSources(w, "build facts (recorded by the build in the install's manifest)", r.BuildKeys(), compat.BuildFactSources())
+	writeFactSources(w, "runtime keys (the recipe's runtime:)", r.RuntimeKeys(), compat.RuntimeFactSources())
+}
+
+// writeFactSources says where each of keys is read.
+func writeFactSources(w io.Writer, title string, keys []string, srcs []compat.FactSource) {
+	if len(keys) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%s:\n", title)
+	for _, k := range keys {
+		read := "(not described)"
+		for _, f := range srcs {
+			if f.Key == k {
+				read = f.Read
+			}
+		}
+		fmt.Fprintf(w, "  - %s: %s\n", k, read)
+	}
 }
 
 func joinStages(ss []compat.Stage) string {

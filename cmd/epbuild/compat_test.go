@@ -134,7 +134,8 @@ func TestCompatListAndExplain(t *testing.T) {
 		t.Errorf("list --json: exit %d, %d rules, %v", code, len(list.Rules), err)
 	}
 	code, out, _ = run(t, nil, "compat", "explain", "R3")
-	for _, want := range []string{"R3  NVSHMEM >= 3.5.19", "case qp-layout", "before: 29d31c095796f3c8ece47ee9cdcc167051bbeed9", "satisfies: \">=3.5.19\"", "why: NVSHMEM 3.5.19 changed", "sources:\n  - DeepEP #553"} {
+	for _, want := range []string{"R3  NVSHMEM >= 3.5.19", "case qp-layout", "before: 29d31c095796f3c8ece47ee9cdcc167051bbeed9", "satisfies: \">=3.5.19\"", "why: NVSHMEM 3.5.19 changed", "sources:\n  - DeepEP #553",
+		"build facts (recorded by the build in the install's manifest):\n  - nvshmem.rc-layout: After the nvshmem component is built"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("explain R3 lacks %q:\n%s", want, out)
 		}
