@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/charmbracelet/log"
 	"github.com/epbuild/epbuild/builder/inspect"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/compat"
@@ -194,7 +196,7 @@ func (r *Runner) recordBuildFacts(ctx context.Context, p *Plan, comps []Componen
 // rulesAfterBuild evaluates the rules of the plan and preflight stages again with the
 // build facts: a rule the version label left undecided (a git tree of NVSHMEM) is decided
 // by the header the build read. The findings replace the run's; an error-level one stops
-// the run before the package stage.
+// the run before the package stage. tc nil: the plan stage only.
 func (j *Job) rulesAfterBuild(ctx context.Context, tc *Toolchain, build map[string]string) ([]compat.Finding, error) {
 	rules, anc, err := j.rulesAndAncestry()
 	if err != nil {
@@ -202,6 +204,9 @@ func (j *Job) rulesAfterBuild(ctx context.Context, tc *Toolchain, build map[stri
 	}
 	var all []compat.Finding
 	for _, stage := range []compat.Stage{compat.StagePlan, compat.StagePreflight} {
+		if stage == compat.StagePreflight && tc == nil {
+			break // no toolchain recorded: the preflight rules have nothing to read
+		}
 		facts := FactsFromPlan(j.Plan)
 		if stage == compat.StagePreflight {
 			facts = PreflightFacts(facts, j.Plan, tc)
@@ -211,10 +216,10 @@ func (j *Job) rulesAfterBuild(ctx context.Context, tc *Toolchain, build map[stri
 		if err != nil {
 			return nil, fmt.Errorf("check %s against the compatibility rules with what the build read: %w", j.Plan.Recipe, err)
 		}
-		if err := j.policy(fs, stage); err != nil {
-			return nil, &AfterBuildError{Facts: build, Err: err}
-		}
 		all = append(all, fs...)
+		if err := j.policy(fs, stage); err != nil {
+			return all, &AfterBuildError{Facts: build, Err: err}
+		}
 	}
 	return all, nil
 }
@@ -246,4 +251,27 @@ func builtNVSHMEMVersion(opts HostOptions) string {
 		return v.Core()
 	}
 	return nvshmemBuildVersion(opts.Plan, opts.Toolchain)
+}
+
+// CheckInstall evaluates the rules of the plan and preflight stages on the install at
+// prefix: the plan, the build's toolchain and the build facts its manifest records (the
+// rules a build evaluated before reading its headers, decided now by them). opts gives
+// the policy and the ancestry sources (Library, Recipe and Sets are not used).
+func CheckInstall(ctx context.Context, prefix string, opts Options) (*Plan, []compat.Finding, error) {
+	m, _, err := ReadInstalledManifest(prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.Plan == nil {
+		return nil, nil, fmt.Errorf("the manifest of %s records no plan", prefix)
+	}
+	if opts.Log == nil {
+		opts.Log = log.New(io.Discard)
+	}
+	j := &Job{Plan: m.Plan, opts: opts}
+	if err := j.checkIgnoreRules(); err != nil {
+		return nil, nil, err
+	}
+	fs, err := j.rulesAfterBuild(ctx, m.Toolchain, m.BuildFacts)
+	return m.Plan, fs, err
 }

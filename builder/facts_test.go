@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -249,5 +251,37 @@ func TestRulesAfterBuild(t *testing.T) {
 	}
 	if slices.ContainsFunc(fs, func(f compat.Finding) bool { return f.ID == "R3" }) {
 		t.Errorf("_v1: R3 found: %v", compat.IDs(fs))
+	}
+}
+
+// compat check --prefix: the rules on an install read its manifest's build facts; the
+// same install without them leaves R3 undecided.
+func TestCheckInstallReadsBuildFacts(t *testing.T) {
+	p := planOf(t, "gcp-b200", "nvshmem.commit=2c7f5a37b16d74166b7dfd30014bb1de1c6aaa0a", "nvshmem.version=3.5.0-0",
+		"deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b")
+	install := func(build map[string]string) string {
+		dir := t.TempDir()
+		b, err := json.MarshalIndent(Manifest{Format: ManifestFormat, Recipe: p.Recipe, Plan: p, BuildFacts: build,
+			PlanKey: "test", Files: []archive.Entry{{Path: "env.sh", Mode: 0o644}}}, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ManifestName), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	opts := Options{AllowUndecided: true, CacheDir: filepath.Join(t.TempDir(), "cache")}
+	_, fs, err := CheckInstall(context.Background(), install(map[string]string{FactRCLayout: "v2"}), opts)
+	var re *RulesError
+	if !errors.As(err, &re) || !slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.Name() == "R3/qp-layout" && !f.Unknown }) {
+		t.Fatalf("recorded _v2: want R3, got %v (%v)", err, compat.IDs(fs))
+	}
+	_, fs, err = CheckInstall(context.Background(), install(nil), opts)
+	if errors.As(err, &re) && slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.ID == "R3" }) {
+		t.Fatalf("nothing recorded: R3 stops: %v", err)
+	}
+	if !slices.ContainsFunc(fs, func(f compat.Finding) bool { return f.Name() == "R3/qp-layout" && f.Unknown }) {
+		t.Errorf("nothing recorded: want R3 undecided, got %v", compat.IDs(fs))
 	}
 }

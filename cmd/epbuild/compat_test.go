@@ -115,6 +115,15 @@ func TestCompatCheckBadInput(t *testing.T) {
 	if code, _, errs := run(t, nil, "compat", "check", "gcp-b200", "--set", "nvshmem.version=x"); code != 2 {
 		t.Errorf("bad version: exit %d %q", code, errs)
 	}
+	dir := t.TempDir()
+	for _, args := range [][]string{{"compat", "check"}, {"compat", "check", "gcp-b200", "--prefix", dir}, {"compat", "check", "--prefix", dir, "--set", "runtime.ranks=8"}} {
+		if code, _, errs := run(t, nil, args...); code != 2 || !strings.Contains(errs, "a RECIPE (with --set overrides) or --prefix DIR") {
+			t.Errorf("%v: exit %d %q", args, code, errs)
+		}
+	}
+	if code, _, errs := run(t, nil, "compat", "check", "--prefix", dir); code != 2 || !strings.Contains(errs, "manifest") {
+		t.Errorf("--prefix of no install: exit %d %q", code, errs)
+	}
 }
 
 func TestCompatListAndExplain(t *testing.T) {
