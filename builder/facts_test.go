@@ -285,3 +285,19 @@ func TestCheckInstallReadsBuildFacts(t *testing.T) {
 		t.Errorf("nothing recorded: want R3 undecided, got %v", compat.IDs(fs))
 	}
 }
+
+// A recipe that takes the NVSHMEM wheel reads the facts from the wheel's package
+// (nvidia/nvshmem/include); a plan without NVSHMEM records nothing (its manifest keeps
+// its bytes).
+func TestBuildFactsOfTheWheel(t *testing.T) {
+	p := planOf(t, "single-node")
+	pkg := filepath.Join(t.TempDir(), "site-packages", "nvidia", "nvshmem")
+	writeNVSHMEMInclude(t, pkg, typedefV1, [3]string{"3", "4", "5"})
+	facts, notes := buildFacts(p, []ComponentResult{{Name: "nvshmem", Prefix: pkg}, {Name: "deepep"}})
+	if facts[FactRCLayout] != "v1" || facts[FactHeaderVersion] != "3.4.5" || notes != nil {
+		t.Errorf("the wheel's facts %v, notes %v", facts, notes)
+	}
+	if facts, notes := buildFacts(&Plan{Recipe: "demo"}, []ComponentResult{{Name: "libdemo", Prefix: pkg}}); facts != nil || notes != nil {
+		t.Errorf("no NVSHMEM: %v %v", facts, notes)
+	}
+}
