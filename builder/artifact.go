@@ -43,7 +43,12 @@ type Manifest struct {
 	Components      []ComponentResult `json:"components"`
 	Env             map[string]string `json:"env,omitempty"`
 	Findings        []compat.Finding  `json:"findings,omitempty"`
-	Files           []archive.Entry   `json:"files"`
+	// BuildFacts are what the build read of what it built (facts.go: nvshmem.rc-layout,
+	// nvshmem.header-version), for the rules after the build; BuildFactNotes say why one
+	// is not there. Absent where nothing was read: a plan without NVSHMEM keeps its bytes.
+	BuildFacts     map[string]string `json:"build_facts,omitempty"`
+	BuildFactNotes map[string]string `json:"build_fact_notes,omitempty"`
+	Files          []archive.Entry   `json:"files"`
 	// Wheels are written beside the artifact (WheelDir), not in it.
 	Wheels []WheelFile `json:"wheels,omitempty"`
 }
@@ -110,7 +115,7 @@ func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, che
 	m := Manifest{
 		Format: ManifestFormat, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
 		SourceDateEpoch: sde, Toolchain: r.Toolchain.Record(), Env: p.Env, Findings: r.Findings,
-		Wheels: wheels,
+		BuildFacts: r.buildFacts, BuildFactNotes: r.buildFactNotes, Wheels: wheels,
 	}
 	out := filepath.Join(dir, ArtifactName(p))
 	f, err := os.Create(out)

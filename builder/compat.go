@@ -31,9 +31,7 @@ func FactsFromPlan(p *Plan) compat.Facts {
 			Require: slices.Clone(p.Toolchain.Require),
 		},
 	}
-	if b := p.Runtime.BufferBytes; b != nil {
-		f.Runtime = map[string]string{"buffer-bytes": strconv.FormatUint(*b, 10)}
-	}
+	f.Runtime = runtimeFacts(p.Runtime)
 	for _, c := range p.Components {
 		fc := compat.Component{
 			Name:    c.Name,
@@ -69,6 +67,30 @@ func FactsFromPlan(p *Plan) compat.Facts {
 			fc.BuildVars = mergeInto(fc.BuildVars, ch.NVSHMEMBuildVars)
 		}
 		f.Components = append(f.Components, fc)
+	}
+	return f
+}
+
+// runtimeFacts are the recipe's runtime keys as the rules read them (compat.RuntimeKeys):
+// numbers in decimal, low-latency as 1 or 0; nil when the recipe declares none.
+func runtimeFacts(rt recipes.Runtime) map[string]string {
+	f := map[string]string{}
+	if rt.BufferBytes != nil {
+		f["buffer-bytes"] = strconv.FormatUint(*rt.BufferBytes, 10)
+	}
+	for k, v := range map[string]*uint32{"gpus-per-node": rt.GPUsPerNode, "ranks": rt.Ranks, "hidden": rt.Hidden} {
+		if v != nil {
+			f[k] = strconv.FormatUint(uint64(*v), 10)
+		}
+	}
+	if rt.LowLatency != nil {
+		f["low-latency"] = "0"
+		if *rt.LowLatency {
+			f["low-latency"] = "1"
+		}
+	}
+	if len(f) == 0 {
+		return nil
 	}
 	return f
 }

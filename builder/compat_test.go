@@ -454,3 +454,42 @@ func TestEPv2PreflightRefusesOldNCCL(t *testing.T) {
 		t.Errorf("the NVSHMEM wheel is not present: %v", f.Toolchain.Present)
 	}
 }
+
+// The job's shape reaches the rules from the recipe's runtime: gcp-b200 (DeepEP v1) with
+// 4 GPUs a node and 16 ranks in normal mode stops at plan on R47, and hidden 7000 in
+// low-latency mode on R48; the same recipe with 8 GPUs a node and hidden 7168 does not.
+func TestJobShapeRefusesAtPlan(t *testing.T) {
+	base := []string{"nvshmem.version=3.4.5", "env.NVSHMEM_SYMMETRIC_SIZE=4G", "nccl.package=nvidia-nccl-cu13"}
+	stops := func(t *testing.T, sets ...string) []string {
+		t.Helper()
+		j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: "gcp-b200", Sets: append(slices.Clone(base), sets...),
+			CacheDir: filepath.Join(t.TempDir(), "cache")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = j.Findings(context.Background(), nil)
+		var re *RulesError
+		if err == nil {
+			return nil
+		}
+		if !errors.As(err, &re) || re.Stage != compat.StagePlan {
+			t.Fatalf("want a plan-stage refusal or none, got %v", err)
+		}
+		var ids []string
+		for _, f := range re.Findings {
+			if !f.Unknown { // an undecided rule stops a plan too; these must be decided
+				ids = append(ids, f.Name())
+			}
+		}
+		return ids
+	}
+	if ids := stops(t, "runtime.gpus-per-node=4", "runtime.ranks=16", "runtime.low-latency=false"); !slices.Contains(ids, "R47") {
+		t.Errorf("4 GPUs a node, 16 ranks, normal mode: want R47, got %v", ids)
+	}
+	if ids := stops(t, "runtime.hidden=7000", "runtime.low-latency=true"); !slices.Contains(ids, "R48") {
+		t.Errorf("hidden 7000 in low-latency mode: want R48, got %v", ids)
+	}
+	if ids := stops(t, "runtime.gpus-per-node=8", "runtime.ranks=16", "runtime.low-latency=true", "runtime.hidden=7168"); len(ids) != 0 {
+		t.Errorf("8 GPUs a node, hidden 7168, low-latency: want no refusal, got %v", ids)
+	}
+}

@@ -86,7 +86,10 @@ type MatrixCellResult struct {
 	// Build: ok, fail, refused (Rules says which), missing, excluded.
 	Build string   `json:"build"`
 	Rules []string `json:"rules,omitempty"`
-	Error string   `json:"error,omitempty"`
+	// BuildFacts are what the cell's build read of what it built (Manifest.BuildFacts);
+	// its rules were evaluated again with them after the build (a refusal then is one).
+	BuildFacts map[string]string `json:"build_facts,omitempty"`
+	Error      string            `json:"error,omitempty"`
 	// BuildSeconds is the wall time of the cell's build (probe included); Built and Reused
 	// name the stages ("build nccl") it ran and those it found in the store.
 	BuildSeconds float64  `json:"build_seconds"`
@@ -271,6 +274,7 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 		cr.Test, cr.Error = StepFail, err.Error()
 		return
 	}
+	cr.BuildFacts = m.BuildFacts
 	for _, f := range m.Findings {
 		if f.Fix != nil && !f.Unknown && f.Severity != compat.SeverityError {
 			if cr.Env == nil {

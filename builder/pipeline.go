@@ -489,6 +489,7 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 	t = time.Now()
 	tc, finish := prober.ProbeLater(probeCtx, filepath.Join(c.Dir(), "toolchain"))
 	r.Toolchain, r.probing = tc, &probing{stop: stop, finish: finish}
+	r.afterBuild = j.rulesAfterBuild
 	j.opts.Log.Debug("probed the toolchain", "seconds", since(t))
 	return r, nil
 }

@@ -83,6 +83,10 @@ type Runner struct {
 	// pycache is where the Python runs of the run (the probe's, the import checks') keep
 	// the bytecode they compile ("": each run its own).
 	pycache string
+	// buildFacts and buildFactNotes are what Run read of the built tree (facts.go), for
+	// the manifest; afterBuild evaluates the rules with them (nil: not evaluated again).
+	buildFacts, buildFactNotes map[string]string
+	afterBuild                 func(ctx context.Context, tc *Toolchain, build map[string]string) ([]compat.Finding, error)
 	// probing is the part of the toolchain probe still running (Prober.ProbeLater): Run
 	// waits for it before the package stage records the toolchain.
 	probing *probing
@@ -277,6 +281,9 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 		return res, err
 	}
 	r.toolchainDone() // the manifest records it
+	if err := r.recordBuildFacts(ctx, p, comps); err != nil {
+		return res, err
+	}
 
 	env, err := RuntimeEnv(p, prefixes, r.Environ)
 	if err != nil {

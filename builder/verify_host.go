@@ -46,6 +46,9 @@ type HostOptions struct {
 	// manifest (nil: unknown), for the versions the build used.
 	Plan      *Plan
 	Toolchain *Toolchain
+	// Build is what the build read of what it built (Manifest.BuildFacts; nil: nothing),
+	// for the rules' build conditions and the NVSHMEM headers' version.
+	Build map[string]string
 	// Python and Env run the process that tells which NCCL a job loads (Python "":
 	// python3); Env is the runtime env a job gets (the install's), on a clean base.
 	Python string
@@ -105,7 +108,7 @@ func CheckHost(ctx context.Context, opts HostOptions) (*HostReport, error) {
 	if opts.Mapped >= 0 {
 		rep.Facts["nvshmem.host-libs-mapped"] = strconv.Itoa(opts.Mapped)
 	}
-	loadedFacts(rep.Facts, opts.Loaded, nvshmemBuildVersion(opts.Plan, opts.Toolchain))
+	loadedFacts(rep.Facts, opts.Loaded, builtNVSHMEMVersion(opts), loadedNVSHMEMVersion(ctx, opts.Python, opts.Env))
 	hs := &hostSubject{node: node, facts: hostFacts(opts, cfg.Env, rep.Facts, nccl.Version), anc: opts.Ancestry}
 	if hs.rules, err = compat.LoadRules(); err != nil {
 		return nil, err
@@ -169,11 +172,12 @@ func scopeHostChecks(p *Plan, rs []CheckResult) []CheckResult {
 }
 
 // loadedFacts are the NVSHMEM the job's process maps: its version, when every copy's is
-// known and they agree, and whether each is the version the install recorded at build.
-func loadedFacts(f map[string]string, loaded []string, built string) {
+// known and they agree, and whether each is the version the install recorded at build
+// (the headers' version the build read, else the plan's). version reads a library's.
+func loadedFacts(f map[string]string, loaded []string, built string, version func(lib string) string) {
 	var versions []string
 	for _, p := range loaded {
-		v := nvshmemLibVersion(p)
+		v := version(p)
 		if v == "" {
 			return // a copy of unknown version: both facts unknown
 		}
@@ -258,6 +262,7 @@ func hostFacts(opts HostOptions, env, node map[string]string, nccl string) compa
 		f.Env = map[string]string{}
 	}
 	f.Host = maps.Clone(node)
+	f.Build = maps.Clone(opts.Build)
 	if nccl != "" {
 		if c, ok := f.Component("nccl"); ok {
 			c.Version = nccl
@@ -361,7 +366,7 @@ func (v *verifier) host(ctx context.Context) {
 	opts := HostOptions{Sysroot: v.opts.Sysroot, Python: "python3", Env: v.opts.Environ, JobEnv: v.opts.JobEnv, Mapped: v.mapped,
 		Loaded: v.loaded, HostsFile: v.opts.HostsFile, Ancestry: v.opts.Ancestry}
 	if v.m != nil {
-		opts.Plan, opts.Toolchain, opts.Python = v.m.Plan, v.m.Toolchain, v.python()
+		opts.Plan, opts.Toolchain, opts.Build, opts.Python = v.m.Plan, v.m.Toolchain, v.m.BuildFacts, v.python()
 		if v.envErr == nil && v.noRun == "" {
 			opts.Env = v.env
 		}

@@ -405,13 +405,13 @@ func TestLoadedNVSHMEMVersion(t *testing.T) {
 		{[]string{built, lib}, "", "no"},
 	} {
 		f := map[string]string{}
-		loadedFacts(f, tc.loaded, "3.5.19")
+		loadedFacts(f, tc.loaded, "3.5.19", nvshmemLibVersion)
 		if f["nvshmem.loaded-version"] != tc.version || f["nvshmem.loaded-matches-build"] != tc.got {
 			t.Errorf("%v: %v", tc.loaded, f)
 		}
 	}
 	f := map[string]string{}
-	if loadedFacts(f, []string{built, filepath.Join(t.TempDir(), "libnvshmem_host.so.3")}, "3.5.19"); len(f) != 0 {
+	if loadedFacts(f, []string{built, filepath.Join(t.TempDir(), "libnvshmem_host.so.3")}, "3.5.19", nvshmemLibVersion); len(f) != 0 {
 		t.Errorf("a copy of unknown version: %v", f)
 	}
 	if v := nvshmemBuildVersion(hostPlan(t, "gcp-b200"), nil); v != "3.5.19" {

@@ -101,6 +101,12 @@ func RulesMarkdown(rules *Rules, facts []HostFact) []byte {
 		if keys := r.HostKeys(); len(keys) > 0 {
 			w("\nHost facts read: `%s` (see [Host facts](#host-facts)).\n", strings.Join(keys, "`, `"))
 		}
+		if keys := r.BuildKeys(); len(keys) > 0 {
+			w("\nBuild facts read: `%s` (see [Build facts](#build-facts)).\n", strings.Join(keys, "`, `"))
+		}
+		if keys := r.RuntimeKeys(); len(keys) > 0 {
+			w("\nRuntime keys read: `%s` (see [Runtime keys](#runtime-keys)).\n", strings.Join(keys, "`, `"))
+		}
 		if lines := FixLines(r.Fix); len(lines) > 0 {
 			w("\nFix:\n\n")
 			for _, l := range lines {
@@ -118,8 +124,11 @@ func RulesMarkdown(rules *Rules, facts []HostFact) []byte {
 	w("\n## Build facts\n\n")
 	w("What a build records of what it built, for the `build:` conditions; before the build,\n")
 	w("and for an install that did not record one, the fact is unknown.\n\n")
-	w("| fact | values | read |\n|---|---|---|\n")
-	w("| `nvshmem.rc-layout` | `v1`, `v2` | The typedef of `nvshmemi_ibgda_device_state_t` in `include/device_host_transport/nvshmem_common_ibgda.h` of the NVSHMEM DeepEP builds against: `nvshmemi_ibgda_device_state_v1` or `_v2` (the RC-QP layout; R3, R24). |\n")
+	factTable(w, "fact", BuildFactSources())
+	w("\n## Runtime keys\n\n")
+	w("What a job of the recipe is, for the `runtime:` and `size:` conditions; a key the recipe\n")
+	w("does not declare leaves its rules undecided.\n\n")
+	factTable(w, "key", RuntimeFactSources())
 	w("\n## Host facts\n\n")
 	w("What a node's probe reads for the host conditions. A fact that was not read leaves its\n")
 	w("rules undecided.\n\n")
@@ -132,6 +141,17 @@ func RulesMarkdown(rules *Rules, facts []HostFact) []byte {
 		w("| `%s` | %s | %s |\n", f.Key, vals, mdCell(strings.Join(strings.Fields(f.Read), " ")))
 	}
 	return b.Bytes()
+}
+
+func factTable(w func(string, ...any), what string, fs []FactSource) {
+	w("| %s | values | read |\n|---|---|---|\n", what)
+	for _, f := range fs {
+		vals := "—"
+		if len(f.Values) > 0 {
+			vals = "`" + strings.Join(f.Values, "`, `") + "`"
+		}
+		w("| `%s` | %s | %s |\n", f.Key, vals, mdCell(f.Read))
+	}
 }
 
 func stageList(ss []Stage) string {

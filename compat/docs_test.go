@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -39,9 +40,14 @@ func TestRulesDocUpToDate(t *testing.T) {
 			t.Errorf("docs lack host fact %s", f.Key)
 		}
 	}
-	for _, k := range BuildKeys {
+	for _, k := range append(slices.Clone(BuildKeys), RuntimeKeys...) {
 		if !strings.Contains(doc, "| `"+k+"` |") {
-			t.Errorf("docs lack build fact %s", k)
+			t.Errorf("docs lack build fact or runtime key %s", k)
+		}
+	}
+	for _, want := range []string{"Build facts read: `nvshmem.rc-layout`", "Runtime keys read: `low-latency`, `ranks`, `gpus-per-node`"} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("docs lack %q", want)
 		}
 	}
 }

@@ -172,7 +172,7 @@ type Cond struct {
 // BuildKeys are the facts a build records about what it built (the install's manifest),
 // which a build condition may name. Before the build, and for an install that did not
 // record one, the fact is unknown.
-var BuildKeys = []string{"nvshmem.rc-layout"}
+var BuildKeys = []string{"nvshmem.rc-layout", "nvshmem.header-version"}
 
 // RuntimeKeys are the recipe's runtime settings a runtime condition may name: the bytes
 // DeepEP's buffer asks of each GPU, the GPUs a node gives a job, the ranks of the job,

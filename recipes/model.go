@@ -43,6 +43,15 @@ type Runtime struct {
 	// in low-latency mode. With CUDA VMM off the heap must hold it (R32), and each GPU
 	// must have it free (verify-install --host).
 	BufferBytes *uint64 `json:"buffer-bytes,omitempty" jsonschema:"minimum=1"`
+	// The job's shape, for the rules that depend on it (R25, R47, R48); a key left out
+	// leaves those rules undecided. GPUsPerNode is the GPUs (ranks) a node gives the job,
+	// Ranks the job's ranks in all. Hidden is the model's hidden size: one number, since a
+	// job runs one model (check another with --set runtime.hidden=N). LowLatency says
+	// whether the job uses DeepEP's low-latency mode (low_latency_mode) or normal mode.
+	GPUsPerNode *uint32 `json:"gpus-per-node,omitempty" jsonschema:"minimum=1"`
+	Ranks       *uint32 `json:"ranks,omitempty" jsonschema:"minimum=1"`
+	Hidden      *uint32 `json:"hidden,omitempty" jsonschema:"minimum=1"`
+	LowLatency  *bool   `json:"low-latency,omitempty"`
 }
 
 // Toolchain lists requirements on the build host. Versions are vendor versions or

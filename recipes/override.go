@@ -12,7 +12,8 @@ COMPONENT.commit=SHA, COMPONENT.ref=REF, COMPONENT.url=URL,
 COMPONENT.sha256=HEX, COMPONENT.strip=N, COMPONENT.package=NAME, COMPONENT.patches=a,b (empty: none),
 COMPONENT.options.KEY=V (every cmake step), COMPONENT.env.KEY=V (every build step),
 env.KEY=V (runtime env; empty value removes it), toolchain.cuda|torch|python|gcc|cmake=V,
-toolchain.arch=sm_90a,sm_100, runtime.buffer-bytes=N (bytes; empty: undeclared)`
+toolchain.arch=sm_90a,sm_100, runtime.buffer-bytes=N (bytes), runtime.gpus-per-node|ranks|hidden=N,
+runtime.low-latency=true|false (runtime keys: empty value leaves the key undeclared)`
 
 // Apply applies --set overrides in order. Each is `key=value`; see SetHelp. The
 // overridden paths are remembered so that validation errors point at the flag.
@@ -48,20 +49,7 @@ func (d *Doc) apply1(s string) error {
 		d.set["$.env."+rest] = s
 		return nil
 	case "runtime":
-		if rest != "buffer-bytes" {
-			return fmt.Errorf("unknown runtime key %q (buffer-bytes)", rest)
-		}
-		d.set["$.runtime."+rest] = s
-		if val == "" {
-			r.Runtime.BufferBytes = nil
-			return nil
-		}
-		n, err := strconv.ParseUint(val, 10, 64)
-		if err != nil {
-			return fmt.Errorf("runtime.buffer-bytes is a number of bytes (e.g. 2146961792), not %q", val)
-		}
-		r.Runtime.BufferBytes = &n
-		return nil
+		return d.setRuntime(rest, val, s)
 	case "toolchain":
 		t := &r.Toolchain
 		switch rest {
@@ -229,4 +217,45 @@ func splitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// setRuntime applies --set runtime.KEY=V; an empty value leaves the key undeclared.
+func (d *Doc) setRuntime(key, val, s string) error {
+	rt := &d.Recipe.Runtime
+	counts := map[string]**uint32{"gpus-per-node": &rt.GPUsPerNode, "ranks": &rt.Ranks, "hidden": &rt.Hidden}
+	switch {
+	case key == "buffer-bytes":
+		rt.BufferBytes = nil
+		if val != "" {
+			n, err := strconv.ParseUint(val, 10, 64)
+			if err != nil {
+				return fmt.Errorf("runtime.buffer-bytes is a number of bytes (e.g. 2146961792), not %q", val)
+			}
+			rt.BufferBytes = &n
+		}
+	case counts[key] != nil:
+		dst := counts[key]
+		*dst = nil
+		if val != "" {
+			n, err := strconv.ParseUint(val, 10, 32)
+			if err != nil {
+				return fmt.Errorf("runtime.%s is a whole number (e.g. 8), not %q", key, val)
+			}
+			n32 := uint32(n)
+			*dst = &n32
+		}
+	case key == "low-latency":
+		rt.LowLatency = nil
+		if val != "" {
+			b, err := strconv.ParseBool(val)
+			if err != nil {
+				return fmt.Errorf("runtime.low-latency is true or false, not %q", val)
+			}
+			rt.LowLatency = &b
+		}
+	default:
+		return fmt.Errorf("unknown runtime key %q (buffer-bytes, gpus-per-node, ranks, hidden, low-latency)", key)
+	}
+	d.set["$.runtime."+key] = s
+	return nil
 }

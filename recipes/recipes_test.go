@@ -142,6 +142,13 @@ func TestRecipeErrors(t *testing.T) {
 		{"set buffer bytes with a suffix", goodRecipe, []string{"runtime.buffer-bytes=2G"}, []string{"--set runtime.buffer-bytes=2G", "number of bytes"}, 0, 0},
 		{"set buffer bytes zero", goodRecipe, []string{"runtime.buffer-bytes=0"}, []string{"--set runtime.buffer-bytes=0", "at least 1"}, 0, 0},
 		{"set another runtime key", goodRecipe, []string{"runtime.heap=1"}, []string{"unknown runtime key \"heap\""}, 0, 0},
+		{"job shape", goodRecipe + "runtime:\n  gpus-per-node: 4\n  ranks: 16\n  hidden: 7168\n  low-latency: false\n", nil, nil, 0, 0},
+		{"ranks zero", goodRecipe + "runtime:\n  ranks: 0\n", nil, []string{"r.yaml:22:10", "ranks is the job's ranks in all, at least 1"}, 22, 10},
+		{"hidden a list", goodRecipe + "runtime:\n  hidden: [4096, 7168]\n", nil, []string{"r.yaml:22"}, 22, 0},
+		{"low-latency not a bool", goodRecipe + "runtime:\n  low-latency: 2\n", nil, []string{"r.yaml:22"}, 22, 0},
+		{"set gpus-per-node not a number", goodRecipe, []string{"runtime.gpus-per-node=four"}, []string{"--set runtime.gpus-per-node=four", "whole number"}, 0, 0},
+		{"set hidden zero", goodRecipe, []string{"runtime.hidden=0"}, []string{"--set runtime.hidden=0", "at least 1"}, 0, 0},
+		{"set low-latency not a bool", goodRecipe, []string{"runtime.low-latency=maybe"}, []string{"--set runtime.low-latency=maybe", "true or false"}, 0, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -193,6 +200,10 @@ func TestSetOverrides(t *testing.T) {
 		"toolchain.arch=sm_90a,sm_100",
 		"deepep.patches=a,b",
 		"runtime.buffer-bytes=2146961792",
+		"runtime.gpus-per-node=4",
+		"runtime.ranks=16",
+		"runtime.hidden=7168",
+		"runtime.low-latency=true",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -209,11 +220,15 @@ func TestSetOverrides(t *testing.T) {
 	if strings.Join(r.Toolchain.Arch, " ") != "sm_90a sm_100" || strings.Join(dp.Patches, " ") != "a b" {
 		t.Errorf("lists not overridden: %v %v", r.Toolchain.Arch, dp.Patches)
 	}
-	if b := r.Runtime.BufferBytes; b == nil || *b != 2146961792 {
-		t.Errorf("runtime not overridden: %v", b)
+	if rt := r.Runtime; rt.BufferBytes == nil || *rt.BufferBytes != 2146961792 || rt.GPUsPerNode == nil || *rt.GPUsPerNode != 4 ||
+		rt.Ranks == nil || *rt.Ranks != 16 || rt.Hidden == nil || *rt.Hidden != 7168 || rt.LowLatency == nil || !*rt.LowLatency {
+		t.Errorf("runtime not overridden: %+v", rt)
 	}
 	if err := doc.Validate(nil); err != nil {
 		t.Fatal(err)
+	}
+	if err := doc.Apply([]string{"runtime.ranks=", "runtime.low-latency="}); err != nil || doc.Recipe.Runtime.Ranks != nil || doc.Recipe.Runtime.LowLatency != nil {
+		t.Errorf("an empty value leaves the key undeclared: %v %+v", err, doc.Recipe.Runtime)
 	}
 	if err := doc.Apply([]string{"runtime.buffer-bytes="}); err != nil || doc.Recipe.Runtime.BufferBytes != nil {
 		t.Errorf("an empty value leaves the buffer undeclared: %v %v", err, doc.Recipe.Runtime.BufferBytes)

@@ -97,6 +97,18 @@ func (d *Doc) Validate(patchSets PatchSetLookup) error {
 	if b := r.Runtime.BufferBytes; b != nil && *b == 0 {
 		add("$.runtime.buffer-bytes", "buffer-bytes is the bytes DeepEP's buffer takes on each GPU, at least 1 (leave it out when unknown)")
 	}
+	for _, n := range []struct {
+		key, what string
+		v         *uint32
+	}{
+		{"gpus-per-node", "the GPUs a node gives the job", r.Runtime.GPUsPerNode},
+		{"ranks", "the job's ranks in all", r.Runtime.Ranks},
+		{"hidden", "the model's hidden size", r.Runtime.Hidden},
+	} {
+		if n.v != nil && *n.v == 0 {
+			add("$.runtime."+n.key, "%s is %s, at least 1 (leave it out when unknown)", n.key, n.what)
+		}
+	}
 	for _, comp := range slices.Sorted(maps.Keys(r.Matrix)) {
 		if _, ok := names[comp]; !ok {
 			add("$.matrix", "matrix axis %q names no component of this recipe", comp)

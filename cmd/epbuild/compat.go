@@ -35,9 +35,10 @@ func newCompatCheckCmd(app *App) *cobra.Command {
 		asJSON         bool
 		sf             sourceFlags
 		allowUndecided bool
+		prefix         string
 	)
 	cmd := &cobra.Command{
-		Use:               "check RECIPE",
+		Use:               "check RECIPE | --prefix DIR",
 		ValidArgsFunction: app.completeRecipes(1),
 		Short:             "Evaluate the rules on a resolved recipe; exit 2 on an error-level finding",
 		Long: `Evaluate the compatibility rules on a recipe resolved with its --set overrides (plan stage).
@@ -47,19 +48,46 @@ Commit conditions are decided by the embedded history, then by the repositories 
 mirror (--mirror, $EPBUILD_MIRROR) and of the cache. An error-level rule that none of
 them can decide exits 2 too, naming the question, unless --allow-undecided.
 
+With --prefix DIR instead of RECIPE, the rules of the plan and preflight stages are
+evaluated on the install there: the plan and toolchain its manifest records, and the
+facts its build read of the NVSHMEM headers (build_facts: nvshmem.rc-layout,
+nvshmem.header-version), which decide what the version label cannot.
+
 --set keys: ` + recipes.SetHelp,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			j, err := app.job(args[0], &sf, nil, allowUndecided)
-			if err != nil {
-				return err
+			if (prefix == "") == (len(args) == 0) || (prefix != "" && len(sf.sets) > 0) {
+				return usageError{errors.New("compat check takes a RECIPE (with --set overrides) or --prefix DIR (an install), one of them")}
 			}
-			fs, verdict := j.Findings(cmd.Context(), nil)
+			var (
+				plan    *builder.Plan
+				fs      []compat.Finding
+				verdict error
+				stage   = compat.StagePlan
+			)
+			if prefix != "" {
+				mirror := sf.mirror
+				if mirror == "" {
+					mirror = app.Getenv("EPBUILD_MIRROR")
+				}
+				plan, fs, verdict = builder.CheckInstall(cmd.Context(), prefix, builder.Options{
+					CacheDir: app.Getenv("EPBUILD_CACHE"), Mirror: mirror, Log: app.Log, AllowUndecided: allowUndecided})
+				if plan == nil {
+					return usageError{verdict}
+				}
+				stage = compat.StagePreflight
+			} else {
+				j, err := app.job(args[0], &sf, nil, allowUndecided)
+				if err != nil {
+					return err
+				}
+				plan = j.Plan
+				fs, verdict = j.Findings(cmd.Context(), nil)
+			}
 			var re *builder.RulesError
 			if verdict != nil && !errors.As(verdict, &re) {
 				return verdict
 			}
-			plan := j.Plan
 			if asJSON {
 				out := struct {
 					Recipe    string           `json:"recipe"`
@@ -67,7 +95,7 @@ them can decide exits 2 too, naming the question, unless --allow-undecided.
 					Stage     compat.Stage     `json:"stage"`
 					Findings  []compat.Finding `json:"findings"`
 					Notes     []string         `json:"notes,omitempty"`
-				}{plan.Recipe, sf.sets, compat.StagePlan, fs, plan.Notes}
+				}{plan.Recipe, sf.sets, stage, fs, plan.Notes}
 				if out.Findings == nil {
 					out.Findings = []compat.Finding{}
 				}
@@ -76,13 +104,14 @@ them can decide exits 2 too, naming the question, unless --allow-undecided.
 				}
 			} else {
 				writeFindings(app.Out, fs)
-				fmt.Fprintf(app.Out, "%s: %s\n", plan.Recipe, summary(fs))
+				fmt.Fprintf(app.Out, "%s: %s\n", quote.Term(plan.Recipe), summary(fs))
 			}
 			return verdict
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the findings as JSON")
 	sf.add(cmd)
+	cmd.Flags().StringVar(&prefix, "prefix", "", "check the install at DIR (its manifest's plan, toolchain and build facts) instead of a recipe")
 	cmd.Flags().BoolVar(&allowUndecided, "allow-undecided", false, "exit 0 although an error-level rule cannot be decided (it stays a warning)")
 	return cmd
 }
@@ -242,6 +271,25 @@ func writeExplain(w io.Writer, file string, r compat.Rule, highlight string, fac
 			}
 			fmt.Fprintf(w, "  - %s: %s\n", k, read)
 		}
+	}
+	writeFactSources(w, "build facts (recorded by the build in the install's manifest)", r.BuildKeys(), compat.BuildFactSources())
+	writeFactSources(w, "runtime keys (the recipe's runtime:)", r.RuntimeKeys(), compat.RuntimeFactSources())
+}
+
+// writeFactSources says where each of keys is read.
+func writeFactSources(w io.Writer, title string, keys []string, srcs []compat.FactSource) {
+	if len(keys) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%s:\n", title)
+	for _, k := range keys {
+		read := "(not described)"
+		for _, f := range srcs {
+			if f.Key == k {
+				read = f.Read
+			}
+		}
+		fmt.Fprintf(w, "  - %s: %s\n", k, read)
 	}
 }
 

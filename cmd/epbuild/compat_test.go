@@ -115,6 +115,15 @@ func TestCompatCheckBadInput(t *testing.T) {
 	if code, _, errs := run(t, nil, "compat", "check", "gcp-b200", "--set", "nvshmem.version=x"); code != 2 {
 		t.Errorf("bad version: exit %d %q", code, errs)
 	}
+	dir := t.TempDir()
+	for _, args := range [][]string{{"compat", "check"}, {"compat", "check", "gcp-b200", "--prefix", dir}, {"compat", "check", "--prefix", dir, "--set", "runtime.ranks=8"}} {
+		if code, _, errs := run(t, nil, args...); code != 2 || !strings.Contains(errs, "a RECIPE (with --set overrides) or --prefix DIR") {
+			t.Errorf("%v: exit %d %q", args, code, errs)
+		}
+	}
+	if code, _, errs := run(t, nil, "compat", "check", "--prefix", dir); code != 2 || !strings.Contains(errs, "manifest") {
+		t.Errorf("--prefix of no install: exit %d %q", code, errs)
+	}
 }
 
 func TestCompatListAndExplain(t *testing.T) {
@@ -134,7 +143,8 @@ func TestCompatListAndExplain(t *testing.T) {
 		t.Errorf("list --json: exit %d, %d rules, %v", code, len(list.Rules), err)
 	}
 	code, out, _ = run(t, nil, "compat", "explain", "R3")
-	for _, want := range []string{"R3  NVSHMEM >= 3.5.19", "case qp-layout", "before: 29d31c095796f3c8ece47ee9cdcc167051bbeed9", "satisfies: \">=3.5.19\"", "why: NVSHMEM 3.5.19 changed", "sources:\n  - DeepEP #553"} {
+	for _, want := range []string{"R3  NVSHMEM >= 3.5.19", "case qp-layout", "before: 29d31c095796f3c8ece47ee9cdcc167051bbeed9", "satisfies: \">=3.5.19\"", "why: NVSHMEM 3.5.19 changed", "sources:\n  - DeepEP #553",
+		"build facts (recorded by the build in the install's manifest):\n  - nvshmem.rc-layout: After the nvshmem component is built"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("explain R3 lacks %q:\n%s", want, out)
 		}

@@ -446,7 +446,7 @@ func (f *hostFlags) options(app *App) (opts builder.HostOptions, done func(), er
 		if merr != nil {
 			return opts, done, usageError{merr}
 		}
-		opts.Plan, opts.Toolchain = m.Plan, m.Toolchain
+		opts.Plan, opts.Toolchain, opts.Build = m.Plan, m.Toolchain, m.BuildFacts
 		if env, err := builder.InstallEnv(prefix, opts.Env); err == nil {
 			opts.Env = env
 		}

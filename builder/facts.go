@@ -1,0 +1,277 @@
+package builder
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/charmbracelet/log"
+	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/compat"
+	"github.com/epbuild/epbuild/recipes/userfile"
+)
+
+// The build facts: what a build read of what it built, recorded in the manifest
+// (Manifest.BuildFacts) and given to the rules after the build as compat.Facts.Build.
+// They are read from the headers DeepEP compiles against, not from the recipe's labels:
+// a GitHub tree that calls itself 3.5.0 already has the layout released in 3.5.19.
+const (
+	// FactRCLayout is the RC-QP layout of NVSHMEM's IBGDA device state (v1 or v2).
+	FactRCLayout = "nvshmem.rc-layout"
+	// FactHeaderVersion is the X.Y.Z of the NVSHMEM headers the build compiled against.
+	FactHeaderVersion = "nvshmem.header-version"
+
+	// ibgdaHeader and versionHeader are where an NVSHMEM include directory (an install's
+	// include/, or the wheel's nvidia/nvshmem/include) keeps what the facts are read from.
+	ibgdaHeader   = "device_host_transport/nvshmem_common_ibgda.h"
+	versionHeader = "non_abi/nvshmem_version.h"
+	maxHeaderSize = 4 << 20
+)
+
+// buildFacts reads the build facts of a run's components: those of the nvshmem
+// component from its include directory (the built prefix, or the wheel's package
+// directory). facts holds what was read; notes says, by fact, why one is not recorded.
+// Both are nil for a plan without NVSHMEM, so its manifest keeps its bytes.
+func buildFacts(p *Plan, comps []ComponentResult) (facts, notes map[string]string) {
+	for _, c := range comps {
+		if c.Name != "nvshmem" {
+			continue
+		}
+		if _, ok := p.Component(c.Name); !ok {
+			continue
+		}
+		if c.Prefix == "" {
+			return nil, map[string]string{FactRCLayout: "the nvshmem component installed no files", FactHeaderVersion: "the nvshmem component installed no files"}
+		}
+		return NVSHMEMIncludeFacts(filepath.Join(c.Prefix, "include"))
+	}
+	return nil, nil
+}
+
+// NVSHMEMIncludeFacts reads the build facts of an NVSHMEM include directory: the RC-QP
+// layout from nvshmem_common_ibgda.h and the version from nvshmem_version.h. A fact that
+// cannot be read is left out, with a note naming the file and why.
+func NVSHMEMIncludeFacts(include string) (facts, notes map[string]string) {
+	facts, notes = map[string]string{}, map[string]string{}
+	path := filepath.Join(include, filepath.FromSlash(ibgdaHeader))
+	if layout, err := readRCLayout(path); err != nil {
+		notes[FactRCLayout] = err.Error()
+	} else {
+		facts[FactRCLayout] = layout
+	}
+	if info, err := inspect.ReadNVSHMEMVersionHeader(filepath.Join(include, filepath.FromSlash(versionHeader))); err != nil {
+		notes[FactHeaderVersion] = err.Error()
+	} else {
+		facts[FactHeaderVersion] = info.Version
+	}
+	if len(facts) == 0 {
+		facts = nil
+	}
+	if len(notes) == 0 {
+		notes = nil
+	}
+	return facts, notes
+}
+
+func readRCLayout(path string) (string, error) {
+	b, err := userfile.ReadFile(path, maxHeaderSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("no IBGDA header %s: this NVSHMEM has no IBGDA device state, so it has no RC-QP layout", path)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the IBGDA header: %w", err)
+	}
+	layout, err := ParseRCLayout(b)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return layout, nil
+}
+
+var (
+	// the alias NVSHMEM 3.4 and later define: typedef nvshmemi_ibgda_device_state_vN ..._t;
+	rcAliasRe = regexp.MustCompile(`\btypedef\s+(?:struct\s+)?nvshmemi_ibgda_device_state_(v1|v2)\s+nvshmemi_ibgda_device_state_t\s*;`)
+	// the plain struct of NVSHMEM before the versioned ones: typedef struct {...} ..._t;
+	// the old (PE-major) layout, which 3.4 named _v1
+	rcPlainRe = regexp.MustCompile(`\}\s*nvshmemi_ibgda_device_state_t\s*;`)
+	// any other definition of the name: one this reader does not know
+	rcAnyRe = regexp.MustCompile(`\bnvshmemi_ibgda_device_state_t\s*;`)
+)
+
+// ParseRCLayout reads which layout nvshmem_common_ibgda.h gives
+// nvshmemi_ibgda_device_state_t: v1 or v2 for `typedef nvshmemi_ibgda_device_state_v1|v2
+// nvshmemi_ibgda_device_state_t;`, v1 for the plain struct of releases before the
+// versioned ones. Comments and whitespace do not matter. Two definitions (say, under
+// #if and #else) or none of these forms is undecided: an error naming the lines, never
+// a guess.
+func ParseRCLayout(src []byte) (string, error) {
+	code := stripCComments(src)
+	type def struct {
+		layout string
+		line   int
+	}
+	var defs []def
+	lineOf := func(off int) int { return bytes.Count(code[:off], []byte("\n")) + 1 }
+	for _, m := range rcAliasRe.FindAllSubmatchIndex(code, -1) {
+		defs = append(defs, def{string(code[m[2]:m[3]]), lineOf(m[0])})
+	}
+	for _, m := range rcPlainRe.FindAllIndex(code, -1) {
+		defs = append(defs, def{"v1", lineOf(m[0])})
+	}
+	switch len(defs) {
+	case 1:
+		return defs[0].layout, nil
+	case 0:
+		if m := rcAnyRe.FindIndex(code); m != nil {
+			return "", fmt.Errorf("line %d: undecided: nvshmemi_ibgda_device_state_t is defined in a form this reader does not know (neither typedef nvshmemi_ibgda_device_state_v1|v2 nor a plain struct)", lineOf(m[0]))
+		}
+		return "", errors.New("undecided: no typedef of nvshmemi_ibgda_device_state_t")
+	}
+	var at []string
+	for _, d := range defs {
+		at = append(at, fmt.Sprintf("line %d (%s)", d.line, d.layout))
+	}
+	return "", fmt.Errorf("undecided: %d definitions of nvshmemi_ibgda_device_state_t, at %s; the preprocessor picks one, this reader does not", len(defs), strings.Join(at, ", "))
+}
+
+// stripCComments blanks /* */ and // comments, keeping newlines (for line numbers).
+// String literals are kept as they are: a header's typedefs hold none that matter.
+func stripCComments(src []byte) []byte {
+	out := bytes.Clone(src)
+	for i := 0; i < len(out); i++ {
+		switch {
+		case out[i] == '"':
+			for i++; i < len(out) && out[i] != '"' && out[i] != '\n'; i++ {
+				if out[i] == '\\' {
+					i++
+				}
+			}
+		case out[i] == '/' && i+1 < len(out) && out[i+1] == '/':
+			for ; i < len(out) && out[i] != '\n'; i++ {
+				out[i] = ' '
+			}
+		case out[i] == '/' && i+1 < len(out) && out[i+1] == '*':
+			out[i], out[i+1] = ' ', ' '
+			for i += 2; i < len(out) && !(out[i] == '*' && i+1 < len(out) && out[i+1] == '/'); i++ {
+				if out[i] != '\n' {
+					out[i] = ' '
+				}
+			}
+			if i < len(out) {
+				out[i], out[i+1] = ' ', ' '
+				i++
+			}
+		}
+	}
+	return out
+}
+
+// recordBuildFacts reads the build facts of the built components for the manifest and,
+// when there are any, has the rules evaluated again with them (afterBuild).
+func (r *Runner) recordBuildFacts(ctx context.Context, p *Plan, comps []ComponentResult) error {
+	r.buildFacts, r.buildFactNotes = buildFacts(p, comps)
+	for _, k := range slices.Sorted(maps.Keys(r.buildFactNotes)) {
+		r.Log.Info("build fact not recorded: "+quote.Term(r.buildFactNotes[k]), "fact", k)
+	}
+	if len(r.buildFacts) == 0 || r.afterBuild == nil {
+		return nil
+	}
+	fs, err := r.afterBuild(ctx, r.Toolchain, r.buildFacts)
+	if err != nil {
+		return err
+	}
+	r.Findings = fs
+	return nil
+}
+
+// rulesAfterBuild evaluates the rules of the plan and preflight stages again with the
+// build facts: a rule the version label left undecided (a git tree of NVSHMEM) is decided
+// by the header the build read. The findings replace the run's; an error-level one stops
+// the run before the package stage. tc nil: the plan stage only.
+func (j *Job) rulesAfterBuild(ctx context.Context, tc *Toolchain, build map[string]string) ([]compat.Finding, error) {
+	rules, anc, err := j.rulesAndAncestry()
+	if err != nil {
+		return nil, err
+	}
+	var all []compat.Finding
+	for _, stage := range []compat.Stage{compat.StagePlan, compat.StagePreflight} {
+		if stage == compat.StagePreflight && tc == nil {
+			break // no toolchain recorded: the preflight rules have nothing to read
+		}
+		facts := FactsFromPlan(j.Plan)
+		if stage == compat.StagePreflight {
+			facts = PreflightFacts(facts, j.Plan, tc)
+		}
+		facts.Build = maps.Clone(build)
+		fs, err := compat.Evaluate(ctx, rules, facts, stage, anc)
+		if err != nil {
+			return nil, fmt.Errorf("check %s against the compatibility rules with what the build read: %w", j.Plan.Recipe, err)
+		}
+		all = append(all, fs...)
+		if err := j.policy(fs, stage); err != nil {
+			return all, &AfterBuildError{Facts: build, Err: err}
+		}
+	}
+	return all, nil
+}
+
+// AfterBuildError is a rule that the facts the build read (Manifest.BuildFacts) decided
+// against the plan.
+type AfterBuildError struct {
+	Facts map[string]string
+	Err   error
+}
+
+func (e *AfterBuildError) Error() string {
+	var kv []string
+	for _, k := range compat.BuildKeys {
+		if v, ok := e.Facts[k]; ok {
+			kv = append(kv, k+"="+v)
+		}
+	}
+	return fmt.Sprintf("after the build, with what it read of the headers (%s): %v", strings.Join(kv, ", "), e.Err)
+}
+
+func (e *AfterBuildError) Unwrap() error { return e.Err }
+
+// builtNVSHMEMVersion is the X.Y.Z of the NVSHMEM an install was built against: the
+// version of the headers the build read (nvshmem.header-version), else the plan's label
+// (nvshmemBuildVersion). "" when unknown.
+func builtNVSHMEMVersion(opts HostOptions) string {
+	if v, err := compat.ParseVersion(opts.Build[FactHeaderVersion]); err == nil {
+		return v.Core()
+	}
+	return nvshmemBuildVersion(opts.Plan, opts.Toolchain)
+}
+
+// CheckInstall evaluates the rules of the plan and preflight stages on the install at
+// prefix: the plan, the build's toolchain and the build facts its manifest records (the
+// rules a build evaluated before reading its headers, decided now by them). opts gives
+// the policy and the ancestry sources (Library, Recipe and Sets are not used).
+func CheckInstall(ctx context.Context, prefix string, opts Options) (*Plan, []compat.Finding, error) {
+	m, _, err := ReadInstalledManifest(prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.Plan == nil {
+		return nil, nil, fmt.Errorf("the manifest of %s records no plan", prefix)
+	}
+	if opts.Log == nil {
+		opts.Log = log.New(io.Discard)
+	}
+	j := &Job{Plan: m.Plan, opts: opts}
+	if err := j.checkIgnoreRules(); err != nil {
+		return nil, nil, err
+	}
+	fs, err := j.rulesAfterBuild(ctx, m.Toolchain, m.BuildFacts)
+	return m.Plan, fs, err
+}

@@ -1,0 +1,303 @@
+package builder
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/compat"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// The one line of NVSHMEM's nvshmem_common_ibgda.h each layout is known by.
+const (
+	typedefV1 = "typedef nvshmemi_ibgda_device_state_v1 nvshmemi_ibgda_device_state_t;"
+	typedefV2 = "typedef nvshmemi_ibgda_device_state_v2 nvshmemi_ibgda_device_state_t;"
+)
+
+// ibgdaHeaderText is a header of the installed form around typedef (the structs are
+// stand-ins: only the typedef is read).
+func ibgdaHeaderText(typedef string) string {
+	return "#ifndef FIXTURE_IBGDA_H\n#define FIXTURE_IBGDA_H\n/* stand-ins for the device state structs */\n" +
+		"typedef struct { int rcs; } nvshmemi_ibgda_device_state_v1;\n" +
+		"typedef struct { int rcs; } nvshmemi_ibgda_device_state_v2;\n" +
+		typedef + "\n#endif\n"
+}
+
+func versionHeaderText(major, minor, patch string) string {
+	return "#define NVSHMEM_VENDOR_MAJOR_VERSION " + major + "\n#define NVSHMEM_VENDOR_MINOR_VERSION " + minor +
+		"\n#define NVSHMEM_VENDOR_PATCH_VERSION " + patch + "\n#define NVSHMEM_VENDOR_PACKAGE_VERSION 0\n" +
+		"#define NVSHMEM_BUILD_VARS \"NVSHMEM_IBGDA_SUPPORT=1\"\n"
+}
+
+func TestParseRCLayout(t *testing.T) {
+	for _, c := range []struct {
+		name, src, want string
+		err             []string
+	}{
+		{"v1", ibgdaHeaderText(typedefV1), "v1", nil},
+		{"v2", ibgdaHeaderText(typedefV2), "v2", nil},
+		{"v2 over lines, with comments", "typedef   nvshmemi_ibgda_device_state_v2 /* the new order */\n\tnvshmemi_ibgda_device_state_t ;  // QP-major\n", "v2", nil},
+		{"a commented-out typedef is not one", "// " + typedefV2 + "\n/* " + typedefV2 + "\n */\n" + typedefV1 + "\n", "v1", nil},
+		{"the plain struct before the versioned ones", "typedef struct {\n    int num_rc_per_pe;\n} nvshmemi_ibgda_device_state_t;\n", "v1", nil},
+		{"two typedefs", "#if NEW\n" + typedefV2 + "\n#else\n" + typedefV1 + "\n#endif\n", "", []string{"undecided", "2 definitions", "line 2 (v2)", "line 4 (v1)"}},
+		{"none", "typedef struct { int x; } something_else_t;\n", "", []string{"undecided", "no typedef of nvshmemi_ibgda_device_state_t"}},
+		{"an unknown form", "\ntypedef struct nvshmemi_ibgda_device_state_v3 nvshmemi_ibgda_device_state_t;\n", "", []string{"line 2", "undecided", "does not know"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := ParseRCLayout([]byte(c.src))
+			if got != c.want {
+				t.Errorf("layout %q, want %q (%v)", got, c.want, err)
+			}
+			if (err != nil) != (c.err != nil) {
+				t.Fatalf("error %v", err)
+			}
+			for _, w := range c.err {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the error lacks %q: %v", w, err)
+				}
+			}
+		})
+	}
+}
+
+// writeNVSHMEMInclude lays out an installed NVSHMEM's include/ under dir: the IBGDA
+// header with typedef (none: no header) and nvshmem_version.h of version.
+func writeNVSHMEMInclude(t *testing.T, dir, typedef string, version [3]string) string {
+	t.Helper()
+	inc := filepath.Join(dir, "include")
+	files := map[string]string{filepath.Join(inc, "non_abi", "nvshmem_version.h"): versionHeaderText(version[0], version[1], version[2])}
+	if typedef != "" {
+		files[filepath.Join(inc, "device_host_transport", "nvshmem_common_ibgda.h")] = ibgdaHeaderText(typedef)
+	}
+	for p, body := range files {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return inc
+}
+
+func TestNVSHMEMIncludeFacts(t *testing.T) {
+	inc := writeNVSHMEMInclude(t, t.TempDir(), typedefV2, [3]string{"3", "5", "0"})
+	facts, notes := NVSHMEMIncludeFacts(inc)
+	if facts[FactRCLayout] != "v2" || facts[FactHeaderVersion] != "3.5.0" || notes != nil {
+		t.Errorf("facts %v, notes %v", facts, notes)
+	}
+	// no IBGDA header: the layout is unset, and the note says why
+	inc = writeNVSHMEMInclude(t, t.TempDir(), "", [3]string{"3", "2", "5"})
+	facts, notes = NVSHMEMIncludeFacts(inc)
+	if _, ok := facts[FactRCLayout]; ok || facts[FactHeaderVersion] != "3.2.5" || !strings.Contains(notes[FactRCLayout], "no IBGDA header") {
+		t.Errorf("no IBGDA header: facts %v, notes %v", facts, notes)
+	}
+	// two typedefs: undecided, naming the file
+	inc = writeNVSHMEMInclude(t, t.TempDir(), typedefV1+"\n"+typedefV2, [3]string{"3", "5", "0"})
+	facts, notes = NVSHMEMIncludeFacts(inc)
+	hdr := filepath.Join(inc, "device_host_transport", "nvshmem_common_ibgda.h")
+	if _, ok := facts[FactRCLayout]; ok || !strings.Contains(notes[FactRCLayout], hdr) || !strings.Contains(notes[FactRCLayout], "undecided") {
+		t.Errorf("two typedefs: facts %v, notes %v", facts, notes)
+	}
+	// a FIFO in the header's place is an error naming it, not a hang
+	inc = writeNVSHMEMInclude(t, t.TempDir(), "", [3]string{"3", "5", "0"})
+	fifo := filepath.Join(inc, "device_host_transport", "nvshmem_common_ibgda.h")
+	if err := os.MkdirAll(filepath.Dir(fifo), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, notes = NVSHMEMIncludeFacts(inc); !strings.Contains(notes[FactRCLayout], fifo) {
+		t.Errorf("a FIFO: %v", notes)
+	}
+}
+
+const factsRecipe = `name: facts
+cluster: test
+description: an NVSHMEM whose tree calls itself 3.5.0 and has the new layout
+components:
+  - name: nvshmem
+    version: 3.5.0-0
+    source: {git: {url: "URL_nvshmem", commit: COMMIT_nvshmem}}
+    build:
+      - command: {run: [sh, -c, 'mkdir -p "$DESTDIR$PREFIX" && cp -R include "$DESTDIR$PREFIX/"']}
+    checks: [{file: include/non_abi/nvshmem_version.h}]
+`
+
+// A tree labelled 3.5.0 (no release) whose header says _v2: the build records the layout
+// in the manifest, has the rules evaluated again with it, and the rules read from the
+// manifest put DeepEP on the _v2 side (R3 before 29d31c0 at plan, R24 at the host), where
+// the label leaves them undecided.
+func TestBuildRecordsRCLayout(t *testing.T) {
+	s := newShape(t, map[string]map[string]string{"nvshmem": {
+		"include/device_host_transport/nvshmem_common_ibgda.h": ibgdaHeaderText(typedefV2),
+		"include/non_abi/nvshmem_version.h":                    versionHeaderText("3", "5", "0"),
+	}}, factsRecipe)
+	r, p := s.runner(t, 1)
+	var asked map[string]string
+	r.afterBuild = func(_ context.Context, _ *Toolchain, build map[string]string) ([]compat.Finding, error) {
+		asked = build
+		return nil, nil
+	}
+	res, err := r.Run(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(res.Artifact)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := readArtifactManifest(context.Background(), res.Artifact, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{FactRCLayout: "v2", FactHeaderVersion: "3.5.0"}
+	if !maps.Equal(m.BuildFacts, want) || m.BuildFactNotes != nil || !maps.Equal(asked, want) {
+		t.Fatalf("manifest build facts %v (notes %v); the rules were asked with %v", m.BuildFacts, m.BuildFactNotes, asked)
+	}
+
+	// the manifest's facts, under a plan that pins such a tree (NVSHMEM main, 3.5.0-0)
+	rules, err := compat.LoadRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := compat.LoadHistory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := []string{"nvshmem.commit=2c7f5a37b16d74166b7dfd30014bb1de1c6aaa0a", "nvshmem.version=3.5.0-0"}
+	old := FactsFromPlan(planOf(t, "gcp-b200", append(tree, "deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b")...))
+	r3 := func(build map[string]string) *compat.Finding {
+		f := old
+		f.Build = build
+		fs, err := compat.Evaluate(context.Background(), rules, f, compat.StagePlan, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range fs {
+			if fs[i].Name() == "R3/qp-layout" {
+				return &fs[i]
+			}
+		}
+		return nil
+	}
+	if f := r3(nil); f == nil || !f.Unknown {
+		t.Errorf("by the label alone R3 is undecided: %+v", f)
+	}
+	if f := r3(m.BuildFacts); f == nil || f.Unknown || f.Severity != compat.SeverityError {
+		t.Errorf("with the recorded _v2, R3 holds: %+v", f)
+	}
+	if f := r3(map[string]string{FactRCLayout: "v1"}); f != nil {
+		t.Errorf("with a recorded _v1, R3 does not hold: %+v", f)
+	}
+
+	// the host stage: the install's facts, and a process that loads 3.4.5 (_v1)
+	opts := HostOptions{Plan: planOf(t, "gcp-b200", tree...), Build: m.BuildFacts}
+	r24 := func(opts HostOptions) *compat.Finding {
+		f := hostFacts(opts, nil, map[string]string{"nvshmem.loaded-version": "3.4.5"}, "")
+		fs, err := compat.Evaluate(context.Background(), rules, f, compat.StageHost, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range fs {
+			if fs[i].Name() == "R24/built-after-loaded-before" {
+				return &fs[i]
+			}
+		}
+		return nil
+	}
+	if f := r24(opts); f == nil || f.Unknown {
+		t.Errorf("host: built _v2 (recorded), loaded 3.4.5: %+v", f)
+	}
+	opts.Build = nil
+	if f := r24(opts); f == nil || !f.Unknown {
+		t.Errorf("host: without the recorded fact, undecided: %+v", f)
+	}
+	// the loaded version is compared with the headers' version, not the label
+	if v := builtNVSHMEMVersion(HostOptions{Plan: planOf(t, "gcp-b200"), Build: map[string]string{FactHeaderVersion: "3.5.0"}}); v != "3.5.0" {
+		t.Errorf("built version %q, want the headers' 3.5.0 over the label 3.5.19", v)
+	}
+}
+
+// The rules after the build stop a plan the recorded layout decides against, saying
+// what the build read; the other layout passes.
+func TestRulesAfterBuild(t *testing.T) {
+	j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: "gcp-b200", AllowUndecided: true, CacheDir: filepath.Join(t.TempDir(), "cache"),
+		Sets: []string{"nvshmem.commit=2c7f5a37b16d74166b7dfd30014bb1de1c6aaa0a", "nvshmem.version=3.5.0-0",
+			"deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b", "env.NVSHMEM_SYMMETRIC_SIZE=4G", "nccl.package=nvidia-nccl-cu13"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = j.rulesAfterBuild(context.Background(), gpuMachine(), map[string]string{FactRCLayout: "v2"})
+	var re *RulesError
+	var ae *AfterBuildError
+	if !errors.As(err, &re) || !errors.As(err, &ae) || !slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.Name() == "R3/qp-layout" }) ||
+		!strings.Contains(err.Error(), "nvshmem.rc-layout=v2") {
+		t.Fatalf("want R3 after the build read _v2, got %v", err)
+	}
+	fs, err := j.rulesAfterBuild(context.Background(), gpuMachine(), map[string]string{FactRCLayout: "v1"})
+	if errors.As(err, &re) && slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.ID == "R3" }) {
+		t.Fatalf("_v1: %v", err)
+	}
+	if slices.ContainsFunc(fs, func(f compat.Finding) bool { return f.ID == "R3" }) {
+		t.Errorf("_v1: R3 found: %v", compat.IDs(fs))
+	}
+}
+
+// compat check --prefix: the rules on an install read its manifest's build facts; the
+// same install without them leaves R3 undecided.
+func TestCheckInstallReadsBuildFacts(t *testing.T) {
+	p := planOf(t, "gcp-b200", "nvshmem.commit=2c7f5a37b16d74166b7dfd30014bb1de1c6aaa0a", "nvshmem.version=3.5.0-0",
+		"deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b")
+	install := func(build map[string]string) string {
+		dir := t.TempDir()
+		b, err := json.MarshalIndent(Manifest{Format: ManifestFormat, Recipe: p.Recipe, Plan: p, BuildFacts: build,
+			PlanKey: "test", Files: []archive.Entry{{Path: "env.sh", Mode: 0o644}}}, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ManifestName), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	opts := Options{AllowUndecided: true, CacheDir: filepath.Join(t.TempDir(), "cache")}
+	_, fs, err := CheckInstall(context.Background(), install(map[string]string{FactRCLayout: "v2"}), opts)
+	var re *RulesError
+	if !errors.As(err, &re) || !slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.Name() == "R3/qp-layout" && !f.Unknown }) {
+		t.Fatalf("recorded _v2: want R3, got %v (%v)", err, compat.IDs(fs))
+	}
+	_, fs, err = CheckInstall(context.Background(), install(nil), opts)
+	if errors.As(err, &re) && slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.ID == "R3" }) {
+		t.Fatalf("nothing recorded: R3 stops: %v", err)
+	}
+	if !slices.ContainsFunc(fs, func(f compat.Finding) bool { return f.Name() == "R3/qp-layout" && f.Unknown }) {
+		t.Errorf("nothing recorded: want R3 undecided, got %v", compat.IDs(fs))
+	}
+}
+
+// A recipe that takes the NVSHMEM wheel reads the facts from the wheel's package
+// (nvidia/nvshmem/include); a plan without NVSHMEM records nothing (its manifest keeps
+// its bytes).
+func TestBuildFactsOfTheWheel(t *testing.T) {
+	p := planOf(t, "single-node")
+	pkg := filepath.Join(t.TempDir(), "site-packages", "nvidia", "nvshmem")
+	writeNVSHMEMInclude(t, pkg, typedefV1, [3]string{"3", "4", "5"})
+	facts, notes := buildFacts(p, []ComponentResult{{Name: "nvshmem", Prefix: pkg}, {Name: "deepep"}})
+	if facts[FactRCLayout] != "v1" || facts[FactHeaderVersion] != "3.4.5" || notes != nil {
+		t.Errorf("the wheel's facts %v, notes %v", facts, notes)
+	}
+	if facts, notes := buildFacts(&Plan{Recipe: "demo"}, []ComponentResult{{Name: "libdemo", Prefix: pkg}}); facts != nil || notes != nil {
+		t.Errorf("no NVSHMEM: %v %v", facts, notes)
+	}
+}
