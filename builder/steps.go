@@ -16,9 +16,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/procgroup"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/recipes"
@@ -138,7 +138,7 @@ func withEnv(base []string, m map[string]string) []string {
 
 // run runs one command of a step with its output appended to the step's log file, in a
 // process group of its own, so that an interrupt stops it and everything it started
-// (cmake → ninja → nvcc), and nothing it started outlives epbuild (see startGroup).
+// (cmake → ninja → nvcc), and nothing it started outlives epbuild (builder/procgroup).
 func (s *stepEnv) run(ctx context.Context, step, dir string, env []string, name string, args ...string) error {
 	logPath := filepath.Join(s.logs, step+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -162,7 +162,7 @@ func (s *stepEnv) run(ctx context.Context, step, dir string, env []string, name 
 	}
 	cmd := exec.Command(name, args...)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, f, f
-	err = runGroup(ctx, cmd)
+	err = procgroup.Run(ctx, cmd)
 	if err == nil {
 		return nil
 	}
@@ -176,68 +176,6 @@ func (s *stepEnv) run(ctx context.Context, step, dir string, env []string, name 
 	}
 	return &BuildError{Component: s.component, Step: step, Log: logPath, Tail: tailFile(logPath, 40), Err: err}
 }
-
-// killGrace is how long a step's process group has to exit after SIGTERM before it is
-// killed.
-const killGrace = 3 * time.Second
-
-// runGroup runs cmd in a process group of its own and waits for it. When ctx ends, the
-// group gets SIGTERM, then SIGKILL after killGrace. When cmd exits, whatever it left
-// running in its group is killed.
-//
-// The group belongs to a watcher started first: /bin/sh reading a pipe whose only
-// writer is epbuild. cmd joins the watcher's group. When the pipe closes (cmd finished,
-// or epbuild died, even by SIGKILL, since the kernel closes its files), the watcher
-// kills the group, itself included. The direct child also gets SIGKILL when epbuild
-// dies (PR_SET_PDEATHSIG on Linux), the grandchildren through the watcher.
-func runGroup(ctx context.Context, cmd *exec.Cmd) error {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("start %s: %w", cmd.Path, err)
-	}
-	watcher := exec.Command("/bin/sh", "-c", watcherScript)
-	watcher.Stdin = r
-	watcher.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = watcher.Start()
-	r.Close()
-	if err != nil {
-		w.Close()
-		return fmt.Errorf("start the process-group watcher (/bin/sh): %w", err)
-	}
-	pgid := watcher.Process.Pid
-	stopWatcher := func() {
-		w.Close() // the watcher kills what is left of the group, then itself
-		_ = watcher.Wait()
-	}
-	cmd.SysProcAttr = stepProcAttr(pgid)
-	if err := cmd.Start(); err != nil {
-		stopWatcher()
-		return err
-	}
-	exited, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case <-ctx.Done():
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(killGrace):
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			}
-		case <-exited:
-		}
-	}()
-	err = cmd.Wait()
-	close(exited)
-	<-stopped // no signal goes to the group once its watcher is reaped (its id is free)
-	stopWatcher()
-	return err
-}
-
-// watcherScript ignores the signals meant for the build (the group's SIGTERM above, a
-// terminal's SIGINT or SIGHUP), waits for the end of its stdin, and kills its group.
-const watcherScript = `trap '' HUP INT TERM; read x; kill -KILL 0`
 
 // tailFile is the end of a build log, preceded by the first lines that name an error:
 // compilers report the cause early and a wrapper's traceback fills the tail.
