@@ -503,6 +503,41 @@ func (s *stepEnv) command(ctx context.Context, i int, st *recipes.CommandStep, v
 	return s.run(ctx, fmt.Sprintf("%02d-command", i), dir, withEnv(s.env, senv), args[0], args[1:]...)
 }
 
+// copyTests copies the component's declared test files from its patched tree into
+// tests/ of the staged prefix, flat (validation keeps their base names apart), so that
+// the artifact and its manifest carry them like every other file.
+func (s *stepEnv) copyTests(t *recipes.Tests) error {
+	if t == nil {
+		return nil
+	}
+	dst := filepath.Join(s.destdir+s.prefix, TestsDir)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("build %s: copy its tests: %w", s.component, err)
+	}
+	buf := make([]byte, 1<<20)
+	for _, f := range t.Files {
+		src := filepath.Join(s.src, filepath.FromSlash(f))
+		st, err := os.Lstat(src)
+		if err == nil && !st.Mode().IsRegular() {
+			err = fmt.Errorf("a %s, not a regular file", st.Mode().Type())
+		}
+		if err != nil {
+			return fmt.Errorf("build %s: test file %s of its tree: %w (tests.files names the files of the pinned tree: check the path at this commit)", s.component, quote.Term(f), err)
+		}
+		perm := fs.FileMode(0o644)
+		if st.Mode().Perm()&0o111 != 0 {
+			perm = 0o755
+		}
+		if err := copyFile(src, filepath.Join(dst, filepath.Base(src)), perm, buf); err != nil {
+			return fmt.Errorf("build %s: copy test file %s: %w", s.component, quote.Term(f), err)
+		}
+	}
+	return nil
+}
+
+// TestsDir is where a component's declared tests lie in its prefix.
+const TestsDir = "tests"
+
 // copyTree copies a directory tree: regular files (0755 or 0644), directories and
 // symlinks (verbatim). Used for build copies of patched trees and build outputs.
 func copyTree(src, dst string) error {
