@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,13 +157,33 @@ func run(ctx context.Context, t Test, o Options, r *Result) {
 	sink := newSink(t.Bandwidth, o.TailLines)
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// the output goes through a pipe of our own, not exec's copying: a process the test
+	// leaves behind holds it open until the group is killed, which procgroup.Run does
+	// only once the test itself has exited, so exec would wait on it (or call a passed
+	// test failed)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		r.Status, r.Reason = Fail, "a pipe for its output: "+err.Error()
+		return
+	}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(sink, pr)
+	}()
 	cmd := exec.Command(prog, r.Argv[1:]...)
 	cmd.Args[0] = r.Argv[0]
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = t.Dir, o.Env, sink, sink
-	cmd.WaitDelay = 5 * time.Second // what the group leaves holding the pipe does not hold the run
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = t.Dir, o.Env, pw, pw
 	start := time.Now()
 	err = procgroup.Run(tctx, cmd)
 	r.Seconds = time.Since(start).Seconds()
+	pw.Close()
+	select {
+	case <-copied:
+	case <-time.After(drainWait): // a process that left the group still holds the pipe
+	}
+	pr.Close()
+	<-copied
 	sink.flush()
 	r.Tail, r.Bandwidths = sink.tail(), sink.bandwidths()
 	var ee *exec.ExitError
@@ -226,6 +247,9 @@ func executable(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0
 }
+
+// drainWait is how long the rest of a test's output is read once its group is gone.
+const drainWait = 2 * time.Second
 
 // maxLine bounds one line of a test's output; a longer one is cut there.
 const maxLine = 64 << 10
