@@ -98,3 +98,49 @@ func TestTestCommandExits(t *testing.T) {
 		t.Errorf("no python3: exit %d\n%s\n%s", code, out, errs)
 	}
 }
+
+// epbuild test --json of three nodes goes to fleet report, which shows each node's
+// bandwidth and flags the node below 0.9× the median; names from the documents reach the
+// terminal escaped.
+func TestTestToFleetReport(t *testing.T) {
+	prefix := testPrefix(t)
+	dir := t.TempDir()
+	for _, node := range []string{"gpu-a", "gpu-b", "gpu-c"} {
+		code, out, errs := run(t, nodeEnv("EPBUILD_HOSTNAME", node), "test", prefix, "--procs", "2", "--json")
+		if code != 0 {
+			t.Fatalf("test on %s: exit %d\n%s\n%s", node, code, out, errs)
+		}
+		var doc map[string]any
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatal(err)
+		}
+		// the same machine thrice: give the nodes bandwidths of their own
+		bw := doc["tests"].([]any)[0].(map[string]any)["bandwidths"].([]any)[0].(map[string]any)
+		bw["gbps"] = map[string]float64{"gpu-a": 10, "gpu-b": 9.8, "gpu-c": 5}[node]
+		bw["name"] = "copy\x1b]0;owned\x07"
+		b, _ := json.Marshal(doc)
+		if err := os.WriteFile(filepath.Join(dir, node+".json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errs := run(t, nodeEnv(), "fleet", "report", dir)
+	for _, want := range []string{"BANDWIDTH (GB/s; SLOW: below 0.90× the nodes' median)", "pydemo/lanes  copy\\x1b]0;owned\\x07  gpu-a  10.00  1.02",
+		"gpu-b  9.80   1.00", "gpu-c  5.00   0.51     SLOW", "DIFFER: gpu-c"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("fleet report lacks %q: exit %d\n%s\n%s", want, code, out, errs)
+		}
+	}
+	if code != 1 || strings.Contains(out, "\x1b") {
+		t.Errorf("fleet report: exit %d, escapes raw: %v\n%s", code, strings.Contains(out, "\x1b"), out)
+	}
+	if code, out, _ := run(t, nodeEnv(), "fleet", "report", dir, "--slow-below", "0.4"); code != 0 || strings.Contains(out, "SLOW\n") {
+		t.Errorf("--slow-below 0.4: exit %d\n%s", code, out)
+	}
+	if code, _, errs := run(t, nodeEnv(), "fleet", "report", dir, "--slow-below", "1.5"); code != 2 || !strings.Contains(errs, "--slow-below 1.5") {
+		t.Errorf("--slow-below 1.5: exit %d\n%s", code, errs)
+	}
+	os.Remove(filepath.Join(dir, "gpu-c.json"))
+	if code, out, errs := run(t, nodeEnv(), "fleet", "report", dir, "--json"); code != 0 || !strings.Contains(out, `"median_gbps": 9.9`) {
+		t.Errorf("two agreeing nodes: exit %d\n%s\n%s", code, out, errs)
+	}
+}
