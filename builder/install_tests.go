@@ -40,6 +40,8 @@ func LoadInstallTests(prefix string, base []string, only []string) (*InstallTest
 	if err != nil {
 		return nil, err
 	}
+	// a test must not change the install it tests (verify-install reads its bytecode)
+	env = withEnv(env, map[string]string{"PYTHONDONTWRITEBYTECODE": "1"})
 	it := &InstallTests{Prefix: abs, Recipe: m.Plan.Recipe, PlanKey: m.PlanKey, Env: env}
 	prefixes := installedPrefixes(m, abs)
 	want := map[string]bool{}
