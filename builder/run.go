@@ -192,7 +192,12 @@ func (r *Runner) keys(p *Plan) map[string]compKeys {
 			}
 		}
 		if len(c.Build) > 0 {
-			k.build = Key(buildFormat, k.patch, c.Version, c.Build, deps, r.Toolchain.Fingerprint(), r.Repro.key(), r.SourceDateEpoch)
+			parts := []any{buildFormat, k.patch, c.Version, c.Build, deps, r.Toolchain.Fingerprint(), r.Repro.key(), r.SourceDateEpoch}
+			if c.Tests != nil {
+				// the build copies the declared tests into the prefix; none: the key stays
+				parts = append(parts, c.Tests)
+			}
+			k.build = Key(parts...)
 		}
 		if k.build != "" {
 			k.check = Key(checkFormat, k.build, c.Checks, c.PatchSets, p.Env, deps)
@@ -905,6 +910,9 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 			}
 			return r.buildRootFull(err)
 		}
+	}
+	if err := se.copyTests(c.Tests); err != nil {
+		return err
 	}
 	if err := os.Rename(destdir+prefix, filepath.Join(dir, "prefix")); err != nil {
 		return fmt.Errorf("build %s: stage the prefix: %w", c.Name, err)

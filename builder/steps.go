@@ -16,9 +16,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/procgroup"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/recipes"
@@ -138,7 +138,7 @@ func withEnv(base []string, m map[string]string) []string {
 
 // run runs one command of a step with its output appended to the step's log file, in a
 // process group of its own, so that an interrupt stops it and everything it started
-// (cmake → ninja → nvcc), and nothing it started outlives epbuild (see startGroup).
+// (cmake → ninja → nvcc), and nothing it started outlives epbuild (builder/procgroup).
 func (s *stepEnv) run(ctx context.Context, step, dir string, env []string, name string, args ...string) error {
 	logPath := filepath.Join(s.logs, step+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -162,7 +162,7 @@ func (s *stepEnv) run(ctx context.Context, step, dir string, env []string, name 
 	}
 	cmd := exec.Command(name, args...)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, f, f
-	err = runGroup(ctx, cmd)
+	err = procgroup.Run(ctx, cmd)
 	if err == nil {
 		return nil
 	}
@@ -176,68 +176,6 @@ func (s *stepEnv) run(ctx context.Context, step, dir string, env []string, name 
 	}
 	return &BuildError{Component: s.component, Step: step, Log: logPath, Tail: tailFile(logPath, 40), Err: err}
 }
-
-// killGrace is how long a step's process group has to exit after SIGTERM before it is
-// killed.
-const killGrace = 3 * time.Second
-
-// runGroup runs cmd in a process group of its own and waits for it. When ctx ends, the
-// group gets SIGTERM, then SIGKILL after killGrace. When cmd exits, whatever it left
-// running in its group is killed.
-//
-// The group belongs to a watcher started first: /bin/sh reading a pipe whose only
-// writer is epbuild. cmd joins the watcher's group. When the pipe closes (cmd finished,
-// or epbuild died, even by SIGKILL, since the kernel closes its files), the watcher
-// kills the group, itself included. The direct child also gets SIGKILL when epbuild
-// dies (PR_SET_PDEATHSIG on Linux), the grandchildren through the watcher.
-func runGroup(ctx context.Context, cmd *exec.Cmd) error {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("start %s: %w", cmd.Path, err)
-	}
-	watcher := exec.Command("/bin/sh", "-c", watcherScript)
-	watcher.Stdin = r
-	watcher.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = watcher.Start()
-	r.Close()
-	if err != nil {
-		w.Close()
-		return fmt.Errorf("start the process-group watcher (/bin/sh): %w", err)
-	}
-	pgid := watcher.Process.Pid
-	stopWatcher := func() {
-		w.Close() // the watcher kills what is left of the group, then itself
-		_ = watcher.Wait()
-	}
-	cmd.SysProcAttr = stepProcAttr(pgid)
-	if err := cmd.Start(); err != nil {
-		stopWatcher()
-		return err
-	}
-	exited, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case <-ctx.Done():
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(killGrace):
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			}
-		case <-exited:
-		}
-	}()
-	err = cmd.Wait()
-	close(exited)
-	<-stopped // no signal goes to the group once its watcher is reaped (its id is free)
-	stopWatcher()
-	return err
-}
-
-// watcherScript ignores the signals meant for the build (the group's SIGTERM above, a
-// terminal's SIGINT or SIGHUP), waits for the end of its stdin, and kills its group.
-const watcherScript = `trap '' HUP INT TERM; read x; kill -KILL 0`
 
 // tailFile is the end of a build log, preceded by the first lines that name an error:
 // compilers report the cause early and a wrapper's traceback fills the tail.
@@ -564,6 +502,41 @@ func (s *stepEnv) command(ctx context.Context, i int, st *recipes.CommandStep, v
 	}
 	return s.run(ctx, fmt.Sprintf("%02d-command", i), dir, withEnv(s.env, senv), args[0], args[1:]...)
 }
+
+// copyTests copies the component's declared test files from its patched tree into
+// tests/ of the staged prefix, flat (validation keeps their base names apart), so that
+// the artifact and its manifest carry them like every other file.
+func (s *stepEnv) copyTests(t *recipes.Tests) error {
+	if t == nil {
+		return nil
+	}
+	dst := filepath.Join(s.destdir+s.prefix, TestsDir)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("build %s: copy its tests: %w", s.component, err)
+	}
+	buf := make([]byte, 1<<20)
+	for _, f := range t.Files {
+		src := filepath.Join(s.src, filepath.FromSlash(f))
+		st, err := os.Lstat(src)
+		if err == nil && !st.Mode().IsRegular() {
+			err = fmt.Errorf("a %s, not a regular file", st.Mode().Type())
+		}
+		if err != nil {
+			return fmt.Errorf("build %s: test file %s of its tree: %w (tests.files names the files of the pinned tree: check the path at this commit)", s.component, quote.Term(f), err)
+		}
+		perm := fs.FileMode(0o644)
+		if st.Mode().Perm()&0o111 != 0 {
+			perm = 0o755
+		}
+		if err := copyFile(src, filepath.Join(dst, filepath.Base(src)), perm, buf); err != nil {
+			return fmt.Errorf("build %s: copy test file %s: %w", s.component, quote.Term(f), err)
+		}
+	}
+	return nil
+}
+
+// TestsDir is where a component's declared tests lie in its prefix.
+const TestsDir = "tests"
 
 // copyTree copies a directory tree: regular files (0755 or 0644), directories and
 // symlinks (verbatim). Used for build copies of patched trees and build outputs.

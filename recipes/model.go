@@ -88,7 +88,48 @@ type Component struct {
 	// DT_RPATH, which LD_LIBRARY_PATH cannot override. Nothing when it comes from the Python
 	// environment.
 	Preload []string `json:"preload,omitempty"`
+	// Tests are tests of the pinned tree that the artifact carries, for `epbuild test`
+	// on the nodes after an install.
+	Tests *Tests `json:"tests,omitempty"`
 }
+
+// Tests says which files of a component's pinned tree the artifact carries as its
+// acceptance tests, and how `epbuild test` runs each.
+//
+// The files and the runs are apart because they are different things: a test program
+// imports helpers that are no test of their own (DeepEP's tests/utils.py), and one
+// file may run in several ways. The files land flat in the component's tests/ (a test
+// imports its helpers as siblings, as DeepEP's do), so two files may not share a base
+// name. A run is an argv, not a shell line: nothing is expanded but {{procs}}, so what
+// the recipe says is what runs. Bandwidth patterns are named regular expressions with a
+// gbps group, so that reading numbers out of any upstream's prints is data, not code.
+type Tests struct {
+	// Files are paths in the source tree, copied to tests/ under the component's prefix.
+	Files []string `json:"files" jsonschema:"minItems=1"`
+	// Run lists the tests, in the order `epbuild test` runs them.
+	Run []TestRun `json:"run" jsonschema:"minItems=1"`
+}
+
+// TestRun is one test: a program run in the component's tests/ directory with the
+// install's runtime env (env.sh's). It passes when it exits 0 before its timeout.
+type TestRun struct {
+	Name string `json:"name" jsonschema:"pattern=^[a-z][a-z0-9-]*$"`
+	// Argv is the program and its arguments; {{procs}} is the number of processes to
+	// start on this node (`epbuild test --procs N`, default one per GPU).
+	Argv []string `json:"argv" jsonschema:"minItems=1"`
+	// Nodes is how many nodes the test needs (default 1). One that needs more is run
+	// only when `epbuild test --nodes N` says the job spans enough of them; otherwise it
+	// is reported as not run.
+	Nodes int `json:"nodes,omitempty" jsonschema:"minimum=1"`
+	// Timeout bounds one run (a Go duration: 90s, 20m); its process group is killed then.
+	Timeout string `json:"timeout"`
+	// Bandwidth names regular expressions (Go syntax) read on each line of the test's
+	// output; each has a group named gbps, a number in GB/s.
+	Bandwidth map[string]string `json:"bandwidth,omitempty"`
+}
+
+// MinNodes is how many nodes the test needs (Nodes, at least 1).
+func (t TestRun) MinNodes() int { return max(t.Nodes, 1) }
 
 // Source is where a component comes from; exactly one field is set.
 type Source struct {

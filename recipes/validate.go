@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/epbuild/epbuild/compat"
 )
@@ -256,6 +257,7 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 			checkValue(sp+"."+s.Kind()+".env."+k, "environment variable "+k, env[k], add)
 		}
 	}
+	d.validateTests(p, c, add)
 	for j, ch := range c.Checks {
 		cp := fmt.Sprintf("%s.checks[%d]", p, j)
 		if set := ch.Kinds(); len(set) != 1 {
@@ -525,4 +527,78 @@ func checkFile(kind string, spec any) (pattern, field string) {
 		}
 	}
 	return "", ""
+}
+
+// validateTests checks a component's tests: files of the tree that land flat in the
+// component's tests/, and runs whose argv uses no template but {{procs}}, with a timeout
+// and bandwidth patterns that each capture gbps.
+func (d *Doc) validateTests(p string, c *Component, add func(string, string, ...any)) {
+	t := c.Tests
+	if t == nil {
+		return
+	}
+	p += ".tests"
+	if c.Source.Python != nil || len(c.Build) == 0 {
+		add(p, "component %s builds nothing here, so the artifact cannot carry its tests: declare tests on a component built from its pinned source", c.Name)
+	}
+	if len(t.Files) == 0 {
+		add(p, "tests: needs files: the paths in %s's source tree that the artifact carries (tests/test_intranode.py)", c.Name)
+	}
+	base := map[string]int{}
+	for j, f := range t.Files {
+		fp := fmt.Sprintf("%s.files[%d]", p, j)
+		if strings.ContainsAny(f, "*?[") || !localPath(f, false) || strings.HasSuffix(f, "/") {
+			add(fp, "test file %q is not a file of the source tree (a relative path that stays in it, no glob, like tests/utils.py)", f)
+			continue
+		}
+		b := path.Base(f)
+		if k, dup := base[b]; dup {
+			add(fp, "test file %q lands in tests/ as %s, as files[%d] does: the files are copied flat, so give one of them up or pick files of other names", f, b, k)
+		}
+		base[b] = j
+	}
+	if len(t.Run) == 0 {
+		add(p, "tests: needs run: one entry per test, with name, argv and timeout")
+	}
+	names := map[string]int{}
+	for j, r := range t.Run {
+		rp := fmt.Sprintf("%s.run[%d]", p, j)
+		if !compRe.MatchString(r.Name) {
+			add(rp+".name", "test name %q must start with a letter and use lower-case letters, digits and '-' (intranode)", r.Name)
+		} else if k, dup := names[r.Name]; dup {
+			add(rp+".name", "test %q is declared twice (also run[%d]): `epbuild test --only NAME` must name one", r.Name, k)
+		}
+		names[r.Name] = j
+		if len(r.Argv) == 0 || strings.TrimSpace(r.Argv[0]) == "" {
+			add(rp+".argv", "argv needs the program first: [python3, test_intranode.py, --num-processes, \"{{procs}}\"]")
+		}
+		for k, a := range r.Argv {
+			for _, m := range templateRe.FindAllStringSubmatch(a, -1) {
+				if m[1] != "procs" {
+					add(fmt.Sprintf("%s.argv[%d]", rp, k), "unknown template {{%s}} in a test's argv: only {{procs}} (the processes to start on this node) is expanded", m[1])
+				}
+			}
+		}
+		if r.Nodes < 0 {
+			add(rp+".nodes", "nodes is how many nodes the test needs, at least 1 (leave it out for one)")
+		}
+		if r.Timeout == "" {
+			add(rp, "missing timeout: how long one run may take (a duration like 90s or 20m); its processes are killed then")
+		} else if dt, err := time.ParseDuration(r.Timeout); err != nil || dt <= 0 {
+			add(rp+".timeout", "timeout %q is not a positive duration (write 90s, 20m or 1h30m)", r.Timeout)
+		}
+		for _, name := range slices.Sorted(maps.Keys(r.Bandwidth)) {
+			bp := rp + ".bandwidth." + name
+			if !compRe.MatchString(name) {
+				add(bp, "bandwidth name %q must start with a letter and use lower-case letters, digits and '-' (dispatch-fp8)", name)
+			}
+			re, err := regexp.Compile(r.Bandwidth[name])
+			switch {
+			case err != nil:
+				add(bp, "bandwidth pattern %s: %v (Go regular-expression syntax)", name, err)
+			case re.SubexpIndex("gbps") < 0:
+				add(bp, "bandwidth pattern %s has no group named gbps: capture the number as (?P<gbps>[0-9.]+)", name)
+			}
+		}
+	}
 }

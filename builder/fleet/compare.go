@@ -25,6 +25,11 @@ type Report struct {
 	// FailEverywhere are the checks that fail on every node: no difference, but no
 	// node is ready either.
 	FailEverywhere []FleetFailure `json:"fail_everywhere,omitempty"`
+	// Bandwidths are the bandwidths the nodes' epbuild test documents read, one entry
+	// per test and pattern, each node's value beside the fleet's median.
+	Bandwidths []BandwidthSpread `json:"bandwidths,omitempty"`
+	// SlowBelow is the fraction of the median under which a node's bandwidth is slow.
+	SlowBelow float64 `json:"slow_below,omitempty"`
 }
 
 // FleetFailure is a check that fails on every node, with the first node's fix.
@@ -63,6 +68,10 @@ type NodeSummary struct {
 	Failed         bool           `json:"failed"`
 	// Problem: why the node has no report to compare (Node.Problem).
 	Problem string `json:"problem,omitempty"`
+	// TestsFile is the node's epbuild test document, when given; TestsOnly: no
+	// verify-install report was given for the node, only that document.
+	TestsFile string `json:"tests_file,omitempty"`
+	TestsOnly bool   `json:"tests_only,omitempty"`
 }
 
 // Difference is one node that differs from the fleet.
@@ -219,6 +228,9 @@ type Options struct {
 	// ArtifactDir is where the fleet's artifacts lie on this machine, so that an install
 	// fix can name the artifact by its absolute path; "": not known.
 	ArtifactDir string
+	// SlowBelow: a node whose bandwidth is below this fraction of the nodes' median is
+	// slow (0: DefaultSlowBelow).
+	SlowBelow float64
 }
 
 // Compare finds what differs between the nodes. A node with a Problem (no report, or one
@@ -235,13 +247,19 @@ func Compare(nodes []Node, opt Options) *Report {
 	var usable []Node
 	for i := range nodes {
 		n := &nodes[i]
+		if n.testsOnly {
+			rep.Nodes = append(rep.Nodes, NodeSummary{Name: n.Name, File: n.File, EpbuildVersion: n.EpbuildVersion, SchemaVersion: n.SchemaVersion,
+				Counts: map[string]int{}, TestsFile: n.TestsFile, TestsOnly: true})
+			continue
+		}
 		if n.Problem == "" && n.tab != tab {
 			if err := n.stream(tab, nil, nil); err != nil {
 				n.Problem = err.Error()
 			}
 		}
 		rep.Nodes = append(rep.Nodes, NodeSummary{Name: n.Name, File: n.File, Recipe: n.Report.Recipe, PlanKey: n.Report.PlanKey,
-			EpbuildVersion: n.EpbuildVersion, SchemaVersion: n.SchemaVersion, Counts: n.counts, Failed: n.failed || n.Problem != "", Problem: n.Problem})
+			EpbuildVersion: n.EpbuildVersion, SchemaVersion: n.SchemaVersion, Counts: n.counts, Failed: n.failed || n.Problem != "", Problem: n.Problem,
+			TestsFile: n.TestsFile})
 		if n.Problem != "" {
 			d := problemRow(n)
 			rep.Nodes[len(rep.Nodes)-1].Problem = d.Found
@@ -264,6 +282,7 @@ func Compare(nodes []Node, opt Options) *Report {
 	spreads, diffs, common := compareChecks(usable, tab)
 	rep.Checks, rep.FailEverywhere = spreads, common
 	rep.Differences = append(rep.Differences, diffs...)
+	compareTests(rep, nodes, opt)
 	// one node's rows together, nodes in input order
 	order := map[string]int{}
 	for i, n := range nodes {

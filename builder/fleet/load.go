@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/acceptance"
 	"github.com/epbuild/epbuild/builder/host"
 )
 
@@ -47,6 +48,14 @@ type Node struct {
 	problemAt string // ":line:col" of a JSON error in the report
 	// Unlisted: a host list was given and does not name this node.
 	Unlisted bool `json:"unlisted,omitempty"`
+	// Tests are the results of `epbuild test --json` on this node, when given; TestsFile
+	// is that document.
+	Tests     []acceptance.Result `json:"-"`
+	TestsFile string              `json:"-"`
+	// testsOnly: the node wrote an epbuild test document and no verify-install report
+	// was given for it: it takes part in the bandwidths only.
+	testsOnly bool
+	testDoc   bool // the document read is an epbuild test one
 	// Report is the report's header (prefix, recipe, plan, artifact, mapping). Load leaves
 	// its Checks nil (they are read as a stream); a node built in memory may carry them.
 	Report builder.VerifyReport `json:"-"`
@@ -120,7 +129,16 @@ type reportFile struct {
 	EpbuildVersion string
 	ManifestSHA256 string
 	Report         builder.VerifyReport
+	// Command and Tests are an epbuild test --json document's (command "test").
+	Command string
+	Tests   []acceptance.Result
 }
+
+// testCommand is the envelope's command of an epbuild test --json document.
+const testCommand = "test"
+
+// maxTests bounds the tests of one document (a recipe declares a handful).
+const maxTests = 4096
 
 // InputError is an argument that cannot be used: bad input, exit 2.
 type InputError struct {
@@ -176,11 +194,29 @@ func Load(paths []string, opt LoadOptions) ([]Node, error) {
 		return nil, &InputError{File: "-", Err: errors.New("no reports given")}
 	}
 	tab := newTable()
-	nodes := make([]Node, 0, len(files))
+	var nodes, tests []Node
 	for _, f := range files {
-		nodes = append(nodes, readNode(f, opt.MaxBytes, tab))
+		n := readNode(f, opt.MaxBytes, tab)
+		if n.testDoc {
+			tests = append(tests, n)
+		} else {
+			nodes = append(nodes, n)
+		}
 	}
 	// two reports with one hostname stay apart, by file (Compare reports the duplicate)
+	apart(nodes)
+	apart(tests)
+	if opt.Expected != nil {
+		if len(nodes) > 0 || len(tests) == 0 {
+			nodes = matchExpected(nodes, opt.Expected)
+		} else {
+			tests = matchExpected(tests, opt.Expected)
+		}
+	}
+	return joinTests(nodes, tests), nil
+}
+
+func apart(nodes []Node) {
 	count := map[string]int{}
 	for _, n := range nodes {
 		count[n.Name]++
@@ -190,10 +226,27 @@ func Load(paths []string, opt LoadOptions) ([]Node, error) {
 			nodes[i].Name += " (" + filepath.Base(nodes[i].File) + ")"
 		}
 	}
-	if opt.Expected != nil {
-		nodes = matchExpected(nodes, opt.Expected)
+}
+
+// joinTests gives each node the epbuild test document of its name; a document of a node
+// without a verify-install report is a node of its own, that takes part in the
+// bandwidths only. A test document that cannot be read is a node with a Problem.
+func joinTests(nodes, tests []Node) []Node {
+	byName := map[string]int{}
+	for i, n := range nodes {
+		byName[n.Name] = i
 	}
-	return nodes, nil
+	for _, t := range tests {
+		if i, ok := byName[t.Name]; ok && t.Problem == "" && nodes[i].TestsFile == "" {
+			nodes[i].Tests, nodes[i].TestsFile = t.Tests, t.File
+			continue
+		}
+		if t.Problem == "" {
+			t.testsOnly, t.TestsFile = true, t.File
+		}
+		nodes = append(nodes, t)
+	}
+	return nodes
 }
 
 // matchExpected pairs each expected host with its report, by hostname or file name,
@@ -258,6 +311,14 @@ func readNode(file string, maxBytes int64, tab *table) Node {
 		return n
 	}
 	n.Hostname, n.EpbuildVersion, n.ManifestSHA256 = strings.TrimSpace(hdr.Hostname), hdr.EpbuildVersion, hdr.ManifestSHA256
+	if hdr.Command == testCommand {
+		n.testDoc, n.Tests = true, hdr.Tests
+		n.checks, n.facts, n.counts = nil, nil, map[string]int{}
+		for i := range n.Tests {
+			// what fleet shows of a test is its status, reason and bandwidths
+			n.Tests[i].Tail, n.Tests[i].Argv = nil, nil
+		}
+	}
 	n.SchemaVersion = strings.Trim(string(hdr.SchemaVersion), `"`)
 	n.Report = hdr.Report
 	if n.Hostname != "" {
@@ -389,6 +450,11 @@ func (n *Node) stream(tab *table, hdr *reportFile, each func(builder.VerifyCheck
 		return &posError{pos: lineCol(n.File, off), err: fmt.Errorf("not JSON: %v; write it with epbuild verify-install --json > FILE", err)}
 	case err != nil:
 		return err
+	case hdr.Command == testCommand:
+		if hdr.Tests == nil {
+			return errors.New(`no "tests": not an epbuild test --json document`)
+		}
+		return nil
 	case i == 0:
 		return errors.New("no checks: not a verify-install --json report")
 	}
@@ -440,6 +506,13 @@ func decodeReport(r io.Reader, hdr *reportFile, each func(builder.VerifyCheck) e
 			dst = &hdr.Report.Artifact
 		case "mapping_line":
 			dst = &hdr.Report.MappingLine
+		case "command":
+			dst = &hdr.Command
+		case "tests":
+			if err := decodeTests(dec, &hdr.Tests); err != nil {
+				return dec.InputOffset(), err
+			}
+			continue
 		default:
 			dst = new(json.RawMessage) // pairs, facts, traffic...: not compared
 		}
@@ -472,6 +545,33 @@ func decodeChecks(dec *json.Decoder, each func(builder.VerifyCheck) error) error
 		if err := each(c); err != nil {
 			return err
 		}
+	}
+	return expectDelim(dec, ']')
+}
+
+// decodeTests reads the "tests" of an epbuild test document, one at a time, at most
+// maxTests of them, each with a name and a status.
+func decodeTests(dec *json.Decoder, out *[]acceptance.Result) error {
+	t, err := dec.Token()
+	if err != nil || t == nil {
+		return err
+	}
+	if d, ok := t.(json.Delim); !ok || d != '[' {
+		return errors.New(`"tests" is not a list: not an epbuild test --json document`)
+	}
+	*out = []acceptance.Result{}
+	for dec.More() {
+		if len(*out) == maxTests {
+			return fmt.Errorf("more than %d tests: not an epbuild test --json document", maxTests)
+		}
+		var r acceptance.Result
+		if err := dec.Decode(&r); err != nil {
+			return err
+		}
+		if r.Name == "" || r.Status == "" {
+			return fmt.Errorf("test %d has no name or status: not an epbuild test --json document", len(*out)+1)
+		}
+		*out = append(*out, r)
 	}
 	return expectDelim(dec, ']')
 }

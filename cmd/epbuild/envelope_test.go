@@ -148,6 +148,8 @@ func TestEveryJSONFollowsTheSchema(t *testing.T) {
 		{[]string{"matrix", "run", "demo", "--axis", "env.DEMO_EXTRA=x", "-o", filepath.Join(tmp, "m"), "--json"}, 0},
 		{[]string{"install", art, "--prefix", prefix, "--json"}, 0},
 		{[]string{"verify-install", "--prefix", prefix, "--json"}, 0},
+		{[]string{"test", prefix, "--procs", "2", "--json"}, 0},
+		{[]string{"test", prefix, "--only", "no-such", "--json"}, 2},
 		{[]string{"host", "capture", filepath.Join(tmp, "cap.tar.zst"), "--json"}, 0},
 		{[]string{"host", "check", "--sysroot", filepath.Join(tmp, "cap.tar.zst"), "--json"}, -1},
 		{[]string{"fleet", "report", reports, "--json"}, 1},

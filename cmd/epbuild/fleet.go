@@ -24,9 +24,10 @@ func newFleetCmd(app *App) *cobra.Command {
 		slurm     bool
 		maxBytes  int64
 		artifacts string
+		slowBelow float64
 	)
 	report := &cobra.Command{
-		Use:   "report FILE...|DIR... [--hosts FILE | --slurm] [--artifacts DIR] [--max-report-bytes N] [--json]",
+		Use:   "report FILE...|DIR... [--hosts FILE | --slurm] [--artifacts DIR] [--slow-below F] [--max-report-bytes N] [--json]",
 		Short: "One table of what differs between nodes, each with its fix",
 		Long: `Read many nodes' ` + "`epbuild verify-install --host --json`" + ` reports (files, or the *.json files
 of directories) and print one table: each node that differs from the majority in its
@@ -35,6 +36,12 @@ mapping or its epbuild, and each check whose status differs between nodes, with 
 A node is named by its report's hostname, else by the file name without .json. Checks
 that fail on every node are listed after the table. See docs/fleet.md for collecting the
 reports with Slurm or Kubernetes.
+
+` + "`epbuild test --json`" + ` documents (docs/test.md) are read too, beside the reports or alone,
+and joined to the node of their hostname: a test that failed on a node is a difference of
+that node, and a BANDWIDTH table shows each test's bandwidths on every node that passed
+it, with the nodes' median; a node below --slow-below (default 0.9) times the median is
+SLOW, a difference.
 
 A node must be expected to be missed: --hosts FILE (one host a line, '#' comments, Slurm's
 node[01-04] syntax, and ` + "`kubectl get nodes -o name`" + `'s node/NAME) or --slurm (the job's
@@ -57,7 +64,10 @@ directory without reports and no host list, an unreadable host list).`,
 			if err != nil {
 				return err
 			}
-			rep := fleet.Compare(nodes, fleet.Options{ArtifactDir: artifacts})
+			if slowBelow <= 0 || slowBelow > 1 {
+				return usageError{fmt.Errorf("--slow-below %g: give a fraction of the median above 0 and at most 1 (0.9: 10%% under the median is slow)", slowBelow)}
+			}
+			rep := fleet.Compare(nodes, fleet.Options{ArtifactDir: artifacts, SlowBelow: slowBelow})
 			if asJSON {
 				var fail error
 				if !rep.OK() {
@@ -83,6 +93,7 @@ directory without reports and no host list, an unreadable host list).`,
 	report.Flags().BoolVar(&slurm, "slurm", false, "the nodes that must have reported are the Slurm job's (SLURM_JOB_NODELIST)")
 	report.Flags().Int64Var(&maxBytes, "max-report-bytes", fleet.DefaultMaxReport, "the largest report read (bytes); a larger one is a failing row")
 	report.Flags().StringVar(&artifacts, "artifacts", "", "the directory holding the fleet's artifact, for the install fix's command")
+	report.Flags().Float64Var(&slowBelow, "slow-below", fleet.DefaultSlowBelow, "a node whose test bandwidth is below this fraction of the nodes' median is slow")
 	report.MarkFlagsMutuallyExclusive("hosts", "slurm")
 	cmd.AddCommand(report)
 	return cmd
@@ -135,6 +146,10 @@ func writeFleet(w io.Writer, r *fleet.Report) {
 	fmt.Fprintln(tw, "NODE\tRECIPE\tPLAN\tPASS\tWARN\tFAIL\tSKIP\tREPORT")
 	for _, n := range r.Nodes {
 		file := orDash(n.File)
+		if n.TestsOnly {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\n", t(n.Name), t(file))
+			continue
+		}
 		if n.Problem != "" {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\n", t(n.Name), t(file))
 			continue
@@ -173,6 +188,7 @@ func writeFleet(w io.Writer, r *fleet.Report) {
 			}
 		}
 	}
+	writeBandwidths(w, r)
 	if len(r.FailEverywhere) > 0 {
 		fmt.Fprintln(w, "\nFAIL ON EVERY NODE")
 		for _, f := range r.FailEverywhere {
@@ -206,4 +222,26 @@ func termJoin(names []string) string {
 		out[i] = quote.Term(n)
 	}
 	return strings.Join(out, ", ")
+}
+
+// writeBandwidths prints each test's bandwidths on every node that passed it, slowest
+// first, beside the nodes' median.
+func writeBandwidths(w io.Writer, r *fleet.Report) {
+	if len(r.Bandwidths) == 0 {
+		return
+	}
+	t := quote.Term
+	fmt.Fprintf(w, "\nBANDWIDTH (GB/s; SLOW: below %.2f× the nodes' median)\n", r.SlowBelow)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TEST\tBANDWIDTH\tNODE\tGB/S\t×MEDIAN\t")
+	for _, b := range r.Bandwidths {
+		for _, n := range b.Nodes {
+			flag := ""
+			if n.Slow {
+				flag = "SLOW"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.2f\t%s\n", t(b.Test), t(b.Name), t(n.Node), n.GBps, n.Ratio, flag)
+		}
+	}
+	tw.Flush()
 }

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// testPrefix installs the demo artifact (built once per test binary) at a prefix of the
+// test's own.
+func testPrefix(t *testing.T) string {
+	t.Helper()
+	prefix := filepath.Join(t.TempDir(), "opt", "demo")
+	if code, out, errs := run(t, nodeEnv(), "install", demoArtifact(t), "--prefix", prefix); code != 0 {
+		t.Fatalf("install: exit %d\n%s\n%s", code, out, errs)
+	}
+	return prefix
+}
+
+// runningIn lists the processes whose working directory is dir.
+func runningIn(dir string) []string {
+	var out []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cwd")
+	for _, p := range procs {
+		if d, err := os.Readlink(p); err == nil && d == dir {
+			out = append(out, filepath.Base(filepath.Dir(p)))
+		}
+	}
+	return out
+}
+
+// The demo carries its test in pydemo/tests/ (in the manifest like every file): it runs
+// with --procs 2, each process reading its bandwidth; one that fails shows its last
+// lines; one that hangs is killed at --timeout with everything it started; --json is the
+// envelope's document.
+func TestTestCommand(t *testing.T) {
+	prefix := testPrefix(t)
+	tests := filepath.Join(prefix, "pydemo", "tests")
+	manifest, err := os.ReadFile(filepath.Join(prefix, "manifest.json"))
+	if err != nil || !strings.Contains(string(manifest), `"pydemo/tests/lanes_test.py"`) {
+		t.Errorf("the manifest does not list pydemo/tests/lanes_test.py (%v)", err)
+	}
+
+	code, out, errs := run(t, nodeEnv(), "test", prefix, "--procs", "2")
+	if code != 0 || !strings.Contains(out, "2 processes (--procs)") || !strings.Contains(out, "pydemo/lanes  pass") ||
+		!strings.Contains(out, "copy=") || !strings.Contains(out, "PASS: 1 passed, 0 failed, 0 not run") {
+		t.Errorf("test --procs 2: exit %d\n%s\n%s", code, out, errs)
+	}
+
+	t.Setenv("PYDEMO_TEST_MODE", "fail")
+	code, out, errs = run(t, nodeEnv(), "test", prefix, "--procs", "2")
+	if code != 1 || !strings.Contains(out, "pydemo/lanes: fail: exited 1") || !strings.Contains(out, "  | [rank 0] channel 0: expected 2 lanes, found 0") ||
+		!strings.Contains(errs, "failed: pydemo/lanes") {
+		t.Errorf("a failing test: exit %d\n%s\n%s", code, out, errs)
+	}
+
+	t.Setenv("PYDEMO_TEST_MODE", "hang")
+	code, out, errs = run(t, nodeEnv(), "test", prefix, "--procs", "2", "--timeout", "1500ms")
+	if code != 1 || !strings.Contains(out, "ran past its timeout of 1.5s: its processes were killed") {
+		t.Errorf("a hanging test: exit %d\n%s\n%s", code, out, errs)
+	}
+	if left := runningIn(tests); len(left) > 0 {
+		t.Errorf("processes %v of the killed test still run in %s", left, tests)
+	}
+
+	t.Setenv("PYDEMO_TEST_MODE", "")
+	code, out, errs = run(t, nodeEnv("EPBUILD_HOSTNAME", "gpu-a"), "test", prefix, "--procs", "2", "--json")
+	checkEnvelope(t, envelopeSchema(t), "test --json", out)
+	var doc testReport
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 || len(doc.Tests) != 1 || doc.Procs != 2 ||
+		doc.Tests[0].Status != "pass" || len(doc.Tests[0].Bandwidths) != 1 || doc.Tests[0].Bandwidths[0].Samples != 2 {
+		t.Errorf("test --json: exit %d, %+v (%v)\n%s\n%s", code, doc, err, out, errs)
+	}
+}
+
+// Bad input is exit 2 and names the fix; a node without the test's program is exit 3.
+func TestTestCommandExits(t *testing.T) {
+	prefix := testPrefix(t)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"test", prefix, "--only", "nope"}, 2, "--only nope: the install at " + prefix + " carries no such test; it carries: pydemo/lanes"},
+		{[]string{"test", t.TempDir()}, 2, "give the --prefix of epbuild install"},
+		{[]string{"test", prefix, "--procs", "0"}, 2, "--procs 0: give 1 to"},
+		{[]string{"test", prefix, "--timeout", "-1s"}, 2, "--timeout -1s"},
+	} {
+		if code, out, errs := run(t, nodeEnv(), c.args...); code != c.code || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, want %d and %q\n%s\n%s", c.args, code, c.code, c.want, out, errs)
+		}
+	}
+	t.Setenv("PATH", t.TempDir()) // no python3
+	if code, out, errs := run(t, nodeEnv(), "test", prefix, "--procs", "1"); code != 3 || !strings.Contains(errs, "this node lacks python3") ||
+		!strings.Contains(out, "python3 not found on the install's PATH") {
+		t.Errorf("no python3: exit %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// epbuild test --json of three nodes goes to fleet report, which shows each node's
+// bandwidth and flags the node below 0.9× the median; names from the documents reach the
+// terminal escaped.
+func TestTestToFleetReport(t *testing.T) {
+	prefix := testPrefix(t)
+	dir := t.TempDir()
+	for _, node := range []string{"gpu-a", "gpu-b", "gpu-c"} {
+		code, out, errs := run(t, nodeEnv("EPBUILD_HOSTNAME", node), "test", prefix, "--procs", "2", "--json")
+		if code != 0 {
+			t.Fatalf("test on %s: exit %d\n%s\n%s", node, code, out, errs)
+		}
+		var doc map[string]any
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatal(err)
+		}
+		// the same machine thrice: give the nodes bandwidths of their own
+		bw := doc["tests"].([]any)[0].(map[string]any)["bandwidths"].([]any)[0].(map[string]any)
+		bw["gbps"] = map[string]float64{"gpu-a": 10, "gpu-b": 9.8, "gpu-c": 5}[node]
+		bw["name"] = "copy\x1b]0;owned\x07"
+		b, _ := json.Marshal(doc)
+		if err := os.WriteFile(filepath.Join(dir, node+".json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errs := run(t, nodeEnv(), "fleet", "report", dir)
+	for _, want := range []string{"BANDWIDTH (GB/s; SLOW: below 0.90× the nodes' median)", "pydemo/lanes  copy\\x1b]0;owned\\x07  gpu-a  10.00  1.02",
+		"gpu-b  9.80   1.00", "gpu-c  5.00   0.51     SLOW", "DIFFER: gpu-c"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("fleet report lacks %q: exit %d\n%s\n%s", want, code, out, errs)
+		}
+	}
+	if code != 1 || strings.Contains(out, "\x1b") {
+		t.Errorf("fleet report: exit %d, escapes raw: %v\n%s", code, strings.Contains(out, "\x1b"), out)
+	}
+	if code, out, _ := run(t, nodeEnv(), "fleet", "report", dir, "--slow-below", "0.4"); code != 0 || strings.Contains(out, "SLOW\n") {
+		t.Errorf("--slow-below 0.4: exit %d\n%s", code, out)
+	}
+	if code, _, errs := run(t, nodeEnv(), "fleet", "report", dir, "--slow-below", "1.5"); code != 2 || !strings.Contains(errs, "--slow-below 1.5") {
+		t.Errorf("--slow-below 1.5: exit %d\n%s", code, errs)
+	}
+	os.Remove(filepath.Join(dir, "gpu-c.json"))
+	if code, out, errs := run(t, nodeEnv(), "fleet", "report", dir, "--json"); code != 0 || !strings.Contains(out, `"median_gbps": 9.9`) {
+		t.Errorf("two agreeing nodes: exit %d\n%s\n%s", code, out, errs)
+	}
+}

@@ -1,0 +1,90 @@
+package recipes
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// goodTests declares DeepEP's tests on goodRecipe's deepep component (lines 21 on).
+const goodTests = `    tests:
+      files: [tests/test_intranode.py, tests/utils.py]
+      run:
+        - name: intranode
+          argv: [python3, test_intranode.py, --num-processes, "{{procs}}"]
+          timeout: 20m
+          bandwidth:
+            dispatch-fp8: '\[tuning\] Best dispatch \(FP8\): SMs \d+, NVL chunk \d+, (?P<gbps>[0-9.]+) GB/s \(NVL\)'
+        - name: internode
+          argv: [python3, test_internode.py]
+          nodes: 2
+          timeout: 30m
+`
+
+// Each mistake in a tests: block is named at its line, with the fix.
+func TestTestsErrors(t *testing.T) {
+	cases := []struct {
+		name, from, to string
+		want           []string
+		line           int
+	}{
+		{"good", "", "", nil, 0},
+		{"no timeout", "          timeout: 20m\n", "", []string{"missing timeout", "90s or 20m"}, 24},
+		{"bad timeout", "timeout: 20m", "timeout: soon", []string{`timeout "soon" is not a positive duration`}, 26},
+		{"negative timeout", "timeout: 20m", "timeout: -1s", []string{"not a positive duration"}, 26},
+		{"unknown template", `"{{procs}}"`, `"{{nodes}}"`, []string{"unknown template {{nodes}}", "only {{procs}}"}, 25},
+		{"no gbps group", `(?P<gbps>[0-9.]+) GB/s \(NVL\)`, `([0-9.]+) GB/s`, []string{"no group named gbps", "(?P<gbps>[0-9.]+)"}, 28},
+		{"bad regexp", `\(NVL\)'`, `(NVL'`, []string{"bandwidth pattern dispatch-fp8", "Go regular-expression syntax"}, 28},
+		{"file leaves the tree", "tests/utils.py]", "../utils.py]", []string{`test file "../utils.py" is not a file of the source tree`}, 22},
+		{"glob", "tests/utils.py]", "tests/*.py]", []string{"no glob"}, 22},
+		{"same base name", "tests/utils.py]", "other/test_intranode.py]", []string{"lands in tests/ as test_intranode.py", "files[0]"}, 22},
+		{"duplicate name", "- name: internode", "- name: intranode", []string{`test "intranode" is declared twice`}, 29},
+		{"bad name", "- name: internode", "- name: Inter_node", []string{`test name "Inter_node"`}, 29},
+		{"no argv", "argv: [python3, test_internode.py]", "argv: []", []string{"argv needs the program first"}, 30},
+		{"negative nodes", "nodes: 2", "nodes: -2", []string{"nodes is how many nodes"}, 31},
+		{"misspelt field", "nodes: 2", "node: 2", []string{`unknown field "node"`}, 31},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			body := goodRecipe + strings.Replace(goodTests, c.from, c.to, 1)
+			if c.from != "" && !strings.Contains(goodTests, c.from) {
+				t.Fatalf("the case's text %q is not in the fixture", c.from)
+			}
+			err := loadAndValidate(t, body)
+			if len(c.want) == 0 {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("no error; want %q", c.want)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			var e *Error
+			var es Errors
+			switch {
+			case errors.As(err, &es):
+				e = es[0]
+			case errors.As(err, &e):
+			}
+			if e == nil || e.Line != c.line {
+				t.Errorf("error located at %+v, want line %d", e, c.line)
+			}
+		})
+	}
+}
+
+// Tests belong to a component the artifact carries: one taken from the Python
+// environment has no tree to copy them from.
+func TestTestsNeedABuiltComponent(t *testing.T) {
+	body := strings.Replace(goodRecipe, "    build:\n      - python-extension:\n          env:\n            NVSHMEM_DIR: \"{{nvshmem.prefix}}\"\n", "", 1) + goodTests
+	err := loadAndValidate(t, body)
+	if err == nil || !strings.Contains(err.Error(), "builds nothing here") {
+		t.Fatalf("error %v, want one saying the component builds nothing", err)
+	}
+}
