@@ -24,14 +24,17 @@ func processKinds() []check.Kind[*Subject] {
 		{Name: "process.one-copy", Targets: []check.Target{check.Process}, Run: onInstall(func(v *verifier, ctx context.Context) []CheckResult {
 			return v.oneCopy(ctx, processLibs())
 		}),
-			Explain: "exactly one libnvshmem_host is mapped after importing torch and the recipe's modules: the install's own, " +
-				"or the version the build recorded of one taken from the Python environment (R9, R10); torch's communicator calls the recipe's NCCL " +
-				"(the library libtorch_cuda's ncclCommInitRank* binds to, read with dlsym and its ncclGetVersion), and a second libnccl mapped is a warning"},
+			Explain: "after importing torch and the recipe's modules, DeepEP's NVSHMEM host symbols bind to the install's own libnvshmem_host, " +
+				"or to the version the build recorded of one taken from the Python environment (R10; read with dlsym and dladdr, each copy's version " +
+				"with its nvshmemx_vendor_get_version_info): another copy fails (DeepEP's device code is of another NVSHMEM), torch bound to " +
+				"another copy than DeepEP is a warning, and a second file mapped that DeepEP does not bind to is said, not failed; torch's " +
+				"communicator calls the recipe's NCCL (the library libtorch_cuda's ncclCommInitRank* binds to, read with dlsym and its " +
+				"ncclGetVersion), and a second libnccl mapped is a warning"},
 	}
 }
 
-// oneLib is a library of which a job's process must map exactly one copy, the one the
-// install was built with.
+// oneLib is a library whose callers in a job's process must run the copy the install was
+// built with, whatever other copies are mapped.
 type oneLib struct {
 	id, component string
 	// pattern matches its mapped paths (a regular expression, as inspect.MappedLibs)
@@ -66,7 +69,8 @@ func processLibs() []oneLib {
 		{id: "process.single-nccl", component: "nccl", pattern: `libnccl\.so`,
 			why: "the NCCL the matrix cell and the manifest name must be the one torch's communicator calls: the library the dynamic " +
 				"linker binds libtorch_cuda's ncclCommInitRank* to (the global scope first: LD_PRELOAD; then torch's own through DT_RPATH). " +
-				"torch.cuda.nccl.version() only says which nccl.h torch was compiled with",
+				"torch.cuda.nccl.version() only says which nccl.h torch was compiled with. Another NCCL runs the job's collectives with its own " +
+				"release's behaviour, not the one the matrix measured and the manifest records",
 			fix: "its LD_PRELOAD loads the install's NCCL, which torch's communicator then binds to; remove any other NCCL from the job's LD_PRELOAD",
 			carried: func(prefix string) bool {
 				m, _ := filepath.Glob(filepath.Join(globEscape(prefix), "lib", "libnccl.so*"))
