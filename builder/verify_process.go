@@ -243,7 +243,10 @@ func (v *verifier) judgeNVSHMEM(ctx context.Context, c VerifyCheck, l oneLib, pc
 			c.Expected += " (NVSHMEM " + want + ")"
 		}
 	} else {
-		c.Expected = "DeepEP binds its NVSHMEM host symbols to NVSHMEM " + want + ", the " + pc.Source.Python.Package + " the build recorded"
+		c.Expected = "DeepEP binds its NVSHMEM host symbols to the " + pc.Source.Python.Package + " NVSHMEM the build recorded"
+		if want != "" {
+			c.Expected = "DeepEP binds its NVSHMEM host symbols to NVSHMEM " + want + ", the " + pc.Source.Python.Package + " the build recorded"
+		}
 		fix = "run with the Python environment the install was built in, or install the NVSHMEM it recorded there (pip install " +
 			pc.Source.Python.Package + "==" + want + ")"
 	}
@@ -299,7 +302,7 @@ func (v *verifier) judgeNVSHMEM(ctx context.Context, c VerifyCheck, l oneLib, pc
 			bad = append(bad, f+" ("+libVersion(lib)+") is not the install's NVSHMEM under "+own)
 		case want != "" && lib.Version != "" && !sameCore(lib.Version, want):
 			bad = append(bad, f+" is NVSHMEM "+lib.Version+", the build recorded "+want)
-		case pc.Source.Python != nil && lib.Version == "":
+		case pc.Source.Python != nil && want != "" && lib.Version == "":
 			bad = append(bad, f+"'s version cannot be read ("+lib.VersionError+") to compare with the "+want+" recorded")
 		}
 	}
@@ -314,6 +317,9 @@ func (v *verifier) judgeNVSHMEM(ctx context.Context, c VerifyCheck, l oneLib, pc
 				fix += "; remove " + p + " from the job's LD_PRELOAD"
 			}
 		}
+	}
+	if pc.Source.Python != nil && want == "" {
+		c.Found += "; the build recorded no NVSHMEM version to compare with"
 	}
 	c.Found += "; " + mappedNote
 	if len(n.Mapped) > len(deep) {

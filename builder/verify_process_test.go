@@ -99,24 +99,36 @@ _lib = ctypes.CDLL(os.path.join(_here, "lib", "libtorch_nvshmem.so"))
 		}
 		return r
 	}
-	verify := func(s string, patched bool, env ...string) (CheckResult, *verifier) {
+	// the NVSHMEM the recipe takes: built here (git), patched, or the wheel torch loads
+	// (recorded at build with its version, wheel)
+	verifyFrom := func(s string, patched bool, wheel string, env ...string) (CheckResult, *verifier) {
 		t.Helper()
 		nv := PlanComponent{Component: recipes.Component{Name: "nvshmem", Version: "3.4.5-0",
 			Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/nvshmem", Commit: strings.Repeat("b", 40)}}}}
 		if patched {
 			nv.Patches = []string{"p"}
 		}
+		var tc *Toolchain
+		prefixes := map[string]string{"nvshmem": filepath.Join(inst, "nvshmem"), "deepep": filepath.Join(inst, "deepep")}
+		if wheel != "" {
+			nv.Version, nv.Source = "", recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nvshmem-cu13"}}
+			tc = &Toolchain{PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: wheel}}}
+			delete(prefixes, "nvshmem")
+		}
 		p := &Plan{Recipe: "t", Components: []PlanComponent{nv, {Component: recipes.Component{Name: "deepep", Version: "1.2.1",
 			Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/deepep", Commit: strings.Repeat("c", 40)}},
 			Checks: []recipes.Check{{Import: "deep_ep"}}}}}}
-		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: p},
-			prefixes: map[string]string{"nvshmem": filepath.Join(inst, "nvshmem"), "deepep": filepath.Join(inst, "deepep")},
-			env:      append(CleanEnviron(os.Getenv), append([]string{"PYTHONPATH=" + s + ":" + filepath.Join(inst, "deepep", "python")}, env...)...), mapped: -1}
+		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: p, Toolchain: tc}, prefixes: prefixes,
+			env: append(CleanEnviron(os.Getenv), append([]string{"PYTHONPATH=" + s + ":" + filepath.Join(inst, "deepep", "python")}, env...)...), mapped: -1}
 		r, ok := check.Find(v.oneCopy(context.Background(), processLibs()), "process.single-nvshmem")
 		if !ok {
 			t.Fatal("no process.single-nvshmem")
 		}
 		return r, v
+	}
+	verify := func(s string, patched bool, env ...string) (CheckResult, *verifier) {
+		t.Helper()
+		return verifyFrom(s, patched, "", env...)
 	}
 
 	same := site("3.4.5", false)
@@ -150,5 +162,14 @@ _lib = ctypes.CDLL(os.path.join(_here, "lib", "libtorch_nvshmem.so"))
 	// stock headers (R9)
 	if r, _ := verify(same, true, "LD_PRELOAD="+ours); r.Status != check.Warn || !strings.Contains(r.Found, "R9") {
 		t.Errorf("a patched NVSHMEM that torch binds to: %+v", r)
+	}
+	// the wheel's NVSHMEM, as the recipe takes it: no preload, DeepEP binds to the copy
+	// torch loaded first, of the version recorded at build, or of another one
+	if r, _ := verifyFrom(same, false, "3.4.5"); r.Status != check.Pass || !strings.Contains(r.Expected, "NVSHMEM 3.4.5, the nvidia-nvshmem-cu13") {
+		t.Errorf("the wheel's NVSHMEM, as recorded: %+v", r)
+	}
+	if r, _ := verifyFrom(same, false, "3.3.20"); r.Status != check.Fail || !strings.Contains(r.Found, "is NVSHMEM 3.4.5, the build recorded 3.3.20") ||
+		!strings.Contains(r.Fix, "pip install nvidia-nvshmem-cu13==3.3.20") {
+		t.Errorf("the wheel's NVSHMEM of another version than recorded: %+v", r)
 	}
 }
