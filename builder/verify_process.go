@@ -276,10 +276,18 @@ func (v *verifier) judgeNVSHMEM(ctx context.Context, c VerifyCheck, l oneLib, pc
 		mapped = append(mapped, m.Path+" ("+libVersion(m)+")")
 	}
 	mappedNote := fmt.Sprintf("%d libnvshmem_host files are mapped: %s", len(n.Mapped), strings.Join(mapped, ", "))
-	if len(n.Mapped) == 1 {
+	switch len(n.Mapped) {
+	case 0:
+		mappedNote = "no libnvshmem_host is mapped"
+	case 1:
 		mappedNote = "one libnvshmem_host is mapped: " + mapped[0]
 	}
 	deep, deepSays, deepUnbound := bindings(n, ours, v.prefix, "")
+	if len(deep) == 0 && len(deepUnbound) > 0 {
+		c.Status, c.Fix = check.Fail, fix
+		c.Found = strings.Join(deepUnbound, "; ") + ": DeepEP runs no NVSHMEM; " + mappedNote
+		return c
+	}
 	if len(deep) == 0 {
 		c.Status = check.Skip
 		c.Found = "no object of the install that links libnvshmem_host is loaded after the imports, so none binds NVSHMEM yet"
@@ -306,9 +314,6 @@ func (v *verifier) judgeNVSHMEM(ctx context.Context, c VerifyCheck, l oneLib, pc
 			bad = append(bad, f+"'s version cannot be read ("+lib.VersionError+") to compare with the "+want+" recorded")
 		}
 	}
-	if len(deepUnbound) > 0 {
-		bad = append(bad, strings.Join(deepUnbound, "; "))
-	}
 	c.Found = strings.Join(deepSays, "; ")
 	if len(bad) > 0 {
 		c.Found += " (" + strings.Join(bad, "; ") + ": DeepEP's device code and this host library come from different NVSHMEM builds)"
@@ -320,6 +325,11 @@ func (v *verifier) judgeNVSHMEM(ctx context.Context, c VerifyCheck, l oneLib, pc
 	}
 	if pc.Source.Python != nil && want == "" {
 		c.Found += "; the build recorded no NVSHMEM version to compare with"
+	}
+	if len(deepUnbound) > 0 {
+		// weak references, or functions bound at their first call (torch 2.11's
+		// libtorch_nvshmem.so leaves nvshmem_init so): nothing fails at import for them
+		c.Found += "; " + strings.Join(deepUnbound, "; ")
 	}
 	c.Found += "; " + mappedNote
 	if len(n.Mapped) > len(deep) {
@@ -377,11 +387,7 @@ func bindings(n inspect.NVSHMEMProcess, users map[string][]string, root, label s
 		var to []string
 		for _, f := range u.Files() {
 			lib, _ := n.Lib(f)
-			plural := "s"
-			if len(u.Bound[f]) == 1 {
-				plural = ""
-			}
-			to = append(to, fmt.Sprintf("%s (%s; %d symbol%s)", f, libVersion(lib), len(u.Bound[f]), plural))
+			to = append(to, fmt.Sprintf("%s (%s; %s)", f, libVersion(lib), count(len(u.Bound[f]), "symbol")))
 			if !slices.Contains(files, f) {
 				files = append(files, f)
 			}
@@ -390,11 +396,19 @@ func bindings(n inspect.NVSHMEMProcess, users map[string][]string, root, label s
 			says = append(says, name+" binds its NVSHMEM host symbols to "+strings.Join(to, " and "))
 		}
 		if len(u.Unbound) > 0 {
-			unbound = append(unbound, fmt.Sprintf("%s: %d NVSHMEM symbols bind to no library (%s)", name, len(u.Unbound), strings.Join(u.Unbound, ", ")))
+			unbound = append(unbound, fmt.Sprintf("%s: no library provides %s (%s)", name, count(len(u.Unbound), "NVSHMEM symbol"), strings.Join(u.Unbound, ", ")))
 		}
 	}
 	slices.Sort(files)
 	return files, says, unbound
+}
+
+// count says n things: "1 symbol", "2 symbols".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // nvshmemUsers are the objects whose NVSHMEM binding the check reads, each with the
