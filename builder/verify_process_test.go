@@ -66,8 +66,8 @@ func TestNVSHMEMProcessBinding(t *testing.T) {
 	inst := t.TempDir()
 	ours := nvshmemHostLib(t, filepath.Join(inst, "nvshmem"), "3.4.5", "")
 	ext := filepath.Join(inst, "deepep", "python", "deep_ep_cpp.so")
-	// nvshmem_init a weak reference no library defines, as torch 2.11's libtorch_nvshmem.so
-	// leaves it: nothing binds it, and nothing fails for it
+	// nvshmem_init, which no library defines, a weak reference here (torch 2.11's
+	// libtorch_nvshmem.so leaves it unbound too): nothing binds it, and nothing fails for it
 	sharedObject(t, ext, "int nvshmemid_hostlib_init_attr(unsigned, void *);\nvoid *nvshmem_malloc(unsigned long);\n"+
 		"__attribute__((weak)) int nvshmem_init(void);\n"+
 		"int deep_ep_fixture_init(void) { return nvshmemid_hostlib_init_attr(nvshmem_init ? nvshmem_init() : 0, nvshmem_malloc(8)); }\n",
