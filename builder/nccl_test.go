@@ -330,16 +330,6 @@ cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=lambda: (2, 28, 
 	if r := verify(torchs, older, nil); r.Status != check.Fail || !strings.Contains(r.Found, "the build recorded 2.27.3") {
 		t.Errorf("torch's NCCL is not the one recorded at build: %+v", r)
 	}
-	// the one-NVSHMEM check is the same check: a process with two copies fails it
-	nvPlan := &Plan{Recipe: "t", Components: []PlanComponent{{Component: recipes.Component{Name: "nvshmem", Version: "3.4.5",
-		Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/nvshmem", Commit: strings.Repeat("b", 40)}}, Patches: []string{"p"}}}}}
-	nvLib := []oneLib{{id: "process.single-nvshmem", component: "nvshmem", pattern: `libnccl\.so`, rule: "R10/one-nvshmem-mapped"}}
-	v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: nvPlan}, prefixes: map[string]string{"nvshmem": filepath.Join(inst, "nccl")},
-		env: append(append([]string(nil), base...), "LD_PRELOAD="+ours), mapped: -1}
-	nvPlan.Components = append(nvPlan.Components, PlanComponent{Component: recipes.Component{Name: "m", Checks: []recipes.Check{{Import: "second_nccl"}}}})
-	if rs := v.oneCopy(context.Background(), nvLib); rs[0].Status != check.Fail || rs[0].Rule != "R10/one-nvshmem-mapped" || v.mapped != 2 {
-		t.Errorf("two copies of a patched library: %+v (mapped %d)", rs, v.mapped)
-	}
 }
 
 // The recipes' own NCCL steps (single-node's) build an NCCL tree into a prefix that the

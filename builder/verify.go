@@ -226,7 +226,8 @@ type verifier struct {
 	env      []string
 	envErr   error
 	// mapped is the libnvshmem_host copies the process check found mapped (-1: not run);
-	// loaded their files.
+	// loaded the files DeepEP binds its NVSHMEM host symbols to (every mapped one where
+	// that was not read).
 	mapped int
 	loaded []string
 	// noRun says why no Python runs with the install's env ("" when it may): a prefix

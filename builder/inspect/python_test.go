@@ -127,9 +127,6 @@ func TestMappedLibs(t *testing.T) {
 	if len(one) != 1 || one[0] != filepath.Join(root, "pkg_one", "libepprobe_host.so.3") {
 		t.Errorf("one package: %v", one)
 	}
-	if r := CheckSingleMapped(one, nil, "libepprobe_host"); r.Status != check.Pass {
-		t.Errorf("single mapping: %+v", r)
-	}
 
 	both, err := MappedLibs(ctx, python, []string{"pkg_one", "pkg_two"}, env, `libepprobe_host\.so`)
 	if err != nil {
@@ -138,16 +135,10 @@ func TestMappedLibs(t *testing.T) {
 	if len(both) != 2 {
 		t.Errorf("two copies: %v", both)
 	}
-	if r := CheckSingleMapped(both, nil, "libepprobe_host"); r.Status != check.Fail || !strings.Contains(r.Why, "2 copies") {
-		t.Errorf("two copies: %+v", r)
-	}
 
 	none, err := MappedLibs(ctx, python, []string{"pkg_one"}, env, "libnvshmem_host")
 	if err != nil || len(none) != 0 {
 		t.Errorf("unmatched pattern: %v, %v", none, err)
-	}
-	if r := CheckSingleMapped(none, nil, "libnvshmem_host"); r.Status != check.Fail {
-		t.Errorf("nothing mapped: %+v", r)
 	}
 
 	if _, err := MappedLibs(ctx, python, []string{"pkg_one"}, env, "("); err == nil {
@@ -156,9 +147,6 @@ func TestMappedLibs(t *testing.T) {
 	_, err = MappedLibs(ctx, python, []string{"pkg_missing"}, env, "x")
 	if err == nil || !strings.Contains(err.Error(), "No module named 'pkg_missing'") {
 		t.Errorf("missing module: %v", err)
-	}
-	if r := CheckSingleMapped(nil, err, "x"); r.Status != check.Fail {
-		t.Errorf("check after an error: %+v", r)
 	}
 }
 
@@ -195,15 +183,5 @@ func TestInstalledPython(t *testing.T) {
 			t.Errorf("mapped path %s: %v", l, err)
 		}
 	}
-	t.Logf("%s from %s maps %v; %+v", modules[0], res.File, libs, CheckSingleMapped(filterPaths(libs, "libnvshmem_host"), nil, "libnvshmem_host"))
-}
-
-func filterPaths(paths []string, sub string) []string {
-	var out []string
-	for _, p := range paths {
-		if strings.Contains(p, sub) {
-			out = append(out, p)
-		}
-	}
-	return out
+	t.Logf("%s from %s maps %v", modules[0], res.File, libs)
 }
