@@ -308,6 +308,7 @@ func ruleTable() []ruleCase {
 
 		{"R7", "ibrc without GDRCopy", P, all(ibrc, option("NVSHMEM_USE_GDRCOPY", "0")), "/error"},
 		{"R7", "ibrc with GDRCopy", P, ibrc, ""},
+		{"R7", "ibrc without GDRCopy, with our guard after the Infrawaves patch", P, all(ibrc, option("NVSHMEM_USE_GDRCOPY", "0"), patches("nvshmem", "ibrc-dualport-nvshmem", "nvshmem-3.2-cuda13", "nvshmem-3.2-ibgda-no-gdrcopy")), ""},
 		{"R7", "3.3.9 without GDRCopy", P, all(deepepAt(cB6ce310), nvshmemArchive("3.3.9")), ""},
 		{"R7", "DeepEP's a16af40 patch without GDRCopy", P, all(ibrc, deepepAt(cA16af40), patches("nvshmem", "deepep-nvshmem"), option("NVSHMEM_USE_GDRCOPY", "0")), ""},
 		{"R7", "DeepEP's c6051f3 patch without GDRCopy", P, all(ibrc, deepepAt(cC6051f3), patches("nvshmem", "deepep-nvshmem"), option("NVSHMEM_USE_GDRCOPY", "0")), "/error"},
