@@ -717,6 +717,14 @@ func Materialize(ctx context.Context, s Sources, c *PlanComponent, dest string) 
 // ApplySets applies the component's patch sets in order on tree, then checks their
 // effects there.
 func ApplySets(ctx context.Context, s Sources, c *PlanComponent, tree string, opts patches.Options) ([]*patches.SetResult, []CheckResult, error) {
+	if opts.CheckOnly {
+		// each set on the tree the sets before it leave, as the real apply sees it
+		sets, failed, err := patches.CheckSeries(ctx, tree, c.PatchSets, upstream{s}, opts)
+		if err != nil {
+			return sets, nil, &PatchError{Component: c.Name, Set: c.PatchSets[failed].Name, Err: err}
+		}
+		return sets, nil, nil
+	}
 	var sets []*patches.SetResult
 	for _, set := range c.PatchSets {
 		sr, err := patches.Apply(ctx, tree, set, upstream{s}, opts)
@@ -726,9 +734,6 @@ func ApplySets(ctx context.Context, s Sources, c *PlanComponent, tree string, op
 		if err != nil {
 			return sets, nil, &PatchError{Component: c.Name, Set: set.Name, Err: err}
 		}
-	}
-	if opts.CheckOnly {
-		return sets, nil, nil
 	}
 	return sets, TreeEffects(c, tree), nil
 }

@@ -142,6 +142,41 @@ func Apply(ctx context.Context, root string, set *Set, up Upstream, opts Options
 	return res, nil
 }
 
+// CheckSeries checks sets in order on the tree at root as Apply with CheckOnly would,
+// except that each set is tried on the tree the sets before it leave (in memory): a set
+// written against another's result is checked where it will apply. Nothing is written.
+// failed is the index of the set that did not apply, -1 when all did.
+func CheckSeries(ctx context.Context, root string, sets []*Set, up Upstream, opts Options) (results []*SetResult, failed int, err error) {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, 0, fmt.Errorf("check sets: open tree: %w", err)
+	}
+	defer r.Close()
+	dirs := newDirs(r)
+	defer dirs.close()
+	opts.CheckOnly = true
+	st := &state{disk: newDisk(dirs), changes: map[string]*node{}}
+	for i, set := range sets {
+		maxOffset := set.MaxOffset
+		if opts.MaxOffset != nil {
+			maxOffset = *opts.MaxOffset
+		}
+		if maxOffset < 0 {
+			return results, i, fmt.Errorf("check set %s: max offset %d is negative", set.Name, maxOffset)
+		}
+		ps := &PreparedSet{set: set, up: up}
+		res, next, err := ps.run(ctx, st, maxOffset, opts)
+		if res != nil {
+			results = append(results, res)
+		}
+		if err != nil {
+			return results, i, err
+		}
+		st = next
+	}
+	return results, -1, nil
+}
+
 // PreparedSet is a set ready to be applied. Prepare makes one that holds every patch
 // fetched, checked against its pin and parsed, to be tried on many trees (Check) at the
 // cost of the set in memory; Apply makes one that holds nothing and reads each patch as

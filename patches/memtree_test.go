@@ -125,3 +125,38 @@ func TestPreparedSetHoldsItsPatches(t *testing.T) {
 		t.Fatalf("apply after the file went: %v, want an error naming 0001.patch", err)
 	}
 }
+
+// TestCheckSeries: a second set written against the first one's result is checked on
+// the tree the first leaves, as the real apply in order sees it; tried on the pristine
+// tree alone it would conflict (the bug epbuild patch --check had).
+func TestCheckSeries(t *testing.T) {
+	f := newFixture(t)
+	base := f.commit("base", map[string][]byte{"a.txt": []byte(lines("line", 12))})
+	// the first set adds a line near the top; the second was made on that result
+	mid := f.commit("first", map[string][]byte{"a.txt": []byte("added\n" + lines("line", 12))})
+	end := f.commit("second", map[string][]byte{"a.txt": []byte("added\n" + strings.Replace(lines("line", 12), "line 9\n", "line 9 changed\n", 1))})
+	first := fileSet(t, 0, "first", string(f.diff(base, mid)))
+	second := fileSet(t, 0, "second", string(f.diff(mid, end)))
+	dir := f.checkout(base)
+	before := snapshot(t, dir)
+
+	res, failed, err := CheckSeries(context.Background(), dir, []*Set{first, second}, nil, Options{})
+	if err != nil || failed != -1 || len(res) != 2 {
+		t.Fatalf("series: %v (failed %d, %d results)", err, failed, len(res))
+	}
+	for _, r := range res {
+		if r.Patches[0].Status != StatusChecked || r.Patches[0].Moved() {
+			t.Errorf("%s: %+v", r.Set, r.Patches[0])
+		}
+	}
+	sameTrees(t, "check writes nothing", before, snapshot(t, dir))
+	// the second alone on the pristine tree does not apply at offset 0: the series is what
+	// makes it check
+	if _, err := apply(t, dir, second, Options{CheckOnly: true}); err == nil {
+		t.Fatal("the second set applies to the pristine tree too: the test tells nothing")
+	}
+	// a series whose second set does not fit names that set
+	if _, failed, err := CheckSeries(context.Background(), dir, []*Set{second, first}, nil, Options{}); err == nil || failed != 0 {
+		t.Errorf("reversed series: failed %d, %v", failed, err)
+	}
+}
