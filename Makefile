@@ -72,7 +72,6 @@ fuzz:
 	$(FUZZ) FuzzExtract ./builder/archive/
 	$(FUZZ) FuzzInstallExtract ./builder/
 	$(FUZZ) FuzzExpandHostlist ./builder/host/
-	$(FUZZ) FuzzBlocks2 ./builder/sha256x2/
 	$(FUZZ) FuzzLoadReport ./builder/fleet/
 	$(FUZZ) FuzzOCIManifest ./builder/oci/
 
