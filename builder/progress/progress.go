@@ -1,11 +1,12 @@
 // Package progress shows the build steps while they run: on a terminal, a live line per
-// running step (its elapsed time and the last line of its log) below the log; elsewhere
+// running step (its elapsed time and the last line of its log) below the log, drawn by
+// mpb (the renderer the fetch progress uses too); elsewhere
 // (CI, a pipe, a file), a heartbeat log line per running step at a fixed interval, so
 // that a long step is never silent and a CI job is never killed for printing nothing.
 package progress
 
 import (
-	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/charmbracelet/log"
 	"github.com/mattn/go-isatty"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/sys/unix"
 )
 
@@ -79,13 +82,14 @@ type Options struct {
 // Display follows the running steps. Its methods are safe for concurrent use.
 type Display struct {
 	opts Options
+	// live draws the running steps below the log (Live mode), one bar without a filler
+	// per step, its line made by Line
+	live *mpb.Progress
 
-	mu      sync.Mutex
-	steps   []*step
-	drawn   int // lines of the live block on the screen now
-	stop    chan struct{}
-	stopped sync.WaitGroup
-	closed  bool
+	mu     sync.Mutex
+	steps  []*step
+	stop   chan struct{}
+	closed bool
 }
 
 type step struct {
@@ -93,6 +97,7 @@ type step struct {
 	start     time.Time
 	done      chan struct{}
 	beat      sync.WaitGroup // the heartbeat goroutine
+	bar       *mpb.Bar       // Live mode
 }
 
 // New starts a display; Close ends it.
@@ -111,10 +116,19 @@ func New(opts Options) *Display {
 	}
 	d := &Display{opts: opts, stop: make(chan struct{})}
 	if opts.Mode == Live {
-		d.stopped.Add(1)
-		go d.redrawLoop()
+		d.live = mpb.New(mpb.WithOutput(opts.Out), mpb.WithRefreshRate(redrawEvery), mpb.WithAutoRefresh())
 	}
 	return d
+}
+
+// width is the terminal's width where Out is one, else 80.
+func (d *Display) width() int {
+	if f, ok := d.opts.Out.(interface{ Fd() uintptr }); ok {
+		if w := termWidth(f.Fd()); w > 0 {
+			return w
+		}
+	}
+	return 80
 }
 
 // Step shows a step named name, running since since (zero: now), whose output goes to
@@ -130,6 +144,12 @@ func (d *Display) Step(name, logPath string, since time.Time) (done func()) {
 		return func() {}
 	}
 	d.steps = append(d.steps, s)
+	if d.opts.Mode == Live {
+		line := decor.Any(func(decor.Statistics) string {
+			return Line(s.name, d.opts.Now().Sub(s.start), LastLine(s.log), d.width()-1)
+		})
+		s.bar = d.live.New(0, mpb.NopStyle(), mpb.PrependDecorators(line), mpb.BarFillerTrim(), mpb.BarRemoveOnComplete())
+	}
 	d.mu.Unlock()
 	if d.opts.Mode == Lines {
 		s.beat.Add(1)
@@ -147,10 +167,10 @@ func (d *Display) Step(name, logPath string, since time.Time) (done func()) {
 					break
 				}
 			}
-			if d.opts.Mode == Live {
-				d.redrawLocked()
-			}
 			d.mu.Unlock()
+			if s.bar != nil {
+				s.bar.Abort(true) // its line goes
+			}
 		})
 	}
 }
@@ -173,75 +193,21 @@ func (d *Display) heartbeat(s *step) {
 	}
 }
 
-func (d *Display) redrawLoop() {
-	defer d.stopped.Done()
-	t := time.NewTicker(redrawEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.stop:
-			return
-		case <-t.C:
-			d.mu.Lock()
-			d.redrawLocked()
-			d.mu.Unlock()
-		}
-	}
-}
-
-// Writer is an io.Writer for the log while the display runs: each write clears the live
-// lines, writes, and draws them again below, so that log lines and live lines never mix.
+// Writer is an io.Writer for the log while the display runs: in Live mode the log goes
+// above the live lines (mpb prints it there at its next redraw), so that log lines and
+// live lines never mix; after Close, straight to Out.
 func (d *Display) Writer() io.Writer { return displayWriter{d} }
 
 type displayWriter struct{ d *Display }
 
 func (w displayWriter) Write(b []byte) (int, error) {
-	d := w.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.opts.Mode != Live || d.closed {
-		return d.opts.Out.Write(b)
+	if w.d.live != nil {
+		n, err := w.d.live.Write(b)
+		if !errors.Is(err, mpb.ErrDone) {
+			return n, err
+		}
 	}
-	d.clearLocked()
-	n, err := d.opts.Out.Write(b)
-	d.redrawLocked()
-	return n, err
-}
-
-// clearLocked erases the live block and leaves the cursor where it began.
-func (d *Display) clearLocked() {
-	if d.drawn == 0 {
-		return
-	}
-	fmt.Fprintf(d.opts.Out, "\r\x1b[%dA\x1b[J", d.drawn)
-	d.drawn = 0
-}
-
-// redrawLocked draws one line per running step, in one write.
-func (d *Display) redrawLocked() {
-	if d.closed || len(d.steps) == 0 && d.drawn == 0 {
-		return
-	}
-	width := 0
-	if f, ok := d.opts.Out.(interface{ Fd() uintptr }); ok {
-		width = termWidth(f.Fd())
-	}
-	if width <= 0 {
-		width = 80
-	}
-	var b bytes.Buffer
-	if d.drawn > 0 {
-		fmt.Fprintf(&b, "\r\x1b[%dA", d.drawn)
-	}
-	now := d.opts.Now()
-	for _, s := range d.steps {
-		b.WriteString("\r\x1b[2K")
-		b.WriteString(Line(s.name, now.Sub(s.start), LastLine(s.log), width-1))
-		b.WriteByte('\n')
-	}
-	b.WriteString("\x1b[J")
-	d.drawn = len(d.steps)
-	_, _ = d.opts.Out.Write(b.Bytes())
+	return w.d.opts.Out.Write(b)
 }
 
 // Close stops the display and erases its live lines.
@@ -251,16 +217,18 @@ func (d *Display) Close() {
 		d.mu.Unlock()
 		return
 	}
-	if d.opts.Mode == Live {
-		d.clearLocked()
-	}
 	d.closed = true
 	running := slices.Clone(d.steps)
 	d.mu.Unlock()
 	close(d.stop)
-	d.stopped.Wait()
 	for _, s := range running {
 		s.beat.Wait()
+		if s.bar != nil {
+			s.bar.Abort(true)
+		}
+	}
+	if d.live != nil {
+		d.live.Wait()
 	}
 }
 

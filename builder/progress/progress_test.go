@@ -132,8 +132,9 @@ func TestHeartbeatLines(t *testing.T) {
 	}
 }
 
-// Live mode: a line per running step below the log; a log line written meanwhile
-// clears the live lines, is written, and the live lines come back under it.
+// Live mode: a line per running step below the log; a log line written meanwhile goes
+// above the live lines, which are drawn again under it; Close erases them and nothing
+// is drawn after it.
 func TestLiveLines(t *testing.T) {
 	var out syncBuffer
 	d := New(Options{Mode: Live, Out: &out})
@@ -143,30 +144,38 @@ func TestLiveLines(t *testing.T) {
 	writeLog(t, b, "linking b\n")
 	doneA := d.Step("build a 00-cmake", a, time.Time{})
 	doneB := d.Step("build b 00-command", b, time.Now().Add(-65*time.Second))
+	lineA, lineB := "  build a 00-cmake  0s  compiling a\n", "  build b 00-command  1m05s  linking b\n"
 	waitFor(t, "both live lines", func() bool {
 		s := out.String()
-		return strings.Contains(s, "\r\x1b[2K  build a 00-cmake  0s  compiling a\n\r\x1b[2K  build b 00-command  1m05s  linking b\n\x1b[J")
+		return strings.Contains(s, lineA+lineB)
 	})
-	before := len(out.String())
 	if _, err := d.Writer().Write([]byte("INFO done stage=patch\n")); err != nil {
 		t.Fatal(err)
 	}
-	got := out.String()[before:]
-	// cursor up over the two live lines, erase, the log line, the live lines again
-	if !strings.HasPrefix(got, "\r\x1b[2A\x1b[JINFO done stage=patch\n\r\x1b[2K  build a 00-cmake") {
-		t.Errorf("a log line during live lines wrote %q", got)
+	waitFor(t, "the log line above the live lines", func() bool {
+		s := out.String()
+		i := strings.Index(s, "INFO done stage=patch\n")
+		return i >= 0 && strings.Contains(s[i:], lineA) && strings.Contains(s[i:], lineB)
+	})
+	got := out.String()
+	if i := strings.Index(got, "INFO done stage=patch\n"); !strings.Contains(got[:i], "\x1b[J") {
+		t.Errorf("the live lines were not erased before the log line: %q", got[:i])
 	}
 	doneA()
 	doneB()
 	d.Close()
 	end := out.String()
-	if !strings.HasSuffix(end, "\x1b[J") {
+	if !strings.HasSuffix(end, "A\x1b[J") {
 		t.Errorf("the live lines are not erased at the end: %q", end[max(0, len(end)-40):])
 	}
 	n := len(end)
 	time.Sleep(3 * redrawEvery)
 	if len(out.String()) != n {
 		t.Errorf("the display drew after Close")
+	}
+	// the log goes straight to Out once the display is closed
+	if _, err := d.Writer().Write([]byte("after\n")); err != nil || !strings.HasSuffix(out.String(), "after\n") {
+		t.Errorf("a write after Close: %v, %q", err, out.String()[n:])
 	}
 }
 
