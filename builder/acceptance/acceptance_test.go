@@ -111,6 +111,20 @@ func env(dir string) []string { return []string{"PATH=" + dir + ":/usr/bin:/bin"
 // alive reports whether the process whose pid the file holds still runs.
 func alive(t *testing.T, pidFile string) bool {
 	t.Helper()
+	// SIGKILL is queued when kill returns; the process leaves /proc's running states only
+	// once the kernel schedules it, which a loaded machine may take a moment to do
+	deadline := time.Now().Add(5 * time.Second)
+	for aliveNow(t, pidFile) {
+		if time.Now().After(deadline) {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+func aliveNow(t *testing.T, pidFile string) bool {
+	t.Helper()
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatalf("the test did not write its child's pid: %v", err)
