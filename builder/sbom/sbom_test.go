@@ -16,6 +16,7 @@ import (
 
 	cdx "github.com/CycloneDX/cyclonedx-go"
 	"github.com/charmbracelet/log"
+	"github.com/package-url/packageurl-go"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/epbuild/epbuild/builder"
@@ -24,6 +25,7 @@ import (
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/patches"
 	"github.com/epbuild/epbuild/recipes"
+	"github.com/epbuild/epbuild/recipes/lock"
 )
 
 const bomSchemaID = "http://cyclonedx.org/schema/bom-1.6.schema.json"
@@ -132,6 +134,9 @@ func TestRecipesSBOMValid(t *testing.T) {
 		if err := validate(t, b); err != nil {
 			t.Errorf("%s: the SBOM is not valid CycloneDX 1.6: %v", name, err)
 			continue
+		}
+		if again, _ := sbom.Build(inputFor(p)); again == nil || !bytes.Equal(must(again.Marshal()), b) {
+			t.Errorf("%s: two SBOMs of one input differ", name)
 		}
 		for _, c := range *bom.Components {
 			if c.Type == cdx.ComponentTypeFile {
@@ -464,4 +469,116 @@ func named(b *sbom.BOM, name string) *cdx.Component {
 		}
 	}
 	return nil
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// TestPURLs: each kind of pin is a purl in the specification's canonical form, which
+// the purl library parses back to what was pinned: a GitHub owner and repository
+// lowercased, a PyPI name lowercased with '_' as '-' (a '.' stays: the purl
+// specification's rule, not PEP 503's), a '+' of a version percent-encoded, qualifiers
+// sorted, their ':' kept and every other reserved character encoded.
+func TestPURLs(t *testing.T) {
+	commit, sum := strings.Repeat("1f", 20), strings.Repeat("e3", 32)
+	comp := func(name, version string, src recipes.Source) lock.Component {
+		return lock.Component{Component: recipes.Component{Name: name, Version: version, Source: src}}
+	}
+	in := sbom.Input{
+		Plan: &lock.Plan{Recipe: "r", Key: strings.Repeat("c", 64), Components: []lock.Component{
+			comp("gh", "", recipes.Source{Git: &recipes.GitSource{URL: "https://github.com/DeepSeek-AI/DeepEP.git", Commit: commit}}),
+			comp("other", "1.0+local", recipes.Source{Git: &recipes.GitSource{URL: "https://git.example.org/a/b.git", Commit: commit}}),
+			comp("tar", "3.2.5-1", recipes.Source{Archive: &recipes.ArchiveSource{URL: "https://example.org/x/src 3.2.5-1.txz?a=b&c=d", SHA256: sum}}),
+			comp("py", "", recipes.Source{Python: &recipes.PythonSource{Package: "NVIDIA_NCCL_cu12"}}),
+		}},
+		Python:    map[string]string{"NVIDIA_NCCL_cu12": "2.27.3+cuda12.9"},
+		Toolchain: []sbom.Tool{{Name: "Torch_Vision", Version: "0.26.0+cu130", Package: true}, {Name: "zope.interface", Version: "7.0", Package: true}},
+	}
+	bom, err := sbom.Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, c := range *bom.Components {
+		got[c.BOMRef] = c.PackageURL
+	}
+	for _, c := range *(*bom.Formulation)[0].Components {
+		got[c.BOMRef] = c.PackageURL
+	}
+	for ref, want := range map[string]struct {
+		purl                 string
+		name, version, quals string
+	}{
+		"component:gh": {"pkg:github/deepseek-ai/deepep@" + commit, "deepep", commit, ""},
+		"component:other": {"pkg:generic/other@1.0%2Blocal?vcs_url=git%2Bhttps:%2F%2Fgit.example.org%2Fa%2Fb.git%40" + commit,
+			"other", "1.0+local", "vcs_url=git+https://git.example.org/a/b.git@" + commit},
+		"component:tar": {"pkg:generic/tar@3.2.5-1?checksum=sha256:" + sum + "&download_url=https:%2F%2Fexample.org%2Fx%2Fsrc%203.2.5-1.txz%3Fa%3Db%26c%3Dd",
+			"tar", "3.2.5-1", "checksum=sha256:" + sum + " download_url=https://example.org/x/src 3.2.5-1.txz?a=b&c=d"},
+		"component:py":             {"pkg:pypi/nvidia-nccl-cu12@2.27.3%2Bcuda12.9", "nvidia-nccl-cu12", "2.27.3+cuda12.9", ""},
+		"tool:pypi:Torch_Vision":   {"pkg:pypi/torch-vision@0.26.0%2Bcu130", "torch-vision", "0.26.0+cu130", ""},
+		"tool:pypi:zope.interface": {"pkg:pypi/zope.interface@7.0", "zope.interface", "7.0", ""},
+	} {
+		if got[ref] != want.purl {
+			t.Errorf("%s: purl %q, want %q", ref, got[ref], want.purl)
+			continue
+		}
+		p, err := packageurl.FromString(got[ref])
+		var quals []string
+		for _, q := range p.Qualifiers {
+			quals = append(quals, q.Key+"="+q.Value)
+		}
+		if err != nil || p.Name != want.name || p.Version != want.version || strings.Join(quals, " ") != want.quals {
+			t.Errorf("%s: %s parses as %+v (%v)", ref, got[ref], p, err)
+		}
+	}
+}
+
+// TestHostileStrings: what a recipe, manifest or the command line gives stays data in
+// the JSON (quotes, markup, newlines, escape sequences, line separators), the document
+// stays valid CycloneDX 1.6 and reads back to the same strings, and the same input gives
+// the same bytes.
+func TestHostileStrings(t *testing.T) {
+	res, err := builder.NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := res.Resolve("demo", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bad = "\"</script><b>&amp;\\\n\r\t\x00\x1b[31m\u2028\u2029\u202e$(id)`id`'"
+	in := inputFor(p)
+	in.Supplier, in.Authors, in.Artifact = bad, []string{bad, "x" + bad}, bad+".tar.zst"
+	in.Toolchain = append(in.Toolchain, sbom.Tool{Name: "cc", Version: bad, Path: bad})
+	in.Properties = append(in.Properties, sbom.Property{Name: "epbuild:toolchain:os", Value: bad})
+	bom, err := sbom.Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := must(bom.Marshal())
+	if again, err := sbom.Build(in); err != nil || !bytes.Equal(must(again.Marshal()), b) {
+		t.Error("two SBOMs of one input differ")
+	}
+	for _, raw := range []string{"</script>", "<b>", "\x00", "\x1b", "\u2028", "\u2029", bad} {
+		if bytes.Contains(b, []byte(raw)) {
+			t.Errorf("%q is in the JSON as it is", raw)
+		}
+	}
+	if err := validate(t, b); err != nil {
+		t.Fatalf("not valid CycloneDX 1.6: %v", err)
+	}
+	back := decode(t, b)
+	m := back.Metadata
+	tools := *(*back.Formulation)[0].Components
+	cc := tools[len(tools)-1]
+	if m.Supplier.Name != bad || (*m.Authors)[0].Name != bad || (*m.Authors)[1].Name != "x"+bad ||
+		!slices.Contains(*m.Component.Properties, sbom.Property{Name: "epbuild:artifact", Value: bad + ".tar.zst"}) ||
+		cc.Version != bad || (*cc.Properties)[0].Value != bad ||
+		!slices.Contains(*(*back.Formulation)[0].Properties, sbom.Property{Name: "epbuild:toolchain:os", Value: bad}) {
+		t.Errorf("the strings did not come back as given: %+v %+v", m, cc)
+	}
 }
