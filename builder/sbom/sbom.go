@@ -16,6 +16,9 @@
 //     the wheel made of it (beside the artifact);
 //   - the dependencies between components;
 //   - the toolchain that built it, as the formulation.
+//
+// The document is made of the CycloneDX Go library's types and written by its encoder;
+// the purls are the purl library's canonical form.
 package sbom
 
 import (
@@ -263,8 +266,8 @@ func list[T any](s []T) *[]T {
 	return &s
 }
 
-func sha256Hashes(hex string) *[]cdx.Hash {
-	return &[]cdx.Hash{{Algorithm: cdx.HashAlgoSHA256, Value: hex}}
+func sha256Hashes(sum string) *[]cdx.Hash {
+	return &[]cdx.Hash{{Algorithm: cdx.HashAlgoSHA256, Value: sum}}
 }
 
 func props(kv ...string) []Property {
