@@ -16,23 +16,29 @@
 //     the wheel made of it (beside the artifact);
 //   - the dependencies between components;
 //   - the toolchain that built it, as the formulation.
+//
+// The document is made of the CycloneDX Go library's types and written by its encoder;
+// the purls are the purl library's canonical form.
 package sbom
 
 import (
+	"bytes"
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"path"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	cdx "github.com/CycloneDX/cyclonedx-go"
+	"github.com/package-url/packageurl-go"
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/patches"
@@ -40,7 +46,11 @@ import (
 )
 
 // SpecVersion is the CycloneDX version written.
-const SpecVersion = "1.6"
+const SpecVersion = cdx.SpecVersion1_6
+
+// schemaURL is SpecVersion's JSON schema, the document's $schema (the library fills it
+// only when converting between versions, which would also mend what it deems invalid).
+const schemaURL = "http://cyclonedx.org/schema/bom-1.6.schema.json"
 
 // Input is what the manifest and the receipt recorded about one artifact.
 type Input struct {
@@ -93,141 +103,11 @@ type Wheel struct {
 	Size                         int64
 }
 
-// BOM is a CycloneDX document: the fields this writer fills, in the schema's names.
-type BOM struct {
-	Schema       string        `json:"$schema"`
-	BOMFormat    string        `json:"bomFormat"`
-	SpecVersion  string        `json:"specVersion"`
-	SerialNumber string        `json:"serialNumber"`
-	Version      int           `json:"version"`
-	Metadata     Metadata      `json:"metadata"`
-	Components   []*Component  `json:"components"`
-	Dependencies []Dependency  `json:"dependencies"`
-	Formulation  []Formulation `json:"formulation,omitempty"`
-}
+// Property is a name-value fact (the library's).
+type Property = cdx.Property
 
-// Metadata says what the BOM describes and what wrote it.
-type Metadata struct {
-	Timestamp  string        `json:"timestamp"`
-	Tools      Tools         `json:"tools"`
-	Authors    []Contact     `json:"authors,omitempty"`
-	Component  *Component    `json:"component"`
-	Supplier   *Organization `json:"supplier,omitempty"`
-	Properties []Property    `json:"properties,omitempty"`
-}
-
-// Contact is a person or team (CycloneDX organizationalContact).
-type Contact struct {
-	Name string `json:"name"`
-}
-
-// Organization is a CycloneDX organizationalEntity.
-type Organization struct {
-	Name string `json:"name"`
-}
-
-// Tools are what made the BOM.
-type Tools struct {
-	Components []*Component `json:"components"`
-}
-
-// Component is a CycloneDX component.
-type Component struct {
-	Type               string       `json:"type"`
-	BOMRef             string       `json:"bom-ref,omitempty"`
-	Name               string       `json:"name"`
-	Version            string       `json:"version,omitempty"`
-	Description        string       `json:"description,omitempty"`
-	Hashes             []Hash       `json:"hashes,omitempty"`
-	PURL               string       `json:"purl,omitempty"`
-	ExternalReferences []ExtRef     `json:"externalReferences,omitempty"`
-	Pedigree           *Pedigree    `json:"pedigree,omitempty"`
-	Properties         []Property   `json:"properties,omitempty"`
-	Components         []*Component `json:"components,omitempty"`
-}
-
-// Hash is one digest.
-type Hash struct {
-	Alg     string `json:"alg"`
-	Content string `json:"content"`
-}
-
-// ExtRef is an external reference.
-type ExtRef struct {
-	Type    string `json:"type"`
-	URL     string `json:"url"`
-	Comment string `json:"comment,omitempty"`
-	Hashes  []Hash `json:"hashes,omitempty"`
-}
-
-// Pedigree is where a modified component comes from and what changed it.
-type Pedigree struct {
-	Ancestors []*Component `json:"ancestors,omitempty"`
-	Commits   []Commit     `json:"commits,omitempty"`
-	Patches   []Patch      `json:"patches,omitempty"`
-	Notes     string       `json:"notes,omitempty"`
-}
-
-// Commit is a commit a component derives from.
-type Commit struct {
-	UID string `json:"uid"`
-	URL string `json:"url,omitempty"`
-}
-
-// Patch is one patch applied to a component.
-type Patch struct {
-	Type     string  `json:"type"`
-	Diff     *Diff   `json:"diff,omitempty"`
-	Resolves []Issue `json:"resolves,omitempty"`
-}
-
-// Diff is a patch's diff: its text, or where it is.
-type Diff struct {
-	Text *Attachment `json:"text,omitempty"`
-	URL  string      `json:"url,omitempty"`
-}
-
-// Attachment is text carried in the BOM.
-type Attachment struct {
-	ContentType string `json:"contentType"`
-	Encoding    string `json:"encoding,omitempty"`
-	Content     string `json:"content"`
-}
-
-// Issue is what a patch resolves.
-type Issue struct {
-	Type        string       `json:"type"`
-	ID          string       `json:"id,omitempty"`
-	Name        string       `json:"name,omitempty"`
-	Description string       `json:"description,omitempty"`
-	Source      *IssueSource `json:"source,omitempty"`
-	References  []string     `json:"references,omitempty"`
-}
-
-// IssueSource is where an issue is documented.
-type IssueSource struct {
-	Name string `json:"name,omitempty"`
-	URL  string `json:"url,omitempty"`
-}
-
-// Property is a name-value fact.
-type Property struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-}
-
-// Dependency says what a component depends on.
-type Dependency struct {
-	Ref       string   `json:"ref"`
-	DependsOn []string `json:"dependsOn,omitempty"`
-}
-
-// Formulation is how the artifact was made: the build host's tools.
-type Formulation struct {
-	BOMRef     string       `json:"bom-ref"`
-	Components []*Component `json:"components,omitempty"`
-	Properties []Property   `json:"properties,omitempty"`
-}
+// BOM is the CycloneDX document Build makes, built of the CycloneDX library's types.
+type BOM struct{ *cdx.BOM }
 
 // serialNamespace is the UUID namespace of epbuild's BOM serial numbers (version 5
 // UUIDs of the artifact's sha256 and plan key: the same artifact, the same BOM).
@@ -250,54 +130,61 @@ func Build(in Input) (*BOM, error) {
 		return nil, fmt.Errorf("sbom: no plan")
 	}
 	short := p.Key[:min(12, len(p.Key))]
-	art := &Component{Type: "application", BOMRef: "artifact", Name: p.Recipe, Version: short, Description: p.Cluster}
+	art := &cdx.Component{Type: cdx.ComponentTypeApplication, BOMRef: "artifact", Name: p.Recipe, Version: short, Description: p.Cluster}
 	if in.ArtifactSHA256 != "" {
-		art.Hashes = []Hash{{"SHA-256", in.ArtifactSHA256}}
+		art.Hashes = sha256Hashes(in.ArtifactSHA256)
 	}
-	art.Properties = props("epbuild:plan-key", p.Key, "epbuild:artifact", in.Artifact)
+	ap := props("epbuild:plan-key", p.Key, "epbuild:artifact", in.Artifact)
 	for _, o := range p.Overrides {
-		art.Properties = append(art.Properties, Property{"epbuild:override", o})
+		ap = append(ap, Property{Name: "epbuild:override", Value: o})
 	}
-	bom := &BOM{
-		Schema: "http://cyclonedx.org/schema/bom-1.6.schema.json", BOMFormat: "CycloneDX", SpecVersion: SpecVersion,
-		SerialNumber: "urn:uuid:" + uuid5(in.ArtifactSHA256+" "+p.Key), Version: 1,
-		Metadata: Metadata{
-			Timestamp: time.Unix(in.SourceDateEpoch, 0).UTC().Format(time.RFC3339),
-			Tools:     Tools{Components: []*Component{{Type: "application", BOMRef: "tool:epbuild", Name: "epbuild", Version: in.Tool}}},
-			Component: art,
-			Properties: props("epbuild:version", in.Tool, "epbuild:built-by", in.BuiltBy, "epbuild:recipe", p.Recipe,
-				"epbuild:source-date-epoch", strconv.FormatInt(in.SourceDateEpoch, 10)),
-		},
+	art.Properties = list(ap)
+	meta := &cdx.Metadata{
+		Timestamp: time.Unix(in.SourceDateEpoch, 0).UTC().Format(time.RFC3339),
+		Tools: &cdx.ToolsChoice{Components: &[]cdx.Component{
+			{Type: cdx.ComponentTypeApplication, BOMRef: "tool:epbuild", Name: "epbuild", Version: in.Tool}}},
+		Component: art,
+		Properties: list(props("epbuild:version", in.Tool, "epbuild:built-by", in.BuiltBy, "epbuild:recipe", p.Recipe,
+			"epbuild:source-date-epoch", strconv.FormatInt(in.SourceDateEpoch, 10))),
 	}
 	if in.Supplier != "" {
-		bom.Metadata.Supplier = &Organization{Name: in.Supplier}
+		meta.Supplier = &cdx.OrganizationalEntity{Name: in.Supplier}
 	}
+	var authors []cdx.OrganizationalContact
 	for _, a := range in.Authors {
-		bom.Metadata.Authors = append(bom.Metadata.Authors, Contact{Name: a})
+		authors = append(authors, cdx.OrganizationalContact{Name: a})
 	}
-	byComp := map[string]*Component{}
-	top := Dependency{Ref: art.BOMRef}
+	meta.Authors = list(authors)
+
+	// components are values in the library's tree: each is filled (its files and wheel
+	// included) before it is copied into the BOM
+	var comps, loose []*cdx.Component
+	byComp := map[string]*cdx.Component{}
+	kids := map[*cdx.Component][]cdx.Component{}
+	top := cdx.Dependency{Ref: art.BOMRef}
+	var topDeps []string
 	for _, c := range p.Components {
 		comp, err := component(c, in)
 		if err != nil {
 			return nil, err
 		}
 		byComp[c.Name] = comp
-		bom.Components = append(bom.Components, comp)
-		top.DependsOn = append(top.DependsOn, comp.BOMRef)
+		comps = append(comps, comp)
+		topDeps = append(topDeps, comp.BOMRef)
 	}
+	top.Dependencies = list(topDeps)
 	// the artifact's files, under the component whose directory holds them
 	for _, e := range in.Files {
 		if e.Type != archive.TypeFile {
 			continue
 		}
-		f := &Component{Type: "file", BOMRef: "file:" + e.Path, Name: e.Path, Hashes: []Hash{{"SHA-256", e.SHA256}},
-			Properties: props("epbuild:mode", fmt.Sprintf("%04o", e.Mode.Perm()), "epbuild:size", strconv.FormatInt(e.Size, 10))}
+		f := cdx.Component{Type: cdx.ComponentTypeFile, BOMRef: "file:" + e.Path, Name: e.Path, Hashes: sha256Hashes(e.SHA256),
+			Properties: list(props("epbuild:mode", fmt.Sprintf("%04o", e.Mode.Perm()), "epbuild:size", strconv.FormatInt(e.Size, 10)))}
 		first, _, _ := strings.Cut(e.Path, "/")
 		if owner, ok := byComp[first]; ok && first != e.Path {
-			owner.Components = append(owner.Components, f)
+			kids[owner] = append(kids[owner], f)
 		} else {
-			bom.Components = append(bom.Components, f)
+			loose = append(loose, &f)
 		}
 	}
 	for _, w := range in.Wheels {
@@ -306,62 +193,102 @@ func Build(in Input) (*BOM, error) {
 			return nil, fmt.Errorf("sbom: a wheel of %s, which the plan does not have", w.Component)
 		}
 		name := path.Join(w.Dir, w.File)
-		owner.Components = append(owner.Components, &Component{Type: "file", BOMRef: "wheel:" + name, Name: name,
-			Hashes: []Hash{{"SHA-256", w.SHA256}}, Properties: props("epbuild:size", strconv.FormatInt(w.Size, 10), "epbuild:beside-artifact", "true")})
+		kids[owner] = append(kids[owner], cdx.Component{Type: cdx.ComponentTypeFile, BOMRef: "wheel:" + name, Name: name,
+			Hashes: sha256Hashes(w.SHA256), Properties: list(props("epbuild:size", strconv.FormatInt(w.Size, 10), "epbuild:beside-artifact", "true"))})
 	}
-	bom.Dependencies = append(bom.Dependencies, top)
+	var all []cdx.Component
+	for _, c := range append(comps, loose...) {
+		c.Components = list(kids[c])
+		all = append(all, *c)
+	}
+
+	deps := []cdx.Dependency{top}
 	for _, c := range p.Components {
-		d := Dependency{Ref: byComp[c.Name].BOMRef}
+		var on []string
 		for _, dep := range c.Depends {
 			if dc, ok := byComp[dep]; ok {
-				d.DependsOn = append(d.DependsOn, dc.BOMRef)
+				on = append(on, dc.BOMRef)
 			}
 		}
-		bom.Dependencies = append(bom.Dependencies, d)
+		deps = append(deps, cdx.Dependency{Ref: byComp[c.Name].BOMRef, Dependencies: list(on)})
 	}
-	f := Formulation{BOMRef: "formulation:build", Properties: in.Properties}
+
+	var tools []cdx.Component
 	for _, t := range in.Toolchain {
 		if t.Version == "" {
 			continue
 		}
-		tc := &Component{Type: "application", BOMRef: "tool:" + t.Name, Name: t.Name, Version: t.Version}
+		tc := cdx.Component{Type: cdx.ComponentTypeApplication, BOMRef: "tool:" + t.Name, Name: t.Name, Version: t.Version}
 		if t.Package {
-			tc.Type, tc.BOMRef, tc.PURL = "library", "tool:pypi:"+t.Name, "pkg:pypi/"+pypiName(t.Name)+"@"+t.Version
+			pu, err := purl(packageurl.NewPackageURL(packageurl.TypePyPi, "", t.Name, t.Version, nil, ""))
+			if err != nil {
+				return nil, fmt.Errorf("sbom: tool %s: %w", t.Name, err)
+			}
+			tc.Type, tc.BOMRef, tc.PackageURL = cdx.ComponentTypeLibrary, "tool:pypi:"+t.Name, pu
 		}
 		if t.Path != "" {
-			tc.Properties = props("epbuild:path", t.Path)
+			tc.Properties = list(props("epbuild:path", t.Path))
 		}
-		f.Components = append(f.Components, tc)
+		tools = append(tools, tc)
 	}
+	fp := slices.Clone(in.Properties) // the caller's slice stays as it is
 	for _, r := range p.Toolchain.Arch {
-		f.Properties = append(f.Properties, Property{"epbuild:cuda-arch", r})
+		fp = append(fp, Property{Name: "epbuild:cuda-arch", Value: r})
 	}
-	bom.Formulation = []Formulation{f}
-	return bom, nil
+
+	bom := &cdx.BOM{
+		JSONSchema: schemaURL, BOMFormat: cdx.BOMFormat, SpecVersion: SpecVersion,
+		SerialNumber: "urn:uuid:" + uuid5(in.ArtifactSHA256+" "+p.Key), Version: 1,
+		Metadata:     meta,
+		Components:   list(all),
+		Dependencies: &deps,
+		Formulation:  &[]cdx.Formula{{BOMRef: "formulation:build", Components: list(tools), Properties: list(fp)}},
+	}
+	return &BOM{bom}, nil
 }
 
-// Marshal is the BOM as indented JSON with a final newline.
-func (b *BOM) Marshal() ([]byte, error) {
-	out, err := json.MarshalIndent(b, "", "  ")
-	if err != nil {
+// Marshal is the BOM as indented JSON with a final newline, by the library's encoder,
+// which escapes every string as JSON. It writes the document as it is, at its own spec
+// version: converting would mend a wrong field where the schema tests must see it.
+func (b BOM) Marshal() ([]byte, error) {
+	var buf bytes.Buffer
+	if err := cdx.NewBOMEncoder(&buf, cdx.BOMFileFormatJSON).SetPretty(true).Encode(b.BOM); err != nil {
 		return nil, fmt.Errorf("sbom: encode: %w", err)
 	}
-	return append(out, '\n'), nil
+	return buf.Bytes(), nil
+}
+
+// list is s as the library's optional list: nil, so left out, when empty.
+func list[T any](s []T) *[]T {
+	if len(s) == 0 {
+		return nil
+	}
+	return &s
+}
+
+func sha256Hashes(sum string) *[]cdx.Hash {
+	return &[]cdx.Hash{{Algorithm: cdx.HashAlgoSHA256, Value: sum}}
 }
 
 func props(kv ...string) []Property {
 	var out []Property
 	for i := 0; i+1 < len(kv); i += 2 {
 		if kv[i+1] != "" {
-			out = append(out, Property{kv[i], kv[i+1]})
+			out = append(out, Property{Name: kv[i], Value: kv[i+1]})
 		}
 	}
 	return out
 }
 
-var pypiNormRe = regexp.MustCompile(`[-_.]+`)
-
-func pypiName(n string) string { return strings.ToLower(pypiNormRe.ReplaceAllString(n, "-")) }
+// purl is p in the purl specification's canonical form: the type's own rules applied
+// (a GitHub owner and repository, a PyPI name lowercased), qualifiers sorted, every
+// part percent-encoded.
+func purl(p *packageurl.PackageURL) (string, error) {
+	if err := p.Normalize(); err != nil {
+		return "", fmt.Errorf("purl of %s: %w", p.Name, err)
+	}
+	return p.ToString(), nil
+}
 
 // github splits a github.com URL into owner and repository.
 func github(raw string) (owner, repo string, ok bool) {
@@ -381,125 +308,116 @@ func sameRepo(a, b string) bool {
 	return n(a) == n(b)
 }
 
-// purlVersion escapes a version for a purl.
-func purlVersion(v string) string { return strings.ReplaceAll(url.PathEscape(v), "+", "%2B") }
-
-func component(c lock.Component, in Input) (*Component, error) {
-	comp := &Component{Type: "library", BOMRef: "component:" + c.Name, Name: c.Name, Version: c.Version}
+func component(c lock.Component, in Input) (*cdx.Component, error) {
+	comp := &cdx.Component{Type: cdx.ComponentTypeLibrary, BOMRef: "component:" + c.Name, Name: c.Name, Version: c.Version}
+	var pu *packageurl.PackageURL
+	var cp []Property
 	s := c.Source
 	switch {
 	case s.Git != nil:
 		if o, r, ok := github(s.Git.URL); ok {
-			comp.PURL = "pkg:github/" + strings.ToLower(o) + "/" + strings.ToLower(r) + "@" + s.Git.Commit
+			pu = packageurl.NewPackageURL(packageurl.TypeGithub, o, r, s.Git.Commit, nil, "")
 		} else {
-			comp.PURL = "pkg:generic/" + c.Name + versionPart(c.Version) + "?vcs_url=" + url.QueryEscape("git+"+s.Git.URL+"@"+s.Git.Commit)
+			pu = packageurl.NewPackageURL(packageurl.TypeGeneric, "", c.Name, c.Version,
+				packageurl.Qualifiers{{Key: "vcs_url", Value: "git+" + s.Git.URL + "@" + s.Git.Commit}}, "")
 		}
 		comment := "commit " + s.Git.Commit
 		if s.Git.Ref != "" {
 			comment += " (" + s.Git.Ref + ")"
 		}
-		comp.ExternalReferences = []ExtRef{{Type: "vcs", URL: s.Git.URL, Comment: comment}}
-		comp.Properties = props("epbuild:commit", s.Git.Commit, "epbuild:ref", s.Git.Ref)
+		comp.ExternalReferences = &[]cdx.ExternalReference{{Type: cdx.ERTypeVCS, URL: s.Git.URL, Comment: comment}}
+		cp = props("epbuild:commit", s.Git.Commit, "epbuild:ref", s.Git.Ref)
 	case s.Archive != nil:
-		comp.PURL = "pkg:generic/" + c.Name + versionPart(c.Version) + "?checksum=" + url.QueryEscape("sha256:"+s.Archive.SHA256) +
-			"&download_url=" + url.QueryEscape(s.Archive.URL)
-		comp.Hashes = []Hash{{"SHA-256", s.Archive.SHA256}}
-		comp.ExternalReferences = []ExtRef{{Type: "distribution", URL: s.Archive.URL, Hashes: []Hash{{"SHA-256", s.Archive.SHA256}}}}
-		comp.Properties = props("epbuild:sha256", s.Archive.SHA256)
+		pu = packageurl.NewPackageURL(packageurl.TypeGeneric, "", c.Name, c.Version, packageurl.Qualifiers{
+			{Key: "checksum", Value: "sha256:" + s.Archive.SHA256}, {Key: "download_url", Value: s.Archive.URL}}, "")
+		comp.Hashes = sha256Hashes(s.Archive.SHA256)
+		comp.ExternalReferences = &[]cdx.ExternalReference{{Type: cdx.ERTypeDistribution, URL: s.Archive.URL, Hashes: sha256Hashes(s.Archive.SHA256)}}
+		cp = props("epbuild:sha256", s.Archive.SHA256)
 	case s.Python != nil:
 		v := in.Python[s.Python.Package]
 		comp.Name, comp.Version = s.Python.Package, v
 		if v != "" {
-			comp.PURL = "pkg:pypi/" + pypiName(s.Python.Package) + "@" + purlVersion(v)
+			pu = packageurl.NewPackageURL(packageurl.TypePyPi, "", s.Python.Package, v, nil, "")
 		}
-		comp.Properties = props("epbuild:component", c.Name, "epbuild:source", "the Python environment of the build host",
+		cp = props("epbuild:component", c.Name, "epbuild:source", "the Python environment of the build host",
 			"epbuild:version-constraint", s.Python.Version)
 	default:
 		return nil, fmt.Errorf("sbom: component %s has no source", c.Name)
 	}
+	if pu != nil {
+		var err error
+		if comp.PackageURL, err = purl(pu); err != nil {
+			return nil, fmt.Errorf("sbom: component %s: %w", c.Name, err)
+		}
+	}
 	if len(c.PatchSets) == 0 {
+		comp.Properties = list(cp)
 		return comp, nil
 	}
-	ancestor := &Component{Type: comp.Type, BOMRef: comp.BOMRef + "@upstream", Name: comp.Name, Version: comp.Version, PURL: comp.PURL,
-		Hashes: comp.Hashes, ExternalReferences: comp.ExternalReferences}
-	ped := &Pedigree{Ancestors: []*Component{ancestor},
+	ancestor := cdx.Component{Type: comp.Type, BOMRef: comp.BOMRef + "@upstream", Name: comp.Name, Version: comp.Version,
+		PackageURL: comp.PackageURL, Hashes: comp.Hashes, ExternalReferences: comp.ExternalReferences}
+	ped := &cdx.Pedigree{Ancestors: &[]cdx.Component{ancestor},
 		Notes: fmt.Sprintf("patched by epbuild with %d patch sets, in order: %s", len(c.PatchSets), setNames(c.PatchSets))}
 	if s.Git != nil {
-		cm := Commit{UID: s.Git.Commit}
+		cm := cdx.Commit{UID: s.Git.Commit}
 		if o, r, ok := github(s.Git.URL); ok {
 			cm.URL = "https://github.com/" + o + "/" + r + "/commit/" + s.Git.Commit
 		}
-		ped.Commits = []Commit{cm}
+		ped.Commits = &[]cdx.Commit{cm}
 	}
 	results := map[string]*patches.SetResult{}
 	for _, r := range in.Patches[c.Name] {
 		results[r.Set] = r
 	}
+	var entries []cdx.Patch
 	applied := sha256.New() // the patches' digests in order: the patched purl's qualifier
 	for _, set := range c.PatchSets {
 		sr := results[set.Name]
 		if sr == nil {
 			return nil, fmt.Errorf("sbom: component %s: the manifest has no outcome of patch set %s", c.Name, set.Name)
 		}
-		comp.Properties = append(comp.Properties, Property{"epbuild:patch-set:" + set.Name, set.Origin()})
+		cp = append(cp, Property{Name: "epbuild:patch-set:" + set.Name, Value: set.Origin()})
 		for i, pt := range set.Patches {
 			if i >= len(sr.Patches) || sr.Patches[i].Name != pt.Name {
 				return nil, fmt.Errorf("sbom: component %s: patch set %s: the manifest's outcomes do not follow its patches", c.Name, set.Name)
 			}
 			res := sr.Patches[i]
 			id := set.Name + "/" + pt.Name
-			comp.Properties = append(comp.Properties,
-				Property{"epbuild:patch:" + id + ":sha256", res.Digest},
-				Property{"epbuild:patch:" + id + ":kind", string(res.Kind)},
-				Property{"epbuild:patch:" + id + ":status", string(res.Status)})
+			cp = append(cp,
+				Property{Name: "epbuild:patch:" + id + ":sha256", Value: res.Digest},
+				Property{Name: "epbuild:patch:" + id + ":kind", Value: string(res.Kind)},
+				Property{Name: "epbuild:patch:" + id + ":status", Value: string(res.Status)})
 			fmt.Fprintln(applied, res.Digest)
 			e := patchEntry(set, pt, c)
 			if b, ok := in.PatchDiffs[res.Digest]; ok && len(b) <= MaxDiffBytes {
 				if e.Diff == nil {
-					e.Diff = &Diff{}
+					e.Diff = &cdx.Diff{}
 				}
 				e.Diff.Text = diffText(b)
 			}
-			ped.Patches = append(ped.Patches, e)
+			entries = append(entries, e)
 		}
 	}
+	ped.Patches = list(entries)
 	comp.Pedigree = ped
-	if comp.PURL != "" {
-		comp.PURL = withQualifier(comp.PURL, PatchedQualifier, hex.EncodeToString(applied.Sum(nil))[:12])
+	comp.Properties = list(cp)
+	if pu != nil {
+		pu.Qualifiers = append(pu.Qualifiers, packageurl.Qualifier{Key: PatchedQualifier, Value: hex.EncodeToString(applied.Sum(nil))[:12]})
+		var err error
+		if comp.PackageURL, err = purl(pu); err != nil {
+			return nil, fmt.Errorf("sbom: component %s: %w", c.Name, err)
+		}
 	}
 	return comp, nil
 }
 
 // diffText is a patch's bytes as an attachment: as they are when they are UTF-8 text,
 // else base64.
-func diffText(b []byte) *Attachment {
+func diffText(b []byte) *cdx.AttachedText {
 	if utf8.Valid(b) {
-		return &Attachment{ContentType: "text/x-diff", Content: string(b)}
+		return &cdx.AttachedText{ContentType: "text/x-diff", Content: string(b)}
 	}
-	return &Attachment{ContentType: "text/x-diff", Encoding: "base64", Content: base64.StdEncoding.EncodeToString(b)}
-}
-
-// withQualifier adds key=value to a purl's qualifiers, keeping them sorted by key as the
-// purl specification's canonical form has them (key lowercase, value percent-encoded).
-func withQualifier(purl, key, value string) string {
-	base, query, _ := strings.Cut(purl, "?")
-	quals := []string{key + "=" + url.QueryEscape(value)}
-	if query != "" {
-		quals = append(quals, strings.Split(query, "&")...)
-	}
-	sort.Slice(quals, func(i, j int) bool {
-		ki, _, _ := strings.Cut(quals[i], "=")
-		kj, _, _ := strings.Cut(quals[j], "=")
-		return ki < kj
-	})
-	return base + "?" + strings.Join(quals, "&")
-}
-
-func versionPart(v string) string {
-	if v == "" {
-		return ""
-	}
-	return "@" + purlVersion(v)
+	return &cdx.AttachedText{ContentType: "text/x-diff", Encoding: "base64", Content: base64.StdEncoding.EncodeToString(b)}
 }
 
 func setNames(sets []*patches.Set) string {
@@ -515,28 +433,28 @@ var pullRefRe = regexp.MustCompile(`^refs/pull/([0-9]+)/head$`)
 // patchEntry is the pedigree entry of one patch: a diff of the component's own
 // repository is a cherry-pick (the upstream diff's URL and the pull request it comes
 // from, where known); anything else is unofficial.
-func patchEntry(set *patches.Set, pt patches.Patch, c lock.Component) Patch {
-	e := Patch{Type: "unofficial"}
-	issue := Issue{Type: "enhancement", Name: set.Name, Description: strings.TrimSpace(set.Description)}
+func patchEntry(set *patches.Set, pt patches.Patch, c lock.Component) cdx.Patch {
+	e := cdx.Patch{Type: cdx.PatchTypeUnofficial}
+	issue := cdx.Issue{Type: cdx.IssueTypeEnhancement, Name: set.Name, Description: strings.TrimSpace(set.Description)}
 	switch {
 	case pt.UpstreamDiff != nil:
 		d := pt.UpstreamDiff
 		if c.Source.Git != nil && sameRepo(d.Repo, c.Source.Git.URL) {
-			e.Type = "cherry-pick"
+			e.Type = cdx.PatchTypeCherryPick
 		}
 		if o, r, ok := github(d.Repo); ok {
-			e.Diff = &Diff{URL: "https://github.com/" + o + "/" + r + "/compare/" + d.Base + "..." + d.Head + ".diff"}
+			e.Diff = &cdx.Diff{URL: "https://github.com/" + o + "/" + r + "/compare/" + d.Base + "..." + d.Head + ".diff"}
 			if m := pullRefRe.FindStringSubmatch(d.Ref); m != nil {
 				pr := "https://github.com/" + o + "/" + r + "/pull/" + m[1]
 				issue.ID, issue.Name = m[1], o+"/"+r+"#"+m[1]
-				issue.Source, issue.References = &IssueSource{Name: "github.com/" + o + "/" + r, URL: pr}, []string{pr}
+				issue.Source, issue.References = &cdx.Source{Name: "github.com/" + o + "/" + r, URL: pr}, &[]string{pr}
 			}
 		}
 	case pt.UpstreamFile != nil:
 		if o, r, ok := github(pt.UpstreamFile.Repo); ok {
-			e.Diff = &Diff{URL: "https://raw.githubusercontent.com/" + o + "/" + r + "/" + pt.UpstreamFile.Commit + "/" + pt.UpstreamFile.Path}
+			e.Diff = &cdx.Diff{URL: "https://raw.githubusercontent.com/" + o + "/" + r + "/" + pt.UpstreamFile.Commit + "/" + pt.UpstreamFile.Path}
 		}
 	}
-	e.Resolves = []Issue{issue}
+	e.Resolves = &[]cdx.Issue{issue}
 	return e
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -15,7 +14,9 @@ import (
 	"sync"
 	"testing"
 
+	cdx "github.com/CycloneDX/cyclonedx-go"
 	"github.com/charmbracelet/log"
+	"github.com/package-url/packageurl-go"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/epbuild/epbuild/builder"
@@ -24,6 +25,7 @@ import (
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/patches"
 	"github.com/epbuild/epbuild/recipes"
+	"github.com/epbuild/epbuild/recipes/lock"
 )
 
 const bomSchemaID = "http://cyclonedx.org/schema/bom-1.6.schema.json"
@@ -133,26 +135,29 @@ func TestRecipesSBOMValid(t *testing.T) {
 			t.Errorf("%s: the SBOM is not valid CycloneDX 1.6: %v", name, err)
 			continue
 		}
-		for _, c := range bom.Components {
-			if c.Type == "file" {
+		if again, _ := sbom.Build(inputFor(p)); again == nil || !bytes.Equal(must(again.Marshal()), b) {
+			t.Errorf("%s: two SBOMs of one input differ", name)
+		}
+		for _, c := range *bom.Components {
+			if c.Type == cdx.ComponentTypeFile {
 				continue
 			}
 			switch {
-			case strings.HasPrefix(c.PURL, "pkg:github/"):
+			case strings.HasPrefix(c.PackageURL, "pkg:github/"):
 				seen["github"] = true
-			case strings.Contains(c.PURL, "download_url="):
+			case strings.Contains(c.PackageURL, "download_url="):
 				seen["archive"] = true
-			case strings.HasPrefix(c.PURL, "pkg:pypi/"):
+			case strings.HasPrefix(c.PackageURL, "pkg:pypi/"):
 				seen["pypi"] = true
-			case strings.Contains(c.PURL, "vcs_url="):
+			case strings.Contains(c.PackageURL, "vcs_url="):
 				seen["vcs"] = true
 			default:
-				t.Errorf("%s: component %s has no pin: %q", name, c.Name, c.PURL)
+				t.Errorf("%s: component %s has no pin: %q", name, c.Name, c.PackageURL)
 			}
 			if c.Pedigree != nil {
-				for _, pt := range c.Pedigree.Patches {
-					seen["patch "+pt.Type] = true
-					for _, r := range pt.Resolves {
+				for _, pt := range *c.Pedigree.Patches {
+					seen["patch "+string(pt.Type)] = true
+					for _, r := range *pt.Resolves {
 						if r.Source != nil && strings.Contains(r.Source.URL, "/pull/") {
 							seen["pull request"] = true
 						}
@@ -184,31 +189,26 @@ func TestGCPB200Pedigree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dep *sbom.Component
-	for _, c := range bom.Components {
-		if c.Name == "deepep" {
-			dep = c
-		}
-	}
+	dep := named(bom, "deepep")
 	// patched: its own purl says with what; the ancestor keeps the upstream's
 	upstream := "pkg:github/deepseek-ai/deepep@29d31c095796f3c8ece47ee9cdcc167051bbeed9"
 	digest := in.Patches["deepep"][0].Patches[0].Digest
 	sum := sha256.Sum256([]byte(digest + "\n"))
-	if dep == nil || dep.PURL != upstream+"?epbuild.patches="+hex.EncodeToString(sum[:])[:12] {
+	if dep == nil || dep.PackageURL != upstream+"?epbuild.patches="+hex.EncodeToString(sum[:])[:12] {
 		t.Fatalf("deepep: %+v", dep)
 	}
 	ped := dep.Pedigree
-	if ped == nil || len(ped.Patches) != 1 || len(ped.Ancestors) != 1 || len(ped.Commits) != 1 || ped.Ancestors[0].PURL != upstream {
+	if ped == nil || len(*ped.Patches) != 1 || len(*ped.Ancestors) != 1 || len(*ped.Commits) != 1 || (*ped.Ancestors)[0].PackageURL != upstream {
 		t.Fatalf("pedigree: %+v", ped)
 	}
-	pt := ped.Patches[0]
+	pt := (*ped.Patches)[0]
 	want := "https://github.com/deepseek-ai/DeepEP/compare/29d31c095796f3c8ece47ee9cdcc167051bbeed9...8a07e7e7ed57cfc63005f670d64d410cb30b061b.diff"
 	// an upstream diff is computed when applied: its URL (and its digest below), no text
-	if pt.Type != "cherry-pick" || pt.Diff == nil || pt.Diff.URL != want || pt.Diff.Text != nil || len(pt.Resolves) != 1 ||
-		pt.Resolves[0].Source == nil || pt.Resolves[0].Source.URL != "https://github.com/deepseek-ai/DeepEP/pull/466" || pt.Resolves[0].ID != "466" {
+	if pt.Type != cdx.PatchTypeCherryPick || pt.Diff == nil || pt.Diff.URL != want || pt.Diff.Text != nil || len(*pt.Resolves) != 1 ||
+		(*pt.Resolves)[0].Source == nil || (*pt.Resolves)[0].Source.URL != "https://github.com/deepseek-ai/DeepEP/pull/466" || (*pt.Resolves)[0].ID != "466" {
 		t.Errorf("patch entry: %+v %+v", pt, pt.Diff)
 	}
-	if !slices.Contains(dep.Properties, sbom.Property{Name: "epbuild:patch:deepep-pr466/pr466:sha256", Value: digest}) {
+	if !slices.Contains(*dep.Properties, sbom.Property{Name: "epbuild:patch:deepep-pr466/pr466:sha256", Value: digest}) {
 		t.Errorf("no digest property: %+v", dep.Properties)
 	}
 	// the same input, the same bytes
@@ -235,29 +235,24 @@ func TestSchemaCatchesMistakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deepep := func(b *sbom.BOM) *sbom.Component {
-		for _, c := range b.Components {
-			if c.Name == "deepep" {
-				return c
-			}
+	deepep := func(b *sbom.BOM) *cdx.Component {
+		c := named(b, "deepep")
+		if c == nil {
+			t.Fatal("no deepep component")
 		}
-		t.Fatal("no deepep component")
-		return nil
+		return c
 	}
 	for name, mutate := range map[string]func(b *sbom.BOM){
-		"a short hash":            func(b *sbom.BOM) { deepep(b).Components[0].Hashes[0].Content = "abc" },
+		"a short hash":            func(b *sbom.BOM) { (*(*deepep(b).Components)[0].Hashes)[0].Value = "abc" },
 		"an unknown type":         func(b *sbom.BOM) { deepep(b).Type = "tarball" },
-		"an unknown patch type":   func(b *sbom.BOM) { deepep(b).Pedigree.Patches[0].Type = "hotfix" },
-		"an unknown issue type":   func(b *sbom.BOM) { deepep(b).Pedigree.Patches[0].Resolves[0].Type = "bug" },
+		"an unknown patch type":   func(b *sbom.BOM) { (*deepep(b).Pedigree.Patches)[0].Type = "hotfix" },
+		"an unknown issue type":   func(b *sbom.BOM) { (*(*deepep(b).Pedigree.Patches)[0].Resolves)[0].Type = "bug" },
 		"a bad serial":            func(b *sbom.BOM) { b.SerialNumber = "urn:uuid:1" },
 		"a timestamp not RFC3339": func(b *sbom.BOM) { b.Metadata.Timestamp = "yesterday" },
 	} {
 		cp, _ := bom.Marshal()
-		var c sbom.BOM
-		if err := json.Unmarshal(cp, &c); err != nil {
-			t.Fatal(err)
-		}
-		mutate(&c)
+		c := decode(t, cp)
+		mutate(c)
 		b, _ := c.Marshal()
 		if err := validate(t, b); err == nil {
 			t.Errorf("%s passed the schema", name)
@@ -290,19 +285,19 @@ func TestDemoSBOM(t *testing.T) {
 	if err := validate(t, b); err != nil {
 		t.Fatalf("the demo's SBOM is not valid CycloneDX 1.6: %v", err)
 	}
-	var bom sbom.BOM
-	if err := json.Unmarshal(b, &bom); err != nil {
-		t.Fatal(err)
-	}
-	if bom.Metadata.Tools.Components[0].Version != "9.9.9-test" || !slices.Contains(bom.Metadata.Component.Hashes, sbom.Hash{Alg: "SHA-256", Content: res.SHA256}) {
+	bom := decode(t, b)
+	if (*bom.Metadata.Tools.Components)[0].Version != "9.9.9-test" || !slices.Contains(*bom.Metadata.Component.Hashes, cdx.Hash{Algorithm: cdx.HashAlgoSHA256, Value: res.SHA256}) {
 		t.Errorf("metadata: %+v", bom.Metadata)
 	}
 	hashes := map[string]string{}
-	var walk func([]*sbom.Component)
-	walk = func(cs []*sbom.Component) {
-		for _, c := range cs {
-			if c.Type == "file" {
-				hashes[c.Name] = c.Hashes[0].Content
+	var walk func(*[]cdx.Component)
+	walk = func(cs *[]cdx.Component) {
+		if cs == nil {
+			return
+		}
+		for _, c := range *cs {
+			if c.Type == cdx.ComponentTypeFile {
+				hashes[c.Name] = (*c.Hashes)[0].Value
 			}
 			walk(c.Components)
 		}
@@ -346,19 +341,19 @@ func TestDemoSBOM(t *testing.T) {
 		t.Errorf("a supplier or authors nobody gave: %+v", bom.Metadata)
 	}
 	texts := 0
-	for _, c := range bom.Components {
+	for _, c := range *bom.Components {
 		if c.Pedigree == nil {
 			continue
 		}
-		if !strings.Contains(c.PURL, "?epbuild.patches=") || strings.Contains(c.Pedigree.Ancestors[0].PURL, "epbuild.patches") {
-			t.Errorf("%s: purl %s, ancestor %s", c.Name, c.PURL, c.Pedigree.Ancestors[0].PURL)
+		if up := (*c.Pedigree.Ancestors)[0].PackageURL; !strings.Contains(c.PackageURL, "?epbuild.patches=") || strings.Contains(up, "epbuild.patches") {
+			t.Errorf("%s: purl %s, ancestor %s", c.Name, c.PackageURL, up)
 		}
-		for _, pt := range c.Pedigree.Patches {
+		for _, pt := range *c.Pedigree.Patches {
 			if pt.Diff == nil || pt.Diff.Text == nil || pt.Diff.Text.ContentType != "text/x-diff" {
 				t.Errorf("%s: a patch without its diff: %+v", c.Name, pt)
 				continue
 			}
-			files, _ := filepath.Glob(filepath.Join("..", "..", "patches", pt.Resolves[0].Name, "*.patch"))
+			files, _ := filepath.Glob(filepath.Join("..", "..", "patches", (*pt.Resolves)[0].Name, "*.patch"))
 			want, err := os.ReadFile(files[0])
 			if err != nil || pt.Diff.Text.Content != string(want) {
 				t.Errorf("%s: the diff's text is not %v: %v", c.Name, files, err)
@@ -377,10 +372,9 @@ func TestDemoSBOM(t *testing.T) {
 	if err := validate(t, credited); err != nil {
 		t.Errorf("the SBOM with a supplier is not valid CycloneDX 1.6: %v", err)
 	}
-	var cb sbom.BOM
-	if err := json.Unmarshal(credited, &cb); err != nil || cb.Metadata.Supplier == nil || cb.Metadata.Supplier.Name != "ACME HPC \"ops\"" ||
-		len(cb.Metadata.Authors) != 2 || cb.Metadata.Authors[1].Name != "Ana" {
-		t.Errorf("supplier and authors: %v %+v", err, cb.Metadata)
+	if cb := decode(t, credited); cb.Metadata.Supplier == nil || cb.Metadata.Supplier.Name != "ACME HPC \"ops\"" ||
+		cb.Metadata.Authors == nil || len(*cb.Metadata.Authors) != 2 || (*cb.Metadata.Authors)[1].Name != "Ana" {
+		t.Errorf("supplier and authors: %+v", cb.Metadata)
 	}
 	for _, from := range []string{res.Artifact, prefix} {
 		got, err := builder.SBOM(ctx, from, "9.9.9-test", builder.SBOMCredits{})
@@ -423,13 +417,7 @@ func TestPatchDiffText(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var lib *sbom.Component
-		for _, c := range bom.Components {
-			if c.Name == "libdemo" {
-				lib = c
-			}
-		}
-		d := lib.Pedigree.Patches[0].Diff
+		d := (*named(bom, "libdemo").Pedigree.Patches)[0].Diff
 		switch {
 		case !tc.text && d != nil && d.Text != nil:
 			t.Errorf("%s: carried whole", name)
@@ -448,13 +436,12 @@ func TestPatchDiffText(t *testing.T) {
 // withoutBuiltBy is the BOM b without its epbuild:built-by property.
 func withoutBuiltBy(t *testing.T, b []byte) []byte {
 	t.Helper()
-	var bom sbom.BOM
-	if err := json.Unmarshal(b, &bom); err != nil {
-		t.Fatal(err)
-	}
-	n := len(bom.Metadata.Properties)
-	bom.Metadata.Properties = slices.DeleteFunc(bom.Metadata.Properties, func(p sbom.Property) bool { return p.Name == "epbuild:built-by" })
-	if len(bom.Metadata.Properties) != n-1 {
+	bom := decode(t, b)
+	props := *bom.Metadata.Properties
+	n := len(props)
+	props = slices.DeleteFunc(props, func(p sbom.Property) bool { return p.Name == "epbuild:built-by" })
+	bom.Metadata.Properties = &props
+	if len(props) != n-1 {
 		t.Errorf("the SBOM beside the artifact does not name the epbuild that built it")
 	}
 	out, err := bom.Marshal()
@@ -462,4 +449,136 @@ func withoutBuiltBy(t *testing.T, b []byte) []byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// decode reads a BOM written by Marshal with the library's decoder.
+func decode(t *testing.T, b []byte) *sbom.BOM {
+	t.Helper()
+	var bom cdx.BOM
+	if err := cdx.NewBOMDecoder(bytes.NewReader(b), cdx.BOMFileFormatJSON).Decode(&bom); err != nil {
+		t.Fatal(err)
+	}
+	return &sbom.BOM{BOM: &bom}
+}
+
+// named is the top-level component name of b, or nil.
+func named(b *sbom.BOM, name string) *cdx.Component {
+	for i, c := range *b.Components {
+		if c.Name == name {
+			return &(*b.Components)[i]
+		}
+	}
+	return nil
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// TestPURLs: each kind of pin is a purl in the specification's canonical form, which
+// the purl library parses back to what was pinned: a GitHub owner and repository
+// lowercased, a PyPI name lowercased with '_' as '-' (a '.' stays: the purl
+// specification's rule, not PEP 503's), a '+' of a version percent-encoded, qualifiers
+// sorted, their ':' kept and every other reserved character encoded.
+func TestPURLs(t *testing.T) {
+	commit, sum := strings.Repeat("1f", 20), strings.Repeat("e3", 32)
+	comp := func(name, version string, src recipes.Source) lock.Component {
+		return lock.Component{Component: recipes.Component{Name: name, Version: version, Source: src}}
+	}
+	in := sbom.Input{
+		Plan: &lock.Plan{Recipe: "r", Key: strings.Repeat("c", 64), Components: []lock.Component{
+			comp("gh", "", recipes.Source{Git: &recipes.GitSource{URL: "https://github.com/DeepSeek-AI/DeepEP.git", Commit: commit}}),
+			comp("other", "1.0+local", recipes.Source{Git: &recipes.GitSource{URL: "https://git.example.org/a/b.git", Commit: commit}}),
+			comp("tar", "3.2.5-1", recipes.Source{Archive: &recipes.ArchiveSource{URL: "https://example.org/x/src 3.2.5-1.txz?a=b&c=d", SHA256: sum}}),
+			comp("py", "", recipes.Source{Python: &recipes.PythonSource{Package: "NVIDIA_NCCL_cu12"}}),
+		}},
+		Python:    map[string]string{"NVIDIA_NCCL_cu12": "2.27.3+cuda12.9"},
+		Toolchain: []sbom.Tool{{Name: "Torch_Vision", Version: "0.26.0+cu130", Package: true}, {Name: "zope.interface", Version: "7.0", Package: true}},
+	}
+	bom, err := sbom.Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, c := range *bom.Components {
+		got[c.BOMRef] = c.PackageURL
+	}
+	for _, c := range *(*bom.Formulation)[0].Components {
+		got[c.BOMRef] = c.PackageURL
+	}
+	for ref, want := range map[string]struct {
+		purl                 string
+		name, version, quals string
+	}{
+		"component:gh": {"pkg:github/deepseek-ai/deepep@" + commit, "deepep", commit, ""},
+		"component:other": {"pkg:generic/other@1.0%2Blocal?vcs_url=git%2Bhttps:%2F%2Fgit.example.org%2Fa%2Fb.git%40" + commit,
+			"other", "1.0+local", "vcs_url=git+https://git.example.org/a/b.git@" + commit},
+		"component:tar": {"pkg:generic/tar@3.2.5-1?checksum=sha256:" + sum + "&download_url=https:%2F%2Fexample.org%2Fx%2Fsrc%203.2.5-1.txz%3Fa%3Db%26c%3Dd",
+			"tar", "3.2.5-1", "checksum=sha256:" + sum + " download_url=https://example.org/x/src 3.2.5-1.txz?a=b&c=d"},
+		"component:py":             {"pkg:pypi/nvidia-nccl-cu12@2.27.3%2Bcuda12.9", "nvidia-nccl-cu12", "2.27.3+cuda12.9", ""},
+		"tool:pypi:Torch_Vision":   {"pkg:pypi/torch-vision@0.26.0%2Bcu130", "torch-vision", "0.26.0+cu130", ""},
+		"tool:pypi:zope.interface": {"pkg:pypi/zope.interface@7.0", "zope.interface", "7.0", ""},
+	} {
+		if got[ref] != want.purl {
+			t.Errorf("%s: purl %q, want %q", ref, got[ref], want.purl)
+			continue
+		}
+		p, err := packageurl.FromString(got[ref])
+		var quals []string
+		for _, q := range p.Qualifiers {
+			quals = append(quals, q.Key+"="+q.Value)
+		}
+		if err != nil || p.Name != want.name || p.Version != want.version || strings.Join(quals, " ") != want.quals {
+			t.Errorf("%s: %s parses as %+v (%v)", ref, got[ref], p, err)
+		}
+	}
+}
+
+// TestHostileStrings: what a recipe, manifest or the command line gives stays data in
+// the JSON (quotes, markup, newlines, escape sequences, line separators), the document
+// stays valid CycloneDX 1.6 and reads back to the same strings, and the same input gives
+// the same bytes.
+func TestHostileStrings(t *testing.T) {
+	res, err := builder.NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := res.Resolve("demo", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bad = "\"</script><b>&amp;\\\n\r\t\x00\x1b[31m\u2028\u2029\u202e$(id)`id`'"
+	in := inputFor(p)
+	in.Supplier, in.Authors, in.Artifact = bad, []string{bad, "x" + bad}, bad+".tar.zst"
+	in.Toolchain = append(in.Toolchain, sbom.Tool{Name: "cc", Version: bad, Path: bad})
+	in.Properties = append(in.Properties, sbom.Property{Name: "epbuild:toolchain:os", Value: bad})
+	bom, err := sbom.Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := must(bom.Marshal())
+	if again, err := sbom.Build(in); err != nil || !bytes.Equal(must(again.Marshal()), b) {
+		t.Error("two SBOMs of one input differ")
+	}
+	for _, raw := range []string{"</script>", "<b>", "\x00", "\x1b", "\u2028", "\u2029", bad} {
+		if bytes.Contains(b, []byte(raw)) {
+			t.Errorf("%q is in the JSON as it is", raw)
+		}
+	}
+	if err := validate(t, b); err != nil {
+		t.Fatalf("not valid CycloneDX 1.6: %v", err)
+	}
+	back := decode(t, b)
+	m := back.Metadata
+	tools := *(*back.Formulation)[0].Components
+	cc := tools[len(tools)-1]
+	if m.Supplier.Name != bad || (*m.Authors)[0].Name != bad || (*m.Authors)[1].Name != "x"+bad ||
+		!slices.Contains(*m.Component.Properties, sbom.Property{Name: "epbuild:artifact", Value: bad + ".tar.zst"}) ||
+		cc.Version != bad || (*cc.Properties)[0].Value != bad ||
+		!slices.Contains(*(*back.Formulation)[0].Properties, sbom.Property{Name: "epbuild:toolchain:os", Value: bad}) {
+		t.Errorf("the strings did not come back as given: %+v %+v", m, cc)
+	}
 }

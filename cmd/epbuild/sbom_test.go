@@ -1,12 +1,14 @@
 package main
 
 import (
-	"encoding/json"
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	cdx "github.com/CycloneDX/cyclonedx-go"
 
 	"github.com/epbuild/epbuild/builder/sbom"
 )
@@ -25,12 +27,13 @@ func TestSBOMCLI(t *testing.T) {
 	}
 	// epbuild sbom writes it again from the manifest, which does not name the epbuild that
 	// built the artifact: all of it but that
-	var bom sbom.BOM
-	if err := json.Unmarshal(want, &bom); err != nil {
+	var doc cdx.BOM
+	if err := cdx.NewBOMDecoder(bytes.NewReader(want), cdx.BOMFileFormatJSON).Decode(&doc); err != nil {
 		t.Fatal(err)
 	}
-	bom.Metadata.Properties = slices.DeleteFunc(bom.Metadata.Properties, func(p sbom.Property) bool { return p.Name == "epbuild:built-by" })
-	if want, err = bom.Marshal(); err != nil {
+	props := slices.DeleteFunc(*doc.Metadata.Properties, func(p sbom.Property) bool { return p.Name == "epbuild:built-by" })
+	doc.Metadata.Properties = &props
+	if want, err = (sbom.BOM{BOM: &doc}).Marshal(); err != nil {
 		t.Fatal(err)
 	}
 	env := nodeEnv()
@@ -53,9 +56,10 @@ func TestSBOMCLI(t *testing.T) {
 	}
 	// the supplier and authors given, none by default
 	code, out, errs := run(t, env, "sbom", art, "--supplier", "ACME HPC", "--author", "Site Team", "--author", "Ana")
-	if err := json.Unmarshal([]byte(out), &bom); code != 0 || err != nil || bom.Metadata.Supplier == nil || bom.Metadata.Supplier.Name != "ACME HPC" ||
-		len(bom.Metadata.Authors) != 2 || bom.Metadata.Authors[0].Name != "Site Team" {
-		t.Errorf("sbom --supplier --author: exit %d %v %+v\n%s", code, err, bom.Metadata, errs)
+	var cb cdx.BOM
+	if err := cdx.NewBOMDecoder(strings.NewReader(out), cdx.BOMFileFormatJSON).Decode(&cb); code != 0 || err != nil || cb.Metadata.Supplier == nil ||
+		cb.Metadata.Supplier.Name != "ACME HPC" || cb.Metadata.Authors == nil || len(*cb.Metadata.Authors) != 2 || (*cb.Metadata.Authors)[0].Name != "Site Team" {
+		t.Errorf("sbom --supplier --author: exit %d %v %+v\n%s", code, err, cb.Metadata, errs)
 	}
 	if strings.Contains(string(want), `"supplier"`) || strings.Contains(string(want), `"authors"`) {
 		t.Error("a supplier or authors nobody gave")
