@@ -51,6 +51,12 @@ func IsLayoutName(name string) bool {
 	return slices.Contains(layout, name) || strings.HasPrefix(name, ".tmp-"+MarkerName+"-")
 }
 
+// isMarkerTemp is the marker's temporary file (WriteFile's name), left by a process
+// killed while it wrote the marker.
+func isMarkerTemp(d fs.DirEntry) bool {
+	return d.Type().IsRegular() && strings.HasPrefix(d.Name(), ".tmp-"+MarkerName+"-")
+}
+
 // DirState is what a directory is, as a cache.
 type DirState int
 
@@ -115,14 +121,21 @@ func Inspect(dir string) (DirState, error) {
 		return Empty, nil
 	}
 	var foreign []string
-	proof := false
+	proof, onlyMarkerTemps := false, true
 	for _, d := range des {
+		if isMarkerTemp(d) {
+			continue
+		}
+		onlyMarkerTemps = false
 		switch {
 		case !IsLayoutName(d.Name()) || !d.IsDir():
 			foreign = append(foreign, quote.Term(d.Name())) // anyone's names: shown safely
 		case slices.Contains(legacyProof, d.Name()):
 			proof = true
 		}
+	}
+	if onlyMarkerTemps {
+		return Empty, nil // a run killed while it wrote the marker of a new cache
 	}
 	if len(foreign) > 0 || !proof {
 		why := "it is not empty and has no " + MarkerName + " file, so it is not a cache epbuild made"

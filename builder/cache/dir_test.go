@@ -99,6 +99,28 @@ func TestOpenMarksAndAdopts(t *testing.T) {
 	}
 }
 
+// A run killed while it wrote a new cache's marker leaves only the marker's temporary
+// file: the next run makes its cache there (found by killing demo runs at random); the
+// same file beside a name that is not epbuild's is still refused.
+func TestOpenAfterAKilledMarker(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{".tmp-" + MarkerName + "-581225867": "epbuild ca"})
+	if st, err := Inspect(dir); st != Empty || err != nil {
+		t.Fatalf("only a half-written marker: %v %v", st, err)
+	}
+	if _, err := Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := Inspect(dir); st != Marked || err != nil {
+		t.Errorf("not made a cache: %v %v", st, err)
+	}
+	other := t.TempDir()
+	writeTree(t, other, map[string]string{".tmp-" + MarkerName + "-1": "", "notes.txt": "mine"})
+	if _, err := Open(other); err == nil || !strings.Contains(err.Error(), "notes.txt") {
+		t.Errorf("a user's file beside a half-written marker: %v", err)
+	}
+}
+
 // A lock file that is a FIFO, a link or another user's is refused at once, saying what
 // it is; the wait never starts.
 func TestOpenLockRefusesFIFOAndOthersFiles(t *testing.T) {
