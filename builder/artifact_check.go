@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"io"
 	"os"
 	"path"
@@ -125,10 +126,10 @@ func readError(ctx context.Context, art string, err error, m *Manifest, raw []by
 		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("%w; an epbuild artifact carries its manifest within %d times its own size", err, maxManifestRatio)}
 	case errors.Is(err, archive.ErrLimit):
 		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than its manifest declares (%d files, %s), extraction stopped: %w",
-			countFiles(m), byteCount(declaredBytes(m, raw)-tarSlack), err)}
+			countFiles(m), disk.ByteCount(declaredBytes(m, raw)-tarSlack), err)}
 	case errors.As(err, &xe) && xe.Kind != nil:
 		return &BadArtifactError{Artifact: art, Err: err}
-	case isNoSpace(err):
+	case disk.IsNoSpace(err):
 		return err // the caller says where and how much
 	}
 	// an I/O error here is as likely the archive's (a truncated zstd frame) as ours;

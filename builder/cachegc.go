@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"io"
 	"io/fs"
 	"os"
@@ -466,7 +467,7 @@ func removeStageOutput(dir string, o stageOutput) (bool, error) {
 		}
 		return false, fmt.Errorf("remove stage output %s/%s: %w", o.stage, o.key, err)
 	}
-	_ = makeWritable(trash)
+	_ = disk.MakeWritable(trash)
 	if err := os.RemoveAll(trash); err != nil {
 		return true, fmt.Errorf("remove stage output %s/%s: %w", o.stage, o.key, err)
 	}
@@ -567,7 +568,7 @@ func (g *gcRun) temps(ctx context.Context) error {
 			}
 			continue
 		}
-		_ = makeWritable(p)
+		_ = disk.MakeWritable(p)
 		err = os.RemoveAll(p)
 		release()
 		if err != nil {
@@ -649,7 +650,7 @@ func (g *gcRun) metadata(ctx context.Context) error {
 		if !old(mtime) {
 			continue
 		}
-		_ = makeWritable(p)
+		_ = disk.MakeWritable(p)
 		if err := os.RemoveAll(p); err != nil {
 			return fmt.Errorf("remove %s: %w", p, err)
 		}

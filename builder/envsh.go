@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"maps"
 	"os"
 	"path/filepath"
@@ -163,10 +164,10 @@ func envScript(p *Plan, dirOf func(string) string, installed []string) (string, 
 	}
 	var py, ld []string
 	for _, c := range installed {
-		if dirExists(filepath.Join(dirOf(c), "python")) {
+		if disk.DirExists(filepath.Join(dirOf(c), "python")) {
 			py = append(py, `"$EPBUILD_PREFIX"/`+quote.ShellAlways(c+"/python"))
 		}
-		if dirExists(filepath.Join(dirOf(c), "lib")) {
+		if disk.DirExists(filepath.Join(dirOf(c), "lib")) {
 			ld = append(ld, `"$EPBUILD_PREFIX"/`+quote.ShellAlways(c+"/lib"))
 		}
 	}

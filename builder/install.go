@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -271,11 +272,11 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	op := "install " + filepath.Base(art) + " into " + prefix
 	need := installSize(m, raw)
 	// before anything is written (the lock file included), and again under the lock
-	if err := checkSpace(existingDir(parent), need, len(m.Files), op); err != nil {
+	if err := checkSpace(disk.ExistingDir(parent), need, len(m.Files), op); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return nil, noSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, 0, fixInstallSpace)
+		return nil, disk.NoSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, 0, fixInstallSpace)
 	}
 	unlock, err := lockPrefix(ctx, parent, base, opts.Log)
 	if err != nil {
@@ -301,21 +302,21 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	}
 	stage, err := os.MkdirTemp(parent, "."+base+stageInfix)
 	if err != nil {
-		return nil, noSpaceOr(fmt.Errorf("install into %s: staging directory: %w", prefix, err), op, parent, need, fixInstallSpace)
+		return nil, disk.NoSpaceOr(fmt.Errorf("install into %s: staging directory: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
-	defer func() { _ = makeWritable(stage); _ = os.RemoveAll(stage) }()
+	defer func() { _ = disk.MakeWritable(stage); _ = os.RemoveAll(stage) }()
 
 	tree := filepath.Join(stage, "tree")
 	if err := stageArtifact(ctx, art, tree, m, raw); err != nil {
-		return nil, noSpaceOr(err, op, parent, need, fixInstallSpace)
+		return nil, disk.NoSpaceOr(err, op, parent, need, fixInstallSpace)
 	}
 	// env.sh learns where it is installed: sh cannot find out by itself
 	if err := BakeEnvScript(tree, prefix); err != nil {
-		return nil, noSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, need, fixInstallSpace)
+		return nil, disk.NoSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
 	added, notes, err := addEpbuild(tree, m, opts.Self)
 	if err != nil {
-		return nil, noSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, need, fixInstallSpace)
+		return nil, disk.NoSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
 	rc := Receipt{
 		Artifact: filepath.Base(art), ArtifactPath: art, SHA256: sum, ManifestSHA256: sha256Hex(raw), Recipe: m.Recipe, PlanKey: m.PlanKey,
@@ -326,7 +327,7 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 		return nil, fmt.Errorf("install into %s: encode receipt: %w", prefix, err)
 	}
 	if err := writeReceipt(filepath.Join(tree, ReceiptName), append(rb, '\n')); err != nil {
-		return nil, noSpaceOr(fmt.Errorf("install into %s: write receipt: %w", prefix, err), op, parent, need, fixInstallSpace)
+		return nil, disk.NoSpaceOr(fmt.Errorf("install into %s: write receipt: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
 	logInfo(opts.Log, "artifact checked", "artifact", rc.Artifact, "files", len(m.Files))
 
@@ -658,12 +659,12 @@ func cleanStale(parent, base string, l *log.Logger) {
 	stale, _ := filepath.Glob(filepath.Join(parent, "."+globEscape(base)+stageInfix+"*"))
 	for _, s := range stale {
 		if _, err := os.Lstat(prefix); errors.Is(err, fs.ErrNotExist) {
-			if old := filepath.Join(s, "old"); renameNoReplace(old, prefix) == nil {
+			if old := filepath.Join(s, "old"); disk.RenameNoReplace(old, prefix) == nil {
 				logInfo(l, "put back the install a killed install had moved aside", "dir", prefix)
 			}
 		}
 		logInfo(l, "removing what a killed install left", "dir", s)
-		_ = makeWritable(s)
+		_ = disk.MakeWritable(s)
 		_ = os.RemoveAll(s)
 	}
 }
@@ -728,33 +729,18 @@ func declaredBytes(m *Manifest, raw []byte) int64 {
 // checkSpace refuses an install the file system under dir cannot hold, in bytes or in
 // inodes, before anything is written (exit 3, with the space needed).
 func checkSpace(dir string, need int64, entries int, op string) error {
-	free, inodes, ok := diskFree(dir)
+	free, inodes, ok := disk.DiskFree(dir)
 	if !ok {
 		return nil
 	}
 	if free < need {
-		return &NoSpaceError{Op: op, Path: dir, Need: need, Free: free, Fix: fixInstallSpace}
+		return &disk.NoSpaceError{Op: op, Path: dir, Need: need, Free: free, Fix: fixInstallSpace}
 	}
 	if want := int64(entries) + 8; inodes >= 0 && inodes < want {
-		return &NoSpaceError{Op: op, Path: dir, Need: need, Free: free, Fix: fixInstallSpace,
+		return &disk.NoSpaceError{Op: op, Path: dir, Need: need, Free: free, Fix: fixInstallSpace,
 			Err: fmt.Errorf("%d inodes free, %d needed", inodes, want)}
 	}
 	return nil
-}
-
-// existingDir is dir or its nearest existing parent: where the space is counted before
-// dir is made.
-func existingDir(dir string) string {
-	for {
-		if st, err := os.Stat(dir); err == nil && st.IsDir() {
-			return dir
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return dir
-		}
-		dir = up
-	}
 }
 
 // stageArtifact extracts the artifact into tree (which must not exist), stopping once
@@ -764,7 +750,7 @@ func existingDir(dir string) string {
 func stageArtifact(ctx context.Context, art, tree string, m *Manifest, raw []byte) (err error) {
 	defer func() {
 		if err != nil {
-			_ = makeWritable(tree)
+			_ = disk.MakeWritable(tree)
 			_ = os.RemoveAll(tree)
 		}
 	}()
@@ -805,7 +791,7 @@ func relocateReport(rep *VerifyReport, from, to string) {
 // returns where the old install is kept ("" if nowhere).
 func putInPlace(tree, prefix, stage string, keep bool) (string, error) {
 	if _, err := os.Lstat(prefix); errors.Is(err, fs.ErrNotExist) {
-		if err := renameNoReplace(tree, prefix); err != nil {
+		if err := disk.RenameNoReplace(tree, prefix); err != nil {
 			return "", fmt.Errorf("install into %s: move the checked tree into place: %w", prefix, err)
 		}
 		return "", nil
@@ -813,7 +799,7 @@ func putInPlace(tree, prefix, stage string, keep bool) (string, error) {
 	if !keep {
 		// after the exchange the old install is in the staging directory, removed with
 		// it (or by the next install, after a kill)
-		if err := swap(tree, prefix, filepath.Join(stage, "old")); err != nil {
+		if err := disk.Swap(tree, prefix, filepath.Join(stage, "old")); err != nil {
 			return "", fmt.Errorf("install into %s: swap the new install in: %w", prefix, err)
 		}
 		return "", nil
@@ -827,41 +813,12 @@ func putInPlace(tree, prefix, stage string, keep bool) (string, error) {
 	// the tree goes to its final name for the old install first: after the exchange the
 	// old install is there at once, never in the staging directory a later install
 	// would clean up
-	if err := renameNoReplace(tree, prev); err != nil {
+	if err := disk.RenameNoReplace(tree, prev); err != nil {
 		return "", fmt.Errorf("install into %s: %w", prefix, err)
 	}
-	if err := swap(prev, prefix, filepath.Join(stage, "old")); err != nil {
+	if err := disk.Swap(prev, prefix, filepath.Join(stage, "old")); err != nil {
 		_ = os.Rename(prev, tree)
 		return "", fmt.Errorf("install into %s: swap the new install in: %w", prefix, err)
 	}
 	return prev, nil
-}
-
-// swap exchanges the directories a and b in one step; where the file system cannot,
-// in three renames through aside, undone on failure (and by cleanStale after a kill).
-func swap(a, b, aside string) error {
-	err := exchange(a, b)
-	if !errors.Is(err, errNoExchange) {
-		return err
-	}
-	old := aside
-	if err := os.Rename(b, old); err != nil {
-		return err
-	}
-	if err := os.Rename(a, b); err != nil {
-		_ = os.Rename(old, b)
-		return err
-	}
-	return os.Rename(old, a)
-}
-
-// renameIfAbsent is the fallback for a no-replace rename: a small race window, where the
-// kernel offers nothing better (the install lock keeps other installs out of it).
-func renameIfAbsent(oldpath, newpath string) error {
-	if _, err := os.Lstat(newpath); err == nil {
-		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: fs.ErrExist}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return os.Rename(oldpath, newpath)
 }

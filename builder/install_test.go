@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"io"
 	"io/fs"
 	"maps"
@@ -78,7 +79,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if shared.dir != "" {
-		_ = makeWritable(shared.dir)
+		_ = disk.MakeWritable(shared.dir)
 		_ = os.RemoveAll(shared.dir)
 	}
 	os.Exit(code)

@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"github.com/epbuild/epbuild/builder/disk"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,7 +44,7 @@ func outputSetChild(t *testing.T) {
 
 	// epbuild sbom -o FILE on a full file system: no space, naming it; nothing left
 	full := smallFS(t, "4k")
-	err = WriteOutput(filepath.Join(full, "x.cdx.json"), make([]byte, 64<<10))
+	err = disk.WriteOutput(filepath.Join(full, "x.cdx.json"), make([]byte, 64<<10))
 	wantNoSpace(t, err, full)
 	isEmpty(t, full)
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"io"
 	"maps"
 	"os"
@@ -315,7 +316,7 @@ func (j *Job) findings(ctx context.Context, tc *Toolchain, run bool) ([]compat.F
 		perr := j.policy(fs, stage)
 		if decided(fs) && keep != "" && (exists || perr == nil) {
 			if b, err := json.Marshal(fs); err == nil && os.MkdirAll(filepath.Dir(keep), 0o755) == nil {
-				_ = WriteFileAtomic(keep, b) // a cache: a failed write only costs a re-evaluation
+				_ = disk.WriteFileAtomic(keep, b) // a cache: a failed write only costs a re-evaluation
 			}
 		}
 		return fs, perr
@@ -557,7 +558,7 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 	if err != nil {
 		return res, fmt.Errorf("rebuild check: %w", err)
 	}
-	defer func() { _ = makeWritable(dir); _ = os.RemoveAll(dir) }()
+	defer func() { _ = disk.MakeWritable(dir); _ = os.RemoveAll(dir) }()
 	again := *r
 	if again.Store, err = OpenStore(filepath.Join(dir, "elsewhere", "cache")); err != nil {
 		return res, err
@@ -728,7 +729,7 @@ func (j *Job) Fetch(ctx context.Context, out string) ([]FetchReport, error) {
 		return nil, err
 	}
 	// outside the stage store: no space in the cache or in out is said here (exit 3)
-	places := []place{{j.cache.Dir(), fixCacheSpace}, {out, fixOutSpace}}
+	places := []disk.Place{{Dir: j.cache.Dir(), Fix: fixCacheSpace}, {Dir: out, Fix: fixOutSpace}}
 	var reps []FetchReport
 	for _, c := range j.Plan.Components {
 		var err error
@@ -750,13 +751,13 @@ func (j *Job) Fetch(ctx context.Context, out string) ([]FetchReport, error) {
 			continue
 		}
 		if err != nil {
-			return reps, noSpaceIn(err, "fetch "+c.Name, places...)
+			return reps, disk.NoSpaceIn(err, "fetch "+c.Name, places...)
 		}
 		rep := FetchReport{Component: c.Name, Pin: c.Source.Pin()}
 		if out != "" {
 			rep.Dest = filepath.Join(out, c.Name)
 			if err := Materialize(ctx, src, &c, rep.Dest); err != nil {
-				return reps, noSpaceIn(err, "lay out "+c.Name+" in "+rep.Dest, places...)
+				return reps, disk.NoSpaceIn(err, "lay out "+c.Name+" in "+rep.Dest, places...)
 			}
 		}
 		reps = append(reps, rep)

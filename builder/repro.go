@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"io/fs"
 	"os"
 	"os/user"
@@ -129,7 +130,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 		if err != nil {
 			return nil, err
 		}
-		return &workDir{path: d, out: d, release: func() { _ = makeWritable(d); _ = os.RemoveAll(d) }, keep: func() {}}, nil
+		return &workDir{path: d, out: d, release: func() { _ = disk.MakeWritable(d); _ = os.RemoveAll(d) }, keep: func() {}}, nil
 	}
 	root := r.Repro.root()
 	if err := ensureBuildRoot(root); err != nil {
@@ -152,7 +153,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 	}
 	remove := func() {
 		for _, d := range []string{out, dir} {
-			_ = makeWritable(d)
+			_ = disk.MakeWritable(d)
 			_ = os.RemoveAll(d)
 		}
 	}
@@ -168,7 +169,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 				Need: "a directory of this user's, or none", Found: "a " + fileKind(st.Mode()) + " of user " + ownerOf(st) + " (left by another user's interrupted build?)",
 				Fix: "remove it, or set EPBUILD_BUILD_ROOT to another directory"}}}
 		}
-		_ = makeWritable(d)
+		_ = disk.MakeWritable(d)
 		if err := os.RemoveAll(d); err != nil {
 			unlock()
 			return nil, fmt.Errorf("remove %s, left by an interrupted build: %w", d, err)
@@ -180,7 +181,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 		if err := os.Mkdir(d, 0o700); err != nil && !(d == out && out == dir && errors.Is(err, fs.ErrExist)) {
 			remove()
 			unlock()
-			return nil, noSpaceOr(fmt.Errorf("make the build directory: %w", err), "make the build directory", filepath.Dir(d), 0, fixBuildRoot)
+			return nil, disk.NoSpaceOr(fmt.Errorf("make the build directory: %w", err), "make the build directory", filepath.Dir(d), 0, fixBuildRoot)
 		}
 	}
 	return &workDir{path: dir, out: out, release: func() {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"io"
 	"maps"
 	"os"
@@ -443,7 +444,7 @@ func buildRootMountsChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: small}})
-	var ns *NoSpaceError
+	var ns *disk.NoSpaceError
 	if !errors.As(err, &ns) || ns.Path != small || ns.ExitCode() != 3 || !strings.Contains(err.Error(), "EPBUILD_BUILD_ROOT") {
 		t.Errorf("a full build root: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"io"
 	"io/fs"
 	"maps"
@@ -945,16 +946,16 @@ func (r *Runner) buildTime(pj patchJSON) int64 {
 // failed while the root is nearly full counts as having filled it; a full cache is
 // Store.noSpace's to name.
 func (r *Runner) buildRootFull(err error) error {
-	var ns *NoSpaceError
+	var ns *disk.NoSpaceError
 	if r.Repro.Off || errors.As(err, &ns) {
 		return err
 	}
 	root := r.Repro.root()
-	free, full := fullDisk(root)
+	free, full := disk.FullDisk(root)
 	if !full {
 		return err
 	}
-	return &NoSpaceError{Op: "build in " + root, Path: root, Free: free, Fix: fixBuildRoot, Err: err}
+	return &disk.NoSpaceError{Op: "build in " + root, Path: root, Free: free, Fix: fixBuildRoot, Err: err}
 }
 
 // linkDependency makes work/deps/<name>/prefix and src point at a component's staged
@@ -1102,7 +1103,7 @@ func publishErr(err error, src, dst string) error {
 	if st, serr := os.Stat(src); serr == nil {
 		need = st.Size()
 	}
-	return noSpaceOr(fmt.Errorf("write artifact %s: %w", dst, err), "write artifact "+dst, filepath.Dir(dst), need,
+	return disk.NoSpaceOr(fmt.Errorf("write artifact %s: %w", dst, err), "write artifact "+dst, filepath.Dir(dst), need,
 		"free space there, or write the artifact elsewhere with -o DIR; the build itself is cached")
 }
 

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"path/filepath"
 	"strings"
 )
@@ -57,10 +58,10 @@ func runtimeParts(p *Plan, prefixes map[string]string) (env map[string]string, p
 		if !ok || c.Source.Python != nil {
 			continue
 		}
-		if dirExists(filepath.Join(pre, "python")) {
+		if disk.DirExists(filepath.Join(pre, "python")) {
 			py = append(py, filepath.Join(pre, "python"))
 		}
-		if dirExists(filepath.Join(pre, "lib")) {
+		if disk.DirExists(filepath.Join(pre, "lib")) {
 			ld = append(ld, filepath.Join(pre, "lib"))
 		}
 	}

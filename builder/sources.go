@@ -2,6 +2,7 @@ package builder
 
 import (
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"path/filepath"
 	"sync"
 
@@ -48,8 +49,8 @@ func (s *FetchSources) For(rawURL string) (*source.Fetcher, error) {
 	s.once.Do(func() {
 		dir := filepath.Join(s.cache.Dir(), "embedded", embedded.Digest())
 		if err := embedded.Ensure(dir); err != nil {
-			s.err = noSpaceIn(fmt.Errorf("lay out the embedded repositories in %s: %w", dir, err),
-				"lay out the embedded repositories", place{s.cache.Dir(), fixCacheSpace})
+			s.err = disk.NoSpaceIn(fmt.Errorf("lay out the embedded repositories in %s: %w", dir, err),
+				"lay out the embedded repositories", disk.Place{Dir: s.cache.Dir(), Fix: fixCacheSpace})
 			return
 		}
 		s.embedded, s.err = source.New(source.Options{Cache: s.cache, Mirror: dir, Logger: s.log})

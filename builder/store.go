@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"io/fs"
 	"maps"
 	"os"
@@ -56,7 +57,7 @@ func OpenStore(dir string) (*Store, error) {
 			if cache.IsAccess(err) {
 				return nil, cache.AccessError(dir, "open the stage store", err)
 			}
-			return nil, noSpaceOr(fmt.Errorf("open stage store %s: %w", dir, err), "open the stage store", dir, 0, fixCacheSpace)
+			return nil, disk.NoSpaceOr(fmt.Errorf("open stage store %s: %w", dir, err), "open the stage store", dir, 0, fixCacheSpace)
 		}
 	}
 	s.sweepDead()
@@ -88,7 +89,7 @@ func (s *Store) sweepDead() {
 		}
 		if len(owned) > 0 && len(held) == len(owned) {
 			p := filepath.Join(tmp, d.Name())
-			_ = makeWritable(p)
+			_ = disk.MakeWritable(p)
 			_ = os.RemoveAll(p)
 		}
 		for _, u := range held {
@@ -114,7 +115,7 @@ func (s *Store) stepLogs(stage, key string) (string, error) {
 		return "", fmt.Errorf("remove the logs of an earlier attempt: %w", err)
 	}
 	if err := os.MkdirAll(d, 0o755); err != nil {
-		return "", noSpaceOr(fmt.Errorf("make the log directory: %w", err), "make the log directory", s.dir, 0, fixCacheSpace)
+		return "", disk.NoSpaceOr(fmt.Errorf("make the log directory: %w", err), "make the log directory", s.dir, 0, fixCacheSpace)
 	}
 	return d, nil
 }
@@ -180,20 +181,20 @@ func (s *Store) Produce(ctx context.Context, stage, key string, make func(dir st
 	final := s.Path(stage, key)
 	what := fmt.Sprintf("%s stage %s", stage, key[:12])
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-		return false, noSpaceOr(fmt.Errorf("%s: %w", what, err), what, s.dir, 0, fixCacheSpace)
+		return false, disk.NoSpaceOr(fmt.Errorf("%s: %w", what, err), what, s.dir, 0, fixCacheSpace)
 	}
 	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "tmp"), stage+"-"+key+"-")
 	if err != nil {
-		return false, noSpaceOr(fmt.Errorf("%s: %w", what, err), what, s.dir, 0, fixCacheSpace)
+		return false, disk.NoSpaceOr(fmt.Errorf("%s: %w", what, err), what, s.dir, 0, fixCacheSpace)
 	}
 	keep := false
 	defer func() {
 		if !keep {
-			_ = makeWritable(tmp)
+			_ = disk.MakeWritable(tmp)
 			_ = os.RemoveAll(tmp)
 		}
 	}()
-	freeBefore, _, _ := diskFree(s.dir)
+	freeBefore, _, _ := disk.DiskFree(s.dir)
 	release, err := s.holdUsed(ctx)
 	if err != nil {
 		return false, err
@@ -260,7 +261,7 @@ func (s *Store) removeTemps(prefix string) {
 	for _, d := range des {
 		if strings.HasPrefix(d.Name(), prefix) {
 			p := filepath.Join(s.dir, "tmp", d.Name())
-			_ = makeWritable(p)
+			_ = disk.MakeWritable(p)
 			_ = os.RemoveAll(p)
 		}
 	}
@@ -270,7 +271,7 @@ func (s *Store) removeTemps(prefix string) {
 // incomplete one an older epbuild left), the two are exchanged in one step once no run
 // uses it, and the old one is removed.
 func (s *Store) publish(ctx context.Context, name, tmp, final string) error {
-	if err := renameNoReplace(tmp, final); err == nil || !errors.Is(err, fs.ErrExist) && !errors.Is(err, syscall.ENOTEMPTY) {
+	if err := disk.RenameNoReplace(tmp, final); err == nil || !errors.Is(err, fs.ErrExist) && !errors.Is(err, syscall.ENOTEMPTY) {
 		return err
 	}
 	unlock, err := s.lock(ctx, name+".use", false)
@@ -278,11 +279,11 @@ func (s *Store) publish(ctx context.Context, name, tmp, final string) error {
 		return err
 	}
 	defer unlock()
-	if err := swap(tmp, final, tmp+".old"); err != nil {
+	if err := disk.Swap(tmp, final, tmp+".old"); err != nil {
 		return err
 	}
 	// tmp now holds the old output
-	_ = makeWritable(tmp)
+	_ = disk.MakeWritable(tmp)
 	_ = os.RemoveAll(tmp)
 	return nil
 }
@@ -316,7 +317,7 @@ func (s *Store) record(id string) error {
 	if s.run == nil {
 		r, err := newRunRecord(filepath.Join(s.dir, "runs"))
 		if err != nil {
-			return noSpaceOr(fmt.Errorf("record this run in %s: %w", s.dir, err), "record this run", s.dir, 0, fixCacheSpace)
+			return disk.NoSpaceOr(fmt.Errorf("record this run in %s: %w", s.dir, err), "record this run", s.dir, 0, fixCacheSpace)
 		}
 		s.run = r
 	}
@@ -324,7 +325,7 @@ func (s *Store) record(id string) error {
 		return nil
 	}
 	if _, err := s.run.f.WriteString(id + "\n"); err != nil {
-		return noSpaceOr(fmt.Errorf("record this run in %s: %w", s.run.path, err), "record this run", s.dir, 0, fixCacheSpace)
+		return disk.NoSpaceOr(fmt.Errorf("record this run in %s: %w", s.run.path, err), "record this run", s.dir, 0, fixCacheSpace)
 	}
 	s.run.seen[id] = true
 	return nil
@@ -403,28 +404,28 @@ func (s *Store) holdUsed(ctx context.Context) (func(), error) {
 // noSpace turns a failed stage into a NoSpaceError when the cache's file system (or the
 // temporary directory's) is full, or the step said so in its log.
 func (s *Store) noSpace(ctx context.Context, err error, what string, freeBefore int64) error {
-	var ns *NoSpaceError
+	var ns *disk.NoSpaceError
 	if ctx.Err() != nil || errors.As(err, &ns) {
 		return err
 	}
-	said := isNoSpace(err)
+	said := disk.IsNoSpace(err)
 	var be *BuildError
 	if errors.As(err, &be) && !said {
 		if b, rerr := os.ReadFile(be.Log); rerr == nil {
-			said = noSpaceText(string(b))
+			said = disk.NoSpaceText(string(b))
 		}
 	}
 	dir := s.dir
-	free, full := fullDisk(dir)
+	free, full := disk.FullDisk(dir)
 	if !full {
-		if tfree, tfull := fullDisk(os.TempDir()); tfull {
+		if tfree, tfull := disk.FullDisk(os.TempDir()); tfull {
 			dir, free, full, freeBefore = os.TempDir(), tfree, true, 0
 		}
 	}
 	if !said && !full {
 		return err
 	}
-	e := &NoSpaceError{Op: what, Path: dir, Free: free, Fix: fixCacheSpace, Err: err}
+	e := &disk.NoSpaceError{Op: what, Path: dir, Free: free, Fix: fixCacheSpace, Err: err}
 	if freeBefore > 0 {
 		e.Need, e.NeedAtLeast = freeBefore, true
 	}
@@ -437,7 +438,7 @@ func WriteJSON(dir, name string, v any) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", name, err)
 	}
-	return WriteFileAtomic(filepath.Join(dir, name), append(b, '\n'))
+	return disk.WriteFileAtomic(filepath.Join(dir, name), append(b, '\n'))
 }
 
 // ReadJSON reads dir/name into v.
@@ -459,24 +460,13 @@ func (s *Store) lock(ctx context.Context, name string, shared bool) (func(), err
 		if cache.IsAccess(err) {
 			return nil, cache.AccessError(s.dir, "lock "+name, err)
 		}
-		return nil, noSpaceOr(err, "lock "+name, s.dir, 0, fixCacheSpace)
+		return nil, disk.NoSpaceOr(err, "lock "+name, s.dir, 0, fixCacheSpace)
 	}
 	if err := l.Wait(ctx, shared, 50*time.Millisecond, nil); err != nil {
 		l.Close()
 		return nil, err
 	}
 	return l.Close, nil
-}
-
-// makeWritable lets RemoveAll delete trees with read-only directories (go module caches
-// and some build outputs have them).
-func makeWritable(dir string) error {
-	return filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err == nil && fi.IsDir() && fi.Mode().Perm()&0o200 == 0 {
-			_ = os.Chmod(p, fi.Mode().Perm()|0o700)
-		}
-		return nil
-	})
 }
 
 // Key hashes its parts (JSON-encoded) into a hex key.

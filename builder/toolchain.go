@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"maps"
 	"os"
 	"os/exec"
@@ -164,7 +165,7 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 	var wg sync.WaitGroup
 	// CUDA: $CUDA_HOME, $CUDA_PATH, nvcc on PATH, /usr/local/cuda.
 	for _, h := range []string{p.Getenv("CUDA_HOME"), p.Getenv("CUDA_PATH")} {
-		if h != "" && fileExists(filepath.Join(h, "bin", "nvcc")) {
+		if h != "" && disk.FileExists(filepath.Join(h, "bin", "nvcc")) {
 			t.CUDAHome = h
 			break
 		}
@@ -172,7 +173,7 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 	if t.CUDAHome == "" {
 		if n := look("nvcc"); n != "" {
 			t.CUDAHome = filepath.Dir(filepath.Dir(n))
-		} else if fileExists("/usr/local/cuda/bin/nvcc") {
+		} else if disk.FileExists("/usr/local/cuda/bin/nvcc") {
 			t.CUDAHome = "/usr/local/cuda"
 		}
 	}
@@ -188,7 +189,7 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 			t.NVCCRandomSeed = strings.Contains(help, "--frandom-seed")
 			t.NVCCObjTemp = strings.Contains(help, "--objdir-as-tempdir")
 		})
-		if dirExists(filepath.Join(t.CUDAHome, "include", "cccl")) {
+		if disk.DirExists(filepath.Join(t.CUDAHome, "include", "cccl")) {
 			t.CCCL = filepath.Join(t.CUDAHome, "include", "cccl")
 		}
 	}
@@ -226,13 +227,13 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 		}
 	}
 	for _, h := range []string{p.Getenv("LIBFABRIC_HOME"), "/opt/amazon/efa", "/usr/local/libfabric", "/usr"} {
-		if h != "" && fileExists(filepath.Join(h, "include", "rdma", "fabric.h")) {
+		if h != "" && disk.FileExists(filepath.Join(h, "include", "rdma", "fabric.h")) {
 			t.LibfabricHome = h
 			break
 		}
 	}
 	for _, h := range []string{p.Getenv("GDRCOPY_HOME"), "/usr/local/gdrdrv", "/usr/local", "/usr", "/opt/gdrcopy"} {
-		if h != "" && fileExists(filepath.Join(h, "include", "gdrapi.h")) {
+		if h != "" && disk.FileExists(filepath.Join(h, "include", "gdrapi.h")) {
 			t.GDRCopyHome = h
 			break
 		}
@@ -541,16 +542,6 @@ func archMinCUDA(arch string) string {
 	return ""
 }
 
-func fileExists(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && !fi.IsDir()
-}
-
-func dirExists(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.IsDir()
-}
-
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
@@ -687,7 +678,7 @@ func (p *Prober) storeProbe(dir, file, key string, t *Toolchain) {
 	if b, err := json.Marshal(pc); err == nil {
 		// a cache: runs at the same time each write a whole file of their own
 		if os.MkdirAll(dir, 0o755) == nil {
-			_ = WriteFileAtomic(file, b)
+			_ = disk.WriteFileAtomic(file, b)
 		}
 	}
 }

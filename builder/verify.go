@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"maps"
 	"os"
 	"path/filepath"
@@ -253,7 +254,7 @@ func (v *verifier) python() string {
 	if v.opts.Python != "" {
 		return v.opts.Python
 	}
-	if v.m.Toolchain != nil && v.m.Toolchain.Python != "" && fileExists(v.m.Toolchain.Python) {
+	if v.m.Toolchain != nil && v.m.Toolchain.Python != "" && disk.FileExists(v.m.Toolchain.Python) {
 		return v.m.Toolchain.Python
 	}
 	return "python3"

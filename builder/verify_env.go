@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"maps"
 	"os"
 	"path"
@@ -157,7 +158,7 @@ func (v *verifier) checkPreload(c VerifyCheck, val string) VerifyCheck {
 		switch {
 		case !ok:
 			bad = append(bad, p+" is not a file the artifact carries")
-		case !fileExists(p):
+		case !disk.FileExists(p):
 			bad = append(bad, p+" does not exist")
 		default:
 			good = append(good, fmt.Sprintf("%s (%s, sha256 %s)", p, final.Path, shortKey(final.SHA256)))

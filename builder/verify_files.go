@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/disk"
 	"io"
 	"io/fs"
 	"maps"
@@ -119,7 +120,7 @@ func readTopFile(dir, name string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", p, err)
 	}
 	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is larger than %s: not written by epbuild", p, byteCount(limit))
+		return nil, fmt.Errorf("%s is larger than %s: not written by epbuild", p, disk.ByteCount(limit))
 	}
 	return b, nil
 }
@@ -249,7 +250,7 @@ func (v *verifier) files(ctx context.Context) []CheckResult {
 		sortProblems(problems)
 	}
 	c := VerifyCheck{ID: "files", Read: fmt.Sprintf("%s: %d files (%s), %d directories, %d symlinks against %s",
-		v.prefix, st.Files, byteCount(st.Bytes), st.Dirs, st.Symlinks, ManifestName), Why: whyFiles,
+		v.prefix, st.Files, disk.ByteCount(st.Bytes), st.Dirs, st.Symlinks, ManifestName), Why: whyFiles,
 		Expected: fmt.Sprintf("the %d entries of the manifest, sha256 and mode", len(v.m.Files))}
 	if n := len(st.Bytecode); n > 0 {
 		c.Read += fmt.Sprintf(", and %d Python bytecode files in __pycache__ against the sources they were compiled from", n)
@@ -302,18 +303,6 @@ func problemCheck(prefix string, p FileProblem, fix string) VerifyCheck {
 			c.Read, prefix)
 	}
 	return c
-}
-
-func byteCount(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // File problem kinds, as they appear in check IDs (files.<kind>:<path>).

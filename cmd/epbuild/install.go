@@ -16,6 +16,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/smoke"
@@ -332,7 +333,7 @@ same checks, the same results, without the node.`,
 			if err := host.Capture(cmd.Context(), sys, cfg, &buf); err != nil {
 				return err
 			}
-			if err := builder.WriteFileAtomic(args[0], buf.Bytes()); err != nil {
+			if err := disk.WriteFileAtomic(args[0], buf.Bytes()); err != nil {
 				return err
 			}
 			if capJSON {

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -182,7 +183,7 @@ func describeError(err error, code int) errorJSON {
 		be   *builder.BuildError
 		re   *builder.RulesError
 		pe   *builder.PreflightError
-		ns   *builder.NoSpaceError
+		ns   *disk.NoSpaceError
 		pa   *builder.PatchError
 		cf   *builder.ChecksFailed
 		rs   recipes.Errors

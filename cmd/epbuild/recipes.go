@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -276,7 +277,7 @@ func newSchemaCmd(app *App) *cobra.Command {
 				_, err = app.Out.Write(b)
 				return err
 			}
-			return builder.WriteFileAtomic(out, b)
+			return disk.WriteFileAtomic(out, b)
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this file instead of stdout")

@@ -1,4 +1,4 @@
-package builder
+package disk
 
 import (
 	"errors"
@@ -28,13 +28,13 @@ func (e *NoSpaceError) Error() string {
 	fmt.Fprintf(&b, "%s: no space left on the file system of %s", e.Op, e.Path)
 	var facts []string
 	if e.Free >= 0 {
-		facts = append(facts, byteCount(e.Free)+" free")
+		facts = append(facts, ByteCount(e.Free)+" free")
 	}
 	switch {
 	case e.Need > 0 && e.NeedAtLeast:
-		facts = append(facts, "it needs more than the "+byteCount(e.Need)+" that were free when it started")
+		facts = append(facts, "it needs more than the "+ByteCount(e.Need)+" that were free when it started")
 	case e.Need > 0:
-		facts = append(facts, byteCount(e.Need)+" needed")
+		facts = append(facts, ByteCount(e.Need)+" needed")
 	}
 	if len(facts) > 0 {
 		fmt.Fprintf(&b, " (%s)", strings.Join(facts, "; "))
@@ -55,25 +55,25 @@ func (e *NoSpaceError) ExitCode() int { return 3 }
 
 // isNoSpace reports whether err is a full file system (ENOSPC, or EDQUOT: a quota is
 // the user's share of the disk).
-func isNoSpace(err error) bool {
+func IsNoSpace(err error) bool {
 	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 // noSpaceText is how tools that run as child processes say it (strerror).
-func noSpaceText(s string) bool {
+func NoSpaceText(s string) bool {
 	return strings.Contains(s, "No space left on device") || strings.Contains(s, "Disk quota exceeded")
 }
 
 // noSpaceOr turns err into a NoSpaceError when it is one, else returns it unchanged.
-func noSpaceOr(err error, op, dir string, need int64, fix string) error {
-	if err == nil || !isNoSpace(err) {
+func NoSpaceOr(err error, op, dir string, need int64, fix string) error {
+	if err == nil || !IsNoSpace(err) {
 		return err
 	}
 	var ns *NoSpaceError
 	if errors.As(err, &ns) {
 		return err
 	}
-	free, _, ok := diskFree(dir)
+	free, _, ok := DiskFree(dir)
 	if !ok {
 		free = -1
 	}
@@ -88,46 +88,46 @@ const nearlyFull = 16 << 20
 
 // fullDisk reports whether dir's file system is (nearly) out of space or inodes, with
 // the bytes free.
-func fullDisk(dir string) (int64, bool) {
-	free, files, ok := diskFree(dir)
+func FullDisk(dir string) (int64, bool) {
+	free, files, ok := DiskFree(dir)
 	if !ok {
 		return -1, false
 	}
 	return free, free < nearlyFull || (files >= 0 && files < 64)
 }
 
-// place is a directory a job writes into, and how to make room there.
-type place struct{ dir, fix string }
+// Place is a directory a job writes into, and how to make room there.
+type Place struct{ Dir, Fix string }
 
 // noSpaceIn turns err into a NoSpaceError naming the first of places whose file system
 // is (nearly) full, when err says no space (its errno, or a child's strerror) or, for
 // a job that is not refused as bad input, when one of them is full: go-git and child
 // processes do not always pass the errno on. Otherwise err is returned unchanged.
-func noSpaceIn(err error, op string, places ...place) error {
+func NoSpaceIn(err error, op string, places ...Place) error {
 	var ns *NoSpaceError
 	if err == nil || errors.As(err, &ns) || len(places) == 0 {
 		return err
 	}
-	said := isNoSpace(err) || noSpaceText(err.Error())
+	said := IsNoSpace(err) || NoSpaceText(err.Error())
 	var coded interface{ ExitCode() int }
 	if !said && errors.As(err, &coded) && coded.ExitCode() == 2 {
 		return err
 	}
 	for _, p := range places {
-		if p.dir == "" {
+		if p.Dir == "" {
 			continue
 		}
-		if free, full := fullDisk(existingDir(p.dir)); full {
-			return &NoSpaceError{Op: op, Path: p.dir, Free: free, Fix: p.fix, Err: err}
+		if free, full := FullDisk(ExistingDir(p.Dir)); full {
+			return &NoSpaceError{Op: op, Path: p.Dir, Free: free, Fix: p.Fix, Err: err}
 		}
 	}
 	if said {
 		p := places[0]
-		free, _, ok := diskFree(existingDir(p.dir))
+		free, _, ok := DiskFree(ExistingDir(p.Dir))
 		if !ok {
 			free = -1
 		}
-		return &NoSpaceError{Op: op, Path: p.dir, Free: free, Fix: p.fix, Err: err}
+		return &NoSpaceError{Op: op, Path: p.Dir, Free: free, Fix: p.Fix, Err: err}
 	}
 	return err
 }
@@ -137,5 +137,5 @@ func noSpaceIn(err error, op string, places ...place) error {
 // left there.
 func WriteOutput(path string, b []byte) error {
 	err := WriteFileAtomic(path, b)
-	return noSpaceOr(err, "write "+path, filepath.Dir(path), int64(len(b)), "free space there, or write it elsewhere with -o FILE")
+	return NoSpaceOr(err, "write "+path, filepath.Dir(path), int64(len(b)), "free space there, or write it elsewhere with -o FILE")
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package builder
+package disk
 
 import "errors"
 

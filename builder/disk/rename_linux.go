@@ -1,4 +1,4 @@
-package builder
+package disk
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ func exchange(a, b string) error {
 }
 
 // renameNoReplace renames without replacing what appeared at newpath meanwhile.
-func renameNoReplace(oldpath, newpath string) error {
+func RenameNoReplace(oldpath, newpath string) error {
 	err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
 		return renameIfAbsent(oldpath, newpath)
@@ -38,7 +38,7 @@ func renameNoReplace(oldpath, newpath string) error {
 // diskFree is the space and the inodes this process may still use on dir's file system
 // (root may use the blocks reserved for it); inodes is -1 where the file system does not
 // count them.
-func diskFree(dir string) (bytes, inodes int64, ok bool) {
+func DiskFree(dir string) (bytes, inodes int64, ok bool) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		return 0, 0, false
