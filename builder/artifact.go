@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -37,7 +38,7 @@ type Manifest struct {
 	Epbuild         string            `json:"epbuild,omitempty"`
 	Recipe          string            `json:"recipe"`
 	PlanKey         string            `json:"plan_key"`
-	Plan            *Plan             `json:"plan"`
+	Plan            *plan.Plan        `json:"plan"`
 	SourceDateEpoch int64             `json:"source_date_epoch"`
 	Toolchain       *Toolchain        `json:"toolchain"`
 	Components      []ComponentResult `json:"components"`
@@ -79,7 +80,7 @@ func (r *Runner) sourceDateEpoch(res *Result) (int64, error) {
 
 // packageStage writes env.sh and the manifest and packs them with the staged prefixes,
 // each under its component's name, reproducibly into dir/<artifact>.
-func (r *Runner) packageStage(ctx context.Context, p *Plan, res *Result, dir string) error {
+func (r *Runner) packageStage(ctx context.Context, p *plan.Plan, res *Result, dir string) error {
 	return r.pack(ctx, p, res, dir, func() ([]ComponentResult, error) { return res.Components, nil })
 }
 
@@ -87,7 +88,7 @@ func (r *Runner) packageStage(ctx context.Context, p *Plan, res *Result, dir str
 // coming from checked, which pack calls when it reaches the manifest, after the files
 // before it: Run packs the prefixes while the checks run. An error from checked stops
 // the pack; res's components give the prefixes and times.
-func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, checked func() ([]ComponentResult, error)) error {
+func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string, checked func() ([]ComponentResult, error)) error {
 	sde, err := r.sourceDateEpoch(res)
 	if err != nil {
 		return err
@@ -162,7 +163,7 @@ func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, che
 }
 
 // installedComponents lists the components whose files the artifact carries.
-func installedComponents(p *Plan, res *Result) []string {
+func installedComponents(p *plan.Plan, res *Result) []string {
 	var out []string
 	for _, c := range res.Components {
 		pc, _ := p.Component(c.Name)
@@ -192,7 +193,7 @@ func tmpName(path string) string { return path + tmpPrefix + strconv.Itoa(os.Get
 // the artifact last, so that whoever sees the artifact sees its sidecars (an artifact
 // already there from an earlier build of the same plan holds the same bytes). On any
 // failure what was written is removed. A full file system is a NoSpaceError (exit 3).
-func publishSet(p *Plan, dir, outDir, sum string) (*Result, error) {
+func publishSet(p *plan.Plan, dir, outDir, sum string) (*Result, error) {
 	src := filepath.Join(dir, ArtifactName(p))
 	res := &Result{SHA256: sum, Artifact: filepath.Join(outDir, ArtifactName(p))}
 	res.SBOM = res.Artifact + SBOMSuffix

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,7 +18,7 @@ import (
 
 // twoPassPackage is the package stage as it was before it packed in one pass: lay out,
 // HashTree for the manifest, Pack with the manifest and env.sh as extra files.
-func twoPassPackage(t *testing.T, r *Runner, p *Plan, res *Result) []byte {
+func twoPassPackage(t *testing.T, r *Runner, p *plan.Plan, res *Result) []byte {
 	t.Helper()
 	ctx := context.Background()
 	sde, err := r.sourceDateEpoch(res)

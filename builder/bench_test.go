@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -91,9 +92,9 @@ func TestComparePackage(t *testing.T) {
 	rs[1].Print("package-t0", extra...)
 }
 
-func mustResolver(t testing.TB) *Resolver {
+func mustResolver(t testing.TB) *plan.Resolver {
 	t.Helper()
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}

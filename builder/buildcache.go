@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,7 +28,7 @@ type ArtifactCache interface {
 	// checked as install checks it, with what a build writes beside it that the store
 	// has (its .sha256, SBOM and wheels); nil with a nil error when the store does not
 	// hold the plan.
-	Fetch(ctx context.Context, p *Plan, dir string) (*CachedArtifact, error)
+	Fetch(ctx context.Context, p *plan.Plan, dir string) (*CachedArtifact, error)
 	// Store puts the artifact at path, with what lies beside it, into the store and
 	// says where it went.
 	Store(ctx context.Context, artifact string) (string, error)
@@ -134,7 +135,7 @@ func (j *Job) fromCache(ctx context.Context, opts BuildOptions, rep *CacheReport
 // build writes them: the wheels first and the artifact last, so that whoever sees the
 // artifact sees everything beside it. An SBOM the store lacks is made from the manifest,
 // as the package stage makes it.
-func publishCached(got *CachedArtifact, outDir string, p *Plan) (*Result, error) {
+func publishCached(got *CachedArtifact, outDir string, p *plan.Plan) (*Result, error) {
 	res := &Result{Plan: p, SHA256: got.SHA256, Artifact: filepath.Join(outDir, ArtifactName(p))}
 	res.SBOM = res.Artifact + SBOMSuffix
 	if got.SBOM == "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/plan"
 	"maps"
 	"os"
 	"path/filepath"
@@ -146,13 +147,13 @@ const envTail = "unset -f _epbuild_prepend\nunset _epbuild_at _epbuild_id _epbui
 // (laid out under root) that have python/ and lib/, the recipe's LD_PRELOAD in front of
 // the user's, and exports of the rest of the recipe's runtime env, with {{C.prefix}}
 // pointing into the prefix. Values are single-quoted; only the prefix is expanded.
-func EnvScript(p *Plan, root string, installed []string) (string, error) {
+func EnvScript(p *plan.Plan, root string, installed []string) (string, error) {
 	return envScript(p, func(c string) string { return filepath.Join(root, c) }, installed)
 }
 
 // envScript is EnvScript with each installed component's tree at dirOf(component) (the
 // package stage packs the staged prefixes where they are).
-func envScript(p *Plan, dirOf func(string) string, installed []string) (string, error) {
+func envScript(p *plan.Plan, dirOf func(string) string, installed []string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# env.sh for %s (plan %s), written by epbuild: . PREFIX/%s from any POSIX shell (sh, bash, zsh, ksh93)\n", p.Recipe, p.Key[:12], EnvName)
 	b.WriteString("# epbuild install writes the install's directory and id on the next two lines\n")

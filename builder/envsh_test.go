@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,7 +192,7 @@ func TestEnvScriptUnpackedByHand(t *testing.T) {
 }
 
 func TestBakeEnvScript(t *testing.T) {
-	p := &Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"A": "{{c.prefix}}/lib"}}
+	p := &plan.Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"A": "{{c.prefix}}/lib"}}
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "c", "lib"), 0o755); err != nil {
 		t.Fatal(err)
@@ -346,7 +347,7 @@ func TestEnvScriptTwice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := &Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"LD_PRELOAD": "{{c.prefix}}/lib/x.so", "A": "{{c.prefix}}/lib"}}
+	p := &plan.Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"LD_PRELOAD": "{{c.prefix}}/lib/x.so", "A": "{{c.prefix}}/lib"}}
 	script, err := EnvScript(p, root, []string{"c"})
 	if err != nil {
 		t.Fatal(err)

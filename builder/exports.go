@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"io/fs"
 	"maps"
 	"os"
@@ -34,13 +35,13 @@ const wheelsName = "wheels.json"
 
 // WheelDir is the directory beside the artifact that holds its wheels:
 // <recipe>-<plan>.wheels (recipes of one DeepEP version would clash in one directory).
-func WheelDir(p *Plan) string { return WheelDirOf(ArtifactName(p)) }
+func WheelDir(p *plan.Plan) string { return WheelDirOf(ArtifactName(p)) }
 
 // WheelDirOf is the wheel directory beside the artifact of that file name.
 func WheelDirOf(artifact string) string { return strings.TrimSuffix(artifact, ".tar.zst") + ".wheels" }
 
 // wantsWheel reports whether a component asks for a wheel (python-extension wheel: true).
-func wantsWheel(c *PlanComponent) bool {
+func wantsWheel(c *plan.PlanComponent) bool {
 	for _, s := range c.Build {
 		if s.PythonExtension != nil && s.PythonExtension.Wheel {
 			return true
@@ -52,7 +53,7 @@ func wantsWheel(c *PlanComponent) bool {
 // packWheels packs the python/ tree of each component that asks for a wheel into
 // dir/wheels, stamped with sde, and records them in dir/wheels.json. pkgs are the
 // Python environment's packages the build recorded (the toolchain's).
-func packWheels(p *Plan, res *Result, dir string, sde int64, pkgs map[string]PythonPackage) ([]WheelFile, error) {
+func packWheels(p *plan.Plan, res *Result, dir string, sde int64, pkgs map[string]PythonPackage) ([]WheelFile, error) {
 	var out []WheelFile
 	for _, c := range res.Components {
 		pc, ok := p.Component(c.Name)
@@ -83,7 +84,7 @@ func packWheels(p *Plan, res *Result, dir string, sde int64, pkgs map[string]Pyt
 // against (the components it depends on, directly or not, whose source is a Python
 // package), each at the version the build recorded: a wheel built against NVSHMEM's
 // wheel 3.4.5 needs that NVSHMEM where it is installed, and pip should say so.
-func wheelRequirements(p *Plan, c *PlanComponent, pkgs map[string]PythonPackage) ([]wheel.Requirement, error) {
+func wheelRequirements(p *plan.Plan, c *plan.PlanComponent, pkgs map[string]PythonPackage) ([]wheel.Requirement, error) {
 	var reqs []wheel.Requirement
 	seen := map[string]bool{c.Name: true}
 	queue := slices.Clone(c.Depends)
@@ -166,7 +167,7 @@ func sbomInput(m *Manifest, artifact, sum, tool string, cr SBOMCredits) sbom.Inp
 // the BOM again from the manifest, where a local set's directory may be gone, and must
 // write the same bytes. A patch applied with other bytes (a local set that shadows a
 // shipped one) has another sha256 and finds nothing here.
-func shippedPatchDiffs(p *Plan) map[string][]byte {
+func shippedPatchDiffs(p *plan.Plan) map[string][]byte {
 	out := map[string][]byte{}
 	if p == nil {
 		return out

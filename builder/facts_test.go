@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/epbuild/epbuild/builder/plan"
 	"maps"
 	"os"
 	"path/filepath"
@@ -176,7 +177,7 @@ func TestBuildRecordsRCLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	tree := []string{"nvshmem.commit=2c7f5a37b16d74166b7dfd30014bb1de1c6aaa0a", "nvshmem.version=3.5.0-0"}
-	old := FactsFromPlan(planOf(t, "gcp-b200", append(tree, "deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b")...))
+	old := plan.FactsFromPlan(planOf(t, "gcp-b200", append(tree, "deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b")...))
 	r3 := func(build map[string]string) *compat.Finding {
 		f := old
 		f.Build = build
@@ -297,7 +298,7 @@ func TestBuildFactsOfTheWheel(t *testing.T) {
 	if facts[FactRCLayout] != "v1" || facts[FactHeaderVersion] != "3.4.5" || notes != nil {
 		t.Errorf("the wheel's facts %v, notes %v", facts, notes)
 	}
-	if facts, notes := buildFacts(&Plan{Recipe: "demo"}, []ComponentResult{{Name: "libdemo", Prefix: pkg}}); facts != nil || notes != nil {
+	if facts, notes := buildFacts(&plan.Plan{Recipe: "demo"}, []ComponentResult{{Name: "libdemo", Prefix: pkg}}); facts != nil || notes != nil {
 		t.Errorf("no NVSHMEM: %v %v", facts, notes)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/epbuild/epbuild/builder/plan"
 	"io"
 	"os"
 	"path/filepath"
@@ -35,7 +36,7 @@ func installSeeds(f *testing.F) [][]byte {
 		f.Fatal(err)
 	}
 	pack := func(files []archive.Entry) []byte {
-		m, err := json.Marshal(Manifest{Format: ManifestFormat, Recipe: "r", PlanKey: "k", Plan: &Plan{}, Files: files})
+		m, err := json.Marshal(Manifest{Format: ManifestFormat, Recipe: "r", PlanKey: "k", Plan: &plan.Plan{}, Files: files})
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -62,7 +63,7 @@ func installSeeds(f *testing.F) [][]byte {
 		}
 	}
 	var onlyManifest bytes.Buffer
-	m, _ := json.Marshal(Manifest{Format: ManifestFormat, Recipe: "r", PlanKey: "k", Plan: &Plan{}, Files: entries})
+	m, _ := json.Marshal(Manifest{Format: ManifestFormat, Recipe: "r", PlanKey: "k", Plan: &plan.Plan{}, Files: entries})
 	if _, err := archive.Pack(context.Background(), f.TempDir(), &onlyManifest, archive.PackOptions{Extra: []archive.File{{Name: ManifestName, Mode: 0o644, Data: m}}}); err != nil {
 		f.Fatal(err)
 	}

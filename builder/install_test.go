@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/plan"
 	"io"
 	"io/fs"
 	"maps"
@@ -33,7 +34,7 @@ import (
 // manifest and artifact sha256), so that installing one over the other is visible.
 type demoArtifacts struct {
 	A, B string
-	Plan *Plan
+	Plan *plan.Plan
 }
 
 // The child mode of TestInstallKilledAtAnyMoment: the test binary re-executed to run one
@@ -88,7 +89,7 @@ func TestMain(m *testing.M) {
 // buildDemo runs the demo recipe through every stage, as `epbuild recipe demo` does.
 func buildDemo(dir string) (demoArtifacts, error) {
 	ctx := context.Background()
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		return demoArtifacts{}, err
 	}

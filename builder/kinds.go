@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"strings"
 
 	"github.com/epbuild/epbuild/builder/check"
@@ -15,8 +16,8 @@ type CheckResult = check.Result
 // the target: a component and its tree or prefix (tree, staged, installed), an install
 // (files, env, process), or a node (host).
 type Subject struct {
-	Plan      *Plan
-	Component *PlanComponent
+	Plan      *plan.Plan
+	Component *plan.PlanComponent
 	// Root is the component's patched tree or prefix.
 	Root string
 	// Prefixes maps each component to its staged or installed prefix (a component from
@@ -71,7 +72,7 @@ func Checks() *check.Registry[*Subject] {
 }
 
 // Declarations lists the checks a component's recipe declares, in order, for the engine.
-func Declarations(pc *PlanComponent) []check.Spec {
+func Declarations(pc *plan.PlanComponent) []check.Spec {
 	var out []check.Spec
 	for _, ch := range pc.Checks {
 		if kind, spec, ok := ch.Declared(); ok {
@@ -111,6 +112,6 @@ func checkComponent(ctx context.Context, reg *check.Registry[*Subject], t check.
 }
 
 // TreeEffects checks every effect of the component's patch sets on its patched tree.
-func TreeEffects(pc *PlanComponent, tree string) []CheckResult {
+func TreeEffects(pc *plan.PlanComponent, tree string) []CheckResult {
 	return Checks().Run(context.Background(), check.Tree, &Subject{Component: pc, Root: tree}, nil)
 }

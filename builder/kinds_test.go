@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,7 +50,7 @@ func TestEveryRecipeCheckFieldIsAKind(t *testing.T) {
 			t.Errorf("%s: Declared() = %q, %v", name, kind, ok)
 			continue
 		}
-		s := &Subject{Component: &PlanComponent{Component: recipes.Component{Name: "c"}}, Root: t.TempDir(), Python: "python3-absent-for-this-test"}
+		s := &Subject{Component: &plan.PlanComponent{Component: recipes.Component{Name: "c"}}, Root: t.TempDir(), Python: "python3-absent-for-this-test"}
 		for _, r := range reg.Run(context.Background(), check.Staged, s, []check.Spec{{Kind: kind, Value: spec}}) {
 			if strings.Contains(r.Why, "a bug in the registry") {
 				t.Errorf("%s: %s", name, r.Why)
@@ -106,11 +107,11 @@ func TestNeededAndRunpathKinds(t *testing.T) {
 	// DeepEP without NVSHMEM (setup.py found none)
 	build(py, "-shared", "-fPIC", "-o", filepath.Join(py, "bare_cpp.so"), bare)
 
-	pc := &PlanComponent{Component: recipes.Component{Name: "deepep", Checks: []recipes.Check{
+	pc := &plan.PlanComponent{Component: recipes.Component{Name: "deepep", Checks: []recipes.Check{
 		{Needed: &recipes.NeededCheck{File: "python/deep_ep_cpp*.so", Lib: "libnvshmem_host.so.3"}},
 		{Runpath: &recipes.RunpathCheck{File: "python/deep_ep_cpp*.so", Lib: "libnvshmem_host.so.3", From: "nvshmem"}},
 	}}}
-	run := func(t *testing.T, c *PlanComponent, env ...string) []CheckResult {
+	run := func(t *testing.T, c *plan.PlanComponent, env ...string) []CheckResult {
 		t.Helper()
 		s := &Subject{Component: c, Root: depPrefix, Prefixes: map[string]string{"nvshmem": nvPrefix, "deepep": depPrefix}, Env: env}
 		return Checks().Run(context.Background(), check.Installed, s, Declarations(c))

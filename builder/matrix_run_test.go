@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"errors"
+	"github.com/epbuild/epbuild/builder/plan"
 	"io"
 	"os"
 	"path/filepath"
@@ -147,7 +148,7 @@ func TestNCCLCellsShareDeepEPBuild(t *testing.T) {
 		"nvidia-nccl-cu13": {Version: "2.28.9", Dir: "/site/nvidia/nccl"}}
 	withNCCL.NCCL = &NCCLRuntime{Version: "2.28.9"}
 	base := []string{"nvshmem.package=nvidia-nvshmem-cu13", "nccl.package=nvidia-nccl-cu13"}
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}

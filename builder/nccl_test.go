@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"io"
 	"os"
 	"os/exec"
@@ -188,7 +189,7 @@ func TestNCCLThatRunsIsTheBoundLibrary(t *testing.T) {
 		t.Errorf("LD_PRELOAD: want the preloaded 2.28.3, got %+v", got)
 	}
 
-	verify := func(p *Plan, tc *Toolchain, env ...string) CheckResult {
+	verify := func(p *plan.Plan, tc *Toolchain, env ...string) CheckResult {
 		t.Helper()
 		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: p, Toolchain: tc},
 			prefixes: map[string]string{"nccl": filepath.Join(inst, "nccl")}, env: append(base, env...), mapped: -1}
@@ -198,7 +199,7 @@ func TestNCCLThatRunsIsTheBoundLibrary(t *testing.T) {
 		}
 		return r
 	}
-	built := &Plan{Recipe: "t", Components: []PlanComponent{{Component: recipes.Component{Name: "nccl", Version: "2.28.3-1",
+	built := &plan.Plan{Recipe: "t", Components: []plan.PlanComponent{{Component: recipes.Component{Name: "nccl", Version: "2.28.3-1",
 		Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/nccl", Commit: strings.Repeat("a", 40)}}}}}}
 	// the preloaded copy has libtorch_cuda's DT_NEEDED soname: the only one mapped
 	if r := verify(built, nil, "LD_PRELOAD="+other); r.Status != check.Pass || !strings.Contains(r.Found, "torch calls "+otherFile+": NCCL 2.28.3") ||
@@ -208,7 +209,7 @@ func TestNCCLThatRunsIsTheBoundLibrary(t *testing.T) {
 	if r := verify(built, nil); r.Status != check.Fail || !strings.Contains(r.Found, "NCCL 2.28.9") || !strings.Contains(r.Fix, EnvName) {
 		t.Errorf("the built NCCL not preloaded: %+v", r)
 	}
-	torchs := &Plan{Recipe: "t", Components: []PlanComponent{{Component: recipes.Component{Name: "nccl",
+	torchs := &plan.Plan{Recipe: "t", Components: []plan.PlanComponent{{Component: recipes.Component{Name: "nccl",
 		Source: recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nccl-cu12"}}}}}}
 	if r := verify(torchs, &Toolchain{NCCL: &NCCLRuntime{Version: "2.28.9"}}); r.Status != check.Pass {
 		t.Errorf("torch's NCCL as recorded: %+v", r)
@@ -226,7 +227,7 @@ func TestNCCLVersionCheck(t *testing.T) {
 	prefix := t.TempDir()
 	ncclLib(t, prefix, "2.21.5")
 	run := func(version string) []CheckResult {
-		pc := &PlanComponent{Component: recipes.Component{Name: "nccl", Version: version}}
+		pc := &plan.PlanComponent{Component: recipes.Component{Name: "nccl", Version: version}}
 		return checkNCCLVersion(context.Background(), &Subject{Component: pc, Root: prefix, Python: "python3"}, "lib/libnccl.so.2")
 	}
 	rs := run("2.21.5-1")
@@ -241,7 +242,7 @@ func TestNCCLVersionCheck(t *testing.T) {
 	if rs := run("2.21.5-1"); rs[0].Status != check.Fail || !strings.Contains(rs[0].Why, "nccl.h") {
 		t.Errorf("nccl.h of 2.22.3 beside a 2.21.5 library: %+v", rs)
 	}
-	if rs := checkNCCLVersion(context.Background(), &Subject{Component: &PlanComponent{Component: recipes.Component{Name: "nccl", Version: "2.21.5-1"}},
+	if rs := checkNCCLVersion(context.Background(), &Subject{Component: &plan.PlanComponent{Component: recipes.Component{Name: "nccl", Version: "2.21.5-1"}},
 		Root: prefix, Python: "python3"}, "lib/libnone.so"); rs[0].Status != check.Fail {
 		t.Errorf("no library: %+v", rs)
 	}
@@ -261,14 +262,14 @@ ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidi
 	ours := ncclLib(t, filepath.Join(inst, "nccl"), "2.28.3")
 	base := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
 
-	built := &Plan{Recipe: "t", Components: []PlanComponent{{Component: recipes.Component{Name: "nccl", Version: "2.28.3-1",
+	built := &plan.Plan{Recipe: "t", Components: []plan.PlanComponent{{Component: recipes.Component{Name: "nccl", Version: "2.28.3-1",
 		Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/nccl", Commit: strings.Repeat("a", 40)}}}}}}
-	torchs := &Plan{Recipe: "t", Components: []PlanComponent{{Component: recipes.Component{Name: "nccl",
+	torchs := &plan.Plan{Recipe: "t", Components: []plan.PlanComponent{{Component: recipes.Component{Name: "nccl",
 		Source: recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nccl-cu12"}}}}}}
-	verify := func(p *Plan, tc *Toolchain, modules []string, env ...string) CheckResult {
+	verify := func(p *plan.Plan, tc *Toolchain, modules []string, env ...string) CheckResult {
 		t.Helper()
 		for _, m := range modules {
-			p.Components = append(p.Components, PlanComponent{Component: recipes.Component{Name: "m" + m, Checks: []recipes.Check{{Import: m}}}})
+			p.Components = append(p.Components, plan.PlanComponent{Component: recipes.Component{Name: "m" + m, Checks: []recipes.Check{{Import: m}}}})
 		}
 		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: p, Toolchain: tc},
 			prefixes: map[string]string{}, env: append(base, env...), mapped: -1}
@@ -455,7 +456,7 @@ func TestUpstreamNCCLReleases(t *testing.T) {
 		}
 		return string(out)
 	}
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +488,7 @@ func TestUpstreamNCCLReleases(t *testing.T) {
 		if old == cur {
 			t.Fatalf("%s: cudawrap.h declares its PFN types neither way (or both)", v)
 		}
-		facts := PreflightFacts(FactsFromPlan(p), p, &Toolchain{CUDA: "13.0"})
+		facts := PreflightFacts(plan.FactsFromPlan(p), p, &Toolchain{CUDA: "13.0"})
 		fs, err := compat.Evaluate(context.Background(), rules, facts, compat.StagePreflight, nil)
 		if err != nil {
 			t.Fatal(err)

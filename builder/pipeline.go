@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/plan"
 	"io"
 	"maps"
 	"os"
@@ -14,6 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/quote"
 
 	"github.com/charmbracelet/log"
 
@@ -55,7 +58,7 @@ type Options struct {
 
 // Job is a resolved recipe with where its sources come from.
 type Job struct {
-	Plan *Plan
+	Plan *plan.Plan
 	opts Options
 
 	cache   *cache.Cache // opened on first use: a rule check needs none
@@ -74,7 +77,7 @@ func Open(opts Options) (*Job, error) {
 	if err := j.checkIgnoreRules(); err != nil {
 		return nil, err
 	}
-	res, err := NewResolver(opts.Library)
+	res, err := plan.NewResolver(opts.Library)
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +291,7 @@ func (j *Job) Findings(ctx context.Context, tc *Toolchain) ([]compat.Finding, er
 // are kept even where the cache does not exist yet (it is made for them), unless they stop
 // the run: the first rerun after a cold run then finds them.
 func (j *Job) findings(ctx context.Context, tc *Toolchain, run bool) ([]compat.Finding, error) {
-	facts, stage := FactsFromPlan(j.Plan), compat.StagePlan
+	facts, stage := plan.FactsFromPlan(j.Plan), compat.StagePlan
 	if tc != nil {
 		facts, stage = PreflightFacts(facts, j.Plan, tc), compat.StagePreflight
 	}
@@ -623,7 +626,7 @@ func varyRebuild(r *Runner, dir string) (varied []string, restore func(), err er
 
 // torchNCCL reports whether the plan takes NCCL from the Python environment: the NCCL
 // torch loads, whose version the probe then records.
-func torchNCCL(p *Plan) bool {
+func torchNCCL(p *plan.Plan) bool {
 	c, ok := p.Component("nccl")
 	return ok && c.Source.Python != nil
 }
@@ -781,7 +784,7 @@ func BuildMatrix(ctx context.Context, opts MatrixOptions) (*compat.Matrix, error
 	if err := j.checkIgnoreRules(); err != nil {
 		return nil, err
 	}
-	res, err := NewResolver(opts.Library)
+	res, err := plan.NewResolver(opts.Library)
 	if err != nil {
 		return nil, err
 	}
@@ -809,10 +812,29 @@ func BuildMatrix(ctx context.Context, opts MatrixOptions) (*compat.Matrix, error
 		if err != nil {
 			return compat.Facts{}, err
 		}
-		return FactsFromPlan(p), nil
+		return plan.FactsFromPlan(p), nil
 	}
 	return compat.BuildMatrix(ctx, opts.Recipe, axes, opts.Sets, rules, anc, facts, opts.AllowUndecided)
 }
 
 // since is the seconds since t, to the millisecond: the debug log's timings.
 func since(t time.Time) float64 { return float64(time.Since(t).Milliseconds()) / 1000 }
+
+// checkIgnoreRules refuses an --ignore-rule id that names no rule: ignoring nothing
+// silently would let the job stop, or go on, for a reason the user did not mean.
+func (j *Job) checkIgnoreRules() error {
+	if len(j.opts.IgnoreRules) == 0 {
+		return nil
+	}
+	rules, err := j.Rules()
+	if err != nil {
+		return err
+	}
+	for _, id := range j.opts.IgnoreRules {
+		if _, ok := rules.Get(id); !ok {
+			return &UsageError{Err: fmt.Errorf("--ignore-rule %s: no such rule; the closest: %s (`epbuild compat list` shows them all)",
+				quote.Term(id), strings.Join(rules.Closest(id, 3), ", "))}
+		}
+	}
+	return nil
+}

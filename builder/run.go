@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/plan"
 	"io"
 	"io/fs"
 	"maps"
@@ -137,7 +138,7 @@ type ComponentResult struct {
 
 // Result is a whole run.
 type Result struct {
-	Plan       *Plan             `json:"plan"`
+	Plan       *plan.Plan        `json:"plan"`
 	Stages     []StageEvent      `json:"stages"`
 	Components []ComponentResult `json:"components"`
 	Artifact   string            `json:"artifact,omitempty"`
@@ -155,7 +156,7 @@ type Result struct {
 }
 
 // Keys computes every stage key of the plan without doing any work (for --plan).
-func (r *Runner) Keys(p *Plan) []StageEvent {
+func (r *Runner) Keys(p *plan.Plan) []StageEvent {
 	var ev []StageEvent
 	ks := r.keys(p)
 	for _, c := range p.Components {
@@ -173,7 +174,7 @@ func (r *Runner) Keys(p *Plan) []StageEvent {
 
 type compKeys struct{ patch, build, check string }
 
-func (r *Runner) keys(p *Plan) map[string]compKeys {
+func (r *Runner) keys(p *plan.Plan) map[string]compKeys {
 	out := map[string]compKeys{}
 	for _, c := range p.Components {
 		var k compKeys
@@ -210,7 +211,7 @@ func (r *Runner) keys(p *Plan) map[string]compKeys {
 
 // packageKey does not hold epbuild's version: a change of epbuild that changes what the
 // package stage writes bumps packageFormat instead (docs/reproducible.md).
-func (r *Runner) packageKey(p *Plan, ks map[string]compKeys) string {
+func (r *Runner) packageKey(p *plan.Plan, ks map[string]compKeys) string {
 	return Key(packageFormat, p.Key, ks, r.SourceDateEpoch)
 }
 
@@ -246,7 +247,7 @@ func (r *Runner) forced(stage string) bool {
 // output is half written) and is what Run returns; a rerun resumes there, since every
 // finished stage is in the store. Result.Stages is in plan order whatever finished
 // first: each component's patch and build, then the checks, then the package.
-func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
+func (r *Runner) Run(ctx context.Context, p *plan.Plan) (*Result, error) {
 	res := &Result{Plan: p, Host: r.buildHost()}
 	rec := &stageRecord{}
 	defer func() { res.Stages = rec.ordered(p) }()
@@ -347,12 +348,12 @@ type patchOut struct {
 }
 
 // patchKey is the key of a component's patch stage: its source and patch sets.
-func patchKey(c *PlanComponent) string { return Key(patchFormat, c.Source, c.PatchSets) }
+func patchKey(c *plan.PlanComponent) string { return Key(patchFormat, c.Source, c.PatchSets) }
 
 // patchAll runs the patch stage of every component with a tree, in plan order, and
 // stops at the first failure. One at a time: each is mostly a fetch, and fetches share
 // the terminal's progress bars.
-func (r *Runner) patchAll(ctx context.Context, p *Plan) ([]patchOut, []StageEvent, error) {
+func (r *Runner) patchAll(ctx context.Context, p *plan.Plan) ([]patchOut, []StageEvent, error) {
 	rec := &stageRecord{}
 	outs := make([]patchOut, len(p.Components))
 	for i := range p.Components {
@@ -375,7 +376,7 @@ func (r *Runner) patchAll(ctx context.Context, p *Plan) ([]patchOut, []StageEven
 
 // patchPhase is the patch stages of a run, started before preflight.
 type patchPhase struct {
-	plan   *Plan
+	plan   *plan.Plan
 	stop   context.CancelFunc
 	done   chan struct{}
 	outs   []patchOut
@@ -387,7 +388,7 @@ type patchPhase struct {
 // (a failure too: it is said after preflight, which decides first), and Close stops
 // them when the run ends before (preflight failed). They need no toolchain, so they
 // run while it is probed; nothing is built before preflight passes.
-func (r *Runner) startPatches(ctx context.Context, p *Plan) {
+func (r *Runner) startPatches(ctx context.Context, p *plan.Plan) {
 	ctx, cancel := context.WithCancel(ctx)
 	ph := &patchPhase{plan: p, stop: cancel, done: make(chan struct{})}
 	go func() {
@@ -422,7 +423,7 @@ func (r *Runner) Close() error {
 // those ready together at the same time with a share of the jobs each (jobs.go). It
 // fills in the prefixes of what it built. The first failure stops the builds running
 // (their logs stay under the cache) and starts no other.
-func (r *Runner) buildAll(ctx context.Context, p *Plan, outs []patchOut, comps []ComponentResult, prefixes map[string]string, rec *stageRecord) error {
+func (r *Runner) buildAll(ctx context.Context, p *plan.Plan, outs []patchOut, comps []ComponentResult, prefixes map[string]string, rec *stageRecord) error {
 	var pending []int
 	built := map[string]bool{}
 	for i, cr := range comps {
@@ -525,10 +526,10 @@ func (r *Runner) buildAll(ctx context.Context, p *Plan, outs []patchOut, comps [
 }
 
 // dependencies lists the components c depends on, directly or not, in plan order.
-func dependencies(p *Plan, c *PlanComponent) []string {
+func dependencies(p *plan.Plan, c *plan.PlanComponent) []string {
 	want := map[string]bool{}
-	var visit func(*PlanComponent)
-	visit = func(c *PlanComponent) {
+	var visit func(*plan.PlanComponent)
+	visit = func(c *plan.PlanComponent) {
 		for _, d := range c.Depends {
 			if !want[d] {
 				want[d] = true
@@ -552,7 +553,7 @@ func dependencies(p *Plan, c *PlanComponent) []string {
 // check takes seconds), and fills in their results; the error is the first failure in
 // plan order. The Python runs share the run's bytecode directory, where the probe left
 // what it compiled of torch.
-func (r *Runner) checkAll(ctx context.Context, p *Plan, comps []ComponentResult, prefixes map[string]string, env []string, rec *stageRecord) error {
+func (r *Runner) checkAll(ctx context.Context, p *plan.Plan, comps []ComponentResult, prefixes map[string]string, env []string, rec *stageRecord) error {
 	if r.pycache != "" {
 		ctx = inspect.WithBytecodeDir(ctx, r.pycache)
 	}
@@ -604,7 +605,7 @@ func (s *stageRecord) add(ev ...StageEvent) {
 // ordered is the events in plan order, as a run one stage at a time would have them:
 // each component's patch then build, then the checks in component order, then the
 // package.
-func (s *stageRecord) ordered(p *Plan) []StageEvent {
+func (s *stageRecord) ordered(p *plan.Plan) []StageEvent {
 	s.mu.Lock()
 	out := slices.Clone(s.events)
 	s.mu.Unlock()
@@ -695,7 +696,7 @@ func (u upstream) File(ctx context.Context, fs patches.FileSpec) ([]byte, error)
 }
 
 // Materialize lays out a component's pinned source in dest (which must not exist).
-func Materialize(ctx context.Context, s Sources, c *PlanComponent, dest string) error {
+func Materialize(ctx context.Context, s Sources, c *plan.PlanComponent, dest string) error {
 	switch {
 	case c.Source.Git != nil:
 		g := c.Source.Git
@@ -717,7 +718,7 @@ func Materialize(ctx context.Context, s Sources, c *PlanComponent, dest string) 
 
 // ApplySets applies the component's patch sets in order on tree, then checks their
 // effects there.
-func ApplySets(ctx context.Context, s Sources, c *PlanComponent, tree string, opts patches.Options) ([]*patches.SetResult, []CheckResult, error) {
+func ApplySets(ctx context.Context, s Sources, c *plan.PlanComponent, tree string, opts patches.Options) ([]*patches.SetResult, []CheckResult, error) {
 	if opts.CheckOnly {
 		// each set on the tree the sets before it leave, as the real apply sees it
 		sets, failed, err := patches.CheckSeries(ctx, tree, c.PatchSets, upstream{s}, opts)
@@ -760,7 +761,7 @@ func (e *PatchError) ExitCode() int {
 	return 1
 }
 
-func (r *Runner) patchStage(ctx context.Context, c *PlanComponent, dir string) error {
+func (r *Runner) patchStage(ctx context.Context, c *plan.PlanComponent, dir string) error {
 	tree := filepath.Join(dir, "tree")
 	if err := Materialize(ctx, r.Sources, c, tree); err != nil {
 		return err
@@ -803,7 +804,7 @@ func commitTime(tree string) int64 {
 
 // buildStage builds a component into dir with jobs jobs. prefixes and trees are those of
 // the components it may name (its dependencies). The caller sets the umask (buildAll).
-func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree, key, dir string, sde int64, jobs int, prefixes, trees map[string]string) error {
+func (r *Runner) buildStage(ctx context.Context, p *plan.Plan, c *plan.PlanComponent, tree, key, dir string, sde int64, jobs int, prefixes, trees map[string]string) error {
 	wd, err := r.acquireWorkDir(ctx, c.Name, key)
 	if err != nil {
 		return fmt.Errorf("build %s: %w", c.Name, err)
@@ -1033,7 +1034,7 @@ func getenvFrom(env []string, k string) string {
 }
 
 // ArtifactName is <recipe>-<short plan key>.tar.zst.
-func ArtifactName(p *Plan) string { return p.Recipe + "-" + p.Key[:12] + ".tar.zst" }
+func ArtifactName(p *plan.Plan) string { return p.Recipe + "-" + p.Key[:12] + ".tar.zst" }
 
 // ReadSum returns the sha256 recorded beside an artifact (NAME.sha256), computing and
 // recording it if absent or unreadable (a sidecar that is not a small regular file is

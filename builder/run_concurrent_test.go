@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -66,9 +67,9 @@ func newShape(t *testing.T, repos map[string]map[string]string, body string) sha
 
 // runner is a Runner over a fresh cache with the probed toolchain, jobs cores (0: the
 // machine's), and the plan.
-func (s shape) runner(t *testing.T, jobs int) (*Runner, *Plan) {
+func (s shape) runner(t *testing.T, jobs int) (*Runner, *plan.Plan) {
 	t.Helper()
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package builder
 import (
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/plan"
 	"path/filepath"
 	"strings"
 )
@@ -11,7 +12,7 @@ import (
 // installed: the recipe's env expanded, plus PYTHONPATH and LD_LIBRARY_PATH for the
 // components that have python/ and lib/, in front of base's (and LD_PRELOAD in front of
 // base's, as env.sh does).
-func RuntimeEnv(p *Plan, prefixes map[string]string, base []string) ([]string, error) {
+func RuntimeEnv(p *plan.Plan, prefixes map[string]string, base []string) ([]string, error) {
 	env, py, ld, err := runtimeParts(p, prefixes)
 	if err != nil {
 		return nil, err
@@ -45,7 +46,7 @@ func RuntimeEnv(p *Plan, prefixes map[string]string, base []string) ([]string, e
 
 // runtimeParts are the pieces of the runtime env: the recipe's env expanded, and the
 // python/ and lib/ directories of the components, in plan order (searched first first).
-func runtimeParts(p *Plan, prefixes map[string]string) (env map[string]string, py, ld []string, err error) {
+func runtimeParts(p *plan.Plan, prefixes map[string]string) (env map[string]string, py, ld []string, err error) {
 	vars := map[string]string{}
 	for name, pre := range prefixes {
 		vars[name+".prefix"] = pre

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,7 +223,7 @@ func TestCheckFilesStayInThePrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	rel, _ := filepath.Rel(prefix, filepath.Join(outside, "secret"))
-	pc := &PlanComponent{Component: recipes.Component{Name: "c", Checks: []recipes.Check{
+	pc := &plan.PlanComponent{Component: recipes.Component{Name: "c", Checks: []recipes.Check{
 		{File: filepath.ToSlash(rel)}, {File: "/etc/passwd"}, {File: "lib/libescape.so"}, {File: "lib/libalias.so"}, {File: "lib/lib*.so"},
 	}}}
 	res := checkComponent(context.Background(), Checks(), check.Staged, &Subject{Component: pc, Root: prefix})

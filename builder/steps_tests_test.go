@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,7 +56,7 @@ func TestBuildKeyHoldsTheTests(t *testing.T) {
 	key := func(tests *recipes.Tests) string {
 		cc := c
 		cc.Tests = tests
-		return (&Runner{Toolchain: &Toolchain{}}).keys(&Plan{Components: []lock.Component{cc}})["c"].build
+		return (&Runner{Toolchain: &Toolchain{}}).keys(&plan.Plan{Components: []lock.Component{cc}})["c"].build
 	}
 	none := key(nil)
 	a := key(&recipes.Tests{Files: []string{"t.py"}, Run: []recipes.TestRun{{Name: "t", Argv: []string{"python3", "t.py"}, Timeout: "1m"}}})

@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/plan"
 	"maps"
 	"os"
 	"os/exec"
@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/epbuild/epbuild/builder/disk"
 
 	"github.com/epbuild/epbuild/compat"
 )
@@ -389,7 +391,7 @@ type Needs struct {
 }
 
 // NeedsOf derives what the plan needs.
-func NeedsOf(p *Plan) Needs {
+func NeedsOf(p *plan.Plan) Needs {
 	n := Needs{Packages: map[string]string{}}
 	n.CUDA = p.Toolchain.CUDA != "" || len(p.Toolchain.Arch) > 0
 	n.Torch = p.Toolchain.Torch != ""
@@ -449,7 +451,7 @@ func NeedsOf(p *Plan) Needs {
 }
 
 // Preflight compares the plan's needs with the toolchain and lists what is missing.
-func Preflight(p *Plan, t *Toolchain) error {
+func Preflight(p *plan.Plan, t *Toolchain) error {
 	n := NeedsOf(p)
 	var miss []Missing
 	add := func(what, need, found, fix string) { miss = append(miss, Missing{what, need, found, fix}) }
@@ -690,4 +692,49 @@ func statSig(path string) string {
 		return "absent"
 	}
 	return fmt.Sprintf("%d:%d", fi.Size(), fi.ModTime().UnixNano())
+}
+
+// PreflightFacts turns plan facts into preflight facts: the toolchain versions become
+// the probed ones (a tool not found stays the recipe's constraint, so rules on it stay
+// undecided rather than pass), the requirements found become Present, and a component
+// taken from the Python environment gets the installed package's version.
+func PreflightFacts(f compat.Facts, p *plan.Plan, t *Toolchain) compat.Facts {
+	set := func(dst *string, probed string) {
+		if probed != "" {
+			*dst = probed
+		}
+	}
+	set(&f.Toolchain.CUDA, t.CUDA)
+	set(&f.Toolchain.Torch, t.Torch)
+	set(&f.Toolchain.Python, t.PythonVersion)
+	set(&f.Toolchain.GCC, t.GCC)
+	set(&f.Toolchain.CMake, t.CMake)
+	present := []string{}
+	for name, ok := range map[string]bool{
+		"rdma-core":             t.RDMACore != "",
+		"rdma-core-data-direct": t.RDMADataDirect,
+		"libfabric":             t.LibfabricHome != "",
+		"gdrcopy":               t.GDRCopyHome != "",
+		"mpi":                   t.MPIHome != "",
+	} {
+		if ok {
+			present = append(present, name)
+		}
+	}
+	for _, c := range p.Components {
+		if c.Source.Python == nil {
+			continue
+		}
+		if pkg, ok := t.PythonPackages[c.Source.Python.Package]; ok && pkg.Version != "" {
+			if strings.HasPrefix(c.Source.Python.Package, "nvidia-nvshmem") {
+				present = append(present, "nvshmem-wheel")
+			}
+			if fc, ok := f.Component(c.Name); ok {
+				fc.Version = pkg.Version
+			}
+		}
+	}
+	slices.Sort(present)
+	f.Toolchain.Present = slices.Compact(present)
+	return f
 }

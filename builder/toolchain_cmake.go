@@ -2,6 +2,7 @@ package builder
 
 import (
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,13 +19,13 @@ import (
 const protobufAbseilMin = 22
 
 // NeedsCMakePackages says whether the plan needs the CMake package probe.
-func NeedsCMakePackages(p *Plan) bool {
+func NeedsCMakePackages(p *plan.Plan) bool {
 	n := NeedsOf(p)
 	return n.Protobuf || n.GTest
 }
 
 // CMakePrefixPath lists the CMAKE_PREFIX_PATH entries the plan's cmake steps pass.
-func CMakePrefixPath(p *Plan) []string {
+func CMakePrefixPath(p *plan.Plan) []string {
 	var out []string
 	for _, c := range p.Components {
 		for _, s := range c.Build {

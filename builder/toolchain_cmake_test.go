@@ -2,6 +2,7 @@ package builder
 
 import (
 	"errors"
+	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,11 +38,11 @@ func cmakePrefix(t *testing.T, protobufVersion string, absl, gtest bool) string 
 	return pre
 }
 
-func tcpxPlan(prefixPath, tests string) *Plan {
-	return &Plan{
+func tcpxPlan(prefixPath, tests string) *plan.Plan {
+	return &plan.Plan{
 		Recipe:    "t",
 		Toolchain: recipes.Toolchain{Require: []string{"protobuf-absl"}},
-		Components: []PlanComponent{{Component: recipes.Component{Name: "tcpx", Build: []recipes.Step{{CMake: &recipes.CMakeStep{
+		Components: []plan.PlanComponent{{Component: recipes.Component{Name: "tcpx", Build: []recipes.Step{{CMake: &recipes.CMakeStep{
 			Options: map[string]string{"CMAKE_PREFIX_PATH": prefixPath, "NET_GPUDIRECTTCPX_BUILD_TESTS": tests},
 		}}}}}},
 	}
@@ -67,13 +68,13 @@ func TestProbeCMakePackages(t *testing.T) {
 	if got := CMakePrefixPath(p); len(got) != 2 || got[0] != newer || !NeedsCMakePackages(p) {
 		t.Errorf("CMakePrefixPath %v, needs %v", got, NeedsCMakePackages(p))
 	}
-	if NeedsCMakePackages(&Plan{}) {
+	if NeedsCMakePackages(&plan.Plan{}) {
 		t.Error("a plan without the requirement needs the probe")
 	}
 }
 
 func TestPreflightProtobufAndGTest(t *testing.T) {
-	missing := func(p *Plan, tc *Toolchain) []Missing {
+	missing := func(p *plan.Plan, tc *Toolchain) []Missing {
 		err := Preflight(p, tc)
 		var pe *PreflightError
 		if err == nil {

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"github.com/epbuild/epbuild/builder/plan"
 	"io"
 	"os"
 	"path/filepath"
@@ -33,7 +34,7 @@ func TestUpstreamRecipes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}

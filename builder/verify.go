@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/plan"
 	"maps"
 	"os"
 	"path/filepath"
@@ -315,7 +316,7 @@ func (v *verifier) checkPrefixes(ctx context.Context) map[string]string {
 	return out
 }
 
-func (v *verifier) recipeCheck(r CheckResult, pc *PlanComponent, pre string) VerifyCheck {
+func (v *verifier) recipeCheck(r CheckResult, pc *plan.PlanComponent, pre string) VerifyCheck {
 	c := r
 	if c.Read == "" {
 		c.Read = pre
@@ -358,7 +359,7 @@ func (v *verifier) recipeCheck(r CheckResult, pc *PlanComponent, pre string) Ver
 
 // effectOf finds the effect an effect check ID (effect.<set>.<index>) names, with its
 // installed path as the checker resolved it.
-func effectOf(id string, pc *PlanComponent) (effect.Effect, bool) {
+func effectOf(id string, pc *plan.PlanComponent) (effect.Effect, bool) {
 	rest := strings.TrimPrefix(id, "effect.")
 	dot := strings.LastIndexByte(rest, '.')
 	if dot < 0 {

@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -44,7 +45,7 @@ type HostOptions struct {
 	Sysroot host.Sysroot
 	// Plan is the recipe's (nil: nothing recipe-specific); Toolchain the build's, from the
 	// manifest (nil: unknown), for the versions the build used.
-	Plan      *Plan
+	Plan      *plan.Plan
 	Toolchain *Toolchain
 	// Build is what the build read of what it built (Manifest.BuildFacts; nil: nothing),
 	// for the rules' build conditions and the NVSHMEM headers' version.
@@ -129,7 +130,7 @@ func CheckHost(ctx context.Context, opts HostOptions) (*HostReport, error) {
 // recipeUses says what of a node a plan's install uses: GPUs (a CUDA toolchain, GPU
 // architectures, or an NVSHMEM or DeepEP component), NVSHMEM (and through it the NICs,
 // GDRCopy and locked memory) and NCCL (a component, or torch, which loads one).
-func recipeUses(p *Plan) (gpu, nvshmem, nccl bool) {
+func recipeUses(p *plan.Plan) (gpu, nvshmem, nccl bool) {
 	for _, name := range []string{"nvshmem", "deepep"} {
 		if _, ok := p.Component(name); ok {
 			gpu, nvshmem = true, nvshmem || name == "nvshmem"
@@ -144,7 +145,7 @@ func recipeUses(p *Plan) (gpu, nvshmem, nccl bool) {
 // scopeHostChecks skips, saying why, the host checks of what the plan's install does not
 // use: a CPU-only recipe is not failed for a node without GPUs. With no plan (host check
 // without a recipe) every check applies.
-func scopeHostChecks(p *Plan, rs []CheckResult) []CheckResult {
+func scopeHostChecks(p *plan.Plan, rs []CheckResult) []CheckResult {
 	if p == nil {
 		return rs
 	}
@@ -204,7 +205,7 @@ func loadedFacts(f map[string]string, loaded []string, built string, version fun
 
 // nvshmemBuildVersion is the X.Y.Z of the NVSHMEM the install was built against: the
 // plan's release, or the wheel's version the build found. "" when unknown.
-func nvshmemBuildVersion(p *Plan, tc *Toolchain) string {
+func nvshmemBuildVersion(p *plan.Plan, tc *Toolchain) string {
 	if p == nil {
 		return ""
 	}
@@ -228,7 +229,7 @@ func nvshmemBuildVersion(p *Plan, tc *Toolchain) string {
 
 // ncclBuildVersion is the NCCL the build used: the plan's nccl component (the wheel's
 // version when it came from the Python environment), "" when the plan has none.
-func ncclBuildVersion(p *Plan, tc *Toolchain) string {
+func ncclBuildVersion(p *plan.Plan, tc *Toolchain) string {
 	if p == nil {
 		return ""
 	}
@@ -252,7 +253,7 @@ func ncclBuildVersion(p *Plan, tc *Toolchain) string {
 func hostFacts(opts HostOptions, env, node map[string]string, nccl string) compat.Facts {
 	var f compat.Facts
 	if opts.Plan != nil {
-		f = FactsFromPlan(opts.Plan)
+		f = plan.FactsFromPlan(opts.Plan)
 		if opts.Toolchain != nil {
 			f = PreflightFacts(f, opts.Plan, opts.Toolchain)
 		}
@@ -386,7 +387,7 @@ func (v *verifier) host(ctx context.Context) {
 // and options. p may be nil (no recipe): then the transport is ibrc when the host has
 // RDMA devices, else none. tc (may be nil) gives the version of a pip NVSHMEM. The job's
 // own environment and node list are HostConfigFor's.
-func HostConfig(p *Plan, tc *Toolchain, sys host.Sysroot) (host.Config, error) {
+func HostConfig(p *plan.Plan, tc *Toolchain, sys host.Sysroot) (host.Config, error) {
 	var env map[string]string
 	if p != nil {
 		env = maps.Clone(p.Env)
@@ -407,7 +408,7 @@ func HostConfigFor(ctx context.Context, opts HostOptions) (host.Config, error) {
 	return cfg, err
 }
 
-func hostConfig(p *Plan, tc *Toolchain, sys host.Sysroot, env map[string]string) (host.Config, error) {
+func hostConfig(p *plan.Plan, tc *Toolchain, sys host.Sysroot, env map[string]string) (host.Config, error) {
 	cfg := host.Config{Transport: host.TransportNone, GIDIndex: -1, Env: env}
 	if devs, err := sys.Names("/sys/class/infiniband"); err == nil && len(devs) > 0 {
 		cfg.Transport = host.TransportIBRC

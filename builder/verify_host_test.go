@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,9 +20,9 @@ import (
 // noPython makes the NCCL probe find nothing: the node's facts alone decide.
 const noPython = "python3-absent-in-this-test"
 
-func hostPlan(t *testing.T, recipe string, sets ...string) *Plan {
+func hostPlan(t *testing.T, recipe string, sets ...string) *plan.Plan {
 	t.Helper()
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}

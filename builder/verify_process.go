@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"maps"
 	"os"
 	"path/filepath"
@@ -47,7 +48,7 @@ type oneLib struct {
 	carried func(prefix string) bool
 	// judge decides the check from a process of its own (torch and the modules imported):
 	// which copy the library's callers bind to, not how many copies are mapped
-	judge func(v *verifier, ctx context.Context, c VerifyCheck, l oneLib, pc *PlanComponent, job jobProcess) VerifyCheck
+	judge func(v *verifier, ctx context.Context, c VerifyCheck, l oneLib, pc *plan.PlanComponent, job jobProcess) VerifyCheck
 }
 
 // jobProcess is the process a job runs: the modules it imports, torch first, and where
@@ -112,7 +113,7 @@ func sameCore(a, b string) bool {
 func (v *verifier) oneCopy(ctx context.Context, libs []oneLib) []CheckResult {
 	out := make([]CheckResult, len(libs))
 	var patterns []string
-	todo := map[int]*PlanComponent{}
+	todo := map[int]*plan.PlanComponent{}
 	for i, l := range libs {
 		c := VerifyCheck{ID: l.id, Read: "/proc/self/maps of python after importing torch and the recipe's modules",
 			Expected: "exactly one " + strings.ReplaceAll(l.pattern, `\`, "") + ", the one the install was built with", Why: l.why}
@@ -163,7 +164,7 @@ func (v *verifier) oneCopy(ctx context.Context, libs []oneLib) []CheckResult {
 // modules imported), the library torch's communicator binds to, and passes when it is
 // the recipe's NCCL: the one built here, else the version recorded at build. Two libnccl
 // files mapped are a warning naming both and the one bound: only the bound one runs.
-func (v *verifier) judgeNCCL(ctx context.Context, c VerifyCheck, l oneLib, pc *PlanComponent, job jobProcess) VerifyCheck {
+func (v *verifier) judgeNCCL(ctx context.Context, c VerifyCheck, l oneLib, pc *plan.PlanComponent, job jobProcess) VerifyCheck {
 	py, modules := v.python(), job.modules
 	c.Read = "the file libtorch_cuda's ncclCommInitRank* binds to (dlsym, dladdr) and its ncclGetVersion, and /proc/self/maps, in " +
 		py + " after importing " + strings.Join(modules, ", ")
@@ -231,7 +232,7 @@ func (v *verifier) judgeNCCL(ctx context.Context, c VerifyCheck, l oneLib, pc *P
 // library reports it. It passes when DeepEP binds to the NVSHMEM the recipe built (or the
 // wheel version recorded at build), whatever else is mapped; fails when DeepEP binds to
 // another copy; warns when torch binds to another copy than DeepEP.
-func (v *verifier) judgeNVSHMEM(ctx context.Context, c VerifyCheck, l oneLib, pc *PlanComponent, job jobProcess) VerifyCheck {
+func (v *verifier) judgeNVSHMEM(ctx context.Context, c VerifyCheck, l oneLib, pc *plan.PlanComponent, job jobProcess) VerifyCheck {
 	py := v.python()
 	c.Read = "the libnvshmem_host files the NVSHMEM symbols of the install's objects and torch's bind to (dlsym, dladdr), and " +
 		"each mapped libnvshmem_host's nvshmemx_vendor_get_version_info, in " + py + " after importing " + strings.Join(job.modules, ", ")

@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,7 +107,7 @@ _lib = ctypes.CDLL(os.path.join(_here, "lib", "libtorch_nvshmem.so"))
 	// (recorded at build with its version, wheel)
 	verifyFrom := func(s string, patched bool, wheel string, env ...string) (CheckResult, *verifier) {
 		t.Helper()
-		nv := PlanComponent{Component: recipes.Component{Name: "nvshmem", Version: "3.4.5-0",
+		nv := plan.PlanComponent{Component: recipes.Component{Name: "nvshmem", Version: "3.4.5-0",
 			Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/nvshmem", Commit: strings.Repeat("b", 40)}}}}
 		if patched {
 			nv.Patches = []string{"p"}
@@ -118,7 +119,7 @@ _lib = ctypes.CDLL(os.path.join(_here, "lib", "libtorch_nvshmem.so"))
 			tc = &Toolchain{PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: wheel}}}
 			delete(prefixes, "nvshmem")
 		}
-		p := &Plan{Recipe: "t", Components: []PlanComponent{nv, {Component: recipes.Component{Name: "deepep", Version: "1.2.1",
+		p := &plan.Plan{Recipe: "t", Components: []plan.PlanComponent{nv, {Component: recipes.Component{Name: "deepep", Version: "1.2.1",
 			Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/deepep", Commit: strings.Repeat("c", 40)}},
 			Checks: []recipes.Check{{Import: "deep_ep"}}}}}}
 		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: p, Toolchain: tc}, prefixes: prefixes,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"path/filepath"
 	"sort"
@@ -113,23 +114,23 @@ func hasSmokeRow(rep *VerifyReport) bool {
 // What the build recorded is the version the ranks' NVSHMEM must have: the built
 // component's, or the wheel's from the build's toolchain.
 func TestSmokeExpect(t *testing.T) {
-	comp := func(src recipes.Source, version string) PlanComponent {
-		return PlanComponent{Component: recipes.Component{Name: "nvshmem", Version: version, Source: src}}
+	comp := func(src recipes.Source, version string) plan.PlanComponent {
+		return plan.PlanComponent{Component: recipes.Component{Name: "nvshmem", Version: version, Source: src}}
 	}
-	built := &verifier{m: &Manifest{Plan: &Plan{Components: []PlanComponent{
+	built := &verifier{m: &Manifest{Plan: &plan.Plan{Components: []plan.PlanComponent{
 		comp(recipes.Source{Git: &recipes.GitSource{URL: "https://github.com/NVIDIA/nvshmem"}}, "3.4.5-0")}}},
 		prefixes: map[string]string{"nvshmem": "/opt/deepep/nvshmem"}}
 	if e := built.smokeExpect(context.Background()); e.Version != "3.4.5-0" || e.LibDir != "/opt/deepep/nvshmem" {
 		t.Errorf("built NVSHMEM: %+v", e)
 	}
-	wheel := &verifier{m: &Manifest{Plan: &Plan{Components: []PlanComponent{
+	wheel := &verifier{m: &Manifest{Plan: &plan.Plan{Components: []plan.PlanComponent{
 		comp(recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nvshmem-cu13"}}, "")}},
 		Toolchain: &Toolchain{PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}}}},
 		prefixes: map[string]string{}, opts: VerifyOptions{Python: "python3"}}
 	if e := wheel.smokeExpect(context.Background()); e.Version != "3.4.5" || !strings.Contains(e.From, "nvidia-nvshmem-cu13") {
 		t.Errorf("wheel: %+v", e)
 	}
-	none := &verifier{m: &Manifest{Plan: &Plan{}}}
+	none := &verifier{m: &Manifest{Plan: &plan.Plan{}}}
 	if e := none.smokeExpect(context.Background()); e != (smoke.Expect{}) {
 		t.Errorf("no nvshmem: %+v", e)
 	}

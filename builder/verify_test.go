@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"io/fs"
 	"maps"
 	"math/rand/v2"
@@ -497,7 +498,7 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 }
 
 func TestParseEnvScript(t *testing.T) {
-	p := &Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"A": "it's {{c.prefix}}/lib", "B": "{{c.prefix}}"}}
+	p := &plan.Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"A": "it's {{c.prefix}}/lib", "B": "{{c.prefix}}"}}
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "c", "lib"), 0o755); err != nil {
 		t.Fatal(err)
@@ -527,7 +528,7 @@ func TestParseEnvScript(t *testing.T) {
 }
 
 func TestHostConfigFromPlans(t *testing.T) {
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}

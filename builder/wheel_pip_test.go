@@ -3,6 +3,7 @@ package builder
 import (
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,7 +84,7 @@ func TestWheelWithPip(t *testing.T) {
 // build does, and nothing more (the wheel and build modules are not used); without
 // setuptools the preflight names it before any work (exit 3).
 func TestWheelPreflight(t *testing.T) {
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"archive/zip"
+	"github.com/epbuild/epbuild/builder/plan"
 	"io"
 	"os"
 	"os/exec"
@@ -66,7 +67,7 @@ func wheelMetadata(t *testing.T, whl string) string {
 // component) requires each at the version the build recorded, so that pip refuses to
 // install it without them; the installed form is left as the build wrote it.
 func TestWheelRequiresWhatItWasBuiltAgainst(t *testing.T) {
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/check"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/plan"
 
 	"github.com/charmbracelet/log"
 
@@ -56,7 +58,7 @@ func demoInstalls(t *testing.T) (good, missing string) {
 
 func installDemo(dir string) (string, string, error) {
 	ctx := context.Background()
-	res, err := builder.NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		return "", "", err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/benchcmp"
 	"github.com/epbuild/epbuild/builder/oci/ocitest"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -53,7 +54,7 @@ func bigArtifact(t *testing.T, size int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := builder.NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}

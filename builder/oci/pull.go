@@ -17,6 +17,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/recipes/userfile"
 )
@@ -338,7 +339,7 @@ func artifactNameOf(m *builder.Manifest) (string, error) {
 	if !isPlanKey(m.PlanKey) {
 		return "", fmt.Errorf("the plan key in the artifact's manifest, %q, is not 64 lowercase hex digits", m.PlanKey)
 	}
-	return builder.ArtifactName(&builder.Plan{Recipe: m.Recipe, Key: m.PlanKey}), nil
+	return builder.ArtifactName(&plan.Plan{Recipe: m.Recipe, Key: m.PlanKey}), nil
 }
 
 // mkdirAll is os.MkdirAll that says which directories it made, outermost first, so

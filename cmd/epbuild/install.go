@@ -18,6 +18,7 @@ import (
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/smoke"
 )
@@ -435,7 +436,7 @@ func (f *hostFlags) options(app *App) (opts builder.HostOptions, done func(), er
 	}
 	switch {
 	case f.recipe != "":
-		res, rerr := builder.NewResolver(app.library())
+		res, rerr := plan.NewResolver(app.library())
 		if rerr != nil {
 			return opts, done, rerr
 		}

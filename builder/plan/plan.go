@@ -1,7 +1,7 @@
 // Package builder runs a plan: resolve a recipe into pinned inputs, fetch, patch,
 // build, check, package, install and verify. The command line calls it; it calls
 // recipes, patches and compat.
-package builder
+package plan
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package builder
+package plan
 
 import (
 	"fmt"
@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -104,51 +103,6 @@ func mergeInto(dst, src map[string]string) map[string]string {
 	}
 	maps.Copy(dst, src)
 	return dst
-}
-
-// PreflightFacts turns plan facts into preflight facts: the toolchain versions become
-// the probed ones (a tool not found stays the recipe's constraint, so rules on it stay
-// undecided rather than pass), the requirements found become Present, and a component
-// taken from the Python environment gets the installed package's version.
-func PreflightFacts(f compat.Facts, p *Plan, t *Toolchain) compat.Facts {
-	set := func(dst *string, probed string) {
-		if probed != "" {
-			*dst = probed
-		}
-	}
-	set(&f.Toolchain.CUDA, t.CUDA)
-	set(&f.Toolchain.Torch, t.Torch)
-	set(&f.Toolchain.Python, t.PythonVersion)
-	set(&f.Toolchain.GCC, t.GCC)
-	set(&f.Toolchain.CMake, t.CMake)
-	present := []string{}
-	for name, ok := range map[string]bool{
-		"rdma-core":             t.RDMACore != "",
-		"rdma-core-data-direct": t.RDMADataDirect,
-		"libfabric":             t.LibfabricHome != "",
-		"gdrcopy":               t.GDRCopyHome != "",
-		"mpi":                   t.MPIHome != "",
-	} {
-		if ok {
-			present = append(present, name)
-		}
-	}
-	for _, c := range p.Components {
-		if c.Source.Python == nil {
-			continue
-		}
-		if pkg, ok := t.PythonPackages[c.Source.Python.Package]; ok && pkg.Version != "" {
-			if strings.HasPrefix(c.Source.Python.Package, "nvidia-nvshmem") {
-				present = append(present, "nvshmem-wheel")
-			}
-			if fc, ok := f.Component(c.Name); ok {
-				fc.Version = pkg.Version
-			}
-		}
-	}
-	slices.Sort(present)
-	f.Toolchain.Present = slices.Compact(present)
-	return f
 }
 
 // ApplyCatalog resolves `--set COMPONENT.version=V` through the catalogue of known
@@ -298,23 +252,4 @@ func pinKinds(r compat.Release) []string {
 		out = append(out, p.Kind())
 	}
 	return out
-}
-
-// checkIgnoreRules refuses an --ignore-rule id that names no rule: ignoring nothing
-// silently would let the job stop, or go on, for a reason the user did not mean.
-func (j *Job) checkIgnoreRules() error {
-	if len(j.opts.IgnoreRules) == 0 {
-		return nil
-	}
-	rules, err := j.Rules()
-	if err != nil {
-		return err
-	}
-	for _, id := range j.opts.IgnoreRules {
-		if _, ok := rules.Get(id); !ok {
-			return &UsageError{Err: fmt.Errorf("--ignore-rule %s: no such rule; the closest: %s (`epbuild compat list` shows them all)",
-				quote.Term(id), strings.Join(rules.Closest(id, 3), ", "))}
-		}
-	}
-	return nil
 }
