@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -202,7 +203,7 @@ func publishSet(p *plan.Plan, dir, outDir, sum string) (*Result, error) {
 	}
 	removeLeftoverTemps(outDir)
 	var ws []WheelFile
-	if err := ReadJSON(dir, wheelsName, &ws); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := store.ReadJSON(dir, wheelsName, &ws); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	type move struct{ tmp, to string }

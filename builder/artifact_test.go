@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
 	"os"
 	"path/filepath"
 	"sort"
@@ -106,7 +107,7 @@ func TestPackageStageSameBytes(t *testing.T) {
 		}
 		res.Components = append(res.Components, ComponentResult{Name: c.Name, Prefix: prefix, CommitTime: 1700000000 + int64(i)})
 	}
-	store, err := OpenStore(filepath.Join(tmp, "store"))
+	store, err := store.OpenStore(filepath.Join(tmp, "store"))
 	if err != nil {
 		t.Fatal(err)
 	}

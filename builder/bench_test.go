@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -59,7 +60,7 @@ func TestComparePackage(t *testing.T) {
 		{Name: plan.Components[0].Name, Prefix: small, CommitTime: 1700000000},
 		{Name: comp, Prefix: prefix, CommitTime: 1700000000},
 	}}
-	store, err := OpenStore(filepath.Join(tmp, "store"))
+	store, err := store.OpenStore(filepath.Join(tmp, "store"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/store"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,7 +104,7 @@ func TestHelperKilledMidStage(t *testing.T) {
 	if dir == "" {
 		t.Skip("a helper process")
 	}
-	s, err := OpenStore(dir)
+	s, err := store.OpenStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,12 +154,12 @@ func TestKilledRunLeftovers(t *testing.T) {
 		t.Fatalf("leftovers of the killed runs: %v (the next run removes the one before)", got)
 	}
 	// a run in progress on another key
-	s, err := OpenStore(dir)
+	s, err := store.OpenStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	unlock, err := s.lock(context.Background(), "build-"+alive+".lock", false)
+	unlock, err := holdLock(dir, "build-"+alive+".lock")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +179,7 @@ func TestKilledRunLeftovers(t *testing.T) {
 		t.Errorf("gc left %v", got)
 	}
 	// the next run too keeps what a live run makes
-	s2, err := OpenStore(dir)
+	s2, err := store.OpenStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,10 @@
 package builder
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/disk"
-	"io"
+	"github.com/epbuild/epbuild/builder/store"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/epbuild/epbuild/builder/disk"
 
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/embedded"
@@ -197,7 +197,7 @@ type stageOutput struct{ stage, key, path string }
 // lastUsed is when a run last used the output (or made it).
 func (o stageOutput) lastUsed() time.Time {
 	var t time.Time
-	for _, n := range []string{usedName, ".done"} {
+	for _, n := range []string{store.UsedName, ".done"} {
 		if st, err := os.Stat(filepath.Join(o.path, n)); err == nil && st.ModTime().After(t) {
 			t = st.ModTime()
 		}
@@ -222,7 +222,7 @@ func stageOutputs(dir string) ([]stageOutput, error) {
 			continue
 		}
 		for _, k := range keys {
-			if slices.Contains(stageOrder, st.Name()) && isKey(k.Name()) && k.IsDir() {
+			if slices.Contains(store.StageOrder, st.Name()) && isKey(k.Name()) && k.IsDir() {
 				out = append(out, stageOutput{st.Name(), k.Name(), filepath.Join(dir, "stages", st.Name(), k.Name())})
 			}
 		}
@@ -280,25 +280,13 @@ const notOurs = "not epbuild's: left alone"
 
 // Names epbuild gives what it makes in its cache, by place: gc removes nothing else.
 var (
-	keyRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	// tmp/: a stage being made, a build directory (measures off), a rebuild check, gc's
-	// trash; the sources' temp names are cache.TempOwner's
-	tempRe  = regexp.MustCompile(`^(?:(?:patch|build|check|package)-[0-9a-f]{64}|work-[0-9a-f]{12}|rebuild|gc-(?:git|archive)|gc-(?:patch|build|check|package)-[0-9a-f]{64})-[0-9]+$`)
+	keyRe   = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	logRe   = regexp.MustCompile(`^(?:patch|build|check|package)-[0-9a-f]{64}$`)
 	recRe   = map[string]*regexp.Regexp{"compat": regexp.MustCompile(`^[0-9a-f]{64}\.json$`), "toolchain": regexp.MustCompile(`^probe-[0-9a-f]{16}\.json$`)}
 	embedRe = regexp.MustCompile(`^[0-9a-f]{16}$`)
-	runRe   = regexp.MustCompile(`^(?:[0-9]+-[0-9]+\.run|\.new-[0-9]+)$`)
 )
 
 func isKey(s string) bool { return keyRe.MatchString(s) }
-
-// isTemp reports whether name under tmp/ is one epbuild gives.
-func isTemp(name string) bool {
-	if _, _, ok := cache.TempOwner(name); ok {
-		return true
-	}
-	return tempRe.MatchString(name)
-}
 
 // foreign reports what under dir epbuild did not make, by place: the top level's other
 // names, and other names in the places gc removes from. gc leaves them alone.
@@ -321,11 +309,11 @@ func (g *gcRun) foreign() {
 			}
 		}
 	}
-	check("tmp", func(d fs.DirEntry) bool { return isTemp(d.Name()) })
+	check("tmp", func(d fs.DirEntry) bool { return store.IsTemp(d.Name()) })
 	check("logs", func(d fs.DirEntry) bool { return d.IsDir() && logRe.MatchString(d.Name()) })
 	check("embedded", func(d fs.DirEntry) bool { return d.IsDir() && embedRe.MatchString(d.Name()) })
-	check("stages", func(d fs.DirEntry) bool { return d.IsDir() && slices.Contains(stageOrder, d.Name()) })
-	for _, st := range stageOrder {
+	check("stages", func(d fs.DirEntry) bool { return d.IsDir() && slices.Contains(store.StageOrder, d.Name()) })
+	for _, st := range store.StageOrder {
 		check("stages/"+st, func(d fs.DirEntry) bool { return d.IsDir() && isKey(d.Name()) })
 	}
 	for sub, re := range recRe {
@@ -378,7 +366,7 @@ func CacheGC(ctx context.Context, dir string, opts GCOptions) (*GCReport, error)
 	if err != nil {
 		return rep, fmt.Errorf("cache gc %s: %w", dir, err)
 	}
-	_, alive, err := liveRuns(dir)
+	_, alive, err := store.LiveRuns(dir)
 	if err != nil {
 		return rep, err
 	}
@@ -442,17 +430,17 @@ func (g *gcRun) stages(ctx context.Context) error {
 // Store.hit for why that order keeps a run's outputs).
 func removeStageOutput(dir string, o stageOutput) (bool, error) {
 	locks := filepath.Join(dir, "locks")
-	unlock, ok, err := tryLock(filepath.Join(locks, o.stage+"-"+o.key+".lock"))
+	unlock, ok, err := store.TryLock(filepath.Join(locks, o.stage+"-"+o.key+".lock"))
 	if err != nil || !ok {
 		return false, err
 	}
 	defer unlock()
-	unuse, ok, err := tryLock(filepath.Join(locks, o.stage+"-"+o.key+".use"))
+	unuse, ok, err := store.TryLock(filepath.Join(locks, o.stage+"-"+o.key+".use"))
 	if err != nil || !ok {
 		return false, err
 	}
 	defer unuse()
-	ids, _, err := liveRuns(dir)
+	ids, _, err := store.LiveRuns(dir)
 	if err != nil {
 		return false, err
 	}
@@ -474,37 +462,6 @@ func removeStageOutput(dir string, o stageOutput) (bool, error) {
 	return true, nil
 }
 
-// stageTempRe names the temporary entries of a stage being made: the store's
-// <stage>-<key>-*, the build's work-<key prefix>-*.
-var stageTempRe = regexp.MustCompile(`^(?:(patch|build|check|package)-([0-9a-f]{12,64})|work-([0-9a-f]{12}))-`)
-
-// tempLocks are the lock files that guard the temporary entry name under tmp/: nil for a
-// name no lock guards, or whose lock was never made.
-func tempLocks(dir, name string, locks []string) []string {
-	if kind, key, ok := cache.TempOwner(name); ok {
-		p := filepath.Join(dir, "locks", cache.LockFile(kind, key))
-		if _, err := os.Stat(p); err == nil {
-			return []string{p}
-		}
-		return nil
-	}
-	m := stageTempRe.FindStringSubmatch(name)
-	if m == nil {
-		return nil
-	}
-	stage, key := m[1], m[2]
-	if m[3] != "" {
-		stage, key = "build", m[3]
-	}
-	var out []string
-	for _, l := range locks {
-		if strings.HasPrefix(l, stage+"-"+key) && strings.HasSuffix(l, ".lock") {
-			out = append(out, filepath.Join(dir, "locks", l))
-		}
-	}
-	return out
-}
-
 func (g *gcRun) temps(ctx context.Context) error {
 	dir, rep, old := g.dir, g.rep, g.old
 	des, err := os.ReadDir(filepath.Join(dir, "tmp"))
@@ -524,7 +481,7 @@ func (g *gcRun) temps(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !isTemp(d.Name()) {
+		if !store.IsTemp(d.Name()) {
 			continue // reported by foreign
 		}
 		p := filepath.Join(dir, "tmp", d.Name())
@@ -535,10 +492,10 @@ func (g *gcRun) temps(ctx context.Context) error {
 		size, _ := dirBytes(p)
 		it := GCItem{Kind: KindTemporary, Name: d.Name(), Bytes: size}
 		var unlocks []func()
-		owned := tempLocks(dir, d.Name(), locks)
+		owned := store.TempLocks(dir, d.Name(), locks)
 		free := true
 		for _, l := range owned {
-			u, ok, err := tryLock(l)
+			u, ok, err := store.TryLock(l)
 			if err != nil || !ok {
 				free = false
 				break
@@ -602,7 +559,7 @@ func (g *gcRun) logs(ctx context.Context) error {
 		}
 		it := GCItem{Kind: KindLogs, Name: d.Name(), Bytes: size}
 		// logs/<stage>-<key> is written under that stage's produce lock
-		unlock, ok, err := tryLock(filepath.Join(dir, "locks", d.Name()+".lock"))
+		unlock, ok, err := store.TryLock(filepath.Join(dir, "locks", d.Name()+".lock"))
 		if err != nil {
 			return err
 		}
@@ -661,61 +618,4 @@ func (g *gcRun) metadata(ctx context.Context) error {
 		rep.add(GCItem{Kind: KindSources, Name: name, Bytes: size})
 	}
 	return ctx.Err()
-}
-
-// liveRuns reads the records of the runs in progress under dir/runs: the stage/key of
-// every output they use, and how many there are. The records of runs that ended (no
-// process holds their lock) are removed.
-func liveRuns(dir string) (map[string]bool, int, error) {
-	ids := map[string]bool{}
-	rd := filepath.Join(dir, "runs")
-	des, err := os.ReadDir(rd)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return ids, 0, nil
-		}
-		return nil, 0, fmt.Errorf("read the records of the runs in progress: %w", err)
-	}
-	alive := 0
-	for _, d := range des {
-		if !runRe.MatchString(d.Name()) {
-			continue
-		}
-		p := filepath.Join(rd, d.Name())
-		f, err := os.Open(p)
-		if err != nil {
-			continue // ended and removed meanwhile
-		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
-			// no process holds it: that run ended (or died)
-			os.Remove(p)
-			f.Close()
-			continue
-		}
-		alive++
-		b, _ := io.ReadAll(f)
-		f.Close()
-		// only whole lines: a run looks at an output after its line is written whole
-		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
-			for _, l := range strings.Split(string(b[:i]), "\n") {
-				ids[l] = true
-			}
-		}
-	}
-	return ids, alive, nil
-}
-
-// tryLock takes the exclusive flock on path if it is free now (creating the file: lock
-// files are never removed).
-func tryLock(path string) (func(), bool, error) {
-	l, err := cache.OpenLock(path, 0o644, cache.LockFix(filepath.Dir(filepath.Dir(path))))
-	if err != nil {
-		return nil, false, err
-	}
-	ok, err := l.TryLock(false)
-	if err != nil || !ok {
-		l.Close()
-		return nil, false, err
-	}
-	return l.Close, true, nil
 }

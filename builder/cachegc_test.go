@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"github.com/epbuild/epbuild/builder/store"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/epbuild/epbuild/builder/cache"
 )
 
 // cache du counts every byte under the cache: its disk total is what du -s counts, its
@@ -100,7 +104,7 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 	}
 	ctx := context.Background()
 	// a run in progress: it found libdemo's patch output cached, and makes its build
-	run, err := OpenStore(dir)
+	run, err := store.OpenStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +112,7 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 		t.Fatalf("produce a cached output: %v %v", cached, err)
 	}
 	const making = "5555555555555555555555555555555555555555555555555555555555555555"
-	unlock, err := run.lock(ctx, "build-"+making+".lock", false)
+	unlock, err := holdLock(dir, "build-"+making+".lock")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,13 +124,14 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 		return p
 	}
 	inProgress := []string{mk("build-" + making + "-1"), mk("work-" + making[:12] + "-2"), mk("rebuild-3")}
-	logs, err := run.stepLogs("build", making)
+	logs := filepath.Join(dir, "logs", "build-"+making)
+	err = os.MkdirAll(logs, 0o755)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// what a killed run left: its lock is free
 	const killed = "6666666666666666666666666666666666666666666666666666666666666666"
-	u2, err := run.lock(ctx, "build-"+killed+".lock", false)
+	u2, err := holdLock(dir, "build-"+killed+".lock")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,28 +190,16 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 	}
 }
 
-// A run's record lives while the run does: a store that is not closed (its process was
-// killed) is taken for ended once its lock is gone.
-func TestRunRecordEndsWithTheRun(t *testing.T) {
-	dir := t.TempDir()
-	s, err := OpenStore(dir)
+// holdLock takes the lock file name under dir/locks the way a run making that output
+// holds it, until the returned func is called.
+func holdLock(dir, name string) (func(), error) {
+	l, err := cache.OpenLock(filepath.Join(dir, "locks", name), 0o644, cache.LockFix(dir))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	if err := s.record("build/abc"); err != nil {
-		t.Fatal(err)
+	if err := l.Wait(context.Background(), false, 50*time.Millisecond, nil); err != nil {
+		l.Close()
+		return nil, err
 	}
-	ids, alive, err := liveRuns(dir)
-	if err != nil || alive != 1 || !ids["build/abc"] {
-		t.Fatalf("live runs: %v %d %v", ids, alive, err)
-	}
-	// as if killed: the lock goes with its file descriptor, the file stays
-	s.run.f.Close()
-	ids, alive, err = liveRuns(dir)
-	if err != nil || alive != 0 || len(ids) != 0 {
-		t.Fatalf("after the run's end: %v %d %v", ids, alive, err)
-	}
-	if des, _ := os.ReadDir(filepath.Join(dir, "runs")); len(des) != 0 {
-		t.Errorf("the ended run's record is left: %v", des)
-	}
+	return l.Close, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
 	"io/fs"
 	"maps"
 	"os"
@@ -74,7 +75,7 @@ func packWheels(p *plan.Plan, res *Result, dir string, sde int64, pkgs map[strin
 		}
 		out = append(out, WheelFile{Component: c.Name, Info: info})
 	}
-	if err := WriteJSON(dir, wheelsName, out); err != nil {
+	if err := store.WriteJSON(dir, wheelsName, out); err != nil {
 		return nil, fmt.Errorf("package %s: %w", p.Recipe, err)
 	}
 	return out, nil

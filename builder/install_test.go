@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
 	"io"
 	"io/fs"
 	"maps"
@@ -106,7 +107,7 @@ func buildDemo(dir string) (demoArtifacts, error) {
 	if err != nil {
 		return demoArtifacts{}, err
 	}
-	store, err := OpenStore(c.Dir())
+	store, err := store.OpenStore(c.Dir())
 	if err != nil {
 		return demoArtifacts{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/store"
 	"io/fs"
 	"maps"
 	"os"
@@ -174,7 +175,7 @@ func Mirror(ctx context.Context, dir string, jobs ...*Job) (MirrorReport, error)
 	}
 	err = writeMirror(ctx, main, target, gits, archives, entries, &rep)
 	// outside the stage store: no space in the mirror or the cache is said here
-	err = disk.NoSpaceIn(err, "write the mirror "+abs, disk.Place{Dir: target, Fix: fixOutSpace}, disk.Place{Dir: cacheDir, Fix: fixCacheSpace})
+	err = disk.NoSpaceIn(err, "write the mirror "+abs, disk.Place{Dir: target, Fix: fixOutSpace}, disk.Place{Dir: cacheDir, Fix: store.FixCacheSpace})
 	if err != nil && !fresh {
 		for _, p := range created {
 			_ = os.RemoveAll(p)

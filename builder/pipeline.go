@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
 	"io"
 	"maps"
 	"os"
@@ -298,7 +299,7 @@ func (j *Job) findings(ctx context.Context, tc *Toolchain, run bool) ([]compat.F
 	var fs []compat.Finding
 	keep, exists := "", false // kept only in a cache that exists, or that a run makes: a rule check creates none
 	if dir, err := j.cacheDir(); err == nil {
-		keep = filepath.Join(dir, "compat", Key("compat/2", compat.DataDigest(), facts, stage, j.opts.Rules != nil)+".json")
+		keep = filepath.Join(dir, "compat", store.Key("compat/2", compat.DataDigest(), facts, stage, j.opts.Rules != nil)+".json")
 		_, err := os.Stat(dir)
 		exists = err == nil
 		if _, err := cache.Inspect(dir); err != nil {
@@ -435,7 +436,7 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 		return nil, err
 	}
 	for _, f := range opts.Force {
-		if f != "all" && !slices.Contains(stageOrder, f) {
+		if f != "all" && !slices.Contains(store.StageOrder, f) {
 			return nil, &UsageError{Err: fmt.Errorf("--force=%s: use all, patch, build, check or package", f)}
 		}
 	}
@@ -459,7 +460,7 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	store, err := OpenStore(c.Dir())
+	store, err := store.OpenStore(c.Dir())
 	if err != nil {
 		return nil, err
 	}
@@ -557,13 +558,13 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 	if err != nil {
 		return res, err
 	}
-	dir, err := os.MkdirTemp(filepath.Join(r.Store.dir, "tmp"), "rebuild-")
+	dir, err := os.MkdirTemp(filepath.Join(r.Store.Dir(), "tmp"), "rebuild-")
 	if err != nil {
 		return res, fmt.Errorf("rebuild check: %w", err)
 	}
 	defer func() { _ = disk.MakeWritable(dir); _ = os.RemoveAll(dir) }()
 	again := *r
-	if again.Store, err = OpenStore(filepath.Join(dir, "elsewhere", "cache")); err != nil {
+	if again.Store, err = store.OpenStore(filepath.Join(dir, "elsewhere", "cache")); err != nil {
 		return res, err
 	}
 	defer again.Store.Close()
@@ -572,7 +573,7 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 	if err != nil {
 		return res, fmt.Errorf("rebuild check: %w", err)
 	}
-	j.opts.Log.Info("rebuild check: building again from nothing", "store", again.Store.dir, "varied", strings.Join(varied, "; "))
+	j.opts.Log.Info("rebuild check: building again from nothing", "store", again.Store.Dir(), "varied", strings.Join(varied, "; "))
 	res2, err := again.Run(ctx, j.Plan)
 	restore()
 	if err != nil {
@@ -600,7 +601,7 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 // build root, the job count, the caller's time zone and umask. restore gives the umask
 // back. It says what it changed.
 func varyRebuild(r *Runner, dir string) (varied []string, restore func(), err error) {
-	varied = append(varied, "cache "+r.Store.dir)
+	varied = append(varied, "cache "+r.Store.Dir())
 	if !r.Repro.Off {
 		root := filepath.Join(dir, "root")
 		if err := os.Mkdir(root, 0o700); err != nil {
@@ -732,7 +733,7 @@ func (j *Job) Fetch(ctx context.Context, out string) ([]FetchReport, error) {
 		return nil, err
 	}
 	// outside the stage store: no space in the cache or in out is said here (exit 3)
-	places := []disk.Place{{Dir: j.cache.Dir(), Fix: fixCacheSpace}, {Dir: out, Fix: fixOutSpace}}
+	places := []disk.Place{{Dir: j.cache.Dir(), Fix: store.FixCacheSpace}, {Dir: out, Fix: fixOutSpace}}
 	var reps []FetchReport
 	for _, c := range j.Plan.Components {
 		var err error

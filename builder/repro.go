@@ -126,7 +126,7 @@ type workDir struct {
 // (locked for this build), or with the measures off a fresh one in the cache.
 func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir, error) {
 	if r.Repro.Off {
-		d, err := os.MkdirTemp(filepath.Join(r.Store.dir, "tmp"), "work-"+key[:12]+"-")
+		d, err := os.MkdirTemp(filepath.Join(r.Store.Dir(), "tmp"), "work-"+key[:12]+"-")
 		if err != nil {
 			return nil, err
 		}
@@ -416,7 +416,7 @@ type BuildHost struct {
 }
 
 func (r *Runner) buildHost() *BuildHost {
-	h := &BuildHost{Jobs: r.Toolchain.Jobs, Python: r.Toolchain.Python, Cache: r.Store.dir, GOOS: runtime.GOOS}
+	h := &BuildHost{Jobs: r.Toolchain.Jobs, Python: r.Toolchain.Python, Cache: r.Store.Dir(), GOOS: runtime.GOOS}
 	h.Hostname, _ = os.Hostname()
 	if u, err := user.Current(); err == nil {
 		h.User = u.Username

@@ -6,8 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/disk"
-	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
 	"io"
 	"io/fs"
 	"maps"
@@ -21,6 +20,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/plan"
+
 	"github.com/charmbracelet/log"
 	"github.com/go-git/go-git/v5"
 
@@ -33,11 +35,8 @@ import (
 	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
-// The stages, in order; --force=STAGE reruns that stage and those after it.
-var stageOrder = []string{"patch", "build", "check", "package"}
-
 // Stages are the stage names, in order (what --force takes, besides all).
-func Stages() []string { return slices.Clone(stageOrder) }
+func Stages() []string { return slices.Clone(store.StageOrder) }
 
 // Format versions: bump one to invalidate that stage's cached outputs after a change in
 // how epbuild produces them.
@@ -55,7 +54,7 @@ type Sources interface {
 
 // Runner runs a plan through the stages.
 type Runner struct {
-	Store     *Store
+	Store     *store.Store
 	Sources   Sources
 	Log       *log.Logger
 	Toolchain *Toolchain
@@ -180,7 +179,7 @@ func (r *Runner) keys(p *plan.Plan) map[string]compKeys {
 		var k compKeys
 		if c.Source.Python != nil {
 			pk := r.Toolchain.PythonPackages[c.Source.Python.Package]
-			k.build = Key(buildFormat, "python", c.Source.Python.Package, pk.Version, pk.Dir)
+			k.build = store.Key(buildFormat, "python", c.Source.Python.Package, pk.Version, pk.Dir)
 			out[c.Name] = k
 			continue
 		}
@@ -199,10 +198,10 @@ func (r *Runner) keys(p *plan.Plan) map[string]compKeys {
 				// the build copies the declared tests into the prefix; none: the key stays
 				parts = append(parts, c.Tests)
 			}
-			k.build = Key(parts...)
+			k.build = store.Key(parts...)
 		}
 		if k.build != "" {
-			k.check = Key(checkFormat, k.build, c.Checks, c.PatchSets, p.Env, deps)
+			k.check = store.Key(checkFormat, k.build, c.Checks, c.PatchSets, p.Env, deps)
 		}
 		out[c.Name] = k
 	}
@@ -212,12 +211,12 @@ func (r *Runner) keys(p *plan.Plan) map[string]compKeys {
 // packageKey does not hold epbuild's version: a change of epbuild that changes what the
 // package stage writes bumps packageFormat instead (docs/reproducible.md).
 func (r *Runner) packageKey(p *plan.Plan, ks map[string]compKeys) string {
-	return Key(packageFormat, p.Key, ks, r.SourceDateEpoch)
+	return store.Key(packageFormat, p.Key, ks, r.SourceDateEpoch)
 }
 
 func (r *Runner) forced(stage string) bool {
 	idx := func(s string) int {
-		for i, x := range stageOrder {
+		for i, x := range store.StageOrder {
 			if x == s {
 				return i
 			}
@@ -348,7 +347,7 @@ type patchOut struct {
 }
 
 // patchKey is the key of a component's patch stage: its source and patch sets.
-func patchKey(c *plan.PlanComponent) string { return Key(patchFormat, c.Source, c.PatchSets) }
+func patchKey(c *plan.PlanComponent) string { return store.Key(patchFormat, c.Source, c.PatchSets) }
 
 // patchAll runs the patch stage of every component with a tree, in plan order, and
 // stops at the first failure. One at a time: each is mostly a fetch, and fetches share
@@ -365,7 +364,7 @@ func (r *Runner) patchAll(ctx context.Context, p *plan.Plan) ([]patchOut, []Stag
 		var pj patchJSON
 		err := r.stage(ctx, rec, "patch", c.Name, key, func(dir string) error {
 			return r.patchStage(ctx, c, dir)
-		}, func(dir string) error { return ReadJSON(dir, "patch.json", &pj) })
+		}, func(dir string) error { return store.ReadJSON(dir, "patch.json", &pj) })
 		if err != nil {
 			return outs, rec.events, err
 		}
@@ -570,14 +569,14 @@ func (r *Runner) checkAll(ctx context.Context, p *plan.Plan, comps []ComponentRe
 			var cj checkJSON
 			errs[i] = r.stage(ctx, rec, "check", cr.Name, cr.CheckKey, func(dir string) error {
 				s := &Subject{Plan: p, Component: pc, Root: cr.Prefix, Prefixes: prefixes, Env: env, Python: r.Toolchain.Python}
-				results := storeRelative(checkComponent(ctx, reg, check.Staged, s), r.Store.dir, prefixes)
+				results := storeRelative(checkComponent(ctx, reg, check.Staged, s), r.Store.Dir(), prefixes)
 				for _, x := range results {
 					if !x.OK() {
 						return &ChecksFailed{Where: "the staged prefix of " + cr.Name, Results: results}
 					}
 				}
-				return WriteJSON(dir, "check.json", checkJSON{Results: results})
-			}, func(dir string) error { return ReadJSON(dir, "check.json", &cj) })
+				return store.WriteJSON(dir, "check.json", checkJSON{Results: results})
+			}, func(dir string) error { return store.ReadJSON(dir, "check.json", &cj) })
 			cr.Checks = cj.Results
 		})
 	}
@@ -783,7 +782,7 @@ func (r *Runner) patchStage(ctx context.Context, c *plan.PlanComponent, dir stri
 	if c.Source.Git != nil {
 		pj.CommitTime = commitTime(tree)
 	}
-	return WriteJSON(dir, "patch.json", pj)
+	return store.WriteJSON(dir, "patch.json", pj)
 }
 
 func commitTime(tree string) int64 {
@@ -824,7 +823,7 @@ func (r *Runner) buildStage(ctx context.Context, p *plan.Plan, c *plan.PlanCompo
 	}
 	// The logs live under the cache while the steps run, so that a failed step's whole
 	// log outlives the stage's temporary directory; a finished build keeps them.
-	logs, err := r.Store.stepLogs("build", key)
+	logs, err := r.Store.StepLogs("build", key)
 	if err != nil {
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}

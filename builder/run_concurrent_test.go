@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -85,7 +86,7 @@ func (s shape) runner(t *testing.T, jobs int) (*Runner, *plan.Plan) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := OpenStore(c.Dir())
+	store, err := store.OpenStore(c.Dir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func TestIndependentBuildsRunTogether(t *testing.T) {
 	s := forkShape(t)
 	r, p := s.runner(t, 16)
 	// the steps find the store through CTL/store
-	if err := os.Symlink(r.Store.dir, filepath.Join(s.ctl, "store")); err != nil {
+	if err := os.Symlink(r.Store.Dir(), filepath.Join(s.ctl, "store")); err != nil {
 		t.Fatal(err)
 	}
 	res, err := r.Run(context.Background(), p)
@@ -211,7 +212,7 @@ func TestIndependentBuildsRunTogether(t *testing.T) {
 	if err := os.Remove(filepath.Join(s.ctl, "store")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(r2.Store.dir, filepath.Join(s.ctl, "store")); err != nil {
+	if err := os.Symlink(r2.Store.Dir(), filepath.Join(s.ctl, "store")); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"long.started", "short.started"} {
@@ -245,7 +246,7 @@ func TestFirstBuildFailureStopsTheOthers(t *testing.T) {
 		if alive(pid) {
 			t.Errorf("the slow build's step (%d) outlived the run", pid)
 		}
-		logs, _ := filepath.Glob(filepath.Join(r.Store.dir, "logs", "build-*", "00-command.log"))
+		logs, _ := filepath.Glob(filepath.Join(r.Store.Dir(), "logs", "build-*", "00-command.log"))
 		kept := 0
 		for _, l := range logs {
 			if b, _ := os.ReadFile(l); strings.Contains(string(b), "slow is building") {
@@ -255,7 +256,7 @@ func TestFirstBuildFailureStopsTheOthers(t *testing.T) {
 		if kept != 1 {
 			t.Errorf("the slow build's log is not kept under the cache: %v", logs)
 		}
-		if des, _ := os.ReadDir(filepath.Join(r.Store.dir, "tmp")); len(des) != 0 {
+		if des, _ := os.ReadDir(filepath.Join(r.Store.Dir(), "tmp")); len(des) != 0 {
 			t.Errorf("temporary directories left: %v", des)
 		}
 		for _, c := range res.Components {
@@ -458,7 +459,7 @@ components:
 		t.Run(tc.name, func(t *testing.T) {
 			s := newShape(t, repos, strings.Replace(body, "EXTRA", tc.extra, 1))
 			r, p := s.runner(t, 0)
-			r.Environ = append(os.Environ(), "WAITER_STORE="+r.Store.dir)
+			r.Environ = append(os.Environ(), "WAITER_STORE="+r.Store.Dir())
 			res, err := r.Run(context.Background(), p)
 			if tc.extra != "" {
 				var cf *ChecksFailed
@@ -469,7 +470,7 @@ components:
 				if r.Store.Has("package", pk) {
 					t.Error("a package output was stored after a check failed")
 				}
-				if des, _ := os.ReadDir(filepath.Join(r.Store.dir, "tmp")); len(des) != 0 {
+				if des, _ := os.ReadDir(filepath.Join(r.Store.Dir(), "tmp")); len(des) != 0 {
 					t.Errorf("temporary directories left: %v", des)
 				}
 				if des, _ := os.ReadDir(r.OutDir); len(des) != 0 {

@@ -3,6 +3,7 @@ package builder
 import (
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/store"
 	"path/filepath"
 	"sync"
 
@@ -50,7 +51,7 @@ func (s *FetchSources) For(rawURL string) (*source.Fetcher, error) {
 		dir := filepath.Join(s.cache.Dir(), "embedded", embedded.Digest())
 		if err := embedded.Ensure(dir); err != nil {
 			s.err = disk.NoSpaceIn(fmt.Errorf("lay out the embedded repositories in %s: %w", dir, err),
-				"lay out the embedded repositories", disk.Place{Dir: s.cache.Dir(), Fix: fixCacheSpace})
+				"lay out the embedded repositories", disk.Place{Dir: s.cache.Dir(), Fix: store.FixCacheSpace})
 			return
 		}
 		s.embedded, s.err = source.New(source.Options{Cache: s.cache, Mirror: dir, Logger: s.log})

@@ -59,6 +59,9 @@ func (e *BuildError) ExitCode() int {
 }
 func (e *BuildError) Unwrap() error { return e.Err }
 
+// StepLog is where the step's whole log is (the store reads it to tell a full disk).
+func (e *BuildError) StepLog() string { return e.Log }
+
 // Watcher shows a build step while one of its commands runs (builder/progress.Display
 // on the command line): since is when the step's first command started; done is called
 // when the command ends.

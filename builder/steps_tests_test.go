@@ -2,6 +2,7 @@ package builder
 
 import (
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,7 +65,7 @@ func TestBuildKeyHoldsTheTests(t *testing.T) {
 	if none == "" || none == a || a == b {
 		t.Errorf("keys: none %s, a %s, b %s", none, a, b)
 	}
-	if want := Key(buildFormat, patchKey(&c), c.Version, c.Build, map[string]string{}, (&Toolchain{}).Fingerprint(), (&Runner{}).Repro.key(), ""); none != want {
+	if want := store.Key(buildFormat, patchKey(&c), c.Version, c.Build, map[string]string{}, (&Toolchain{}).Fingerprint(), (&Runner{}).Repro.key(), ""); none != want {
 		t.Errorf("a component without tests changed its key: %s, was %s", none, want)
 	}
 }

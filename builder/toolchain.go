@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
 	"maps"
 	"os"
 	"os/exec"
@@ -625,13 +626,13 @@ func (p *Prober) cacheFile(dir string) (key, file string) {
 		env = append(env, k+"="+p.Getenv(k))
 	}
 	// probe/2: nvcc's reproducibility flags
-	key = Key("probe/2", env, p.Packages, p.Torch)
+	key = store.Key("probe/2", env, p.Packages, p.Torch)
 	if p.CMakePackages {
-		key = Key("probe/2", env, p.Packages, p.Torch, p.Prefixes)
+		key = store.Key("probe/2", env, p.Packages, p.Torch, p.Prefixes)
 	}
 	if p.NCCL {
 		// /2: the library torch binds, no longer torch.cuda.nccl.version()
-		key = Key(key, "torch's nccl/2")
+		key = store.Key(key, "torch's nccl/2")
 	}
 	return key, filepath.Join(dir, "probe-"+key[:16]+".json")
 }

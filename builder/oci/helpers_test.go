@@ -14,6 +14,7 @@ import (
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -77,12 +78,12 @@ func buildDemo(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	store, err := builder.OpenStore(c.Dir())
+	st, err := store.OpenStore(c.Dir())
 	if err != nil {
 		return "", err
 	}
 	tc := (&builder.Prober{Getenv: os.Getenv}).Probe(ctx)
-	r := &builder.Runner{Store: store, Sources: src, Log: l, Toolchain: tc, Environ: os.Environ(), OutDir: filepath.Join(dir, "out"), Version: "test"}
+	r := &builder.Runner{Store: st, Sources: src, Log: l, Toolchain: tc, Environ: os.Environ(), OutDir: filepath.Join(dir, "out"), Version: "test"}
 	out, err := r.Run(ctx, p)
 	if err != nil {
 		return "", err

@@ -1,22 +1,26 @@
-package builder
+package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/disk"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/epbuild/epbuild/builder/disk"
 
 	"github.com/epbuild/epbuild/builder/cache"
 )
@@ -57,7 +61,7 @@ func OpenStore(dir string) (*Store, error) {
 			if cache.IsAccess(err) {
 				return nil, cache.AccessError(dir, "open the stage store", err)
 			}
-			return nil, disk.NoSpaceOr(fmt.Errorf("open stage store %s: %w", dir, err), "open the stage store", dir, 0, fixCacheSpace)
+			return nil, disk.NoSpaceOr(fmt.Errorf("open stage store %s: %w", dir, err), "open the stage store", dir, 0, FixCacheSpace)
 		}
 	}
 	s.sweepDead()
@@ -77,13 +81,13 @@ func (s *Store) sweepDead() {
 		}
 	}
 	for _, d := range des {
-		if !isTemp(d.Name()) {
+		if !IsTemp(d.Name()) {
 			continue
 		}
-		owned := tempLocks(s.dir, d.Name(), locks)
+		owned := TempLocks(s.dir, d.Name(), locks)
 		var held []func()
 		for _, l := range owned {
-			if u, ok, err := tryLock(l); err == nil && ok {
+			if u, ok, err := TryLock(l); err == nil && ok {
 				held = append(held, u)
 			}
 		}
@@ -101,7 +105,10 @@ func (s *Store) sweepDead() {
 // ReadOnly reports whether the store only serves what it holds (see Store.readOnly).
 func (s *Store) ReadOnly() bool { return s.readOnly }
 
-const fixCacheSpace = "free space there or point EPBUILD_CACHE at a larger file system, then rerun (finished stages are kept)"
+const FixCacheSpace = "free space there or point EPBUILD_CACHE at a larger file system, then rerun (finished stages are kept)"
+
+// Dir is the cache directory the store lives in.
+func (s *Store) Dir() string { return s.dir }
 
 // Path is where a stage's output for key lives (whether or not it exists yet).
 func (s *Store) Path(stage, key string) string { return filepath.Join(s.dir, "stages", stage, key) }
@@ -109,13 +116,13 @@ func (s *Store) Path(stage, key string) string { return filepath.Join(s.dir, "st
 // stepLogs makes an empty directory for the logs of the stage output key while it is
 // made (the produce lock is held): <cache>/logs/<stage>-<key>. A failed attempt's logs
 // stay there until the next attempt or `cache gc`.
-func (s *Store) stepLogs(stage, key string) (string, error) {
+func (s *Store) StepLogs(stage, key string) (string, error) {
 	d := filepath.Join(s.dir, "logs", stage+"-"+key)
 	if err := os.RemoveAll(d); err != nil {
 		return "", fmt.Errorf("remove the logs of an earlier attempt: %w", err)
 	}
 	if err := os.MkdirAll(d, 0o755); err != nil {
-		return "", disk.NoSpaceOr(fmt.Errorf("make the log directory: %w", err), "make the log directory", s.dir, 0, fixCacheSpace)
+		return "", disk.NoSpaceOr(fmt.Errorf("make the log directory: %w", err), "make the log directory", s.dir, 0, FixCacheSpace)
 	}
 	return d, nil
 }
@@ -181,11 +188,11 @@ func (s *Store) Produce(ctx context.Context, stage, key string, make func(dir st
 	final := s.Path(stage, key)
 	what := fmt.Sprintf("%s stage %s", stage, key[:12])
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-		return false, disk.NoSpaceOr(fmt.Errorf("%s: %w", what, err), what, s.dir, 0, fixCacheSpace)
+		return false, disk.NoSpaceOr(fmt.Errorf("%s: %w", what, err), what, s.dir, 0, FixCacheSpace)
 	}
 	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "tmp"), stage+"-"+key+"-")
 	if err != nil {
-		return false, disk.NoSpaceOr(fmt.Errorf("%s: %w", what, err), what, s.dir, 0, fixCacheSpace)
+		return false, disk.NoSpaceOr(fmt.Errorf("%s: %w", what, err), what, s.dir, 0, FixCacheSpace)
 	}
 	keep := false
 	defer func() {
@@ -235,13 +242,13 @@ func (s *Store) hit(ctx context.Context, stage, key string) (bool, error) {
 	if !s.Has(stage, key) {
 		return false, nil
 	}
-	touch(filepath.Join(s.Path(stage, key), usedName))
+	touch(filepath.Join(s.Path(stage, key), UsedName))
 	return true, nil
 }
 
 // usedName is the file in a stage output whose mtime is its last use (cache gc removes
 // outputs by it).
-const usedName = ".used"
+const UsedName = ".used"
 
 // touch sets the mtime of path to now, creating it empty; a failure (a read-only cache)
 // only makes the output look older to cache gc.
@@ -317,7 +324,7 @@ func (s *Store) record(id string) error {
 	if s.run == nil {
 		r, err := newRunRecord(filepath.Join(s.dir, "runs"))
 		if err != nil {
-			return disk.NoSpaceOr(fmt.Errorf("record this run in %s: %w", s.dir, err), "record this run", s.dir, 0, fixCacheSpace)
+			return disk.NoSpaceOr(fmt.Errorf("record this run in %s: %w", s.dir, err), "record this run", s.dir, 0, FixCacheSpace)
 		}
 		s.run = r
 	}
@@ -325,7 +332,7 @@ func (s *Store) record(id string) error {
 		return nil
 	}
 	if _, err := s.run.f.WriteString(id + "\n"); err != nil {
-		return disk.NoSpaceOr(fmt.Errorf("record this run in %s: %w", s.run.path, err), "record this run", s.dir, 0, fixCacheSpace)
+		return disk.NoSpaceOr(fmt.Errorf("record this run in %s: %w", s.run.path, err), "record this run", s.dir, 0, FixCacheSpace)
 	}
 	s.run.seen[id] = true
 	return nil
@@ -401,6 +408,13 @@ func (s *Store) holdUsed(ctx context.Context) (func(), error) {
 	return release, nil
 }
 
+// stepFailure is a failed build step that kept a log (the runner's BuildError): the store
+// reads the log for the compiler's "No space left on device".
+type stepFailure interface {
+	error
+	StepLog() string
+}
+
 // noSpace turns a failed stage into a NoSpaceError when the cache's file system (or the
 // temporary directory's) is full, or the step said so in its log.
 func (s *Store) noSpace(ctx context.Context, err error, what string, freeBefore int64) error {
@@ -409,9 +423,9 @@ func (s *Store) noSpace(ctx context.Context, err error, what string, freeBefore 
 		return err
 	}
 	said := disk.IsNoSpace(err)
-	var be *BuildError
+	var be stepFailure
 	if errors.As(err, &be) && !said {
-		if b, rerr := os.ReadFile(be.Log); rerr == nil {
+		if b, rerr := os.ReadFile(be.StepLog()); rerr == nil {
 			said = disk.NoSpaceText(string(b))
 		}
 	}
@@ -425,7 +439,7 @@ func (s *Store) noSpace(ctx context.Context, err error, what string, freeBefore 
 	if !said && !full {
 		return err
 	}
-	e := &disk.NoSpaceError{Op: what, Path: dir, Free: free, Fix: fixCacheSpace, Err: err}
+	e := &disk.NoSpaceError{Op: what, Path: dir, Free: free, Fix: FixCacheSpace, Err: err}
 	if freeBefore > 0 {
 		e.Need, e.NeedAtLeast = freeBefore, true
 	}
@@ -460,7 +474,7 @@ func (s *Store) lock(ctx context.Context, name string, shared bool) (func(), err
 		if cache.IsAccess(err) {
 			return nil, cache.AccessError(s.dir, "lock "+name, err)
 		}
-		return nil, disk.NoSpaceOr(err, "lock "+name, s.dir, 0, fixCacheSpace)
+		return nil, disk.NoSpaceOr(err, "lock "+name, s.dir, 0, FixCacheSpace)
 	}
 	if err := l.Wait(ctx, shared, 50*time.Millisecond, nil); err != nil {
 		l.Close()
@@ -477,4 +491,110 @@ func Key(parts ...any) string {
 		_ = enc.Encode(p)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// tmp/: a stage being made, a build directory (measures off), a rebuild check, gc's
+// trash; the sources' temp names are cache.TempOwner's
+var tempRe = regexp.MustCompile(`^(?:(?:patch|build|check|package)-[0-9a-f]{64}|work-[0-9a-f]{12}|rebuild|gc-(?:git|archive)|gc-(?:patch|build|check|package)-[0-9a-f]{64})-[0-9]+$`)
+
+// isTemp reports whether name under tmp/ is one epbuild gives.
+func IsTemp(name string) bool {
+	if _, _, ok := cache.TempOwner(name); ok {
+		return true
+	}
+	return tempRe.MatchString(name)
+}
+
+// stageTempRe names the temporary entries of a stage being made: the store's
+// <stage>-<key>-*, the build's work-<key prefix>-*.
+var stageTempRe = regexp.MustCompile(`^(?:(patch|build|check|package)-([0-9a-f]{12,64})|work-([0-9a-f]{12}))-`)
+
+// tempLocks are the lock files that guard the temporary entry name under tmp/: nil for a
+// name no lock guards, or whose lock was never made.
+func TempLocks(dir, name string, locks []string) []string {
+	if kind, key, ok := cache.TempOwner(name); ok {
+		p := filepath.Join(dir, "locks", cache.LockFile(kind, key))
+		if _, err := os.Stat(p); err == nil {
+			return []string{p}
+		}
+		return nil
+	}
+	m := stageTempRe.FindStringSubmatch(name)
+	if m == nil {
+		return nil
+	}
+	stage, key := m[1], m[2]
+	if m[3] != "" {
+		stage, key = "build", m[3]
+	}
+	var out []string
+	for _, l := range locks {
+		if strings.HasPrefix(l, stage+"-"+key) && strings.HasSuffix(l, ".lock") {
+			out = append(out, filepath.Join(dir, "locks", l))
+		}
+	}
+	return out
+}
+
+// tryLock takes the exclusive flock on path if it is free now (creating the file: lock
+// files are never removed).
+func TryLock(path string) (func(), bool, error) {
+	l, err := cache.OpenLock(path, 0o644, cache.LockFix(filepath.Dir(filepath.Dir(path))))
+	if err != nil {
+		return nil, false, err
+	}
+	ok, err := l.TryLock(false)
+	if err != nil || !ok {
+		l.Close()
+		return nil, false, err
+	}
+	return l.Close, true, nil
+}
+
+// The stages, in order; --force=STAGE reruns that stage and those after it.
+var StageOrder = []string{"patch", "build", "check", "package"}
+
+// runRe names the records under runs/: a run in progress, or one being written.
+var runRe = regexp.MustCompile(`^(?:[0-9]+-[0-9]+\.run|\.new-[0-9]+)$`)
+
+// liveRuns reads the records of the runs in progress under dir/runs: the stage/key of
+// every output they use, and how many there are. The records of runs that ended (no
+// process holds their lock) are removed.
+func LiveRuns(dir string) (map[string]bool, int, error) {
+	ids := map[string]bool{}
+	rd := filepath.Join(dir, "runs")
+	des, err := os.ReadDir(rd)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return ids, 0, nil
+		}
+		return nil, 0, fmt.Errorf("read the records of the runs in progress: %w", err)
+	}
+	alive := 0
+	for _, d := range des {
+		if !runRe.MatchString(d.Name()) {
+			continue
+		}
+		p := filepath.Join(rd, d.Name())
+		f, err := os.Open(p)
+		if err != nil {
+			continue // ended and removed meanwhile
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			// no process holds it: that run ended (or died)
+			os.Remove(p)
+			f.Close()
+			continue
+		}
+		alive++
+		b, _ := io.ReadAll(f)
+		f.Close()
+		// only whole lines: a run looks at an output after its line is written whole
+		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+			for _, l := range strings.Split(string(b[:i]), "\n") {
+				ids[l] = true
+			}
+		}
+	}
+	return ids, alive, nil
 }
