@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -36,15 +37,15 @@ type Manifest struct {
 	Format int `json:"format"`
 	// Epbuild was the version of the epbuild that built it, in artifacts made before the
 	// version left the reproducible bytes (it is in the SBOM and the OCI annotations now).
-	Epbuild         string            `json:"epbuild,omitempty"`
-	Recipe          string            `json:"recipe"`
-	PlanKey         string            `json:"plan_key"`
-	Plan            *plan.Plan        `json:"plan"`
-	SourceDateEpoch int64             `json:"source_date_epoch"`
-	Toolchain       *Toolchain        `json:"toolchain"`
-	Components      []ComponentResult `json:"components"`
-	Env             map[string]string `json:"env,omitempty"`
-	Findings        []compat.Finding  `json:"findings,omitempty"`
+	Epbuild         string               `json:"epbuild,omitempty"`
+	Recipe          string               `json:"recipe"`
+	PlanKey         string               `json:"plan_key"`
+	Plan            *plan.Plan           `json:"plan"`
+	SourceDateEpoch int64                `json:"source_date_epoch"`
+	Toolchain       *toolchain.Toolchain `json:"toolchain"`
+	Components      []ComponentResult    `json:"components"`
+	Env             map[string]string    `json:"env,omitempty"`
+	Findings        []compat.Finding     `json:"findings,omitempty"`
 	// BuildFacts are what the build read of what it built (facts.go: nvshmem.rc-layout,
 	// nvshmem.header-version), for the rules after the build; BuildFactNotes say why one
 	// is not there. Absent where nothing was read: a plan without NVSHMEM keeps its bytes.

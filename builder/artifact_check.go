@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"os"
 	"path"
@@ -164,7 +165,7 @@ func checkTree(art string, m *Manifest, raw []byte, tree []archive.Entry) error 
 			lines = append(lines, fmt.Sprintf("... and %d more", len(problems)-show))
 			break
 		}
-		lines = append(lines, fmt.Sprintf("%s %s: expected %s, found %s", p.Kind, p.Path, orNone(p.Expected), orNone(p.Found)))
+		lines = append(lines, fmt.Sprintf("%s %s: expected %s, found %s", p.Kind, p.Path, toolchain.OrNone(p.Expected), toolchain.OrNone(p.Found)))
 	}
 	return &BadArtifactError{Artifact: art, Err: fmt.Errorf("%d entries differ from its manifest:\n  - %s", len(problems), strings.Join(lines, "\n  - "))}
 }

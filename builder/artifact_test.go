@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
 	"path/filepath"
 	"sort"
@@ -111,7 +112,7 @@ func TestPackageStageSameBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Runner{Store: store, Version: "test", Toolchain: &Toolchain{OS: "linux"}}
+	r := &Runner{Store: store, Version: "test", Toolchain: &toolchain.Toolchain{OS: "linux"}}
 	want := twoPassPackage(t, r, plan, res)
 	out := t.TempDir()
 	if err := r.packageStage(context.Background(), plan, res, out); err != nil {

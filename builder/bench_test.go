@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -64,7 +65,7 @@ func TestComparePackage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Runner{Store: store, Version: "bench", Toolchain: &Toolchain{}}
+	r := &Runner{Store: store, Version: "bench", Toolchain: &toolchain.Toolchain{}}
 	var artifact int64
 	ours := func(tb testing.TB) benchcmp.Sample {
 		dir, err := os.MkdirTemp(tmp, "out-")

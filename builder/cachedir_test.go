@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -215,7 +216,7 @@ func TestBuildDirLockRefusesFIFOAndOthersFiles(t *testing.T) {
 	refused := func(what, want string) {
 		t.Helper()
 		_, err := lockBuildDir(ctx, dir, say)
-		var pe *PreflightError
+		var pe *toolchain.PreflightError
 		if !errors.As(err, &pe) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v", what, err)
 		}

@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"errors"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,8 +46,8 @@ func TestPreflightFacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := planOf(t, "gcp-b200")
-	probed := &Toolchain{CUDA: "12.6", Torch: "2.10.0+cu129", PythonVersion: "3.12.3", RDMACore: "mlx5dv.h"}
-	f := PreflightFacts(plan.FactsFromPlan(p), p, probed)
+	probed := &toolchain.Toolchain{CUDA: "12.6", Torch: "2.10.0+cu129", PythonVersion: "3.12.3", RDMACore: "mlx5dv.h"}
+	f := toolchain.PreflightFacts(plan.FactsFromPlan(p), p, probed)
 	if f.Toolchain.CUDA != "12.6" || !slices.Equal(f.Toolchain.Present, []string{"rdma-core"}) {
 		t.Fatalf("preflight facts: %+v", f.Toolchain)
 	}
@@ -67,7 +68,7 @@ func TestPreflightFacts(t *testing.T) {
 	}
 	// the wheel's installed version replaces the recipe's constraint
 	sp := planOf(t, "single-node")
-	sf := PreflightFacts(plan.FactsFromPlan(sp), sp, &Toolchain{PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu12": {Version: "3.4.5"}}})
+	sf := toolchain.PreflightFacts(plan.FactsFromPlan(sp), sp, &toolchain.Toolchain{PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu12": {Version: "3.4.5"}}})
 	if nv, _ := sf.Component("nvshmem"); nv.Version != "3.4.5" || !slices.Contains(sf.Toolchain.Present, "nvshmem-wheel") {
 		t.Errorf("wheel at preflight: %+v %v", nv, sf.Toolchain.Present)
 	}
@@ -78,18 +79,18 @@ func TestPreflightFacts(t *testing.T) {
 // rdma-core headers.
 func TestPreflightUbuntu2404RDMACore(t *testing.T) {
 	p := planOf(t, "gcp-b200", "nvshmem.version=3.4.5", "nccl.package=nvidia-nccl-cu13")
-	gpuImage := &Toolchain{CUDA: "13.0", Torch: "2.11.0+cu130", PythonVersion: "3.12.3", Setuptools: "68.1.2", GCC: "13.3.0",
+	gpuImage := &toolchain.Toolchain{CUDA: "13.0", Torch: "2.11.0+cu130", PythonVersion: "3.12.3", Setuptools: "68.1.2", GCC: "13.3.0",
 		CMake: "4.4.0", RDMACore: "/usr/include/infiniband/mlx5dv.h", RDMADataDirect: false,
-		PythonPackages: map[string]PythonPackage{"nvidia-nccl-cu13": {Version: "2.28.9"}}}
-	if err := Preflight(p, gpuImage); err != nil {
+		PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nccl-cu13": {Version: "2.28.9"}}}
+	if err := toolchain.Preflight(p, gpuImage); err != nil {
 		t.Errorf("gcp-b200 on Ubuntu 24.04's rdma-core: %v", err)
 	}
-	if n := NeedsOf(p); !n.RDMACore {
+	if n := toolchain.NeedsOf(p); !n.RDMACore {
 		t.Error("NVSHMEM 3.4.5 with IBGDA needs rdma-core headers")
 	}
 	noRDMA := *gpuImage
 	noRDMA.RDMACore = ""
-	err := Preflight(p, &noRDMA)
+	err := toolchain.Preflight(p, &noRDMA)
 	if err == nil || !strings.Contains(err.Error(), "rdma-core headers") {
 		t.Errorf("no rdma-core headers at all: %v", err)
 	}
@@ -99,12 +100,12 @@ func TestPreflightUbuntu2404RDMACore(t *testing.T) {
 // rdma-core 50 (no data direct), CUDA 13.0, gcc 13.3, cmake 4.4, python 3.12 with torch
 // 2.11.0+cu130 and the nvidia-nvshmem-cu13 3.4.5 and nvidia-nccl-cu13 2.28.9 wheels,
 // OpenMPI; no GDRCopy headers, no libfabric headers.
-func gpuMachine() *Toolchain {
-	return &Toolchain{OS: "linux", Arch: "amd64", CUDAHome: "/usr/local/cuda", NVCC: "/usr/local/cuda/bin/nvcc", CUDA: "13.0",
+func gpuMachine() *toolchain.Toolchain {
+	return &toolchain.Toolchain{OS: "linux", Arch: "amd64", CUDAHome: "/usr/local/cuda", NVCC: "/usr/local/cuda/bin/nvcc", CUDA: "13.0",
 		CCCL: "/usr/local/cuda/include/cccl", Python: "/usr/bin/python3", PythonVersion: "3.12.3", Setuptools: "68.1.2", Wheel: "0.48.0",
 		Torch: "2.11.0+cu130", TorchCUDA: "13.0", GCC: "13.3.0", GXX: "13.3.0", CMake: "4.4.0", Ninja: "1.11.1", Git: "2.43.0",
 		RDMACore: "/usr/include/infiniband/mlx5dv.h", MPIHome: "/usr/lib/x86_64-linux-gnu/openmpi",
-		PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}, "nvidia-nccl-cu13": {Version: "2.28.9"}}}
+		PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}, "nvidia-nccl-cu13": {Version: "2.28.9"}}}
 }
 
 // What the build host's judges (the toolchain check and the rules at preflight) say on
@@ -120,7 +121,7 @@ func gpuMachineVerdict(t *testing.T, recipe string, sets ...string) (planErr, ho
 		return err, nil
 	}
 	_, err = j.Findings(ctx, gpuMachine())
-	return nil, buildHostVerdict(Preflight(j.Plan, gpuMachine()), err)
+	return nil, buildHostVerdict(toolchain.Preflight(j.Plan, gpuMachine()), err)
 }
 
 // R22's acceptance on the GPU machine: gcp-b200 on NVSHMEM 3.4.5 passes the plan's rules,
@@ -146,7 +147,7 @@ func TestIBRCDualportOnTheGPUMachine(t *testing.T) {
 		t.Fatalf("plan: %v", planErr)
 	}
 	var re *RulesError
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	if errors.As(host, &re) || !errors.As(host, &pe) {
 		t.Fatalf("want the missing GDRCopy alone, got %v", host)
 	}
@@ -159,7 +160,7 @@ func TestIBRCDualportOnTheGPUMachine(t *testing.T) {
 	noCUDA := *gpuMachine()
 	noCUDA.CUDA, noCUDA.NVCC, noCUDA.CUDAHome = "", "", ""
 	undecided := &RulesError{Recipe: p.Recipe, Stage: compat.StagePreflight, Findings: []compat.Finding{{ID: "R33", Unknown: true, IfDecided: compat.SeverityError}}}
-	if err := buildHostVerdict(Preflight(p, &noCUDA), undecided); errors.As(err, &re) || !errors.As(err, &pe) {
+	if err := buildHostVerdict(toolchain.Preflight(p, &noCUDA), undecided); errors.As(err, &re) || !errors.As(err, &pe) {
 		t.Errorf("an undecided rule beside a missing CUDA: %v", err)
 	}
 	if err := buildHostVerdict(nil, undecided); !errors.As(err, &re) {
@@ -167,13 +168,13 @@ func TestIBRCDualportOnTheGPUMachine(t *testing.T) {
 	}
 	cuda12 := *gpuMachine()
 	cuda12.CUDA, cuda12.Torch, cuda12.GDRCopyHome = "12.9", "2.10.0+cu129", "/usr"
-	cuda12.PythonPackages = map[string]PythonPackage{"nvidia-nccl-cu12": {Version: "2.21.5"}}
-	f := PreflightFacts(plan.FactsFromPlan(p), p, &cuda12)
+	cuda12.PythonPackages = map[string]toolchain.PythonPackage{"nvidia-nccl-cu12": {Version: "2.21.5"}}
+	f := toolchain.PreflightFacts(plan.FactsFromPlan(p), p, &cuda12)
 	rules, _ := compat.LoadRules()
 	h, _ := compat.LoadHistory()
 	fs, err := compat.Evaluate(context.Background(), rules, f, compat.StagePreflight, h)
-	if err != nil || compat.HasErrors(fs) || Preflight(p, &cuda12) != nil {
-		t.Errorf("CUDA 12.9 with GDRCopy: %v %v %v", fs, err, Preflight(p, &cuda12))
+	if err != nil || compat.HasErrors(fs) || toolchain.Preflight(p, &cuda12) != nil {
+		t.Errorf("CUDA 12.9 with GDRCopy: %v %v %v", fs, err, toolchain.Preflight(p, &cuda12))
 	}
 }
 
@@ -204,7 +205,7 @@ func TestEPv2PreflightRefusesOldNCCL(t *testing.T) {
 			pkgs = append(pkgs, c.Source.Python.Package)
 		}
 	}
-	tc := (&Prober{Getenv: os.Getenv, Packages: pkgs}).Probe(context.Background())
+	tc := (&toolchain.Prober{Getenv: os.Getenv, Packages: pkgs}).Probe(context.Background())
 	if tc.PythonVersion == "" {
 		t.Skip("no python3 here")
 	}
@@ -214,7 +215,7 @@ func TestEPv2PreflightRefusesOldNCCL(t *testing.T) {
 	}
 	// what the GPU machine has and this one lacks
 	tc.CUDA, tc.CUDAHome, tc.Torch, tc.TorchCUDA, tc.GCC, tc.GXX, tc.Setuptools = "13.0", "/usr/local/cuda", "2.11.0+cu130", "13.0", "13.3", "13.3", "70.0"
-	if err := Preflight(p, tc); err != nil {
+	if err := toolchain.Preflight(p, tc); err != nil {
 		t.Fatalf("the toolchain preflight refuses before the rules: %v", err)
 	}
 	rules, err := compat.LoadRules()
@@ -226,7 +227,7 @@ func TestEPv2PreflightRefusesOldNCCL(t *testing.T) {
 		t.Fatal(err)
 	}
 	evaluate := func() []compat.Finding {
-		fs, err := compat.Evaluate(context.Background(), rules, PreflightFacts(plan.FactsFromPlan(p), p, tc), compat.StagePreflight, h)
+		fs, err := compat.Evaluate(context.Background(), rules, toolchain.PreflightFacts(plan.FactsFromPlan(p), p, tc), compat.StagePreflight, h)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,11 +244,11 @@ func TestEPv2PreflightRefusesOldNCCL(t *testing.T) {
 		!strings.Contains(strings.Join(errs[0].Because, "; "), "2.28.9") {
 		t.Fatalf("want R18/epv2-nccl naming 2.28.9, got %+v", errs)
 	}
-	tc.PythonPackages["nvidia-nccl-cu13"] = PythonPackage{Version: "2.30.4", Dir: nccl.Dir}
+	tc.PythonPackages["nvidia-nccl-cu13"] = toolchain.PythonPackage{Version: "2.30.4", Dir: nccl.Dir}
 	if errs := evaluate(); len(errs) != 0 {
 		t.Errorf("NCCL 2.30.4 is refused: %+v", errs)
 	}
-	if f := PreflightFacts(plan.FactsFromPlan(p), p, tc); !slices.Contains(f.Toolchain.Present, "nvshmem-wheel") {
+	if f := toolchain.PreflightFacts(plan.FactsFromPlan(p), p, tc); !slices.Contains(f.Toolchain.Present, "nvshmem-wheel") {
 		t.Errorf("the NVSHMEM wheel is not present: %v", f.Toolchain.Present)
 	}
 }

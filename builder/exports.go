@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io/fs"
 	"maps"
 	"os"
@@ -54,7 +55,7 @@ func wantsWheel(c *plan.PlanComponent) bool {
 // packWheels packs the python/ tree of each component that asks for a wheel into
 // dir/wheels, stamped with sde, and records them in dir/wheels.json. pkgs are the
 // Python environment's packages the build recorded (the toolchain's).
-func packWheels(p *plan.Plan, res *Result, dir string, sde int64, pkgs map[string]PythonPackage) ([]WheelFile, error) {
+func packWheels(p *plan.Plan, res *Result, dir string, sde int64, pkgs map[string]toolchain.PythonPackage) ([]WheelFile, error) {
 	var out []WheelFile
 	for _, c := range res.Components {
 		pc, ok := p.Component(c.Name)
@@ -85,7 +86,7 @@ func packWheels(p *plan.Plan, res *Result, dir string, sde int64, pkgs map[strin
 // against (the components it depends on, directly or not, whose source is a Python
 // package), each at the version the build recorded: a wheel built against NVSHMEM's
 // wheel 3.4.5 needs that NVSHMEM where it is installed, and pip should say so.
-func wheelRequirements(p *plan.Plan, c *plan.PlanComponent, pkgs map[string]PythonPackage) ([]wheel.Requirement, error) {
+func wheelRequirements(p *plan.Plan, c *plan.PlanComponent, pkgs map[string]toolchain.PythonPackage) ([]wheel.Requirement, error) {
 	var reqs []wheel.Requirement
 	seen := map[string]bool{c.Name: true}
 	queue := slices.Clone(c.Depends)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"io/fs"
 	"maps"
@@ -198,7 +199,7 @@ func (r *Runner) recordBuildFacts(ctx context.Context, p *plan.Plan, comps []Com
 // build facts: a rule the version label left undecided (a git tree of NVSHMEM) is decided
 // by the header the build read. The findings replace the run's; an error-level one stops
 // the run before the package stage. tc nil: the plan stage only.
-func (j *Job) rulesAfterBuild(ctx context.Context, tc *Toolchain, build map[string]string) ([]compat.Finding, error) {
+func (j *Job) rulesAfterBuild(ctx context.Context, tc *toolchain.Toolchain, build map[string]string) ([]compat.Finding, error) {
 	rules, anc, err := j.rulesAndAncestry()
 	if err != nil {
 		return nil, err
@@ -210,7 +211,7 @@ func (j *Job) rulesAfterBuild(ctx context.Context, tc *Toolchain, build map[stri
 		}
 		facts := plan.FactsFromPlan(j.Plan)
 		if stage == compat.StagePreflight {
-			facts = PreflightFacts(facts, j.Plan, tc)
+			facts = toolchain.PreflightFacts(facts, j.Plan, tc)
 		}
 		facts.Build = maps.Clone(build)
 		fs, err := compat.Evaluate(ctx, rules, facts, stage, anc)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"maps"
 	"os"
 	"path/filepath"
@@ -146,7 +147,7 @@ func TestBuildRecordsRCLayout(t *testing.T) {
 	}}, factsRecipe)
 	r, p := s.runner(t, 1)
 	var asked map[string]string
-	r.afterBuild = func(_ context.Context, _ *Toolchain, build map[string]string) ([]compat.Finding, error) {
+	r.afterBuild = func(_ context.Context, _ *toolchain.Toolchain, build map[string]string) ([]compat.Finding, error) {
 		asked = build
 		return nil, nil
 	}

@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/epbuild/epbuild/builder/disk"
 
 	"github.com/charmbracelet/log"
 	"github.com/gofrs/flock"
@@ -656,7 +658,7 @@ func lockPrefix(ctx context.Context, parent, base string, l *log.Logger) (func()
 // and no prefix: it is put back first.
 func cleanStale(parent, base string, l *log.Logger) {
 	prefix := filepath.Join(parent, base)
-	stale, _ := filepath.Glob(filepath.Join(parent, "."+globEscape(base)+stageInfix+"*"))
+	stale, _ := filepath.Glob(filepath.Join(parent, "."+toolchain.GlobEscape(base)+stageInfix+"*"))
 	for _, s := range stale {
 		if _, err := os.Lstat(prefix); errors.Is(err, fs.ErrNotExist) {
 			if old := filepath.Join(s, "old"); disk.RenameNoReplace(old, prefix) == nil {
@@ -667,12 +669,6 @@ func cleanStale(parent, base string, l *log.Logger) {
 		_ = disk.MakeWritable(s)
 		_ = os.RemoveAll(s)
 	}
-}
-
-// globEscape makes s match itself in a filepath.Glob pattern (a prefix may hold [, * or ?).
-func globEscape(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
-	return r.Replace(s)
 }
 
 // readArtifactManifest reads the manifest an artifact carries without writing anything:

@@ -8,6 +8,7 @@ import (
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"io/fs"
 	"maps"
@@ -111,7 +112,7 @@ func buildDemo(dir string) (demoArtifacts, error) {
 	if err != nil {
 		return demoArtifacts{}, err
 	}
-	tc := (&Prober{Getenv: os.Getenv}).Probe(ctx)
+	tc := (&toolchain.Prober{Getenv: os.Getenv}).Probe(ctx)
 	r := &Runner{Store: store, Sources: src, Log: l, Toolchain: tc, Environ: os.Environ(), OutDir: filepath.Join(dir, "a"), Version: "test"}
 	ra, err := r.Run(ctx, p)
 	if err != nil {

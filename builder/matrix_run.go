@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"maps"
 	"os"
@@ -103,7 +104,7 @@ type MatrixCellResult struct {
 	Failed []string       `json:"verify_failed,omitempty"`
 	// NCCL is the NCCL the cell's test runs: the library torch's communicator binds to
 	// with the install's env (ProbeNCCL), not torch's compile-time header version.
-	NCCL *NCCLRuntime `json:"nccl,omitempty"`
+	NCCL *toolchain.NCCLRuntime `json:"nccl,omitempty"`
 	// Test: pass, fail, none or skipped; its exit status, log, seconds and metrics.
 	Test        string   `json:"test"`
 	TestExit    int      `json:"test_exit,omitempty"`
@@ -231,7 +232,7 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 		}
 	}
 	var re *RulesError
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	switch {
 	case errors.As(err, &re):
 		cr.Build, cr.Error = StepRefused, err.Error()
@@ -292,12 +293,12 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 
 // installedNCCL is the NCCL a process with the install's runtime env (env.sh's
 // LD_PRELOAD and the rest, over base) runs; nil when that cannot be read.
-func installedNCCL(ctx context.Context, prefix string, base []string) *NCCLRuntime {
+func installedNCCL(ctx context.Context, prefix string, base []string) *toolchain.NCCLRuntime {
 	env, err := InstallEnv(prefix, base)
 	if err != nil {
 		return nil
 	}
-	if n := ProbeNCCL(ctx, "", env, nil); n.Version != "" {
+	if n := toolchain.ProbeNCCL(ctx, "", env, nil); n.Version != "" {
 		return &n
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"os"
 	"os/exec"
@@ -158,7 +159,7 @@ func TestPreloadNotLibraryPathReplacesTorchsNCCL(t *testing.T) {
 	if len(got) != 1 || !withinResolved(got[0], filepath.Dir(ours)) {
 		t.Errorf("with LD_PRELOAD only the preloaded NCCL should be mapped: %v", got)
 	}
-	v := ProbeNCCL(context.Background(), "python3", append(base, "LD_PRELOAD="+ours), nil)
+	v := toolchain.ProbeNCCL(context.Background(), "python3", append(base, "LD_PRELOAD="+ours), nil)
 	if v.Version != "2.28.3" || !strings.Contains(v.Source, "dlsym(RTLD_DEFAULT, ncclCommInitRankConfig)") {
 		t.Errorf("the NCCL torch's communicator binds to: %+v", v)
 	}
@@ -178,18 +179,18 @@ func TestNCCLThatRunsIsTheBoundLibrary(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
-	got := ProbeNCCL(context.Background(), "python3", base, nil)
+	got := toolchain.ProbeNCCL(context.Background(), "python3", base, nil)
 	if got.Version != "2.28.9" || got.Path != "nvidia/nccl/lib/libnccl.so.2.28.9" || got.TorchHeader != "2.27.7" ||
 		!strings.Contains(got.Source, "dlsym(libtorch_cuda.so, ncclCommInitRankConfig)") {
 		t.Errorf("no preload: want the wheel's 2.28.9 that libtorch_cuda.so links, got %+v", got)
 	}
-	got = ProbeNCCL(context.Background(), "python3", append(base, "LD_PRELOAD="+other), nil)
+	got = toolchain.ProbeNCCL(context.Background(), "python3", append(base, "LD_PRELOAD="+other), nil)
 	if got.Version != "2.28.3" || got.Path != otherFile || got.TorchHeader != "2.27.7" ||
 		!strings.Contains(got.Source, "dlsym(RTLD_DEFAULT, ncclCommInitRankConfig)") {
 		t.Errorf("LD_PRELOAD: want the preloaded 2.28.3, got %+v", got)
 	}
 
-	verify := func(p *plan.Plan, tc *Toolchain, env ...string) CheckResult {
+	verify := func(p *plan.Plan, tc *toolchain.Toolchain, env ...string) CheckResult {
 		t.Helper()
 		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: p, Toolchain: tc},
 			prefixes: map[string]string{"nccl": filepath.Join(inst, "nccl")}, env: append(base, env...), mapped: -1}
@@ -211,11 +212,11 @@ func TestNCCLThatRunsIsTheBoundLibrary(t *testing.T) {
 	}
 	torchs := &plan.Plan{Recipe: "t", Components: []plan.PlanComponent{{Component: recipes.Component{Name: "nccl",
 		Source: recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nccl-cu12"}}}}}}
-	if r := verify(torchs, &Toolchain{NCCL: &NCCLRuntime{Version: "2.28.9"}}); r.Status != check.Pass {
+	if r := verify(torchs, &toolchain.Toolchain{NCCL: &toolchain.NCCLRuntime{Version: "2.28.9"}}); r.Status != check.Pass {
 		t.Errorf("torch's NCCL as recorded: %+v", r)
 	}
 	// what torch.cuda.nccl.version() said at build is not what runs
-	if r := verify(torchs, &Toolchain{NCCL: &NCCLRuntime{Version: "2.27.7"}}); r.Status != check.Fail ||
+	if r := verify(torchs, &toolchain.Toolchain{NCCL: &toolchain.NCCLRuntime{Version: "2.27.7"}}); r.Status != check.Fail ||
 		!strings.Contains(r.Found, "NCCL 2.28.9, the build recorded 2.27.7") || !strings.Contains(r.Fix, "nvidia-nccl-cu12==2.27.7") {
 		t.Errorf("the header version recorded: %+v", r)
 	}
@@ -266,7 +267,7 @@ ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidi
 		Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/nccl", Commit: strings.Repeat("a", 40)}}}}}}
 	torchs := &plan.Plan{Recipe: "t", Components: []plan.PlanComponent{{Component: recipes.Component{Name: "nccl",
 		Source: recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nccl-cu12"}}}}}}
-	verify := func(p *plan.Plan, tc *Toolchain, modules []string, env ...string) CheckResult {
+	verify := func(p *plan.Plan, tc *toolchain.Toolchain, modules []string, env ...string) CheckResult {
 		t.Helper()
 		for _, m := range modules {
 			p.Components = append(p.Components, plan.PlanComponent{Component: recipes.Component{Name: "m" + m, Checks: []recipes.Check{{Import: m}}}})
@@ -323,11 +324,11 @@ cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=lambda: (2, 28, 
 		t.Errorf("two NCCLs mapped, the preloaded one bound: %+v", r)
 	}
 	writeFile(t, init, string(body))
-	recorded := &Toolchain{NCCL: &NCCLRuntime{Version: "2.28.9", Source: "ncclGetVersion"}}
+	recorded := &toolchain.Toolchain{NCCL: &toolchain.NCCLRuntime{Version: "2.28.9", Source: "ncclGetVersion"}}
 	if r := verify(torchs, recorded, nil); r.Status != check.Pass || !strings.Contains(r.Found, ": NCCL 2.28.9 (ncclGetVersion 22809") {
 		t.Errorf("torch's NCCL, as recorded: %+v", r)
 	}
-	older := &Toolchain{NCCL: &NCCLRuntime{Version: "2.27.3"}}
+	older := &toolchain.Toolchain{NCCL: &toolchain.NCCLRuntime{Version: "2.27.3"}}
 	if r := verify(torchs, older, nil); r.Status != check.Fail || !strings.Contains(r.Found, "the build recorded 2.27.3") {
 		t.Errorf("torch's NCCL is not the one recorded at build: %+v", r)
 	}
@@ -488,7 +489,7 @@ func TestUpstreamNCCLReleases(t *testing.T) {
 		if old == cur {
 			t.Fatalf("%s: cudawrap.h declares its PFN types neither way (or both)", v)
 		}
-		facts := PreflightFacts(plan.FactsFromPlan(p), p, &Toolchain{CUDA: "13.0"})
+		facts := toolchain.PreflightFacts(plan.FactsFromPlan(p), p, &toolchain.Toolchain{CUDA: "13.0"})
 		fs, err := compat.Evaluate(context.Background(), rules, facts, compat.StagePreflight, nil)
 		if err != nil {
 			t.Fatal(err)

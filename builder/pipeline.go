@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"maps"
 	"os"
@@ -284,17 +285,17 @@ func (e *RulesError) ExitCode() int {
 // toolchain) and applies the policy: the findings come back whole (the manifest records
 // them), with a *RulesError when they stop the job. Findings with every condition decided
 // are kept in the cache, so a rerun does not evaluate the rules again.
-func (j *Job) Findings(ctx context.Context, tc *Toolchain) ([]compat.Finding, error) {
+func (j *Job) Findings(ctx context.Context, tc *toolchain.Toolchain) ([]compat.Finding, error) {
 	return j.findings(ctx, tc, false)
 }
 
 // findings is Findings; with run, for a run that goes on to open the cache, the findings
 // are kept even where the cache does not exist yet (it is made for them), unless they stop
 // the run: the first rerun after a cold run then finds them.
-func (j *Job) findings(ctx context.Context, tc *Toolchain, run bool) ([]compat.Finding, error) {
+func (j *Job) findings(ctx context.Context, tc *toolchain.Toolchain, run bool) ([]compat.Finding, error) {
 	facts, stage := plan.FactsFromPlan(j.Plan), compat.StagePlan
 	if tc != nil {
-		facts, stage = PreflightFacts(facts, j.Plan, tc), compat.StagePreflight
+		facts, stage = toolchain.PreflightFacts(facts, j.Plan, tc), compat.StagePreflight
 	}
 	var fs []compat.Finding
 	keep, exists := "", false // kept only in a cache that exists, or that a run makes: a rule check creates none
@@ -487,8 +488,8 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 			probeCtx = inspect.WithBytecodeDir(probeCtx, dir)
 		}
 	}
-	prober := &Prober{Getenv: getenv, Packages: pkgs, Torch: j.Plan.Toolchain.Torch != "",
-		CMakePackages: NeedsCMakePackages(j.Plan), Prefixes: CMakePrefixPath(j.Plan), NCCL: torchNCCL(j.Plan)}
+	prober := &toolchain.Prober{Getenv: getenv, Packages: pkgs, Torch: j.Plan.Toolchain.Torch != "",
+		CMakePackages: toolchain.NeedsCMakePackages(j.Plan), Prefixes: toolchain.CMakePrefixPath(j.Plan), NCCL: torchNCCL(j.Plan)}
 	// what only the manifest needs of the toolchain (torch's NCCL) is still asked while
 	// preflight decides and the builds run: Run takes it before the package stage
 	t = time.Now()
@@ -503,7 +504,7 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 // on the probed toolchain; the rules' findings join the runner's.
 func (j *Job) preflight(ctx context.Context, r *Runner) error {
 	pre, err := j.findings(ctx, r.Toolchain, true)
-	if err := buildHostVerdict(Preflight(j.Plan, r.Toolchain), err); err != nil {
+	if err := buildHostVerdict(toolchain.Preflight(j.Plan, r.Toolchain), err); err != nil {
 		return err
 	}
 	r.Findings = append(r.Findings, pre...)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io/fs"
 	"os"
 	"os/user"
@@ -165,7 +166,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 		}
 		if !st.IsDir() || !ownedByUs(st) {
 			unlock()
-			return nil, &PreflightError{Recipe: comp, Missing: []Missing{{What: "build directory " + d,
+			return nil, &toolchain.PreflightError{Recipe: comp, Missing: []toolchain.Missing{{What: "build directory " + d,
 				Need: "a directory of this user's, or none", Found: "a " + fileKind(st.Mode()) + " of user " + ownerOf(st) + " (left by another user's interrupted build?)",
 				Fix: "remove it, or set EPBUILD_BUILD_ROOT to another directory"}}}
 		}
@@ -194,7 +195,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 func ensureBuildRoot(root string) error {
 	if _, err := os.Lstat(root); errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(root, 0o700); err != nil {
-			return &PreflightError{Missing: []Missing{{What: "build root " + root, Need: "a directory", Found: err.Error(),
+			return &toolchain.PreflightError{Missing: []toolchain.Missing{{What: "build root " + root, Need: "a directory", Found: err.Error(),
 				Fix: "create it, or set EPBUILD_BUILD_ROOT to a directory this user may create"}}}
 		}
 	}
@@ -209,7 +210,7 @@ const fixBuildRoot = "free space there or set EPBUILD_BUILD_ROOT to a directory 
 func checkBuildRoot(root string) error {
 	st, err := os.Lstat(root)
 	if err != nil {
-		return &PreflightError{Missing: []Missing{{What: "build root " + root, Need: "a directory", Found: err.Error(),
+		return &toolchain.PreflightError{Missing: []toolchain.Missing{{What: "build root " + root, Need: "a directory", Found: err.Error(),
 			Fix: "create it, or set EPBUILD_BUILD_ROOT to one that exists"}}}
 	}
 	owner, uid := ownerUID(st)
@@ -224,7 +225,7 @@ func checkBuildRoot(root string) error {
 		err = errors.New("on a file system mounted noexec: a build runs what it builds")
 	}
 	if err != nil {
-		return &PreflightError{Missing: []Missing{{What: "build root " + root, Need: "a directory of this user's or root's (sticky if others may write to it), where programs may run",
+		return &toolchain.PreflightError{Missing: []toolchain.Missing{{What: "build root " + root, Need: "a directory of this user's or root's (sticky if others may write to it), where programs may run",
 			Found: err.Error(), Fix: "set EPBUILD_BUILD_ROOT to such a directory"}}}
 	}
 	return nil
@@ -260,13 +261,13 @@ func lockBuildDir(ctx context.Context, dir string, say func(msg any, kv ...any))
 	fix := "remove it (no build of yours may be running), or set EPBUILD_BUILD_ROOT to a directory of yours"
 	locks, err := cache.PrivateDir(filepath.Join(filepath.Dir(dir), fmt.Sprintf("epbuild-locks-%d", os.Getuid())))
 	if err != nil {
-		return nil, &PreflightError{Missing: []Missing{{What: "lock directory", Need: "a directory of this user's that nobody else may write",
+		return nil, &toolchain.PreflightError{Missing: []toolchain.Missing{{What: "lock directory", Need: "a directory of this user's that nobody else may write",
 			Found: err.Error(), Fix: "set EPBUILD_BUILD_ROOT to another directory (the same on every machine whose builds must agree)"}}}
 	}
 	path := filepath.Join(locks, filepath.Base(dir)+".lock")
 	l, err := cache.OpenLock(path, 0o600, fix)
 	if err != nil {
-		return nil, &PreflightError{Missing: []Missing{{What: "lock " + path, Need: "a regular file of this user's", Found: err.Error(), Fix: fix}}}
+		return nil, &toolchain.PreflightError{Missing: []toolchain.Missing{{What: "lock " + path, Need: "a regular file of this user's", Found: err.Error(), Fix: fix}}}
 	}
 	wait := func(l *cache.FileLock, path string) error {
 		err := l.Wait(ctx, false, 100*time.Millisecond, func() {
@@ -297,7 +298,7 @@ func lockBuildDir(ctx context.Context, dir string, say func(msg any, kv ...any))
 
 // reproEnv is what the measures add to a build step's environment, given the source and
 // build directories and the toolchain; base is the environment it adds to.
-func reproEnv(base []string, comp string, wd *workDir, sde int64, t *Toolchain) map[string]string {
+func reproEnv(base []string, comp string, wd *workDir, sde int64, t *toolchain.Toolchain) map[string]string {
 	env := map[string]string{
 		"SOURCE_DATE_EPOCH": strconv.FormatInt(sde, 10),
 		"TZ":                "UTC",
@@ -311,10 +312,10 @@ func reproEnv(base []string, comp string, wd *workDir, sde int64, t *Toolchain) 
 	}
 	if flags := prefixMapFlags(comp, wd, t); flags != nil {
 		for _, k := range []string{"CFLAGS", "CXXFLAGS"} {
-			env[k] = strings.TrimSpace(getenvFrom(base, k) + " " + strings.Join(flags, " "))
+			env[k] = strings.TrimSpace(toolchain.GetenvFrom(base, k) + " " + strings.Join(flags, " "))
 		}
 		if t.NVCC != "" {
-			x := getenvFrom(base, "NVCC_APPEND_FLAGS")
+			x := toolchain.GetenvFrom(base, "NVCC_APPEND_FLAGS")
 			for _, f := range flags {
 				x += " -Xcompiler=" + f
 			}
@@ -327,7 +328,7 @@ func reproEnv(base []string, comp string, wd *workDir, sde int64, t *Toolchain) 
 // prefixMapFlags map the source and the build directory to the component's name in
 // everything the host compiler writes (__FILE__, debug information): gcc 8 and later,
 // clang 10 and later.
-func prefixMapFlags(comp string, wd *workDir, t *Toolchain) []string {
+func prefixMapFlags(comp string, wd *workDir, t *toolchain.Toolchain) []string {
 	if t.GCC == "" {
 		return nil
 	}
@@ -350,7 +351,7 @@ type nvccWrappers struct{ nvcc, launcher string }
 
 // writeNVCCWrappers writes them into the source directory; none when this nvcc can do
 // neither.
-func writeNVCCWrappers(wd *workDir, t *Toolchain) (nvccWrappers, error) {
+func writeNVCCWrappers(wd *workDir, t *toolchain.Toolchain) (nvccWrappers, error) {
 	if t.NVCC == "" || !t.NVCCRandomSeed && !t.NVCCObjTemp {
 		return nvccWrappers{}, nil
 	}

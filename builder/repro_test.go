@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"maps"
 	"os"
@@ -214,7 +215,7 @@ func (f fixture) job(t *testing.T, cache string) *Job {
 func (f fixture) build(t *testing.T, cache, out string, repro Repro) (*Result, error) {
 	t.Helper()
 	res, err := f.job(t, cache).Build(context.Background(), BuildOptions{OutDir: out, Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: repro})
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	if errors.As(err, &pe) {
 		t.Skipf("the fixture cannot build here: %v", err)
 	}
@@ -367,7 +368,7 @@ func TestBuildRoot(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(left, "src", "junk.c"), []byte("#error left behind\n"), 0o644)
 	res, err := j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: root}})
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	if errors.As(err, &pe) {
 		t.Skipf("the demo cannot build here: %v", err)
 	}
@@ -495,7 +496,7 @@ func TestNVCCWrappers(t *testing.T) {
 	os.WriteFile(other, []byte(echo), 0o755)
 	work := filepath.Join(dir, "epbuild-deepep-0123456789ab")
 	out := filepath.Join(dir, "scratch", "epbuild-deepep-0123456789ab")
-	w, err := writeNVCCWrappers(&workDir{path: work, out: out}, &Toolchain{NVCC: fake, NVCCRandomSeed: true, NVCCObjTemp: true})
+	w, err := writeNVCCWrappers(&workDir{path: work, out: out}, &toolchain.Toolchain{NVCC: fake, NVCCRandomSeed: true, NVCCObjTemp: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +533,7 @@ func TestNVCCWrappers(t *testing.T) {
 			t.Errorf("%s %q:\n got %s\nwant %s", filepath.Base(c.script), c.args, got, c.want)
 		}
 	}
-	if w, _ := writeNVCCWrappers(&workDir{path: work, out: work}, &Toolchain{NVCC: fake}); w.nvcc != "" || w.launcher != "" {
+	if w, _ := writeNVCCWrappers(&workDir{path: work, out: work}, &toolchain.Toolchain{NVCC: fake}); w.nvcc != "" || w.launcher != "" {
 		t.Error("wrappers for an nvcc that takes neither flag")
 	}
 }
@@ -547,7 +548,7 @@ func TestRebuildCheck(t *testing.T) {
 	}
 	out := t.TempDir()
 	res, err := j.BuildAndCheck(context.Background(), BuildOptions{OutDir: out, Version: "test", Environ: os.Environ(), Getenv: os.Getenv})
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	if errors.As(err, &pe) {
 		t.Skipf("the demo cannot build here: %v", err)
 	}
@@ -664,7 +665,7 @@ components:
 		"CMAKE_CUDA_COMPILER_LAUNCHER": work + "/.epbuild/nvcc-launcher",
 		"NVCC":                         work + "/.epbuild/nvcc", // {{nvcc}}: what NCCL's make takes
 	}
-	if v := gccVersion(t); v != "" && prefixMapFlags("envcheck", &workDir{path: work, out: work}, &Toolchain{GCC: v}) != nil {
+	if v := gccVersion(t); v != "" && prefixMapFlags("envcheck", &workDir{path: work, out: work}, &toolchain.Toolchain{GCC: v}) != nil {
 		want["CFLAGS"] = "-DFROM_USER -ffile-prefix-map=" + work + "=envcheck"
 		want["CXXFLAGS"] = "-ffile-prefix-map=" + work + "=envcheck"
 		want["NVCC_APPEND_FLAGS"] = "-Xcompiler=-ffile-prefix-map=" + work + "=envcheck"
@@ -741,7 +742,7 @@ func TestConcurrentBuildsOfOneKey(t *testing.T) {
 		}()
 	}
 	a, b := <-done, <-done
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	if errors.As(a.err, &pe) {
 		t.Skipf("the demo cannot build here: %v", a.err)
 	}
@@ -790,7 +791,7 @@ func TestSameBytesAnyRootAnyVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 		res, err := j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: fmt.Sprintf("test-%d", i), Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: root}})
-		var pe *PreflightError
+		var pe *toolchain.PreflightError
 		if errors.As(err, &pe) {
 			t.Skipf("the demo cannot build here: %v", err)
 		}

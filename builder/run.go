@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"io/fs"
 	"maps"
@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/epbuild/epbuild/builder/store"
 
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/plan"
@@ -57,7 +59,7 @@ type Runner struct {
 	Store     *store.Store
 	Sources   Sources
 	Log       *log.Logger
-	Toolchain *Toolchain
+	Toolchain *toolchain.Toolchain
 	// Environ is the base environment for build steps and checks.
 	Environ []string
 	// OutDir receives the artifact.
@@ -87,7 +89,7 @@ type Runner struct {
 	// buildFacts and buildFactNotes are what Run read of the built tree (facts.go), for
 	// the manifest; afterBuild evaluates the rules with them (nil: not evaluated again).
 	buildFacts, buildFactNotes map[string]string
-	afterBuild                 func(ctx context.Context, tc *Toolchain, build map[string]string) ([]compat.Finding, error)
+	afterBuild                 func(ctx context.Context, tc *toolchain.Toolchain, build map[string]string) ([]compat.Finding, error)
 	// probing is the part of the toolchain probe still running (Prober.ProbeLater): Run
 	// waits for it before the package stage records the toolchain.
 	probing *probing
@@ -861,7 +863,7 @@ func (r *Runner) buildStage(ctx context.Context, p *plan.Plan, c *plan.PlanCompo
 		// CUDA 13 moved cuda/std under include/cccl; host compilers need it (R12)
 		if t.CCCL != "" {
 			cpath := t.CCCL
-			if old := getenvFrom(r.Environ, "CPATH"); old != "" {
+			if old := toolchain.GetenvFrom(r.Environ, "CPATH"); old != "" {
 				cpath += ":" + old
 			}
 			base["CPATH"] = cpath
@@ -884,7 +886,7 @@ func (r *Runner) buildStage(ctx context.Context, p *plan.Plan, c *plan.PlanCompo
 		for k, script := range map[string]string{"PYTORCH_NVCC": w.nvcc, "CMAKE_CUDA_COMPILER_LAUNCHER": w.launcher} {
 			switch {
 			case script == "":
-			case getenvFrom(r.Environ, k) != "":
+			case toolchain.GetenvFrom(r.Environ, k) != "":
 				r.Log.Warn("nvcc runs as "+k+" says, without the seed that makes its output reproducible", "component", c.Name)
 			default:
 				base[k] = script
@@ -1021,15 +1023,6 @@ func storeRelative(rs []CheckResult, store string, prefixes map[string]string) [
 		out[i] = r
 	}
 	return out
-}
-
-func getenvFrom(env []string, k string) string {
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, k+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // ArtifactName is <recipe>-<short plan key>.tar.zst.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -97,7 +98,7 @@ func (s shape) runner(t *testing.T, jobs int) (*Runner, *plan.Plan) {
 			pkgs = append(pkgs, c.Source.Python.Package)
 		}
 	}
-	tc := (&Prober{Getenv: os.Getenv, Packages: pkgs}).Probe(context.Background())
+	tc := (&toolchain.Prober{Getenv: os.Getenv, Packages: pkgs}).Probe(context.Background())
 	if jobs > 0 {
 		tc.Jobs = jobs
 	}
@@ -328,9 +329,9 @@ components:
 		name, cmake string
 		want        func(error) bool
 	}{
-		{"a tool missing", ">=999", func(err error) bool { var pe *PreflightError; return errors.As(err, &pe) }},
+		{"a tool missing", ">=999", func(err error) bool { var pe *toolchain.PreflightError; return errors.As(err, &pe) }},
 		{"none missing", ">=3", func(err error) bool {
-			var pe *PreflightError
+			var pe *toolchain.PreflightError
 			return err != nil && !errors.As(err, &pe) && strings.Contains(err.Error(), "1111111111")
 		}},
 	} {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"math/rand"
 	"os"
@@ -29,7 +30,7 @@ func demoRun(t testing.TB, dir, out string, force ...string) (*Result, error) {
 		t.Fatal(err)
 	}
 	res, err := j.Build(context.Background(), BuildOptions{OutDir: out, Version: "test", Force: force, Environ: os.Environ(), Getenv: os.Getenv})
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	if errors.As(err, &pe) {
 		t.Skipf("the demo cannot build here: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"io/fs"
 	"maps"
@@ -239,7 +240,7 @@ func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars 
 	for _, k := range slices.Sorted(maps.Keys(opts)) {
 		v, err := cmakeValue(k, opts[k], s.ninja)
 		if err != nil {
-			var pe *PreflightError
+			var pe *toolchain.PreflightError
 			if errors.As(err, &pe) {
 				pe.Recipe = s.component
 				return pe
@@ -289,7 +290,7 @@ func cmakeValue(key, val string, ninja bool) (string, error) {
 		parts := make([]string, len(words))
 		for i, w := range words {
 			if !ninja && strings.ContainsAny(w, `$\'`) {
-				return "", &PreflightError{Missing: []Missing{{What: "ninja",
+				return "", &toolchain.PreflightError{Missing: []toolchain.Missing{{What: "ninja",
 					Need:  fmt.Sprintf("the Ninja generator, to pass the %s flag %q literally (make and CMake's link scripts read $, \\ and ' in different ways)", key, w),
 					Found: "none on PATH", Fix: "install ninja (Debian: ninja-build), or drop those characters from the flag"}}}
 			}
@@ -314,7 +315,7 @@ func globInside(prefix, pattern string) []string {
 	if !filepath.IsLocal(filepath.FromSlash(pattern)) {
 		return nil
 	}
-	m, _ := filepath.Glob(filepath.Join(globEscape(prefix), filepath.FromSlash(pattern)))
+	m, _ := filepath.Glob(filepath.Join(toolchain.GlobEscape(prefix), filepath.FromSlash(pattern)))
 	root, err := filepath.EvalSymlinks(prefix)
 	if err != nil {
 		return nil
@@ -416,7 +417,7 @@ func (s *stepEnv) keepPythonCFLAGS(ctx context.Context, senv map[string]string) 
 	}
 	var todo []string
 	for _, k := range []string{"CFLAGS", "CXXFLAGS"} {
-		if _, set := senv[k]; !set && getenvFrom(s.env, k) == s.mapFlag {
+		if _, set := senv[k]; !set && toolchain.GetenvFrom(s.env, k) == s.mapFlag {
 			todo = append(todo, k)
 		}
 	}

@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/plan"
 
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/recipes"
@@ -130,7 +132,7 @@ func TestCMakeValuesReachTheCompilerLiterally(t *testing.T) {
 	s := newTestStep(t, false)
 	st := &recipes.CMakeStep{Options: map[string]string{"CMAKE_C_FLAGS": shWord("-DX=$HOME")}}
 	err := s.cmake(context.Background(), 0, st, nil)
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	if !errors.As(err, &pe) || pe.ExitCode() != 3 || !strings.Contains(err.Error(), "ninja") {
 		t.Fatalf("a $ flag without Ninja: %v", err)
 	}
@@ -286,5 +288,23 @@ func TestPythonStepKeepsInterpreterCFLAGS(t *testing.T) {
 				t.Errorf("setup.py saw CFLAGS, CXXFLAGS %q; want %q, %q", got, tc.want, sys+" "+mapFlag)
 			}
 		})
+	}
+}
+
+func TestTailFileNamesFirstErrors(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("nvcc -c internode.cu\n")
+	b.WriteString("nvlink error   : Undefined reference to 'nvshmemi_ibgda_device_state_d' in 'internode.o'\n")
+	for i := 0; i < 100; i++ {
+		b.WriteString("  File \"x.py\", line 1, in run\n")
+	}
+	b.WriteString("RuntimeError: Error compiling objects for extension\n")
+	p := filepath.Join(t.TempDir(), "log")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tail := tailFile(p, 40)
+	if !strings.Contains(tail, "Undefined reference to 'nvshmemi_ibgda_device_state_d'") || !strings.HasSuffix(tail, "Error compiling objects for extension") {
+		t.Errorf("tail lacks the cause or the end:\n%s", tail)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"maps"
 	"os"
 	"path/filepath"
@@ -300,7 +301,7 @@ func (v *verifier) checkPrefixes(ctx context.Context) map[string]string {
 		if c.Source.Python == nil || !named[c.Name] {
 			continue
 		}
-		mod := importName(c.Source.Python.Package)
+		mod := toolchain.ImportName(c.Source.Python.Package)
 		if v.noRun != "" {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -46,7 +47,7 @@ type HostOptions struct {
 	// Plan is the recipe's (nil: nothing recipe-specific); Toolchain the build's, from the
 	// manifest (nil: unknown), for the versions the build used.
 	Plan      *plan.Plan
-	Toolchain *Toolchain
+	Toolchain *toolchain.Toolchain
 	// Build is what the build read of what it built (Manifest.BuildFacts; nil: nothing),
 	// for the rules' build conditions and the NVSHMEM headers' version.
 	Build map[string]string
@@ -70,12 +71,12 @@ type HostOptions struct {
 
 // HostReport is what CheckHost found.
 type HostReport struct {
-	Config      host.Config       `json:"config"`
-	Checks      []check.Result    `json:"checks"`
-	Pairs       []host.Pair       `json:"pairs,omitempty"`
-	MappingLine string            `json:"mapping_line,omitempty"`
-	Facts       map[string]string `json:"facts,omitempty"`
-	NCCL        NCCLRuntime       `json:"nccl"`
+	Config      host.Config           `json:"config"`
+	Checks      []check.Result        `json:"checks"`
+	Pairs       []host.Pair           `json:"pairs,omitempty"`
+	MappingLine string                `json:"mapping_line,omitempty"`
+	Facts       map[string]string     `json:"facts,omitempty"`
+	NCCL        toolchain.NCCLRuntime `json:"nccl"`
 }
 
 // Failed reports whether any check failed.
@@ -94,7 +95,7 @@ func (e *HostConfigError) ExitCode() int { return 2 }
 // node under opts.Sysroot. Where a node check and a rule judge the same thing, the rule's
 // result is left out unless it is the stricter (the node check names the rule).
 func CheckHost(ctx context.Context, opts HostOptions) (*HostReport, error) {
-	nccl := ProbeNCCL(ctx, opts.Python, opts.Env, opts.JobEnv)
+	nccl := toolchain.ProbeNCCL(ctx, opts.Python, opts.Env, opts.JobEnv)
 	cfg, err := HostConfigFor(ctx, opts)
 	if err != nil {
 		return nil, &HostConfigError{Err: err}
@@ -205,7 +206,7 @@ func loadedFacts(f map[string]string, loaded []string, built string, version fun
 
 // nvshmemBuildVersion is the X.Y.Z of the NVSHMEM the install was built against: the
 // plan's release, or the wheel's version the build found. "" when unknown.
-func nvshmemBuildVersion(p *plan.Plan, tc *Toolchain) string {
+func nvshmemBuildVersion(p *plan.Plan, tc *toolchain.Toolchain) string {
 	if p == nil {
 		return ""
 	}
@@ -229,7 +230,7 @@ func nvshmemBuildVersion(p *plan.Plan, tc *Toolchain) string {
 
 // ncclBuildVersion is the NCCL the build used: the plan's nccl component (the wheel's
 // version when it came from the Python environment), "" when the plan has none.
-func ncclBuildVersion(p *plan.Plan, tc *Toolchain) string {
+func ncclBuildVersion(p *plan.Plan, tc *toolchain.Toolchain) string {
 	if p == nil {
 		return ""
 	}
@@ -255,7 +256,7 @@ func hostFacts(opts HostOptions, env, node map[string]string, nccl string) compa
 	if opts.Plan != nil {
 		f = plan.FactsFromPlan(opts.Plan)
 		if opts.Toolchain != nil {
-			f = PreflightFacts(f, opts.Plan, opts.Toolchain)
+			f = toolchain.PreflightFacts(f, opts.Plan, opts.Toolchain)
 		}
 	}
 	f.Env = maps.Clone(env)
@@ -387,7 +388,7 @@ func (v *verifier) host(ctx context.Context) {
 // and options. p may be nil (no recipe): then the transport is ibrc when the host has
 // RDMA devices, else none. tc (may be nil) gives the version of a pip NVSHMEM. The job's
 // own environment and node list are HostConfigFor's.
-func HostConfig(p *plan.Plan, tc *Toolchain, sys host.Sysroot) (host.Config, error) {
+func HostConfig(p *plan.Plan, tc *toolchain.Toolchain, sys host.Sysroot) (host.Config, error) {
 	var env map[string]string
 	if p != nil {
 		env = maps.Clone(p.Env)
@@ -408,7 +409,7 @@ func HostConfigFor(ctx context.Context, opts HostOptions) (host.Config, error) {
 	return cfg, err
 }
 
-func hostConfig(p *plan.Plan, tc *Toolchain, sys host.Sysroot, env map[string]string) (host.Config, error) {
+func hostConfig(p *plan.Plan, tc *toolchain.Toolchain, sys host.Sysroot, env map[string]string) (host.Config, error) {
 	cfg := host.Config{Transport: host.TransportNone, GIDIndex: -1, Env: env}
 	if devs, err := sys.Names("/sys/class/infiniband"); err == nil && len(devs) > 0 {
 		cfg.Transport = host.TransportIBRC

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,17 +138,17 @@ func TestProbeNCCL(t *testing.T) {
 		t.Skipf("python3 reads the wheel's metadata: %v", err)
 	}
 	env := append(CleanEnviron(os.Getenv), "PYTHONPATH="+pythonSite(t, "2.22.3"))
-	if got := ProbeNCCL(context.Background(), "python3", env, nil); got.Version != "2.22.3" || !strings.Contains(got.Source, "nvidia-nccl-cu12") {
+	if got := toolchain.ProbeNCCL(context.Background(), "python3", env, nil); got.Version != "2.22.3" || !strings.Contains(got.Source, "nvidia-nccl-cu12") {
 		t.Errorf("from the wheel: %+v", got)
 	}
 	home := t.TempDir()
 	os.MkdirAll(filepath.Join(home, "include"), 0o755)
 	os.WriteFile(filepath.Join(home, "include", "nccl.h"), []byte("#define NCCL_MAJOR 2\n#define NCCL_MINOR 21\n#define NCCL_PATCH 5\n#define NCCL_SUFFIX \"\"\n"), 0o644)
 	noWheel := append(CleanEnviron(os.Getenv), "PYTHONPATH="+pythonSite(t, ""))
-	if got := ProbeNCCL(context.Background(), "python3", noWheel, []string{"NCCL_HOME=" + home}); got.Version != "2.21.5" || !strings.HasSuffix(got.Source, "nccl.h") {
+	if got := toolchain.ProbeNCCL(context.Background(), "python3", noWheel, []string{"NCCL_HOME=" + home}); got.Version != "2.21.5" || !strings.HasSuffix(got.Source, "nccl.h") {
 		t.Errorf("from NCCL_HOME: %+v", got)
 	}
-	if got := ProbeNCCL(context.Background(), noPython, nil, nil); got.Version != "" {
+	if got := toolchain.ProbeNCCL(context.Background(), noPython, nil, nil); got.Version != "" {
 		t.Errorf("from nothing: %+v", got)
 	}
 }
@@ -160,7 +161,7 @@ func TestHostRuleR18FromTheRuntimeNCCL(t *testing.T) {
 	}
 	root := hostfixture.GCPB200(t)
 	plan := hostPlan(t, "ibrc-dualport") // nccl: the nvidia-nccl-cu12 wheel, 2.21.5-1 at build
-	tc := &Toolchain{PythonPackages: map[string]PythonPackage{"nvidia-nccl-cu12": {Version: "2.21.5"}}}
+	tc := &toolchain.Toolchain{PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nccl-cu12": {Version: "2.21.5"}}}
 	env := append(CleanEnviron(os.Getenv), "PYTHONPATH="+pythonSite(t, "2.22.3"))
 	rep := checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: plan, Toolchain: tc, Python: "python3", Env: env, Mapped: -1})
 	r := result(t, rep.Checks, "rule.R18/runtime-connect")
@@ -418,7 +419,7 @@ func TestLoadedNVSHMEMVersion(t *testing.T) {
 	if v := nvshmemBuildVersion(hostPlan(t, "gcp-b200"), nil); v != "3.5.19" {
 		t.Errorf("gcp-b200 built %q", v)
 	}
-	if v := nvshmemBuildVersion(hostPlan(t, "single-node"), &Toolchain{PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu12": {Version: "3.4.5"}}}); v != "3.4.5" {
+	if v := nvshmemBuildVersion(hostPlan(t, "single-node"), &toolchain.Toolchain{PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu12": {Version: "3.4.5"}}}); v != "3.4.5" {
 		t.Errorf("single-node built %q", v)
 	}
 	// on the node: gcp-b200 built 3.5.19-1, the process maps the wheel's 3.4.5

@@ -3,13 +3,15 @@ package builder
 import (
 	"context"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/epbuild/epbuild/builder/plan"
 
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/inspect"
@@ -74,7 +76,7 @@ func processLibs() []oneLib {
 				"release's behaviour, not the one the matrix measured and the manifest records",
 			fix: "its LD_PRELOAD loads the install's NCCL, which torch's communicator then binds to; remove any other NCCL from the job's LD_PRELOAD",
 			carried: func(prefix string) bool {
-				m, _ := filepath.Glob(filepath.Join(globEscape(prefix), "lib", "libnccl.so*"))
+				m, _ := filepath.Glob(filepath.Join(toolchain.GlobEscape(prefix), "lib", "libnccl.so*"))
 				return len(m) > 0
 			},
 			judge: (*verifier).judgeNCCL},
@@ -83,7 +85,7 @@ func processLibs() []oneLib {
 
 // recordedNCCL is the NCCL version the build recorded of torch's: the library torch's
 // communicator bound at the probe (ProbeNCCL), else the wheel's metadata.
-func recordedNCCL(tc *Toolchain) string {
+func recordedNCCL(tc *toolchain.Toolchain) string {
 	if tc == nil {
 		return ""
 	}
@@ -318,7 +320,7 @@ func (v *verifier) judgeNVSHMEM(ctx context.Context, c VerifyCheck, l oneLib, pc
 	c.Found = strings.Join(deepSays, "; ")
 	if len(bad) > 0 {
 		c.Found += " (" + strings.Join(bad, "; ") + ": DeepEP's device code and this host library come from different NVSHMEM builds)"
-		for _, p := range splitPaths("LD_PRELOAD", getenvFrom(v.env, "LD_PRELOAD")) {
+		for _, p := range splitPaths("LD_PRELOAD", toolchain.GetenvFrom(v.env, "LD_PRELOAD")) {
 			if r, err := filepath.EvalSymlinks(p); err == nil && slices.Contains(deep, r) && !withinResolved(r, own) {
 				fix += "; remove " + p + " from the job's LD_PRELOAD"
 			}
@@ -439,7 +441,7 @@ func (v *verifier) nvshmemUsers(nv string, torch inspect.ImportResult) (ours, th
 		}
 	}
 	if torch.File != "" {
-		libs, _ := filepath.Glob(filepath.Join(globEscape(filepath.Dir(torch.File)), "lib", "*.so*"))
+		libs, _ := filepath.Glob(filepath.Join(toolchain.GlobEscape(filepath.Dir(torch.File)), "lib", "*.so*"))
 		for _, f := range libs {
 			add(theirs, f)
 		}
@@ -475,7 +477,7 @@ func nvshmemLibVersion(lib string) string {
 	dir := filepath.Dir(lib)
 	for range 4 {
 		dir = filepath.Dir(dir)
-		infos, _ := filepath.Glob(filepath.Join(globEscape(dir), "nvidia_nvshmem*.dist-info"))
+		infos, _ := filepath.Glob(filepath.Join(toolchain.GlobEscape(dir), "nvidia_nvshmem*.dist-info"))
 		for _, info := range infos {
 			rec, err := os.ReadFile(filepath.Join(info, "RECORD"))
 			rel, rerr := filepath.Rel(dir, lib)
@@ -493,68 +495,4 @@ func nvshmemLibVersion(lib string) string {
 		}
 	}
 	return ""
-}
-
-// NCCLRuntime is the NCCL a job runs, and where that was read ("" when nothing says).
-type NCCLRuntime struct {
-	Version string `json:"version,omitempty"`
-	Source  string `json:"source,omitempty"`
-	// Path is the library torch's communicator binds to, relative to the Python path entry
-	// (site-packages) that holds it, else absolute ("" when not read from the process).
-	Path string `json:"path,omitempty"`
-	// TorchHeader is torch.cuda.nccl.version(): the nccl.h torch was compiled with, a
-	// constant of torch's build that says nothing of the library loaded.
-	TorchHeader string `json:"torch_header,omitempty"`
-}
-
-// ProbeNCCL finds the NCCL a job would run, in this order: the library torch's
-// communicator binds to in a process with env (inspect.NCCL: its file and
-// ncclGetVersion); the nvidia-nccl-* wheel's metadata (the one whose libnccl is mapped,
-// or the only one installed); the header version torch was compiled with (when torch
-// imports but its library cannot be read); NCCL_HOME (its nccl.h, or a libnccl.so.X.Y.Z
-// file name).
-func ProbeNCCL(ctx context.Context, python string, env, jobEnv []string) NCCLRuntime {
-	if python == "" {
-		python = "python3"
-	}
-	p, err := inspect.NCCL(ctx, python, env)
-	if err == nil {
-		if b := p.Bound; b != nil {
-			path := b.Site
-			if path == "" {
-				path = b.Path
-			}
-			return NCCLRuntime{Version: b.Version, Path: path, TorchHeader: p.TorchHeader,
-				Source: fmt.Sprintf("ncclGetVersion %d of %s, which libtorch_cuda's NCCL calls bind to (%s)", b.Code, b.Path, b.How)}
-		}
-		names := slices.Sorted(maps.Keys(p.Packages))
-		for _, n := range names {
-			for _, f := range p.PackageFiles[n] {
-				if slices.Contains(p.Mapped, f) {
-					return NCCLRuntime{Version: p.Packages[n], TorchHeader: p.TorchHeader, Source: n + " (mapped " + f + ")"}
-				}
-			}
-		}
-		if len(names) == 1 {
-			return NCCLRuntime{Version: p.Packages[names[0]], TorchHeader: p.TorchHeader, Source: names[0] + " package metadata"}
-		}
-		if p.TorchHeader != "" {
-			return NCCLRuntime{Version: p.TorchHeader, TorchHeader: p.TorchHeader,
-				Source: "torch.cuda.nccl.version(), the nccl.h torch was compiled with: the library it loaded cannot be read (" + p.BoundError + ")"}
-		}
-	}
-	home := getenvFrom(jobEnv, "NCCL_HOME")
-	if home == "" {
-		home = getenvFrom(env, "NCCL_HOME")
-	}
-	if home != "" {
-		if v := inspect.NCCLHeaderVersion(filepath.Join(home, "include", "nccl.h")); v != "" {
-			return NCCLRuntime{Version: v, Source: filepath.Join(home, "include", "nccl.h")}
-		}
-		if m, _ := filepath.Glob(filepath.Join(globEscape(home), "lib", "libnccl.so.*.*.*")); len(m) > 0 {
-			slices.Sort(m)
-			return NCCLRuntime{Version: strings.TrimPrefix(filepath.Base(m[len(m)-1]), "libnccl.so."), Source: m[len(m)-1]}
-		}
-	}
-	return NCCLRuntime{}
 }

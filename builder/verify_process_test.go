@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,11 +113,11 @@ _lib = ctypes.CDLL(os.path.join(_here, "lib", "libtorch_nvshmem.so"))
 		if patched {
 			nv.Patches = []string{"p"}
 		}
-		var tc *Toolchain
+		var tc *toolchain.Toolchain
 		prefixes := map[string]string{"nvshmem": filepath.Join(inst, "nvshmem"), "deepep": filepath.Join(inst, "deepep")}
 		if wheel != "" {
 			nv.Version, nv.Source = "", recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nvshmem-cu13"}}
-			tc = &Toolchain{PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: wheel}}}
+			tc = &toolchain.Toolchain{PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu13": {Version: wheel}}}
 			delete(prefixes, "nvshmem")
 		}
 		p := &plan.Plan{Recipe: "t", Components: []plan.PlanComponent{nv, {Component: recipes.Component{Name: "deepep", Version: "1.2.1",

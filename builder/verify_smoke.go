@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
 	"path/filepath"
 	"slices"
@@ -91,7 +92,7 @@ func smokeEnv(runtime, caller []string) ([]string, []string) {
 	for _, kv := range caller {
 		k, val, ok := strings.Cut(kv, "=")
 		if ok && (strings.HasPrefix(k, "NVSHMEM_") || strings.HasPrefix(k, "FI_") || k == "CUDA_VISIBLE_DEVICES" || k == "CUDA_DEVICE_ORDER") {
-			if getenvFrom(runtime, k) != val {
+			if toolchain.GetenvFrom(runtime, k) != val {
 				over[k] = val
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
 	"path/filepath"
 	"sort"
@@ -125,7 +126,7 @@ func TestSmokeExpect(t *testing.T) {
 	}
 	wheel := &verifier{m: &Manifest{Plan: &plan.Plan{Components: []plan.PlanComponent{
 		comp(recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nvshmem-cu13"}}, "")}},
-		Toolchain: &Toolchain{PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}}}},
+		Toolchain: &toolchain.Toolchain{PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}}}},
 		prefixes: map[string]string{}, opts: VerifyOptions{Python: "python3"}}
 	if e := wheel.smokeExpect(context.Background()); e.Version != "3.4.5" || !strings.Contains(e.From, "nvidia-nvshmem-cu13") {
 		t.Errorf("wheel: %+v", e)
@@ -142,7 +143,7 @@ func TestSmokeEnv(t *testing.T) {
 	if strings.Join(taken, ",") != "CUDA_VISIBLE_DEVICES,FI_PROVIDER,NVSHMEM_SYMMETRIC_SIZE" {
 		t.Errorf("taken %v", taken)
 	}
-	if getenvFrom(env, "LD_PRELOAD") != "/p/lib/x.so" || getenvFrom(env, "NVSHMEM_SYMMETRIC_SIZE") != "8G" || getenvFrom(env, "PATH") != "/bin" {
+	if toolchain.GetenvFrom(env, "LD_PRELOAD") != "/p/lib/x.so" || toolchain.GetenvFrom(env, "NVSHMEM_SYMMETRIC_SIZE") != "8G" || toolchain.GetenvFrom(env, "PATH") != "/bin" {
 		t.Errorf("env %v", env)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,13 +96,13 @@ func TestWheelPreflight(t *testing.T) {
 	if pc, _ := p.Component("pydemo"); !wantsWheel(pc) {
 		t.Fatal("the demo recipe asks for no wheel")
 	}
-	tc := &Toolchain{Python: "/usr/bin/python3", PythonVersion: "3.11.2", Setuptools: "65.5.0", GCC: "12.2.0", CMake: "3.25.1"}
-	if err := Preflight(p, tc); err != nil {
+	tc := &toolchain.Toolchain{Python: "/usr/bin/python3", PythonVersion: "3.11.2", Setuptools: "65.5.0", GCC: "12.2.0", CMake: "3.25.1"}
+	if err := toolchain.Preflight(p, tc); err != nil {
 		t.Errorf("setuptools without the wheel module: %v", err)
 	}
 	tc.Setuptools = ""
-	var pe *PreflightError
-	if err := Preflight(p, tc); !errors.As(err, &pe) || pe.ExitCode() != 3 || !strings.Contains(err.Error(), "python setuptools") {
+	var pe *toolchain.PreflightError
+	if err := toolchain.Preflight(p, tc); !errors.As(err, &pe) || pe.ExitCode() != 3 || !strings.Contains(err.Error(), "python setuptools") {
 		t.Errorf("no setuptools: %v", err)
 	}
 }

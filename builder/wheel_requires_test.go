@@ -3,6 +3,7 @@ package builder
 import (
 	"archive/zip"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"os"
 	"os/exec"
@@ -94,7 +95,7 @@ func TestWheelRequiresWhatItWasBuiltAgainst(t *testing.T) {
 	installed := filepath.Join(prefix, "python", "pydemo-1.0.0.dist-info", "METADATA")
 	before, _ := os.ReadFile(installed)
 	out := t.TempDir()
-	pkgs := map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}, "nvidia-nccl-cu13": {Version: "2.28.9"}, "torch": {Version: "2.10.0"}}
+	pkgs := map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}, "nvidia-nccl-cu13": {Version: "2.28.9"}, "torch": {Version: "2.10.0"}}
 	wheels, err := packWheels(p, &Result{Components: []ComponentResult{{Name: "pydemo", Prefix: prefix}}}, out, 1700000000, pkgs)
 	if err != nil || len(wheels) != 1 {
 		t.Fatalf("packWheels: %v %v", wheels, err)

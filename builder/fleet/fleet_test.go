@@ -15,6 +15,7 @@ import (
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 
 	"github.com/charmbracelet/log"
 
@@ -80,7 +81,7 @@ func installDemo(dir string) (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
-	tc := (&builder.Prober{Getenv: os.Getenv}).Probe(ctx)
+	tc := (&toolchain.Prober{Getenv: os.Getenv}).Probe(ctx)
 	r := &builder.Runner{Store: st, Sources: src, Log: l, Toolchain: tc, Environ: os.Environ(), OutDir: filepath.Join(dir, "out"), Version: "test"}
 	out, err := r.Run(ctx, p)
 	if err != nil {

@@ -1,4 +1,4 @@
-package builder
+package toolchain
 
 import (
 	"context"
@@ -299,7 +299,7 @@ print("` + probeMarker + `" + json.dumps(r))
 `
 	var pairs []string
 	for _, p := range pkgs {
-		pairs = append(pairs, fmt.Sprintf("(%q, %q)", p, importName(p)))
+		pairs = append(pairs, fmt.Sprintf("(%q, %q)", p, ImportName(p)))
 	}
 	script = strings.Replace(script, "PKGS", "["+strings.Join(pairs, ", ")+"]", 1)
 	script = strings.Replace(script, "WANT_TORCH", map[bool]string{true: "True", false: "False"}[torch], 1)
@@ -331,7 +331,7 @@ print("` + probeMarker + `" + json.dumps(r))
 
 // importName maps a distribution to the package it installs: the NVSHMEM and NCCL
 // wheels install nvidia.nvshmem and nvidia.nccl.
-func importName(dist string) string {
+func ImportName(dist string) string {
 	switch {
 	case strings.HasPrefix(dist, "nvidia-nvshmem"):
 		return "nvidia.nvshmem"
@@ -363,7 +363,7 @@ func (e *PreflightError) Error() string {
 		fmt.Fprintf(&b, "the environment cannot build %s; missing:", e.Recipe)
 	}
 	for _, m := range e.Missing {
-		fmt.Fprintf(&b, "\n  - %s: need %s, found %s; %s", m.What, m.Need, orNone(m.Found), m.Fix)
+		fmt.Fprintf(&b, "\n  - %s: need %s, found %s; %s", m.What, m.Need, OrNone(m.Found), m.Fix)
 	}
 	return b.String()
 }
@@ -371,7 +371,7 @@ func (e *PreflightError) Error() string {
 // ExitCode: the environment lacks something.
 func (e *PreflightError) ExitCode() int { return 3 }
 
-func orNone(s string) string {
+func OrNone(s string) string {
 	if s == "" {
 		return "none"
 	}

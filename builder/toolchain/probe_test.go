@@ -1,4 +1,4 @@
-package builder
+package toolchain
 
 import (
 	"context"
@@ -43,24 +43,6 @@ func TestProbePythonPackage(t *testing.T) {
 	}
 	if _, ok := tc.PythonPackages["not-installed-xyz"]; ok {
 		t.Errorf("an absent package was reported")
-	}
-}
-
-func TestTailFileNamesFirstErrors(t *testing.T) {
-	var b strings.Builder
-	b.WriteString("nvcc -c internode.cu\n")
-	b.WriteString("nvlink error   : Undefined reference to 'nvshmemi_ibgda_device_state_d' in 'internode.o'\n")
-	for i := 0; i < 100; i++ {
-		b.WriteString("  File \"x.py\", line 1, in run\n")
-	}
-	b.WriteString("RuntimeError: Error compiling objects for extension\n")
-	p := filepath.Join(t.TempDir(), "log")
-	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tail := tailFile(p, 40)
-	if !strings.Contains(tail, "Undefined reference to 'nvshmemi_ibgda_device_state_d'") || !strings.HasSuffix(tail, "Error compiling objects for extension") {
-		t.Errorf("tail lacks the cause or the end:\n%s", tail)
 	}
 }
 
