@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"github.com/epbuild/epbuild/builder/cachegc"
 	"github.com/epbuild/epbuild/builder/store"
 	"os"
 	"os/exec"
@@ -35,7 +36,7 @@ func TestCacheDUCountsEverything(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "logs", "build-0123", "00-cmake.log"), []byte("error\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	u, err := CacheDU(dir)
+	u, err := cachegc.CacheDU(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestCacheDUCountsEverything(t *testing.T) {
 	if u.Total.Bytes != bytes {
 		t.Errorf("cache du counts %d bytes of files, find %d", u.Total.Bytes, bytes)
 	}
-	kinds := map[string]KindUsage{}
+	kinds := map[string]cachegc.KindUsage{}
 	var sum int64
 	for _, k := range u.Kinds {
 		kinds[k.Kind] = k
@@ -77,12 +78,12 @@ func TestCacheDUCountsEverything(t *testing.T) {
 	}
 	// the demo: two git repositories and the embedded mirror; 2 patch, 2 build, 2 check
 	// and 1 package outputs; the leftover; the log directory
-	for kind, want := range map[string]int{KindSources: 3, KindStages: 7, KindTemporary: 1, KindLogs: 1} {
+	for kind, want := range map[string]int{cachegc.KindSources: 3, cachegc.KindStages: 7, cachegc.KindTemporary: 1, cachegc.KindLogs: 1} {
 		if kinds[kind].Entries != want {
 			t.Errorf("%s: %d entries, want %d (%+v)", kind, kinds[kind].Entries, want, kinds[kind])
 		}
 	}
-	if kinds[KindTemporary].Bytes != 100000 || kinds[KindStages].Bytes < 10000 || kinds[KindMetadata].Files == 0 {
+	if kinds[cachegc.KindTemporary].Bytes != 100000 || kinds[cachegc.KindStages].Bytes < 10000 || kinds[cachegc.KindMetadata].Files == 0 {
 		t.Errorf("kinds: %+v", u.Kinds)
 	}
 }
@@ -138,7 +139,7 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 	u2()
 	abandoned := []string{mk("build-" + killed + "-4"), mk("work-" + killed[:12] + "-5"), mk("gc-build-" + killed + "-6")}
 
-	rep, err := CacheGC(ctx, dir, GCOptions{})
+	rep, err := cachegc.CacheGC(ctx, dir, cachegc.GCOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,11 +153,13 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 			t.Errorf("gc left %s, which a killed run left", p)
 		}
 	}
-	left, _ := stageOutputs(dir)
+	left, _ := filepath.Glob(filepath.Join(dir, "stages", "*", "*"))
 	if len(left) != 1 {
 		t.Errorf("stage outputs left: %v", left)
 	}
-	if !slices.ContainsFunc(rep.Kept, func(it GCItem) bool { return it.Name == "patch/"+lib.PatchKey && it.Why == inUse }) {
+	if !slices.ContainsFunc(rep.Kept, func(it cachegc.GCItem) bool {
+		return it.Name == "patch/"+lib.PatchKey && it.Why == "in use by a run in progress"
+	}) {
 		t.Errorf("kept: %+v", rep.Kept)
 	}
 
@@ -165,15 +168,15 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 	if err := run.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := CacheGC(ctx, dir, GCOptions{}); err != nil {
+	if _, err := cachegc.CacheGC(ctx, dir, cachegc.GCOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	u, err := CacheDU(dir)
+	u, err := cachegc.CacheDU(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range u.Kinds {
-		if k.Kind != KindMetadata && k.Entries != 0 {
+		if k.Kind != cachegc.KindMetadata && k.Entries != 0 {
 			t.Errorf("after the run ended, gc left %+v", k)
 		}
 	}
