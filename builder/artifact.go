@@ -2,14 +2,10 @@ package builder
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/plan"
-	"github.com/epbuild/epbuild/builder/store"
-	"github.com/epbuild/epbuild/builder/toolchain"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -18,49 +14,16 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
+
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/epbuild/epbuild/builder/archive"
-	"github.com/epbuild/epbuild/compat"
 )
-
-// ManifestFormat is the version of manifest.json's layout.
-const ManifestFormat = 1
 
 // zstdLevel is pinned: the level changes the artifact's bytes.
 const zstdLevel = zstd.SpeedDefault
-
-// Manifest travels inside the artifact and lands in the install prefix: everything that
-// went into the build and a hash of every file, so that verify-install can check an
-// installed copy against what was built.
-type Manifest struct {
-	Format int `json:"format"`
-	// Epbuild was the version of the epbuild that built it, in artifacts made before the
-	// version left the reproducible bytes (it is in the SBOM and the OCI annotations now).
-	Epbuild         string               `json:"epbuild,omitempty"`
-	Recipe          string               `json:"recipe"`
-	PlanKey         string               `json:"plan_key"`
-	Plan            *plan.Plan           `json:"plan"`
-	SourceDateEpoch int64                `json:"source_date_epoch"`
-	Toolchain       *toolchain.Toolchain `json:"toolchain"`
-	Components      []ComponentResult    `json:"components"`
-	Env             map[string]string    `json:"env,omitempty"`
-	Findings        []compat.Finding     `json:"findings,omitempty"`
-	// BuildFacts are what the build read of what it built (facts.go: nvshmem.rc-layout,
-	// nvshmem.header-version), for the rules after the build; BuildFactNotes say why one
-	// is not there. Absent where nothing was read: a plan without NVSHMEM keeps its bytes.
-	BuildFacts     map[string]string `json:"build_facts,omitempty"`
-	BuildFactNotes map[string]string `json:"build_fact_notes,omitempty"`
-	Files          []archive.Entry   `json:"files"`
-	// Wheels are written beside the artifact (WheelDir), not in it.
-	Wheels []WheelFile `json:"wheels,omitempty"`
-}
-
-// ManifestName and EnvName are the generated files at the top of an artifact.
-const (
-	ManifestName = "manifest.json"
-	EnvName      = "env.sh"
-)
 
 func (r *Runner) sourceDateEpoch(res *Result) (int64, error) {
 	if r.SourceDateEpoch != "" {
@@ -83,14 +46,14 @@ func (r *Runner) sourceDateEpoch(res *Result) (int64, error) {
 // packageStage writes env.sh and the manifest and packs them with the staged prefixes,
 // each under its component's name, reproducibly into dir/<artifact>.
 func (r *Runner) packageStage(ctx context.Context, p *plan.Plan, res *Result, dir string) error {
-	return r.pack(ctx, p, res, dir, func() ([]ComponentResult, error) { return res.Components, nil })
+	return r.pack(ctx, p, res, dir, func() ([]manifest.ComponentResult, error) { return res.Components, nil })
 }
 
 // pack is packageStage with the components' results as the manifest records them
 // coming from checked, which pack calls when it reaches the manifest, after the files
 // before it: Run packs the prefixes while the checks run. An error from checked stops
 // the pack; res's components give the prefixes and times.
-func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string, checked func() ([]ComponentResult, error)) error {
+func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string, checked func() ([]manifest.ComponentResult, error)) error {
 	sde, err := r.sourceDateEpoch(res)
 	if err != nil {
 		return err
@@ -115,8 +78,8 @@ func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string
 	}
 	plan := *p
 	plan.File = ""
-	m := Manifest{
-		Format: ManifestFormat, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
+	m := manifest.Manifest{
+		Format: manifest.ManifestFormat, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
 		SourceDateEpoch: sde, Toolchain: r.Toolchain.Record(), Env: p.Env, Findings: r.Findings,
 		BuildFacts: r.buildFacts, BuildFactNotes: r.buildFactNotes, Wheels: wheels,
 	}
@@ -131,8 +94,8 @@ func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string
 		Mounts:  mounts,
 		ModTime: time.Unix(sde, 0),
 		Level:   zstdLevel,
-		Extra:   []archive.File{{Name: EnvName, Mode: envMode, Data: []byte(envsh)}},
-		Late: &archive.LateFile{Name: ManifestName, Mode: 0o644, Data: func(entries []archive.Entry) ([]byte, error) {
+		Extra:   []archive.File{{Name: manifest.EnvName, Mode: envMode, Data: []byte(envsh)}},
+		Late: &archive.LateFile{Name: manifest.ManifestName, Mode: 0o644, Data: func(entries []archive.Entry) ([]byte, error) {
 			comps, err := checked()
 			if err != nil {
 				return nil, err
@@ -176,11 +139,6 @@ func installedComponents(p *plan.Plan, res *Result) []string {
 	return out
 }
 
-func sha256Hex(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
-}
-
 // tmpPrefix marks a file or directory of an output set being written: NAME.tmp-PID in
 // the output directory. A run that dies leaves them; the next run removes those whose
 // process is gone (leftoverTemps).
@@ -203,7 +161,7 @@ func publishSet(p *plan.Plan, dir, outDir, sum string) (*Result, error) {
 		return nil, publishErr(err, src, res.Artifact)
 	}
 	removeLeftoverTemps(outDir)
-	var ws []WheelFile
+	var ws []manifest.WheelFile
 	if err := store.ReadJSON(dir, wheelsName, &ws); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"os"
@@ -32,7 +33,7 @@ import (
 // carries (CheckArtifactStream). It returns the manifest, its bytes and the artifact's
 // sha256; a failed check is a *BadArtifactError (exit 2). Exporters of the artifact (the
 // OCI push and pull) call it, so that there is one artifact check.
-func CheckArtifact(ctx context.Context, art string) (*Manifest, []byte, string, error) {
+func CheckArtifact(ctx context.Context, art string) (*manifest.Manifest, []byte, string, error) {
 	// opened first, then checked: a FIFO put there is refused, not waited on
 	f, st, err := userfile.Open(art)
 	if err != nil {
@@ -72,13 +73,13 @@ func CheckArtifact(ctx context.Context, art string) (*Manifest, []byte, string, 
 // archive by what the manifest declares, and every entry must match the manifest, as
 // install's extraction requires (stageArtifact); memory is bounded by the number of
 // entries, not by their size.
-func CheckArtifactStream(ctx context.Context, r io.Reader, art string, size int64) (*Manifest, []byte, error) {
+func CheckArtifactStream(ctx context.Context, r io.Reader, art string, size int64) (*manifest.Manifest, []byte, error) {
 	var (
-		m   *Manifest
+		m   *manifest.Manifest
 		raw []byte
 	)
-	hook := &archive.MemberHook{Name: ManifestName, MaxSize: maxManifestSize, Found: func(b []byte) (archive.Limits, error) {
-		dm, err := decodeManifest(b, ManifestName)
+	hook := &archive.MemberHook{Name: manifest.ManifestName, MaxSize: manifest.MaxManifestSize, Found: func(b []byte) (archive.Limits, error) {
+		dm, err := manifest.DecodeManifest(b, manifest.ManifestName)
 		if err != nil {
 			return archive.Limits{}, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: %w", err)}
 		}
@@ -91,7 +92,7 @@ func CheckArtifactStream(ctx context.Context, r io.Reader, art string, size int6
 		return nil, nil, readError(ctx, art, err, m, raw)
 	}
 	if m == nil {
-		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", ManifestName)}
+		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", manifest.ManifestName)}
 	}
 	// what follows the archive's end, so that the whole stream was read (and hashed)
 	if _, err := io.Copy(io.Discard, r); err != nil {
@@ -106,16 +107,16 @@ func CheckArtifactStream(ctx context.Context, r io.Reader, art string, size int6
 // manifestBudget is how many bytes of entries may come before the manifest in an
 // artifact of size bytes: a bomb without a manifest is refused cheaply.
 func manifestBudget(size int64) int64 {
-	return max(minManifestBudget, min(archive.DefaultMaxBytes, maxManifestRatio*size))
+	return max(manifest.MinManifestBudget, min(archive.DefaultMaxBytes, manifest.MaxManifestRatio*size))
 }
 
 // maxEntries is how many entries an artifact of manifest m may hold: its files, and a
 // margin for the top directory and the generated files.
-func maxEntries(m *Manifest) int { return len(m.Files) + 16 }
+func maxEntries(m *manifest.Manifest) int { return len(m.Files) + 16 }
 
 // readError explains an error of reading an artifact, before its manifest was found (m
 // nil) or after.
-func readError(ctx context.Context, art string, err error, m *Manifest, raw []byte) error {
+func readError(ctx context.Context, art string, err error, m *manifest.Manifest, raw []byte) error {
 	var be *BadArtifactError
 	var xe *archive.ExtractError
 	switch {
@@ -124,10 +125,10 @@ func readError(ctx context.Context, art string, err error, m *Manifest, raw []by
 	case ctx.Err() != nil:
 		return fmt.Errorf("check %s: %w", art, ctx.Err())
 	case errors.Is(err, archive.ErrLimit) && m == nil:
-		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("%w; an epbuild artifact carries its manifest within %d times its own size", err, maxManifestRatio)}
+		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("%w; an epbuild artifact carries its manifest within %d times its own size", err, manifest.MaxManifestRatio)}
 	case errors.Is(err, archive.ErrLimit):
 		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than its manifest declares (%d files, %s), extraction stopped: %w",
-			countFiles(m), disk.ByteCount(declaredBytes(m, raw)-tarSlack), err)}
+			countFiles(m), disk.ByteCount(declaredBytes(m, raw)-manifest.TarSlack), err)}
 	case errors.As(err, &xe) && xe.Kind != nil:
 		return &BadArtifactError{Artifact: art, Err: err}
 	case disk.IsNoSpace(err):
@@ -142,17 +143,17 @@ func readError(ctx context.Context, art string, err error, m *Manifest, raw []by
 // hashed) with the manifest it carries: the manifest.json there must be the one read
 // first, and every entry must match the manifest's, as VerifyFiles requires of an
 // installed tree. A difference is a *BadArtifactError listing the first ten.
-func checkTree(art string, m *Manifest, raw []byte, tree []archive.Entry) error {
-	rawSum := sha256Hex(raw)
+func checkTree(art string, m *manifest.Manifest, raw []byte, tree []archive.Entry) error {
+	rawSum := manifest.SHA256Hex(raw)
 	same := false
 	for _, e := range tree {
-		if e.Path == ManifestName {
+		if e.Path == manifest.ManifestName {
 			same = e.Type == archive.TypeFile && e.SHA256 == rawSum
 			break
 		}
 	}
 	if !same {
-		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than one %s, and they differ", ManifestName)}
+		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than one %s, and they differ", manifest.ManifestName)}
 	}
 	problems := treeProblems(tree, m.Files)
 	if len(problems) == 0 {
@@ -197,7 +198,7 @@ func treeProblems(tree, want []archive.Entry) []FileProblem {
 		if len(skipped) > 0 && under(e.Path) {
 			continue
 		}
-		if e.Path == ManifestName || e.Path == ReceiptName {
+		if e.Path == manifest.ManifestName || e.Path == manifest.ReceiptName {
 			switch {
 			case e.Type != archive.TypeFile:
 				add(FileProblem{Path: e.Path, Kind: ProblemType, Expected: string(archive.TypeFile), Found: describeListed(e)})
@@ -288,7 +289,7 @@ func SumBeside(art string) (string, error) {
 		return "", &BadArtifactError{Artifact: art, Err: err}
 	}
 	f := strings.Fields(string(b))
-	if len(f) == 0 || !isSHA256(strings.ToLower(f[0])) {
+	if len(f) == 0 || !manifest.IsSHA256(strings.ToLower(f[0])) {
 		return "", &BadArtifactError{Artifact: art, Err: fmt.Errorf("%s.sha256 holds no sha256", filepath.Base(art))}
 	}
 	return strings.ToLower(f[0]), nil

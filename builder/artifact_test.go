@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/builder/toolchain"
@@ -41,12 +42,12 @@ func twoPassPackage(t *testing.T, r *Runner, p *plan.Plan, res *Result) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries = append(entries, archive.Entry{Path: EnvName, Type: archive.TypeFile, Mode: envMode, Size: int64(len(envsh)), SHA256: sha256Hex([]byte(envsh))})
+	entries = append(entries, archive.Entry{Path: manifest.EnvName, Type: archive.TypeFile, Mode: envMode, Size: int64(len(envsh)), SHA256: manifest.SHA256Hex([]byte(envsh))})
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
 	plan := *p
 	plan.File = ""
-	m := Manifest{
-		Format: ManifestFormat, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
+	m := manifest.Manifest{
+		Format: manifest.ManifestFormat, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
 		SourceDateEpoch: sde, Toolchain: r.Toolchain, Components: res.Components, Env: p.Env, Findings: r.Findings, Files: entries,
 	}
 	mb, err := json.MarshalIndent(m, "", "  ")
@@ -58,8 +59,8 @@ func twoPassPackage(t *testing.T, r *Runner, p *plan.Plan, res *Result) []byte {
 		ModTime: time.Unix(sde, 0),
 		Level:   zstdLevel,
 		Extra: []archive.File{
-			{Name: ManifestName, Mode: 0o644, Data: append(mb, '\n')},
-			{Name: EnvName, Mode: envMode, Data: []byte(envsh)},
+			{Name: manifest.ManifestName, Mode: 0o644, Data: append(mb, '\n')},
+			{Name: manifest.EnvName, Mode: envMode, Data: []byte(envsh)},
 		},
 	}); err != nil {
 		t.Fatal(err)
@@ -106,7 +107,7 @@ func TestPackageStageSameBytes(t *testing.T) {
 		if err := os.Symlink("m00", filepath.Join(prefix, "lib", "current")); err != nil {
 			t.Fatal(err)
 		}
-		res.Components = append(res.Components, ComponentResult{Name: c.Name, Prefix: prefix, CommitTime: 1700000000 + int64(i)})
+		res.Components = append(res.Components, manifest.ComponentResult{Name: c.Name, Prefix: prefix, CommitTime: 1700000000 + int64(i)})
 	}
 	store, err := store.OpenStore(filepath.Join(tmp, "store"))
 	if err != nil {
@@ -124,14 +125,14 @@ func TestPackageStageSameBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("artifact differs from the two-pass stage's: %d bytes (sha256 %s), want %d bytes (sha256 %s)", len(got), sha256Hex(got), len(want), sha256Hex(want))
+		t.Fatalf("artifact differs from the two-pass stage's: %d bytes (sha256 %s), want %d bytes (sha256 %s)", len(got), manifest.SHA256Hex(got), len(want), manifest.SHA256Hex(want))
 	}
 	sum, err := ReadSum(art)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum != sha256Hex(got) {
-		t.Errorf("%s.sha256 says %s, the artifact hashes to %s", filepath.Base(art), sum, sha256Hex(got))
+	if sum != manifest.SHA256Hex(got) {
+		t.Errorf("%s.sha256 says %s, the artifact hashes to %s", filepath.Base(art), sum, manifest.SHA256Hex(got))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/builder/toolchain"
@@ -57,7 +58,7 @@ func TestComparePackage(t *testing.T) {
 	for i := range plan.Components {
 		plan.Components[i].Patches, plan.Components[i].PatchSets = nil, nil
 	}
-	res := &Result{Plan: plan, Components: []ComponentResult{
+	res := &Result{Plan: plan, Components: []manifest.ComponentResult{
 		{Name: plan.Components[0].Name, Prefix: small, CommitTime: 1700000000},
 		{Name: comp, Prefix: prefix, CommitTime: 1700000000},
 	}}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ type ArtifactCache interface {
 type CachedArtifact struct {
 	Artifact string // the path of the .tar.zst, in the directory given to Fetch
 	SHA256   string
-	Manifest *Manifest
+	Manifest *manifest.Manifest
 	SBOM     string   // "" when the store has none
 	Wheels   []string // the wheels the store has, in the directory given to Fetch
 	// From is what was fetched (reference and digest).

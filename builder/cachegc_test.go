@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"github.com/epbuild/epbuild/builder/cachegc"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/store"
 	"os"
 	"os/exec"
@@ -97,7 +98,7 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lib ComponentResult
+	var lib manifest.ComponentResult
 	for _, c := range res.Components {
 		if c.Name == "libdemo" {
 			lib = c

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"path"
 
 	"github.com/epbuild/epbuild/builder/archive"
@@ -16,19 +17,19 @@ import (
 // manifest declares more.
 func Diff(ctx context.Context, a, b string, maxExtract int64) (*diff.Report, error) {
 	return diff.Compare(ctx, a, b, diff.Options{Ignore: installAdded, Normalize: installWritten, MaxExtract: maxExtract,
-		Declared: &diff.Declared{Name: ManifestName, MaxSize: maxManifestSize, Bytes: func(b []byte) (int64, error) {
-			m, err := decodeManifest(b, ManifestName)
+		Declared: &diff.Declared{Name: manifest.ManifestName, MaxSize: manifest.MaxManifestSize, Bytes: func(b []byte) (int64, error) {
+			m, err := manifest.DecodeManifest(b, manifest.ManifestName)
 			if err != nil {
 				return 0, err
 			}
-			return declaredBytes(m, b) - tarSlack, nil
+			return declaredBytes(m, b) - manifest.TarSlack, nil
 		}}})
 }
 
 // installWritten reads back what install wrote into a file of the artifact: env.sh
 // names the install's directory and id, which the artifact's copy leaves empty.
 func installWritten(rel string) func([]byte) ([]byte, error) {
-	if rel != EnvName {
+	if rel != manifest.EnvName {
 		return nil
 	}
 	return func(b []byte) ([]byte, error) {
@@ -38,6 +39,6 @@ func installWritten(rel string) func([]byte) ([]byte, error) {
 }
 
 func installAdded(rel string, e archive.Entry) bool {
-	return rel == ReceiptName || rel == binEpbuild || rel == binDir && e.Type == archive.TypeDir ||
+	return rel == manifest.ReceiptName || rel == manifest.BinEpbuild || rel == manifest.BinDir && e.Type == archive.TypeDir ||
 		e.Type == archive.TypeDir && path.Base(rel) == "__pycache__"
 }

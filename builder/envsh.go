@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"maps"
 	"os"
@@ -155,7 +156,7 @@ func EnvScript(p *plan.Plan, root string, installed []string) (string, error) {
 // package stage packs the staged prefixes where they are).
 func envScript(p *plan.Plan, dirOf func(string) string, installed []string) (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# env.sh for %s (plan %s), written by epbuild: . PREFIX/%s from any POSIX shell (sh, bash, zsh, ksh93)\n", p.Recipe, p.Key[:12], EnvName)
+	fmt.Fprintf(&b, "# env.sh for %s (plan %s), written by epbuild: . PREFIX/%s from any POSIX shell (sh, bash, zsh, ksh93)\n", p.Recipe, p.Key[:12], manifest.EnvName)
 	b.WriteString("# epbuild install writes the install's directory and id on the next two lines\n")
 	b.WriteString(envAtVar + "''\n" + envIDVar + "''\n")
 	b.WriteString(envLocate)
@@ -317,14 +318,14 @@ func newEnvID() (string, error) {
 // BakeEnvScript writes the prefix the install at tree will have (final) and a fresh id
 // into tree's env.sh, keeping its mode.
 func BakeEnvScript(tree, final string) error {
-	path := filepath.Join(tree, EnvName)
+	path := filepath.Join(tree, manifest.EnvName)
 	st, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("write the prefix into %s: %w", EnvName, err)
+		return fmt.Errorf("write the prefix into %s: %w", manifest.EnvName, err)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("write the prefix into %s: %w", EnvName, err)
+		return fmt.Errorf("write the prefix into %s: %w", manifest.EnvName, err)
 	}
 	id, err := newEnvID()
 	if err != nil {
@@ -332,18 +333,18 @@ func BakeEnvScript(tree, final string) error {
 	}
 	out, err := bakeEnv(string(b), envBaked{At: final, ID: id})
 	if err != nil {
-		return fmt.Errorf("write the prefix into %s: %w", EnvName, err)
+		return fmt.Errorf("write the prefix into %s: %w", manifest.EnvName, err)
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(out), st.Mode().Perm()); err != nil {
-		return fmt.Errorf("write the prefix into %s: %w", EnvName, err)
+		return fmt.Errorf("write the prefix into %s: %w", manifest.EnvName, err)
 	}
 	// WriteFile's mode passes through the umask: set it as the manifest records it
 	if err := os.Chmod(tmp, st.Mode().Perm()); err != nil {
-		return fmt.Errorf("write the prefix into %s: %w", EnvName, err)
+		return fmt.Errorf("write the prefix into %s: %w", manifest.EnvName, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write the prefix into %s: %w", EnvName, err)
+		return fmt.Errorf("write the prefix into %s: %w", manifest.EnvName, err)
 	}
 	return nil
 }

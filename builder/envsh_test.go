@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"os/exec"
@@ -87,16 +88,16 @@ func TestEnvScriptShells(t *testing.T) {
 	prefix := filepath.Join(t.TempDir(), "it's an install")
 	mustInstall(t, arts.A, prefix, false)
 	// sourced, never run: not executable
-	if st, err := os.Stat(filepath.Join(prefix, EnvName)); err != nil || st.Mode().Perm() != 0o644 {
+	if st, err := os.Stat(filepath.Join(prefix, manifest.EnvName)); err != nil || st.Mode().Perm() != 0o644 {
 		t.Errorf("installed env.sh: %v %v, want mode 0644", st.Mode(), err)
 	}
 	elsewhere := t.TempDir()
 	link := filepath.Join(elsewhere, "deepep-env.sh")
-	if err := os.Symlink(filepath.Join(prefix, EnvName), link); err != nil {
+	if err := os.Symlink(filepath.Join(prefix, manifest.EnvName), link); err != nil {
 		t.Fatal(err)
 	}
 	for _, sh := range shellsUnderTest {
-		out, ok := sourceIn(t, sh, "/", filepath.Join(prefix, EnvName), true)
+		out, ok := sourceIn(t, sh, "/", filepath.Join(prefix, manifest.EnvName), true)
 		if !ok {
 			t.Fatalf("%s refused the installed env.sh: %s", sh, out)
 		}
@@ -106,7 +107,7 @@ func TestEnvScriptShells(t *testing.T) {
 	}
 
 	// the env.sh it exports works: python imports the installed package, from sh
-	cmd := exec.Command("dash", "-c", `. "$1" && cd / && python3 -c 'import pydemo, importlib.metadata as m; print(pydemo.__file__)'`, "sh", filepath.Join(prefix, EnvName))
+	cmd := exec.Command("dash", "-c", `. "$1" && cd / && python3 -c 'import pydemo, importlib.metadata as m; print(pydemo.__file__)'`, "sh", filepath.Join(prefix, manifest.EnvName))
 	if b, err := cmd.CombinedOutput(); err != nil || !strings.HasPrefix(string(b), filepath.Join(prefix, "pydemo", "python")) {
 		t.Fatalf("python under the env dash sourced: %v\n%s", err, b)
 	}
@@ -117,7 +118,7 @@ func TestEnvScriptShells(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sh := range shellsUnderTest {
-		out, ok := sourceIn(t, sh, elsewhere, filepath.Join(moved, EnvName), false)
+		out, ok := sourceIn(t, sh, elsewhere, filepath.Join(moved, manifest.EnvName), false)
 		if sh == "dash" {
 			if ok || !strings.Contains(out, "no longer holds it") {
 				t.Errorf("dash sourced a moved install: %s", out)
@@ -137,7 +138,7 @@ func TestEnvScriptShells(t *testing.T) {
 	mustInstall(t, arts.B, prefix, true)
 	prev := prefix + ".prev"
 	for _, sh := range shellsUnderTest {
-		out, ok := sourceIn(t, sh, "/", filepath.Join(prev, EnvName), false)
+		out, ok := sourceIn(t, sh, "/", filepath.Join(prev, manifest.EnvName), false)
 		if sh == "dash" {
 			if ok || !strings.Contains(out, "no longer holds it") {
 				t.Errorf("dash took the previous install's env.sh for the new one: %s", out)
@@ -164,7 +165,7 @@ func TestEnvScriptUnpackedByHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sh := range shellsUnderTest {
-		out, ok := sourceIn(t, sh, dir, "./"+EnvName, false)
+		out, ok := sourceIn(t, sh, dir, "./"+manifest.EnvName, false)
 		if sh == "dash" {
 			if ok || !strings.Contains(out, "epbuild install did not write it") {
 				t.Errorf("dash sourced an env.sh with no prefix: %s", out)
@@ -181,7 +182,7 @@ func TestEnvScriptUnpackedByHand(t *testing.T) {
 	}
 	// through a symlink, a shell that can tell cannot resolve it portably: it refuses
 	link := filepath.Join(t.TempDir(), "env.sh")
-	if err := os.Symlink(filepath.Join(dir, EnvName), link); err != nil {
+	if err := os.Symlink(filepath.Join(dir, manifest.EnvName), link); err != nil {
 		t.Fatal(err)
 	}
 	if out, ok := sourceIn(t, "bash", "/", link, false); ok || !strings.Contains(out, "is a symlink") {
@@ -265,7 +266,7 @@ func TestEnvScriptPrefixes(t *testing.T) {
 		prefix := filepath.Join(base, fmt.Sprint(i), name)
 		mustInstall(t, arts.A, prefix, false)
 		for _, sh := range shellsUnderTest {
-			out, ok := sourceIn(t, sh, base, filepath.Join(prefix, EnvName), true)
+			out, ok := sourceIn(t, sh, base, filepath.Join(prefix, manifest.EnvName), true)
 			if !ok {
 				t.Errorf("%s refused the env.sh of %q: %s", sh, prefix, out)
 				continue
@@ -356,7 +357,7 @@ func TestEnvScriptTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	envsh := filepath.Join(root, EnvName)
+	envsh := filepath.Join(root, manifest.EnvName)
 	if err := os.WriteFile(envsh, []byte(baked), envMode); err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +390,7 @@ if [ "$once" != "$twice" ]; then printf 'twice:\n%s\n' "$twice"; fi
 			t.Errorf("%s: %v: got\n%s\nwant\n%s", sh, err, out, want)
 		}
 		// run as a program: by path, and from its directory
-		for _, arg := range []string{envsh, "./" + EnvName} {
+		for _, arg := range []string{envsh, "./" + manifest.EnvName} {
 			cmd := exec.Command(sh, arg)
 			cmd.Dir = root
 			out, err := cmd.CombinedOutput()

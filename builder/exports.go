@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/plan"
-	"github.com/epbuild/epbuild/builder/store"
-	"github.com/epbuild/epbuild/builder/toolchain"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"io/fs"
 	"maps"
 	"os"
@@ -14,6 +12,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 
 	"github.com/epbuild/epbuild/builder/modulefile"
 	"github.com/epbuild/epbuild/builder/sbom"
@@ -24,12 +26,6 @@ import (
 
 // What the package stage writes beside the artifact, each an exporter of what the build
 // recorded: the wheels of the Python packages a recipe asks wheels of, and the SBOM.
-
-// WheelFile is a wheel the package stage made of a component's python/ tree.
-type WheelFile struct {
-	Component string `json:"component"`
-	wheel.Info
-}
 
 // wheelsName is the package stage's record of its wheels (a cached package stage
 // publishes them from it).
@@ -55,8 +51,8 @@ func wantsWheel(c *plan.PlanComponent) bool {
 // packWheels packs the python/ tree of each component that asks for a wheel into
 // dir/wheels, stamped with sde, and records them in dir/wheels.json. pkgs are the
 // Python environment's packages the build recorded (the toolchain's).
-func packWheels(p *plan.Plan, res *Result, dir string, sde int64, pkgs map[string]toolchain.PythonPackage) ([]WheelFile, error) {
-	var out []WheelFile
+func packWheels(p *plan.Plan, res *Result, dir string, sde int64, pkgs map[string]toolchain.PythonPackage) ([]manifest.WheelFile, error) {
+	var out []manifest.WheelFile
 	for _, c := range res.Components {
 		pc, ok := p.Component(c.Name)
 		if !ok || !wantsWheel(pc) {
@@ -74,7 +70,7 @@ func packWheels(p *plan.Plan, res *Result, dir string, sde int64, pkgs map[strin
 		if err != nil {
 			return nil, fmt.Errorf("package %s: the wheel of %s: %w", p.Recipe, c.Name, err)
 		}
-		out = append(out, WheelFile{Component: c.Name, Info: info})
+		out = append(out, manifest.WheelFile{Component: c.Name, Info: info})
 	}
 	if err := store.WriteJSON(dir, wheelsName, out); err != nil {
 		return nil, fmt.Errorf("package %s: %w", p.Recipe, err)
@@ -127,7 +123,7 @@ type SBOMCredits struct {
 
 // sbomInput is the SBOM's view of a manifest: the artifact's name and sha256 come from
 // the caller (the package stage, or an install's receipt).
-func sbomInput(m *Manifest, artifact, sum, tool string, cr SBOMCredits) sbom.Input {
+func sbomInput(m *manifest.Manifest, artifact, sum, tool string, cr SBOMCredits) sbom.Input {
 	in := sbom.Input{Plan: m.Plan, Patches: map[string][]*patches.SetResult{}, Python: map[string]string{}, Files: m.Files,
 		Artifact: artifact, ArtifactSHA256: sum, BuiltBy: m.Epbuild, Tool: tool, SourceDateEpoch: m.SourceDateEpoch,
 		PatchDiffs: shippedPatchDiffs(m.Plan), Supplier: cr.Supplier, Authors: cr.Authors}
@@ -189,7 +185,7 @@ func shippedPatchDiffs(p *plan.Plan) map[string][]byte {
 					continue
 				}
 				if b, err := set.FileBytes(context.Background(), pt); err == nil {
-					out[sha256Hex(b)] = b
+					out[manifest.SHA256Hex(b)] = b
 				}
 			}
 		}
@@ -198,7 +194,7 @@ func shippedPatchDiffs(p *plan.Plan) map[string][]byte {
 }
 
 // sbomBytes is the CycloneDX JSON of m.
-func sbomBytes(m *Manifest, artifact, sum, tool string, cr SBOMCredits) ([]byte, error) {
+func sbomBytes(m *manifest.Manifest, artifact, sum, tool string, cr SBOMCredits) ([]byte, error) {
 	bom, err := sbom.Build(sbomInput(m, artifact, sum, tool, cr))
 	if err != nil {
 		return nil, err
@@ -215,15 +211,15 @@ func SBOM(ctx context.Context, path, tool string, cr SBOMCredits) ([]byte, error
 		return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
 	}
 	if st.IsDir() {
-		m, raw, err := ReadInstalledManifest(path)
+		m, raw, err := manifest.ReadInstalledManifest(path)
 		if err != nil {
 			return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
 		}
 		art, sum := "", ""
-		r, err := ReadReceipt(path)
+		r, err := manifest.ReadReceipt(path)
 		switch {
-		case err == nil && r.ManifestSHA256 != sha256Hex(raw):
-			return nil, &UsageError{Err: fmt.Errorf("sbom: %s changed since install (the receipt pins sha256 %s): run epbuild verify-install --prefix %s", filepath.Join(path, ManifestName), shortKey(r.ManifestSHA256), path)}
+		case err == nil && r.ManifestSHA256 != manifest.SHA256Hex(raw):
+			return nil, &UsageError{Err: fmt.Errorf("sbom: %s changed since install (the receipt pins sha256 %s): run epbuild verify-install --prefix %s", filepath.Join(path, manifest.ManifestName), shortKey(r.ManifestSHA256), path)}
 		case err == nil:
 			art, sum = r.Artifact, r.SHA256
 		case !errors.Is(err, fs.ErrNotExist):
@@ -261,11 +257,11 @@ func Module(opts ModuleOptions) (modulefile.Module, error) {
 	if err != nil {
 		return modulefile.Module{}, &UsageError{Err: err}
 	}
-	m, _, err := ReadInstalledManifest(prefix)
+	m, _, err := manifest.ReadInstalledManifest(prefix)
 	if err != nil {
 		return modulefile.Module{}, &UsageError{Err: fmt.Errorf("module: %w", err)}
 	}
-	env, py, ld, err := runtimeParts(m.Plan, installedPrefixes(m, prefix))
+	env, py, ld, err := runtimeParts(m.Plan, manifest.InstalledPrefixes(m, prefix))
 	if err != nil {
 		return modulefile.Module{}, err
 	}
@@ -298,7 +294,7 @@ func Module(opts ModuleOptions) (modulefile.Module, error) {
 		"Components: " + strings.Join(comps, ", "),
 		"Prefix: " + prefix,
 	}
-	if r, err := ReadReceipt(prefix); err == nil {
+	if r, err := manifest.ReadReceipt(prefix); err == nil {
 		mod.Whatis = append(mod.Whatis, "Artifact: "+r.Artifact+" (sha256 "+r.SHA256+")")
 	}
 	mod.Help = fmt.Sprintf("%s (plan %s) installed at %s by epbuild.\nCheck it on a node with: epbuild verify-install --host (EPBUILD_PREFIX is set).", m.Recipe, m.PlanKey, prefix)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
@@ -43,7 +44,7 @@ const (
 // component from its include directory (the built prefix, or the wheel's package
 // directory). facts holds what was read; notes says, by fact, why one is not recorded.
 // Both are nil for a plan without NVSHMEM, so its manifest keeps its bytes.
-func buildFacts(p *plan.Plan, comps []ComponentResult) (facts, notes map[string]string) {
+func buildFacts(p *plan.Plan, comps []manifest.ComponentResult) (facts, notes map[string]string) {
 	for _, c := range comps {
 		if c.Name != "nvshmem" {
 			continue
@@ -179,7 +180,7 @@ func stripCComments(src []byte) []byte {
 
 // recordBuildFacts reads the build facts of the built components for the manifest and,
 // when there are any, has the rules evaluated again with them (afterBuild).
-func (r *Runner) recordBuildFacts(ctx context.Context, p *plan.Plan, comps []ComponentResult) error {
+func (r *Runner) recordBuildFacts(ctx context.Context, p *plan.Plan, comps []manifest.ComponentResult) error {
 	r.buildFacts, r.buildFactNotes = buildFacts(p, comps)
 	for _, k := range slices.Sorted(maps.Keys(r.buildFactNotes)) {
 		r.Log.Info("build fact not recorded: "+quote.Term(r.buildFactNotes[k]), "fact", k)
@@ -260,7 +261,7 @@ func builtNVSHMEMVersion(opts HostOptions) string {
 // rules a build evaluated before reading its headers, decided now by them). opts gives
 // the policy and the ancestry sources (Library, Recipe and Sets are not used).
 func CheckInstall(ctx context.Context, prefix string, opts Options) (*plan.Plan, []compat.Finding, error) {
-	m, _, err := ReadInstalledManifest(prefix)
+	m, _, err := manifest.ReadInstalledManifest(prefix)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"maps"
@@ -263,12 +264,12 @@ func TestCheckInstallReadsBuildFacts(t *testing.T) {
 		"deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b")
 	install := func(build map[string]string) string {
 		dir := t.TempDir()
-		b, err := json.MarshalIndent(Manifest{Format: ManifestFormat, Recipe: p.Recipe, Plan: p, BuildFacts: build,
+		b, err := json.MarshalIndent(manifest.Manifest{Format: manifest.ManifestFormat, Recipe: p.Recipe, Plan: p, BuildFacts: build,
 			PlanKey: "test", Files: []archive.Entry{{Path: "env.sh", Mode: 0o644}}}, "", "  ")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, ManifestName), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, manifest.ManifestName), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return dir
@@ -295,11 +296,11 @@ func TestBuildFactsOfTheWheel(t *testing.T) {
 	p := planOf(t, "single-node")
 	pkg := filepath.Join(t.TempDir(), "site-packages", "nvidia", "nvshmem")
 	writeNVSHMEMInclude(t, pkg, typedefV1, [3]string{"3", "4", "5"})
-	facts, notes := buildFacts(p, []ComponentResult{{Name: "nvshmem", Prefix: pkg}, {Name: "deepep"}})
+	facts, notes := buildFacts(p, []manifest.ComponentResult{{Name: "nvshmem", Prefix: pkg}, {Name: "deepep"}})
 	if facts[FactRCLayout] != "v1" || facts[FactHeaderVersion] != "3.4.5" || notes != nil {
 		t.Errorf("the wheel's facts %v, notes %v", facts, notes)
 	}
-	if facts, notes := buildFacts(&plan.Plan{Recipe: "demo"}, []ComponentResult{{Name: "libdemo", Prefix: pkg}}); facts != nil || notes != nil {
+	if facts, notes := buildFacts(&plan.Plan{Recipe: "demo"}, []manifest.ComponentResult{{Name: "libdemo", Prefix: pkg}}); facts != nil || notes != nil {
 		t.Errorf("no NVSHMEM: %v %v", facts, notes)
 	}
 }

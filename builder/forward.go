@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -13,3 +14,8 @@ type Plan = plan.Plan
 
 // NewResolver is plan.NewResolver.
 func NewResolver(lib *recipes.Library) (*plan.Resolver, error) { return plan.NewResolver(lib) }
+
+// ReadInstalledManifest is manifest.ReadInstalledManifest.
+func ReadInstalledManifest(prefix string) (*manifest.Manifest, []byte, error) {
+	return manifest.ReadInstalledManifest(prefix)
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"io"
 	"os"
@@ -36,13 +37,13 @@ func installSeeds(f *testing.F) [][]byte {
 		f.Fatal(err)
 	}
 	pack := func(files []archive.Entry) []byte {
-		m, err := json.Marshal(Manifest{Format: ManifestFormat, Recipe: "r", PlanKey: "k", Plan: &plan.Plan{}, Files: files})
+		m, err := json.Marshal(manifest.Manifest{Format: manifest.ManifestFormat, Recipe: "r", PlanKey: "k", Plan: &plan.Plan{}, Files: files})
 		if err != nil {
 			f.Fatal(err)
 		}
 		var zbuf bytes.Buffer
 		if _, err := archive.Pack(context.Background(), dir, &zbuf, archive.PackOptions{ModTime: time.Unix(1700000000, 0),
-			Extra: []archive.File{{Name: ManifestName, Mode: 0o644, Data: m}}}); err != nil {
+			Extra: []archive.File{{Name: manifest.ManifestName, Mode: 0o644, Data: m}}}); err != nil {
 			f.Fatal(err)
 		}
 		zr, err := zstd.NewReader(&zbuf)
@@ -63,8 +64,8 @@ func installSeeds(f *testing.F) [][]byte {
 		}
 	}
 	var onlyManifest bytes.Buffer
-	m, _ := json.Marshal(Manifest{Format: ManifestFormat, Recipe: "r", PlanKey: "k", Plan: &plan.Plan{}, Files: entries})
-	if _, err := archive.Pack(context.Background(), f.TempDir(), &onlyManifest, archive.PackOptions{Extra: []archive.File{{Name: ManifestName, Mode: 0o644, Data: m}}}); err != nil {
+	m, _ := json.Marshal(manifest.Manifest{Format: manifest.ManifestFormat, Recipe: "r", PlanKey: "k", Plan: &plan.Plan{}, Files: entries})
+	if _, err := archive.Pack(context.Background(), f.TempDir(), &onlyManifest, archive.PackOptions{Extra: []archive.File{{Name: manifest.ManifestName, Mode: 0o644, Data: m}}}); err != nil {
 		f.Fatal(err)
 	}
 	zr, _ := zstd.NewReader(&onlyManifest)

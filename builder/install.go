@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/toolchain"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/epbuild/epbuild/builder/toolchain"
 
 	"github.com/epbuild/epbuild/builder/disk"
 
@@ -22,95 +24,6 @@ import (
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/quote"
 )
-
-// ReceiptName is the file install leaves at the top of the prefix.
-const ReceiptName = ".epbuild-receipt.json"
-
-// Receipt says what was installed in a prefix, from where and when. It pins
-// manifest.json by hash, so an edited manifest cannot hide an edited file.
-type Receipt struct {
-	Artifact string `json:"artifact"`
-	// ArtifactPath is where the artifact was installed from (absolute), for the command
-	// that reinstalls it; "" in receipts of older installs.
-	ArtifactPath   string    `json:"artifact_path,omitempty"`
-	SHA256         string    `json:"sha256"`
-	ManifestSHA256 string    `json:"manifest_sha256"`
-	Recipe         string    `json:"recipe"`
-	PlanKey        string    `json:"plan_key"`
-	InstalledAt    time.Time `json:"installed_at"`
-	Epbuild        string    `json:"epbuild"`  // the epbuild that installed it
-	BuiltBy        string    `json:"built_by"` // the epbuild that built it (from the manifest)
-	Prefix         string    `json:"prefix"`
-	// Added is what install put beside the artifact's files: the directory bin/, which
-	// env.sh puts on PATH, and bin/epbuild, a copy of the epbuild that installed it
-	// (version Epbuild), for verify-install on the nodes. Not in the artifact: its bytes
-	// do not depend on which epbuild packed it.
-	Added []archive.Entry `json:"added,omitempty"`
-}
-
-// Paths install may add to a prefix (Receipt.Added): nothing else is accepted there.
-const (
-	binDir     = "bin"
-	binEpbuild = "bin/epbuild"
-)
-
-// maxReceiptSize bounds the read of a receipt: install writes well under a KiB.
-const maxReceiptSize = 64 << 10
-
-// ReadReceipt reads dir's receipt: a regular file (never read through a symlink), that
-// decodes, with every field install writes. A missing one is an fs.ErrNotExist error.
-func ReadReceipt(dir string) (*Receipt, error) {
-	b, err := readTopFile(dir, ReceiptName, maxReceiptSize)
-	if err != nil {
-		return nil, err
-	}
-	p := filepath.Join(dir, ReceiptName)
-	var r Receipt
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", p, err)
-	}
-	if why := r.incomplete(); why != "" {
-		return nil, fmt.Errorf("%s: %s: not the receipt install writes", p, why)
-	}
-	return &r, nil
-}
-
-// incomplete says which field install always writes is missing or malformed ("" when none).
-func (r *Receipt) incomplete() string {
-	switch {
-	case r.Artifact == "" || strings.ContainsRune(r.Artifact, '/'):
-		return fmt.Sprintf("artifact %q is not a file name", r.Artifact)
-	case !isSHA256(r.SHA256):
-		return fmt.Sprintf("sha256 %q is not 64 hex digits", r.SHA256)
-	case !isSHA256(r.ManifestSHA256):
-		return fmt.Sprintf("manifest_sha256 %q is not 64 hex digits", r.ManifestSHA256)
-	case r.Recipe == "" || r.PlanKey == "":
-		return "no recipe or plan_key"
-	case r.InstalledAt.IsZero():
-		return "no installed_at"
-	}
-	for _, e := range r.Added {
-		switch {
-		case e.Path == binDir && e.Type == archive.TypeDir:
-		case e.Path == binEpbuild && e.Type == archive.TypeFile && isSHA256(e.SHA256):
-		default:
-			return fmt.Sprintf("added %q (%s) is not what install adds (%s/, %s)", e.Path, e.Type, binDir, binEpbuild)
-		}
-	}
-	return ""
-}
-
-func isSHA256(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
 
 // InstallOptions says what to install where.
 type InstallOptions struct {
@@ -133,8 +46,8 @@ type InstallOptions struct {
 
 // InstallResult is a finished install.
 type InstallResult struct {
-	Prefix  string  `json:"prefix"`
-	Receipt Receipt `json:"receipt"`
+	Prefix  string           `json:"prefix"`
+	Receipt manifest.Receipt `json:"receipt"`
 	// Previous is where the install that was at Prefix is kept ("" when there was none
 	// or it was removed).
 	Previous string        `json:"previous,omitempty"`
@@ -206,18 +119,6 @@ const (
 	stageInfix = ".epbuild-install-"
 	lockSuffix = ".epbuild-lock"
 	prevSuffix = ".prev"
-)
-
-// Bounds on reading an artifact's manifest before anything is written: the manifest of
-// a real install is a few MiB; the entries before it in the archive are decompressed and
-// discarded, up to this many times the artifact's size (real artifacts compress 2-20
-// times; a bomb compresses thousands of times).
-const (
-	maxManifestSize   = 256 << 20
-	maxManifestRatio  = 1000
-	minManifestBudget = 64 << 20
-	// tarSlack covers tar headers and padding beyond the declared file bytes.
-	tarSlack = 1 << 20
 )
 
 // Install checks an artifact and installs it at opts.Prefix atomically:
@@ -320,15 +221,15 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	if err != nil {
 		return nil, disk.NoSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
-	rc := Receipt{
-		Artifact: filepath.Base(art), ArtifactPath: art, SHA256: sum, ManifestSHA256: sha256Hex(raw), Recipe: m.Recipe, PlanKey: m.PlanKey,
+	rc := manifest.Receipt{
+		Artifact: filepath.Base(art), ArtifactPath: art, SHA256: sum, ManifestSHA256: manifest.SHA256Hex(raw), Recipe: m.Recipe, PlanKey: m.PlanKey,
 		InstalledAt: time.Now().UTC().Truncate(time.Second), Epbuild: opts.Version, BuiltBy: m.Epbuild, Prefix: prefix, Added: added,
 	}
 	rb, err := json.MarshalIndent(rc, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("install into %s: encode receipt: %w", prefix, err)
 	}
-	if err := writeReceipt(filepath.Join(tree, ReceiptName), append(rb, '\n')); err != nil {
+	if err := writeReceipt(filepath.Join(tree, manifest.ReceiptName), append(rb, '\n')); err != nil {
 		return nil, disk.NoSpaceOr(fmt.Errorf("install into %s: write receipt: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
 	logInfo(opts.Log, "artifact checked", "artifact", rc.Artifact, "files", len(m.Files))
@@ -361,7 +262,7 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 // modulefiles give the install's directories in: ':' separates the entries of PATH,
 // PYTHONPATH and LD_LIBRARY_PATH (no escape exists), and ld.so splits LD_PRELOAD at ':'
 // and at blanks. Every other byte a path can hold is fine.
-func listablePrefix(prefix string, m *Manifest) error {
+func listablePrefix(prefix string, m *manifest.Manifest) error {
 	fix := "install into a directory whose path has no ':'"
 	if strings.Contains(prefix, ":") {
 		return &PrefixRefusedError{Prefix: prefix, Fix: fix + " (a symlink to it does not help: env.sh writes the path it was installed at)",
@@ -377,51 +278,51 @@ func listablePrefix(prefix string, m *Manifest) error {
 // addEpbuild makes tree/bin (unless the artifact has one) and copies self there as
 // bin/epbuild when it is a static ELF executable: one with an ELF interpreter (a dynamic
 // build) may not run on the nodes, and is left out with a note saying so.
-func addEpbuild(tree string, m *Manifest, self string) ([]archive.Entry, []string, error) {
+func addEpbuild(tree string, m *manifest.Manifest, self string) ([]archive.Entry, []string, error) {
 	for _, e := range m.Files {
-		if e.Path == binDir || strings.HasPrefix(e.Path, binDir+"/") {
-			return nil, []string{"the artifact has its own " + binDir + "/: epbuild was not copied into it"}, nil
+		if e.Path == manifest.BinDir || strings.HasPrefix(e.Path, manifest.BinDir+"/") {
+			return nil, []string{"the artifact has its own " + manifest.BinDir + "/: epbuild was not copied into it"}, nil
 		}
 	}
-	dir := filepath.Join(tree, binDir)
+	dir := filepath.Join(tree, manifest.BinDir)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, nil, err
 	}
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, nil, err
 	}
-	added := []archive.Entry{{Path: binDir, Type: archive.TypeDir, Mode: 0o755}}
+	added := []archive.Entry{{Path: manifest.BinDir, Type: archive.TypeDir, Mode: 0o755}}
 	if self == "" {
 		return added, nil, nil
 	}
 	if why := staticELF(self); why != "" {
-		return added, []string{fmt.Sprintf("%s is not copied to %s: %s; for epbuild on the nodes, install with a static epbuild (CGO_ENABLED=0 go build ./cmd/epbuild)", self, binEpbuild, why)}, nil
+		return added, []string{fmt.Sprintf("%s is not copied to %s: %s; for epbuild on the nodes, install with a static epbuild (CGO_ENABLED=0 go build ./cmd/epbuild)", self, manifest.BinEpbuild, why)}, nil
 	}
-	dst := filepath.Join(tree, filepath.FromSlash(binEpbuild))
+	dst := filepath.Join(tree, filepath.FromSlash(manifest.BinEpbuild))
 	sum, err := copyHashed(self, dst)
 	if err == nil {
 		err = os.Chmod(dst, 0o755)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("copy %s to %s: %w", self, binEpbuild, err)
+		return nil, nil, fmt.Errorf("copy %s to %s: %w", self, manifest.BinEpbuild, err)
 	}
 	st, err := os.Stat(dst)
 	if err != nil {
 		return nil, nil, err
 	}
-	return append(added, archive.Entry{Path: binEpbuild, Type: archive.TypeFile, Mode: 0o755, Size: st.Size(), SHA256: sum}), nil, nil
+	return append(added, archive.Entry{Path: manifest.BinEpbuild, Type: archive.TypeFile, Mode: 0o755, Size: st.Size(), SHA256: sum}), nil, nil
 }
 
 // installedEpbuild compares the epbuild running the check with the one in the prefix
 // that install copied there (whose bytes the files check holds against the receipt).
 func (v *verifier) installedEpbuild(context.Context) []CheckResult {
-	c := VerifyCheck{ID: "install.epbuild", Read: filepath.Join(v.prefix, filepath.FromSlash(binEpbuild)),
+	c := VerifyCheck{ID: "install.epbuild", Read: filepath.Join(v.prefix, filepath.FromSlash(manifest.BinEpbuild)),
 		Why: "env.sh puts PREFIX/bin on PATH, so jobs and nodes run the epbuild installed with the prefix; another epbuild checks it by other rules"}
-	r, err := ReadReceipt(v.prefix)
+	r, err := manifest.ReadReceipt(v.prefix)
 	var inst *archive.Entry
 	if err == nil {
 		for i := range r.Added {
-			if r.Added[i].Path == binEpbuild {
+			if r.Added[i].Path == manifest.BinEpbuild {
 				inst = &r.Added[i]
 			}
 		}
@@ -451,7 +352,7 @@ func (v *verifier) installedEpbuild(context.Context) []CheckResult {
 		}
 		c.Status = check.Warn
 		c.Found = fmt.Sprintf("%s (epbuild %s, sha256 %s) is not the installed epbuild %s (sha256 %s)", v.opts.Self, quote.Term(v.opts.Version), shortKey(sum), quote.Term(r.Epbuild), shortKey(have))
-		c.Fix = "run the installed one: " + quote.Shell(filepath.Join(prefix, filepath.FromSlash(binEpbuild))) + " verify-install --prefix " + quote.Shell(prefix) + " (after . PREFIX/env.sh it is first on PATH)"
+		c.Fix = "run the installed one: " + quote.Shell(filepath.Join(prefix, filepath.FromSlash(manifest.BinEpbuild))) + " verify-install --prefix " + quote.Shell(prefix) + " (after . PREFIX/env.sh it is first on PATH)"
 	}
 	return []CheckResult{c}
 }
@@ -473,16 +374,6 @@ func staticELF(path string) string {
 		return "an ELF file that is not an executable"
 	}
 	return ""
-}
-
-// InstallCommand is the command line that installs artifact into prefix, each word
-// quoted for a POSIX shell; artifact "" (not known) is written ARTIFACT.
-func InstallCommand(artifact, prefix string) string {
-	a := "ARTIFACT"
-	if artifact != "" {
-		a = quote.Shell(artifact)
-	}
-	return "epbuild install " + a + " --prefix " + quote.Shell(prefix)
 }
 
 // writeReceipt writes the receipt with the mode verify-install expects, whatever the umask.
@@ -535,7 +426,7 @@ func replaceable(prefix string, keepExtra bool) error {
 		target, _ := os.Readlink(prefix)
 		return refuse(fmt.Sprintf("a symlink (to %s)", target), "install to the directory it points to, or remove the link")
 	case !st.IsDir():
-		return refuse("a "+fileKind(st.Mode())+", not a directory", fixOther)
+		return refuse("a "+manifest.FileKind(st.Mode())+", not a directory", fixOther)
 	}
 	ents, err := os.ReadDir(prefix)
 	if err != nil {
@@ -545,16 +436,16 @@ func replaceable(prefix string, keepExtra bool) error {
 		return nil
 	}
 	fixE := "epbuild verify-install --prefix " + quote.Shell(prefix) + " shows what changed; if the install may go, remove it yourself first"
-	r, err := ReadReceipt(prefix)
+	r, err := manifest.ReadReceipt(prefix)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return refuse("a directory that is not an epbuild install (no "+ReceiptName+"), holding "+listNames(ents), fixOther)
+		return refuse("a directory that is not an epbuild install (no "+manifest.ReceiptName+"), holding "+listNames(ents), fixOther)
 	case err != nil:
 		return refuse(err.Error(), fixE)
 	}
-	m, raw, err := ReadInstalledManifest(prefix)
-	if raw != nil && sha256Hex(raw) != r.ManifestSHA256 {
-		return refuse(fmt.Sprintf("%s changed since install (sha256 %s, the receipt pins %s)", ManifestName, shortKey(sha256Hex(raw)), shortKey(r.ManifestSHA256)), fixE)
+	m, raw, err := manifest.ReadInstalledManifest(prefix)
+	if raw != nil && manifest.SHA256Hex(raw) != r.ManifestSHA256 {
+		return refuse(fmt.Sprintf("%s changed since install (sha256 %s, the receipt pins %s)", manifest.ManifestName, shortKey(manifest.SHA256Hex(raw)), shortKey(r.ManifestSHA256)), fixE)
 	}
 	if err != nil {
 		return refuse(err.Error(), fixE)
@@ -590,7 +481,7 @@ func foreignEntries(dir string, files []archive.Entry) ([]string, error) {
 		}
 		rel, _ := filepath.Rel(dir, p)
 		rel = filepath.ToSlash(rel)
-		if known[rel] || rel == ReceiptName || rel == ManifestName || bytecodeCache(rel, d) {
+		if known[rel] || rel == manifest.ReceiptName || rel == manifest.ManifestName || bytecodeCache(rel, d) {
 			return nil
 		}
 		extra = append(extra, rel)
@@ -603,18 +494,6 @@ func foreignEntries(dir string, files []archive.Entry) ([]string, error) {
 		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
 	return extra, nil
-}
-
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsRegular():
-		return "regular file"
-	case m.IsDir():
-		return "directory"
-	case m&fs.ModeSymlink != 0:
-		return "symlink"
-	}
-	return "special file (" + m.Type().String() + ")"
 }
 
 // listNames names a directory's first entries (directories with a trailing slash).
@@ -674,19 +553,19 @@ func cleanStale(parent, base string, l *log.Logger) {
 // readArtifactManifest reads the manifest an artifact carries without writing anything:
 // the entries before it are decompressed and discarded, within a budget proportional
 // to the artifact's size, so that a bomb is refused cheaply.
-func readArtifactManifest(ctx context.Context, art string, size int64) (*Manifest, []byte, error) {
-	raw, err := archive.ReadMember(ctx, art, ManifestName, maxManifestSize, archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifestBudget(size)})
+func readArtifactManifest(ctx context.Context, art string, size int64) (*manifest.Manifest, []byte, error) {
+	raw, err := archive.ReadMember(ctx, art, manifest.ManifestName, manifest.MaxManifestSize, archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifestBudget(size)})
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", ManifestName)}
+		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", manifest.ManifestName)}
 	case errors.Is(err, archive.ErrLimit):
-		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("%w; an epbuild artifact carries its manifest within %d times its own size", err, maxManifestRatio)}
+		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("%w; an epbuild artifact carries its manifest within %d times its own size", err, manifest.MaxManifestRatio)}
 	case err != nil && ctx.Err() != nil:
 		return nil, nil, fmt.Errorf("install %s: %w", art, ctx.Err())
 	case err != nil:
 		return nil, nil, &BadArtifactError{Artifact: art, Err: err}
 	}
-	m, err := decodeManifest(raw, ManifestName)
+	m, err := manifest.DecodeManifest(raw, manifest.ManifestName)
 	if err != nil {
 		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: %w", err)}
 	}
@@ -695,7 +574,7 @@ func readArtifactManifest(ctx context.Context, art string, size int64) (*Manifes
 
 // installSize is what an install of m takes on disk: the file bytes the manifest
 // declares, each rounded up to a block, a block per directory and symlink, the manifest.
-func installSize(m *Manifest, raw []byte) int64 {
+func installSize(m *manifest.Manifest, raw []byte) int64 {
 	const block = 4096
 	n := roundUp(int64(len(raw)), block) + block // the manifest and the receipt
 	for _, e := range m.Files {
@@ -712,8 +591,8 @@ func roundUp(n, b int64) int64 { return (n + b - 1) / b * b }
 
 // declaredBytes is the data an artifact may hold: its files' declared sizes and the
 // manifest, plus tar's framing.
-func declaredBytes(m *Manifest, raw []byte) int64 {
-	n := int64(len(raw)) + tarSlack
+func declaredBytes(m *manifest.Manifest, raw []byte) int64 {
+	n := int64(len(raw)) + manifest.TarSlack
 	for _, e := range m.Files {
 		if e.Type == archive.TypeFile {
 			n += max(e.Size, 0)
@@ -743,7 +622,7 @@ func checkSpace(dir string, need int64, entries int, op string) error {
 // it holds more than m declares, and checks the tree against m as it is written (each
 // file hashed in the extraction's one read of it, checkTree): the manifest extracted
 // must be the one read before, every entry must match it. A failure leaves no tree.
-func stageArtifact(ctx context.Context, art, tree string, m *Manifest, raw []byte) (err error) {
+func stageArtifact(ctx context.Context, art, tree string, m *manifest.Manifest, raw []byte) (err error) {
 	defer func() {
 		if err != nil {
 			_ = disk.MakeWritable(tree)
@@ -761,7 +640,7 @@ func stageArtifact(ctx context.Context, art, tree string, m *Manifest, raw []byt
 	return checkTree(art, m, raw, rep.Tree)
 }
 
-func countFiles(m *Manifest) int {
+func countFiles(m *manifest.Manifest) int {
 	n := 0
 	for _, e := range m.Files {
 		if e.Type == archive.TypeFile {

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,7 +53,7 @@ func TestInstallCopiesEpbuild(t *testing.T) {
 			recorded = true
 		}
 	}
-	r, err := ReadReceipt(prefix)
+	r, err := manifest.ReadReceipt(prefix)
 	if !recorded || err != nil || len(r.Added) != 2 || len(res.Notes) != 0 {
 		t.Fatalf("receipt: %+v, %v; notes %q", res.Receipt.Added, err, res.Notes)
 	}
@@ -60,7 +61,7 @@ func TestInstallCopiesEpbuild(t *testing.T) {
 		t.Fatalf("bin/epbuild: %v", err)
 	}
 	// the README's line on a node, from sh
-	cmd := exec.Command("dash", "-c", `. "$1" && epbuild verify-install --host`, "sh", filepath.Join(prefix, EnvName))
+	cmd := exec.Command("dash", "-c", `. "$1" && epbuild verify-install --host`, "sh", filepath.Join(prefix, manifest.EnvName))
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}
 	if b, err := cmd.CombinedOutput(); err != nil || string(b) != "fixture [verify-install --host]\n" {
 		t.Errorf(". env.sh && epbuild: %v\n%s", err, b)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/builder/toolchain"
@@ -137,7 +138,7 @@ func mustInstall(t *testing.T, art, prefix string, keep bool) *InstallResult {
 }
 
 // filesOK fails the test unless dir verifies file by file; it returns the receipt.
-func filesOK(t *testing.T, dir string) *Receipt {
+func filesOK(t *testing.T, dir string) *manifest.Receipt {
 	t.Helper()
 	rep, err := Verify(context.Background(), VerifyOptions{Prefix: dir, FilesOnly: true})
 	if err != nil {
@@ -146,7 +147,7 @@ func filesOK(t *testing.T, dir string) *Receipt {
 	if rep.Failed() {
 		t.Fatalf("%s does not verify:\n%s", dir, failedChecks(rep))
 	}
-	r, err := ReadReceipt(dir)
+	r, err := manifest.ReadReceipt(dir)
 	if err != nil {
 		t.Fatalf("receipt of %s: %v", dir, err)
 	}
@@ -220,7 +221,7 @@ func TestInstallVerifiesBeforeSwapAndKeepsOnePrevious(t *testing.T) {
 	if got := siblings(t, filepath.Dir(prefix)); !slices.Equal(got, want) {
 		t.Fatalf("beside the prefix: %v, want %v", got, want)
 	}
-	before, _ := os.ReadFile(filepath.Join(prefix, ReceiptName))
+	before, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName))
 	beforeIno := inode(t, prefix)
 
 	// a new install that fails verify never reaches the prefix: B is there, the same
@@ -241,7 +242,7 @@ func TestInstallVerifiesBeforeSwapAndKeepsOnePrevious(t *testing.T) {
 	if ve.Report.Prefix != prefix || strings.Contains(c.Read+c.Found+c.Fix, stageInfix) {
 		t.Errorf("the report names the staging directory, not the prefix: %s; %+v", ve.Report.Prefix, c)
 	}
-	after, _ := os.ReadFile(filepath.Join(prefix, ReceiptName))
+	after, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName))
 	if !bytes.Equal(before, after) || filesOK(t, prefix).SHA256 != sumB || inode(t, prefix) != beforeIno {
 		t.Errorf("a failed install touched the prefix")
 	}
@@ -307,18 +308,18 @@ func TestInstallRefusesWhatIsNotItsInstall(t *testing.T) {
 		}, want: "an epbuild install holding 1 paths its manifest does not list (pydemo/notes.txt)", canKeep: true},
 		{name: "an install whose manifest was edited", make: func(t *testing.T, p string) {
 			installed(t, p)
-			b, _ := os.ReadFile(filepath.Join(p, ManifestName))
-			write(t, filepath.Join(p, ManifestName), strings.Replace(string(b), `"recipe": "demo"`, `"recipe": "dem0"`, 1))
+			b, _ := os.ReadFile(filepath.Join(p, manifest.ManifestName))
+			write(t, filepath.Join(p, manifest.ManifestName), strings.Replace(string(b), `"recipe": "demo"`, `"recipe": "dem0"`, 1))
 		}, want: "manifest.json changed since install"},
 		{name: "an install whose receipt is a symlink", make: func(t *testing.T, p string) {
 			installed(t, p)
 			outside := filepath.Join(t.TempDir(), "receipt")
-			b, _ := os.ReadFile(filepath.Join(p, ReceiptName))
+			b, _ := os.ReadFile(filepath.Join(p, manifest.ReceiptName))
 			write(t, outside, string(b))
-			if err := os.Remove(filepath.Join(p, ReceiptName)); err != nil {
+			if err := os.Remove(filepath.Join(p, manifest.ReceiptName)); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Symlink(outside, filepath.Join(p, ReceiptName)); err != nil {
+			if err := os.Symlink(outside, filepath.Join(p, manifest.ReceiptName)); err != nil {
 				t.Fatal(err)
 			}
 		}, want: ".epbuild-receipt.json is a symlink"},
@@ -451,7 +452,7 @@ func TestInstallRejectsBadArtifacts(t *testing.T) {
 	parent := t.TempDir()
 	prefix := filepath.Join(parent, "demo")
 	mustInstall(t, artifacts(t).A, prefix, false)
-	receipt, _ := os.ReadFile(filepath.Join(prefix, ReceiptName))
+	receipt, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName))
 	listing := siblings(t, parent)
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -475,7 +476,7 @@ func TestInstallRejectsBadArtifacts(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "nothing was installed") {
 				t.Errorf("error %q does not say %q", err, tc.want)
 			}
-			if got, _ := os.ReadFile(filepath.Join(prefix, ReceiptName)); !bytes.Equal(got, receipt) {
+			if got, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName)); !bytes.Equal(got, receipt) {
 				t.Errorf("the prefix's receipt changed")
 			}
 			filesOK(t, prefix)
@@ -531,7 +532,7 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 			case err = <-done:
 				break watch
 			case <-time.After(2 * time.Millisecond):
-				if r, rerr := ReadReceipt(prefix); seen == 0 && rerr == nil && sums[r.SHA256] == target {
+				if r, rerr := manifest.ReadReceipt(prefix); seen == 0 && rerr == nil && sums[r.SHA256] == target {
 					seen = time.Since(start)
 				}
 			}
@@ -570,7 +571,7 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 			// kill a random moment into what is left (removing the old install, exiting)
 			begin := time.Now()
 			for {
-				if r, rerr := ReadReceipt(prefix); rerr == nil && sums[r.SHA256] == target {
+				if r, rerr := manifest.ReadReceipt(prefix); rerr == nil && sums[r.SHA256] == target {
 					break
 				}
 				if len(waited) > 0 || time.Since(begin) > 20*full+5*time.Second {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"maps"
@@ -270,7 +271,7 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 	}
 	cr.Verify = StepPass
 	// the rules' env from the build host too (R18 on torch's NCCL is decided at preflight)
-	m, _, err := ReadInstalledManifest(cr.Prefix)
+	m, _, err := manifest.ReadInstalledManifest(cr.Prefix)
 	if err != nil {
 		cr.Test, cr.Error = StepFail, err.Error()
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
@@ -192,7 +193,7 @@ func TestNCCLThatRunsIsTheBoundLibrary(t *testing.T) {
 
 	verify := func(p *plan.Plan, tc *toolchain.Toolchain, env ...string) CheckResult {
 		t.Helper()
-		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: p, Toolchain: tc},
+		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &manifest.Manifest{Plan: p, Toolchain: tc},
 			prefixes: map[string]string{"nccl": filepath.Join(inst, "nccl")}, env: append(base, env...), mapped: -1}
 		r, ok := check.Find(v.oneCopy(context.Background(), processLibs()), "process.single-nccl")
 		if !ok {
@@ -207,7 +208,7 @@ func TestNCCLThatRunsIsTheBoundLibrary(t *testing.T) {
 		!strings.Contains(r.Found, "torch was compiled with nccl.h 2.27.7") {
 		t.Errorf("the built NCCL preloaded: %+v", r)
 	}
-	if r := verify(built, nil); r.Status != check.Fail || !strings.Contains(r.Found, "NCCL 2.28.9") || !strings.Contains(r.Fix, EnvName) {
+	if r := verify(built, nil); r.Status != check.Fail || !strings.Contains(r.Found, "NCCL 2.28.9") || !strings.Contains(r.Fix, manifest.EnvName) {
 		t.Errorf("the built NCCL not preloaded: %+v", r)
 	}
 	torchs := &plan.Plan{Recipe: "t", Components: []plan.PlanComponent{{Component: recipes.Component{Name: "nccl",
@@ -272,7 +273,7 @@ ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidi
 		for _, m := range modules {
 			p.Components = append(p.Components, plan.PlanComponent{Component: recipes.Component{Name: "m" + m, Checks: []recipes.Check{{Import: m}}}})
 		}
-		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: p, Toolchain: tc},
+		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &manifest.Manifest{Plan: p, Toolchain: tc},
 			prefixes: map[string]string{}, env: append(base, env...), mapped: -1}
 		if p.Components[0].Source.Python == nil {
 			v.prefixes["nccl"] = filepath.Join(inst, "nccl")

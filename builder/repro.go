@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"io/fs"
 	"os"
@@ -167,7 +168,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 		if !st.IsDir() || !ownedByUs(st) {
 			unlock()
 			return nil, &toolchain.PreflightError{Recipe: comp, Missing: []toolchain.Missing{{What: "build directory " + d,
-				Need: "a directory of this user's, or none", Found: "a " + fileKind(st.Mode()) + " of user " + ownerOf(st) + " (left by another user's interrupted build?)",
+				Need: "a directory of this user's, or none", Found: "a " + manifest.FileKind(st.Mode()) + " of user " + ownerOf(st) + " (left by another user's interrupted build?)",
 				Fix: "remove it, or set EPBUILD_BUILD_ROOT to another directory"}}}
 		}
 		_ = disk.MakeWritable(d)
@@ -216,7 +217,7 @@ func checkBuildRoot(root string) error {
 	owner, uid := ownerUID(st)
 	switch {
 	case !st.IsDir():
-		err = fmt.Errorf("a %s", fileKind(st.Mode()))
+		err = fmt.Errorf("a %s", manifest.FileKind(st.Mode()))
 	case owner && uid != os.Getuid() && uid != 0:
 		err = fmt.Errorf("owned by user %s, who could replace a build directory in it", ownerOf(st))
 	case st.Mode().Perm()&0o022 != 0 && st.Mode()&fs.ModeSticky == 0:

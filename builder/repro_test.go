@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"maps"
@@ -142,7 +143,7 @@ func artifactManifest(t *testing.T, out string) []byte {
 // that is not epbuild's.
 func readManifestWithTar(t *testing.T, art string) []byte {
 	t.Helper()
-	b, err := exec.Command("tar", "--zstd", "-xOf", art, ManifestName).Output()
+	b, err := exec.Command("tar", "--zstd", "-xOf", art, manifest.ManifestName).Output()
 	if err != nil {
 		t.Fatalf("read the manifest of %s: %v", art, err)
 	}
@@ -150,9 +151,9 @@ func readManifestWithTar(t *testing.T, art string) []byte {
 }
 
 // decodeManifestWithTar is readManifestWithTar, decoded.
-func decodeManifestWithTar(t *testing.T, art string) Manifest {
+func decodeManifestWithTar(t *testing.T, art string) manifest.Manifest {
 	t.Helper()
-	var m Manifest
+	var m manifest.Manifest
 	if err := json.Unmarshal(readManifestWithTar(t, art), &m); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/toolchain"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"io"
 	"io/fs"
 	"maps"
@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/epbuild/epbuild/builder/toolchain"
 
 	"github.com/epbuild/epbuild/builder/store"
 
@@ -123,27 +125,13 @@ type StageEvent struct {
 	From string `json:"from,omitempty"`
 }
 
-// ComponentResult is what the stages produced for one component.
-type ComponentResult struct {
-	Name        string               `json:"name"`
-	PatchKey    string               `json:"patch_key,omitempty"`
-	BuildKey    string               `json:"build_key,omitempty"`
-	CheckKey    string               `json:"check_key,omitempty"`
-	Tree        string               `json:"-"`
-	Prefix      string               `json:"-"`
-	CommitTime  int64                `json:"commit_time,omitempty"`
-	Patches     []*patches.SetResult `json:"patches,omitempty"`
-	TreeEffects []CheckResult        `json:"tree_effects,omitempty"`
-	Checks      []CheckResult        `json:"checks,omitempty"`
-}
-
 // Result is a whole run.
 type Result struct {
-	Plan       *plan.Plan        `json:"plan"`
-	Stages     []StageEvent      `json:"stages"`
-	Components []ComponentResult `json:"components"`
-	Artifact   string            `json:"artifact,omitempty"`
-	SHA256     string            `json:"sha256,omitempty"`
+	Plan       *plan.Plan                 `json:"plan"`
+	Stages     []StageEvent               `json:"stages"`
+	Components []manifest.ComponentResult `json:"components"`
+	Artifact   string                     `json:"artifact,omitempty"`
+	SHA256     string                     `json:"sha256,omitempty"`
 	// SBOM is the CycloneDX SBOM beside the artifact; Wheels the wheels (WheelDir).
 	SBOM   string   `json:"sbom,omitempty"`
 	Wheels []string `json:"wheels,omitempty"`
@@ -269,11 +257,11 @@ func (r *Runner) Run(ctx context.Context, p *plan.Plan) (*Result, error) {
 		outs, events, err = r.patchAll(ctx, p)
 		rec.add(events...)
 	}
-	comps := make([]ComponentResult, len(p.Components))
+	comps := make([]manifest.ComponentResult, len(p.Components))
 	prefixes := map[string]string{}
 	for i, c := range p.Components {
 		k := ks[c.Name]
-		comps[i] = ComponentResult{Name: c.Name, PatchKey: k.patch, BuildKey: k.build, CheckKey: k.check}
+		comps[i] = manifest.ComponentResult{Name: c.Name, PatchKey: k.patch, BuildKey: k.build, CheckKey: k.check}
 		if c.Source.Python != nil {
 			comps[i].Prefix = r.Toolchain.PythonPackages[c.Source.Python.Package].Dir
 			prefixes[c.Name] = comps[i].Prefix
@@ -309,7 +297,7 @@ func (r *Runner) Run(ctx context.Context, p *plan.Plan) (*Result, error) {
 	}()
 	pk := r.packageKey(p, ks)
 	pkgErr := r.stage(ctx, rec, "package", "", pk, func(dir string) error {
-		return r.pack(ctx, p, &pres, dir, func() ([]ComponentResult, error) {
+		return r.pack(ctx, p, &pres, dir, func() ([]manifest.ComponentResult, error) {
 			select {
 			case <-checked:
 			case <-ctx.Done():
@@ -424,7 +412,7 @@ func (r *Runner) Close() error {
 // those ready together at the same time with a share of the jobs each (jobs.go). It
 // fills in the prefixes of what it built. The first failure stops the builds running
 // (their logs stay under the cache) and starts no other.
-func (r *Runner) buildAll(ctx context.Context, p *plan.Plan, outs []patchOut, comps []ComponentResult, prefixes map[string]string, rec *stageRecord) error {
+func (r *Runner) buildAll(ctx context.Context, p *plan.Plan, outs []patchOut, comps []manifest.ComponentResult, prefixes map[string]string, rec *stageRecord) error {
 	var pending []int
 	built := map[string]bool{}
 	for i, cr := range comps {
@@ -554,7 +542,7 @@ func dependencies(p *plan.Plan, c *plan.PlanComponent) []string {
 // check takes seconds), and fills in their results; the error is the first failure in
 // plan order. The Python runs share the run's bytecode directory, where the probe left
 // what it compiled of torch.
-func (r *Runner) checkAll(ctx context.Context, p *plan.Plan, comps []ComponentResult, prefixes map[string]string, env []string, rec *stageRecord) error {
+func (r *Runner) checkAll(ctx context.Context, p *plan.Plan, comps []manifest.ComponentResult, prefixes map[string]string, env []string, rec *stageRecord) error {
 	if r.pycache != "" {
 		ctx = inspect.WithBytecodeDir(ctx, r.pycache)
 	}

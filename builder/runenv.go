@@ -3,6 +3,7 @@ package builder
 import (
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"path/filepath"
 	"strings"
@@ -76,11 +77,11 @@ func InstallEnv(prefix string, base []string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("environment of %s: %w", prefix, err)
 	}
-	m, _, err := ReadInstalledManifest(abs)
+	m, _, err := manifest.ReadInstalledManifest(abs)
 	if err != nil {
 		return nil, err
 	}
-	env, err := RuntimeEnv(m.Plan, installedPrefixes(m, abs), base)
+	env, err := RuntimeEnv(m.Plan, manifest.InstalledPrefixes(m, abs), base)
 	if err != nil {
 		return nil, err
 	}

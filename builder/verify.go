@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"maps"
@@ -151,14 +152,14 @@ func (v *verifier) fix() string {
 	if v.opts.Final != "" {
 		prefix = v.opts.Final
 	}
-	r, err := ReadReceipt(v.prefix)
+	r, err := manifest.ReadReceipt(v.prefix)
 	switch {
 	case err == nil && filepath.IsAbs(r.ArtifactPath):
-		return "reinstall the artifact: " + InstallCommand(r.ArtifactPath, prefix)
+		return "reinstall the artifact: " + manifest.InstallCommand(r.ArtifactPath, prefix)
 	case err == nil:
-		return fmt.Sprintf("reinstall the artifact %s, which the receipt names: %s", quote.Term(r.Artifact), InstallCommand("", prefix))
+		return fmt.Sprintf("reinstall the artifact %s, which the receipt names: %s", quote.Term(r.Artifact), manifest.InstallCommand("", prefix))
 	}
-	return "reinstall the artifact: " + InstallCommand("", prefix) + " (the receipt names the artifact)"
+	return "reinstall the artifact: " + manifest.InstallCommand("", prefix) + " (the receipt names the artifact)"
 }
 
 // Verify checks an installed prefix against the manifest it carries and, with Host, the
@@ -222,7 +223,7 @@ type verifier struct {
 	prefix string
 	rep    *VerifyReport
 	reg    *check.Registry[*Subject]
-	m      *Manifest
+	m      *manifest.Manifest
 	raw    []byte
 	// prefixes maps each component the install carries to its directory.
 	prefixes map[string]string
@@ -266,7 +267,7 @@ func (v *verifier) python() string {
 // effects on the installed copy, with the runtime env the install gives.
 func (v *verifier) componentChecks(ctx context.Context) {
 	if v.envErr != nil {
-		v.rep.add(VerifyCheck{ID: "env.runtime", Status: check.Fail, Read: filepath.Join(v.prefix, ManifestName),
+		v.rep.add(VerifyCheck{ID: "env.runtime", Status: check.Fail, Read: filepath.Join(v.prefix, manifest.ManifestName),
 			Found: v.envErr.Error(), Why: "the recipe checks run with the runtime env the plan gives this prefix", Fix: v.fix()})
 		return
 	}
@@ -345,7 +346,7 @@ func (v *verifier) recipeCheck(r CheckResult, pc *plan.PlanComponent, pre string
 		if !r.OK() {
 			mod := strings.TrimPrefix(r.ID, "python.import:")
 			c.Fix = fmt.Sprintf("source %s in the job; remove other copies of %s from the Python environment (pip uninstall); if it still fails, %s",
-				filepath.Join(v.prefix, EnvName), mod, v.fix())
+				filepath.Join(v.prefix, manifest.EnvName), mod, v.fix())
 		}
 	default:
 		if c.Why == "" {

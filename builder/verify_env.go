@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"maps"
 	"os"
 	"path"
@@ -23,7 +24,7 @@ import (
 // envScript checks env.sh: that it says what the plan says, that the paths it names
 // exist, and that an LD_PRELOAD stays inside the install.
 func (v *verifier) envScript(context.Context) []CheckResult {
-	script := filepath.Join(v.prefix, EnvName)
+	script := filepath.Join(v.prefix, manifest.EnvName)
 	parse := VerifyCheck{ID: "env.script", Read: script,
 		Why:      "jobs get the install through env.sh: a PYTHONPATH or LD_LIBRARY_PATH that points elsewhere loads another copy",
 		Expected: "PREFIX/bin in front of PATH, PYTHONPATH, LD_LIBRARY_PATH and LD_PRELOAD into the prefix in front of the user's, exports of the rest of the recipe's runtime env"}
@@ -92,7 +93,7 @@ func (v *verifier) checkBaked(c VerifyCheck, b envBaked) VerifyCheck {
 	switch {
 	case b.At == "":
 		c.Status, c.Found = check.Warn, "env.sh names no prefix (not written by epbuild install): bash, zsh and ksh93 find it, sh refuses it"
-		c.Fix = "install the artifact with " + InstallCommand("", here)
+		c.Fix = "install the artifact with " + manifest.InstallCommand("", here)
 	case filepath.Clean(b.At) != here:
 		c.Status = check.Fail
 		c.Found = fmt.Sprintf("env.sh names %s (install id %s): under sh it refuses, or loads the install there if that is still this one; bash, zsh and ksh93 use %s", b.At, b.ID, here)
@@ -338,10 +339,10 @@ func shellWords(s, prefix string) ([]string, error) {
 // epbuild it copied to bin/epbuild) is checked like the artifact's files.
 func installedEntries(prefix string, files []archive.Entry) []archive.Entry {
 	out := files
-	if r, err := ReadReceipt(prefix); err == nil && len(r.Added) > 0 {
+	if r, err := manifest.ReadReceipt(prefix); err == nil && len(r.Added) > 0 {
 		out = append(slices.Clone(files), r.Added...)
 	}
-	b, err := os.ReadFile(filepath.Join(prefix, EnvName))
+	b, err := os.ReadFile(filepath.Join(prefix, manifest.EnvName))
 	if err != nil {
 		return out
 	}
@@ -351,8 +352,8 @@ func installedEntries(prefix string, files []archive.Entry) []archive.Entry {
 	}
 	out = slices.Clone(out)
 	for i, e := range out {
-		if e.Path == EnvName && e.Type == archive.TypeFile && e.Size == int64(len(tmpl)) && e.SHA256 == sha256Hex([]byte(tmpl)) {
-			out[i].Size, out[i].SHA256 = int64(len(b)), sha256Hex(b)
+		if e.Path == manifest.EnvName && e.Type == archive.TypeFile && e.Size == int64(len(tmpl)) && e.SHA256 == manifest.SHA256Hex([]byte(tmpl)) {
+			out[i].Size, out[i].SHA256 = int64(len(b)), manifest.SHA256Hex(b)
 		}
 	}
 	return out

@@ -2,11 +2,9 @@ package builder
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/disk"
-	"io"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"io/fs"
 	"maps"
 	"os"
@@ -17,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/epbuild/epbuild/builder/disk"
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/check"
@@ -59,90 +59,20 @@ func onInstall(f func(*verifier, context.Context) []CheckResult) func(context.Co
 	}
 }
 
-// ReadInstalledManifest reads and decodes dir/manifest.json, returning its bytes too. It
-// reads a regular file only, never through a symlink (readTopFile).
-func ReadInstalledManifest(dir string) (*Manifest, []byte, error) {
-	raw, err := readTopFile(dir, ManifestName, maxManifestSize)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read the manifest of %s: %w", dir, err)
-	}
-	m, err := decodeManifest(raw, filepath.Join(dir, ManifestName))
-	if err != nil {
-		return nil, raw, err
-	}
-	return m, raw, nil
-}
-
-// decodeManifest decodes a manifest, installed or read from an artifact (shown names it
-// in errors), and refuses one epbuild did not write or cannot read.
-func decodeManifest(raw []byte, shown string) (*Manifest, error) {
-	var m Manifest
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", shown, err)
-	}
-	switch {
-	case m.Format != ManifestFormat:
-		return nil, fmt.Errorf("%s: format %d; this epbuild reads format %d (use the epbuild that built it, or a newer one)", shown, m.Format, ManifestFormat)
-	case m.Plan == nil || m.Recipe == "" || m.PlanKey == "" || len(m.Files) == 0:
-		return nil, fmt.Errorf("%s: no recipe, plan or file list: not written by epbuild", shown)
-	}
-	return &m, nil
-}
-
 // topFileMode is the mode of manifest.json and the receipt: the artifact carries the
 // manifest as 0644 and install writes the receipt so, whatever the umask.
 const topFileMode fs.FileMode = 0o644
 
-// readTopFile reads the manifest or the receipt at the top of an install, at most limit
-// bytes. It must be a regular file: read through a symlink, an identical copy outside
-// the prefix would pass every check of its bytes, and whoever can write that copy
-// could rewrite the install's record. A missing file is an fs.ErrNotExist error.
-func readTopFile(dir, name string, limit int64) ([]byte, error) {
-	p := filepath.Join(dir, name)
-	st, err := os.Lstat(p)
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is %s, not the regular file install writes", p, describeTopFile(p, st))
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	// the file opened must be the one looked at: not swapped for a link in between
-	if fst, err := f.Stat(); err != nil || !os.SameFile(st, fst) {
-		return nil, fmt.Errorf("%s changed while it was read", p)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is larger than %s: not written by epbuild", p, disk.ByteCount(limit))
-	}
-	return b, nil
-}
-
-func describeTopFile(p string, st fs.FileInfo) string {
-	if st.Mode()&fs.ModeSymlink != 0 {
-		target, _ := os.Readlink(p)
-		return "a symlink (to " + target + ")"
-	}
-	return "a " + fileKind(st.Mode())
-}
-
 func (v *verifier) manifest() bool {
-	c := VerifyCheck{ID: "install.manifest", Read: filepath.Join(v.prefix, ManifestName),
+	c := VerifyCheck{ID: "install.manifest", Read: filepath.Join(v.prefix, manifest.ManifestName),
 		Why: "the manifest records every file's hash and the plan the install was built from; nothing else can be checked without it"}
-	m, raw, err := ReadInstalledManifest(v.prefix)
+	m, raw, err := manifest.ReadInstalledManifest(v.prefix)
 	if err != nil {
 		c.Status, c.Found = check.Fail, err.Error()
 		c.Fix = "install with epbuild install ARTIFACT --prefix PREFIX; a prefix copied by hand has no manifest"
 		if st, lerr := os.Lstat(c.Read); lerr == nil && !st.Mode().IsRegular() {
-			c.Expected = "a regular file " + ManifestName + ", mode 0644, as the artifact carries it"
-			c.Fix = "reinstall: " + InstallCommand("", v.prefix) + " (install writes " + ManifestName + " itself; a link to a copy elsewhere lets whoever owns the copy rewrite the record)"
+			c.Expected = "a regular file " + manifest.ManifestName + ", mode 0644, as the artifact carries it"
+			c.Fix = "reinstall: " + manifest.InstallCommand("", v.prefix) + " (install writes " + manifest.ManifestName + " itself; a link to a copy elsewhere lets whoever owns the copy rewrite the record)"
 		}
 		v.rep.add(c)
 		return false
@@ -155,7 +85,7 @@ func (v *verifier) manifest() bool {
 		c.Found += ", built by epbuild " + m.Epbuild
 	}
 	v.rep.add(c)
-	v.prefixes = installedPrefixes(m, v.prefix)
+	v.prefixes = manifest.InstalledPrefixes(m, v.prefix)
 	v.env, v.envErr = RuntimeEnv(m.Plan, v.prefixes, v.opts.Environ)
 	return true
 }
@@ -167,29 +97,11 @@ func shortKey(k string) string {
 	return k
 }
 
-// installedPrefixes maps the components whose files the install carries (a top-level
-// directory of the manifest) to their directories.
-func installedPrefixes(m *Manifest, prefix string) map[string]string {
-	top := map[string]bool{}
-	for _, e := range m.Files {
-		if e.Type == archive.TypeDir && !strings.Contains(e.Path, "/") {
-			top[e.Path] = true
-		}
-	}
-	out := map[string]string{}
-	for _, c := range m.Plan.Components {
-		if c.Source.Python == nil && top[c.Name] {
-			out[c.Name] = filepath.Join(prefix, c.Name)
-		}
-	}
-	return out
-}
-
 func (v *verifier) receipt(context.Context) []CheckResult {
-	c := VerifyCheck{ID: "install.receipt", Read: filepath.Join(v.prefix, ReceiptName),
+	c := VerifyCheck{ID: "install.receipt", Read: filepath.Join(v.prefix, manifest.ReceiptName),
 		Why: "the receipt names the artifact installed here and pins manifest.json: an edited manifest could hide any other change"}
-	r, err := ReadReceipt(v.prefix)
-	sum := sha256Hex(v.raw)
+	r, err := manifest.ReadReceipt(v.prefix)
+	sum := manifest.SHA256Hex(v.raw)
 	if err == nil {
 		v.rep.Artifact = r.Artifact
 	}
@@ -209,21 +121,21 @@ func (v *verifier) receipt(context.Context) []CheckResult {
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		c.Status, c.Expected, c.Found = check.Fail, ReceiptName+", written by epbuild install", "no "+ReceiptName+" in "+v.prefix
+		c.Status, c.Expected, c.Found = check.Fail, manifest.ReceiptName+", written by epbuild install", "no "+manifest.ReceiptName+" in "+v.prefix
 		c.Why = "without the receipt nothing pins manifest.json, so an edited manifest would hide any other change: " +
 			"the receipt was deleted, or the prefix was not made by epbuild install"
 		c.Fix = fmt.Sprintf("reinstall the artifact of recipe %s, plan %s: %s (install checks the artifact before it touches the prefix, and writes the receipt)",
-			quote.Term(v.m.Recipe), shortKey(v.m.PlanKey), InstallCommand("", v.prefix))
+			quote.Term(v.m.Recipe), shortKey(v.m.PlanKey), manifest.InstallCommand("", v.prefix))
 	case err != nil:
 		c.Status, c.Found, c.Fix = check.Fail, err.Error(), v.fix()
-		c.Expected = "a regular file " + ReceiptName + ", mode 0644, as epbuild install writes it"
+		c.Expected = "a regular file " + manifest.ReceiptName + ", mode 0644, as epbuild install writes it"
 	case r.ManifestSHA256 != sum:
 		c.Status, c.Expected, c.Found = check.Fail, "manifest.json sha256 "+r.ManifestSHA256, "sha256 "+sum
 		c.Why = "manifest.json changed since install: " + c.Why
 		c.Fix = v.fix()
 	case len(differs) > 0:
-		c.Status, c.Expected, c.Found = check.Fail, "the recipe, plan and epbuild of "+ManifestName, strings.Join(differs, "; ")
-		c.Why = ReceiptName + " was edited after install, or belongs to another install: " + c.Why
+		c.Status, c.Expected, c.Found = check.Fail, "the recipe, plan and epbuild of "+manifest.ManifestName, strings.Join(differs, "; ")
+		c.Why = manifest.ReceiptName + " was edited after install, or belongs to another install: " + c.Why
 		c.Fix = v.fix()
 	default:
 		c.Status = check.Pass
@@ -250,7 +162,7 @@ func (v *verifier) files(ctx context.Context) []CheckResult {
 		sortProblems(problems)
 	}
 	c := VerifyCheck{ID: "files", Read: fmt.Sprintf("%s: %d files (%s), %d directories, %d symlinks against %s",
-		v.prefix, st.Files, disk.ByteCount(st.Bytes), st.Dirs, st.Symlinks, ManifestName), Why: whyFiles,
+		v.prefix, st.Files, disk.ByteCount(st.Bytes), st.Dirs, st.Symlinks, manifest.ManifestName), Why: whyFiles,
 		Expected: fmt.Sprintf("the %d entries of the manifest, sha256 and mode", len(v.m.Files))}
 	if n := len(st.Bytecode); n > 0 {
 		c.Read += fmt.Sprintf(", and %d Python bytecode files in __pycache__ against the sources they were compiled from", n)
@@ -407,7 +319,7 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 			report(FileProblem{Path: rel, Kind: ProblemUnreadable, Found: err.Error()})
 			return nil
 		}
-		if rel == ManifestName || rel == ReceiptName {
+		if rel == manifest.ManifestName || rel == manifest.ReceiptName {
 			// not entries (the receipt pins the manifest's bytes, the receipt is checked
 			// against the manifest), but regular files of the mode install writes
 			info, err := d.Info()

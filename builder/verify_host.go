@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"maps"
@@ -375,7 +376,7 @@ func (v *verifier) host(ctx context.Context) {
 	}
 	rep, err := CheckHost(ctx, opts)
 	if err != nil {
-		v.rep.add(VerifyCheck{ID: "host.config", Status: check.Fail, Read: filepath.Join(v.prefix, ManifestName), Found: err.Error(),
+		v.rep.add(VerifyCheck{ID: "host.config", Status: check.Fail, Read: filepath.Join(v.prefix, manifest.ManifestName), Found: err.Error(),
 			Why: "the host checks depend on the recipe's runtime settings", Fix: "correct the recipe's runtime env and rebuild"})
 		return
 	}

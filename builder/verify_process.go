@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"maps"
 	"os"
@@ -187,7 +188,7 @@ func (v *verifier) judgeNCCL(ctx context.Context, c VerifyCheck, l oneLib, pc *p
 	case err == nil && n.Bound == nil:
 		err = fmt.Errorf("which NCCL torch calls cannot be read: %s", n.BoundError)
 	}
-	fix := "source " + filepath.Join(v.prefix, EnvName) + " (" + l.fix + ")"
+	fix := "source " + filepath.Join(v.prefix, manifest.EnvName) + " (" + l.fix + ")"
 	if pc.Source.Python != nil {
 		fix = "run with the Python environment the install was built in, or install the NCCL it recorded there (pip install " +
 			pc.Source.Python.Package + "==" + recordedNCCL(v.m.Toolchain) + ")"
@@ -239,7 +240,7 @@ func (v *verifier) judgeNVSHMEM(ctx context.Context, c VerifyCheck, l oneLib, pc
 	c.Read = "the libnvshmem_host files the NVSHMEM symbols of the install's objects and torch's bind to (dlsym, dladdr), and " +
 		"each mapped libnvshmem_host's nvshmemx_vendor_get_version_info, in " + py + " after importing " + strings.Join(job.modules, ", ")
 	own, want := v.prefixes[pc.Name], nvshmemBuildVersion(v.m.Plan, v.m.Toolchain)
-	fix := "source " + filepath.Join(v.prefix, EnvName) + " (" + l.fix + ")"
+	fix := "source " + filepath.Join(v.prefix, manifest.EnvName) + " (" + l.fix + ")"
 	if pc.Source.Python == nil {
 		c.Expected = "DeepEP binds its NVSHMEM host symbols to the libnvshmem_host built here, under " + own
 		if want != "" {

@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
@@ -123,7 +124,7 @@ _lib = ctypes.CDLL(os.path.join(_here, "lib", "libtorch_nvshmem.so"))
 		p := &plan.Plan{Recipe: "t", Components: []plan.PlanComponent{nv, {Component: recipes.Component{Name: "deepep", Version: "1.2.1",
 			Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/deepep", Commit: strings.Repeat("c", 40)}},
 			Checks: []recipes.Check{{Import: "deep_ep"}}}}}}
-		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: p, Toolchain: tc}, prefixes: prefixes,
+		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &manifest.Manifest{Plan: p, Toolchain: tc}, prefixes: prefixes,
 			env: append(CleanEnviron(os.Getenv), append([]string{"PYTHONPATH=" + s + ":" + filepath.Join(inst, "deepep", "python")}, env...)...), mapped: -1}
 		r, ok := check.Find(v.oneCopy(context.Background(), processLibs()), "process.single-nvshmem")
 		if !ok {
@@ -152,7 +153,7 @@ _lib = ctypes.CDLL(os.path.join(_here, "lib", "libtorch_nvshmem.so"))
 	wheel := filepath.Join(newer, "nvidia", "nvshmem", "lib", "libnvshmem_host.so.3")
 	r, _ = verify(newer, false, "LD_PRELOAD="+wheel)
 	if r.Status != check.Fail || !strings.Contains(r.Found, "deep_ep_cpp.so binds its NVSHMEM host symbols to "+real(wheel)+" (NVSHMEM 3.7.2") ||
-		!strings.Contains(r.Found, "is not the install's NVSHMEM under "+filepath.Join(inst, "nvshmem")) || !strings.Contains(r.Fix, EnvName) ||
+		!strings.Contains(r.Found, "is not the install's NVSHMEM under "+filepath.Join(inst, "nvshmem")) || !strings.Contains(r.Fix, manifest.EnvName) ||
 		!strings.Contains(r.Fix, "remove "+wheel+" from the job's LD_PRELOAD") {
 		t.Errorf("the wheel's NVSHMEM preloaded: %+v", r)
 	}

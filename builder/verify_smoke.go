@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
 	"path/filepath"
@@ -38,12 +39,12 @@ func (v *verifier) smoke(ctx context.Context) []CheckResult {
 		return nil
 	}
 	if v.envErr != nil {
-		return []CheckResult{{ID: "smoke.run", Status: check.Fail, Read: filepath.Join(v.prefix, ManifestName), Found: "no runtime env: " + v.envErr.Error(),
+		return []CheckResult{{ID: "smoke.run", Status: check.Fail, Read: filepath.Join(v.prefix, manifest.ManifestName), Found: "no runtime env: " + v.envErr.Error(),
 			Why: "the smoke test runs with the runtime env the plan gives this prefix", Fix: v.fix()}}
 	}
 	bin := v.smokeBinary()
 	if _, ok := v.m.Plan.Component(smokeComponent); !ok && bin == "" {
-		return []CheckResult{{ID: "smoke.run", Status: check.Skip, Read: filepath.Join(v.prefix, ManifestName),
+		return []CheckResult{{ID: "smoke.run", Status: check.Skip, Read: filepath.Join(v.prefix, manifest.ManifestName),
 			Found: "the recipe " + v.m.Plan.Recipe + " has no " + smokeComponent + " component: the install has no smoke test",
 			Why:   "the smoke test checks NVSHMEM on this node; an install without NVSHMEM has nothing for it to run"}}
 	}

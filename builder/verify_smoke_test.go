@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
@@ -118,20 +119,20 @@ func TestSmokeExpect(t *testing.T) {
 	comp := func(src recipes.Source, version string) plan.PlanComponent {
 		return plan.PlanComponent{Component: recipes.Component{Name: "nvshmem", Version: version, Source: src}}
 	}
-	built := &verifier{m: &Manifest{Plan: &plan.Plan{Components: []plan.PlanComponent{
+	built := &verifier{m: &manifest.Manifest{Plan: &plan.Plan{Components: []plan.PlanComponent{
 		comp(recipes.Source{Git: &recipes.GitSource{URL: "https://github.com/NVIDIA/nvshmem"}}, "3.4.5-0")}}},
 		prefixes: map[string]string{"nvshmem": "/opt/deepep/nvshmem"}}
 	if e := built.smokeExpect(context.Background()); e.Version != "3.4.5-0" || e.LibDir != "/opt/deepep/nvshmem" {
 		t.Errorf("built NVSHMEM: %+v", e)
 	}
-	wheel := &verifier{m: &Manifest{Plan: &plan.Plan{Components: []plan.PlanComponent{
+	wheel := &verifier{m: &manifest.Manifest{Plan: &plan.Plan{Components: []plan.PlanComponent{
 		comp(recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nvshmem-cu13"}}, "")}},
 		Toolchain: &toolchain.Toolchain{PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}}}},
 		prefixes: map[string]string{}, opts: VerifyOptions{Python: "python3"}}
 	if e := wheel.smokeExpect(context.Background()); e.Version != "3.4.5" || !strings.Contains(e.From, "nvidia-nvshmem-cu13") {
 		t.Errorf("wheel: %+v", e)
 	}
-	none := &verifier{m: &Manifest{Plan: &plan.Plan{}}}
+	none := &verifier{m: &manifest.Manifest{Plan: &plan.Plan{}}}
 	if e := none.smokeExpect(context.Background()); e != (smoke.Expect{}) {
 		t.Errorf("no nvshmem: %+v", e)
 	}
@@ -153,7 +154,7 @@ func TestSmokeEnv(t *testing.T) {
 // programs (it runs none from a prefix whose files fail their checks).
 func pinFile(t *testing.T, prefix, rel string) {
 	t.Helper()
-	mp := filepath.Join(prefix, ManifestName)
+	mp := filepath.Join(prefix, manifest.ManifestName)
 	var m map[string]any
 	b, err := os.ReadFile(mp)
 	if err != nil {
@@ -181,7 +182,7 @@ func pinFile(t *testing.T, prefix, rel string) {
 		}
 	}
 	files = append(files, map[string]any{"path": filepath.ToSlash(rel), "type": "file", "mode": int(info.Mode().Perm()),
-		"size": len(data), "sha256": sha256Hex(data)})
+		"size": len(data), "sha256": manifest.SHA256Hex(data)})
 	sort.Slice(files, func(i, j int) bool {
 		return files[i].(map[string]any)["path"].(string) < files[j].(map[string]any)["path"].(string)
 	})
@@ -194,16 +195,16 @@ func pinFile(t *testing.T, prefix, rel string) {
 	if err := os.WriteFile(mp, nb, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := ReadReceipt(prefix)
+	r, err := manifest.ReadReceipt(prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.ManifestSHA256 = sha256Hex(nb)
+	r.ManifestSHA256 = manifest.SHA256Hex(nb)
 	rb, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(prefix, ReceiptName), append(rb, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(prefix, manifest.ReceiptName), append(rb, '\n'), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"io/fs"
 	"maps"
@@ -358,30 +359,30 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(prefix, rel), body, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		m, _, err := ReadInstalledManifest(prefix)
+		m, _, err := manifest.ReadInstalledManifest(prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range m.Files {
 			if m.Files[i].Path == rel {
-				m.Files[i].Size, m.Files[i].SHA256 = int64(len(body)), sha256Hex(body)
+				m.Files[i].Size, m.Files[i].SHA256 = int64(len(body)), manifest.SHA256Hex(body)
 			}
 		}
 		mb, _ := json.MarshalIndent(m, "", "  ")
-		if err := os.WriteFile(filepath.Join(prefix, ManifestName), mb, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(prefix, manifest.ManifestName), mb, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		wantStatus(t, mustVerify(t, prefix), map[string]string{"files": "pass", "install.receipt": "fail"})
 	})
 	t.Run("LD_PRELOAD from outside the prefix", func(t *testing.T) {
 		prefix := freshInstall(t)
-		b, err := os.ReadFile(filepath.Join(prefix, EnvName))
+		b, err := os.ReadFile(filepath.Join(prefix, manifest.EnvName))
 		if err != nil {
 			t.Fatal(err)
 		}
 		edit := fmt.Sprintf("export LD_PRELOAD='%s'\n", filepath.Join(t.TempDir(), "libnvshmem_host.so.3"))
 		b = []byte(strings.Replace(string(b), envTail, edit+envTail, 1))
-		if err := os.WriteFile(filepath.Join(prefix, EnvName), b, envMode); err != nil {
+		if err := os.WriteFile(filepath.Join(prefix, manifest.EnvName), b, envMode); err != nil {
 			t.Fatal(err)
 		}
 		rep := mustVerify(t, prefix)
@@ -421,7 +422,7 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 	}
 	editReceipt := func(field, value string) func(*testing.T, string) {
 		return func(t *testing.T, prefix string) {
-			p := filepath.Join(prefix, ReceiptName)
+			p := filepath.Join(prefix, manifest.ReceiptName)
 			var r map[string]any
 			b, _ := os.ReadFile(p)
 			if err := json.Unmarshal(b, &r); err != nil {
@@ -445,28 +446,28 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 		says   string // in the failing check's found or expected
 	}{
 		{"the receipt deleted", func(t *testing.T, p string) {
-			if err := os.Remove(filepath.Join(p, ReceiptName)); err != nil {
+			if err := os.Remove(filepath.Join(p, manifest.ReceiptName)); err != nil {
 				t.Fatal(err)
 			}
-		}, map[string]string{"install.receipt": "fail", "files.extra:bin": "fail"}, "no " + ReceiptName}, // the receipt records what install added
+		}, map[string]string{"install.receipt": "fail", "files.extra:bin": "fail"}, "no " + manifest.ReceiptName}, // the receipt records what install added
 		{"the receipt names another recipe", editReceipt("recipe", "other"), map[string]string{"install.receipt": "fail"}, `recipe "other"`},
 		{"the receipt names another epbuild", editReceipt("built_by", "v0.0.1"), map[string]string{"install.receipt": "fail"}, `built_by "v0.0.1"`},
 		{"the receipt lost its artifact", editReceipt("artifact", ""), map[string]string{"install.receipt": "fail"}, "not the receipt install writes"},
 		{"the receipt's sha256 is not one", editReceipt("sha256", "0123"), map[string]string{"install.receipt": "fail"}, `sha256 "0123" is not 64 hex digits`},
-		{"the receipt a link to a copy outside", func(t *testing.T, p string) { elsewhere(t, p, ReceiptName) },
-			map[string]string{"install.receipt": "fail", "files.type:" + ReceiptName: "fail"}, ReceiptName + " is a symlink"},
-		{"the manifest a link to a copy outside", func(t *testing.T, p string) { elsewhere(t, p, ManifestName) },
-			map[string]string{"install.manifest": "fail"}, ManifestName + " is a symlink"},
+		{"the receipt a link to a copy outside", func(t *testing.T, p string) { elsewhere(t, p, manifest.ReceiptName) },
+			map[string]string{"install.receipt": "fail", "files.type:" + manifest.ReceiptName: "fail"}, manifest.ReceiptName + " is a symlink"},
+		{"the manifest a link to a copy outside", func(t *testing.T, p string) { elsewhere(t, p, manifest.ManifestName) },
+			map[string]string{"install.manifest": "fail"}, manifest.ManifestName + " is a symlink"},
 		{"the receipt made executable", func(t *testing.T, p string) {
-			if err := os.Chmod(filepath.Join(p, ReceiptName), 0o755); err != nil {
+			if err := os.Chmod(filepath.Join(p, manifest.ReceiptName), 0o755); err != nil {
 				t.Fatal(err)
 			}
-		}, map[string]string{"install.receipt": "pass", "files.mode:" + ReceiptName: "fail"}, "mode 0755"},
+		}, map[string]string{"install.receipt": "pass", "files.mode:" + manifest.ReceiptName: "fail"}, "mode 0755"},
 		{"the manifest made group-writable", func(t *testing.T, p string) {
-			if err := os.Chmod(filepath.Join(p, ManifestName), 0o664); err != nil {
+			if err := os.Chmod(filepath.Join(p, manifest.ManifestName), 0o664); err != nil {
 				t.Fatal(err)
 			}
-		}, map[string]string{"install.manifest": "pass", "files.mode:" + ManifestName: "fail"}, "mode 0664"},
+		}, map[string]string{"install.manifest": "pass", "files.mode:" + manifest.ManifestName: "fail"}, "mode 0664"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			prefix := freshInstall(t)
@@ -475,7 +476,7 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 			wantStatus(t, rep, c.want)
 			said := false
 			for _, ch := range rep.Checks {
-				if ch.Status == "fail" && strings.Contains(ch.Found+" "+ch.Expected, c.says) && (strings.HasSuffix(ch.Read, ReceiptName) || strings.HasSuffix(ch.Read, ManifestName)) {
+				if ch.Status == "fail" && strings.Contains(ch.Found+" "+ch.Expected, c.says) && (strings.HasSuffix(ch.Read, manifest.ReceiptName) || strings.HasSuffix(ch.Read, manifest.ManifestName)) {
 					said = true
 				}
 			}
@@ -574,7 +575,7 @@ func TestHostConfigFromPlans(t *testing.T) {
 // of the demo install is detected, as exactly that problem at that path.
 func TestVerifyFilesRandomized(t *testing.T) {
 	prefix := freshInstall(t)
-	m, _, err := ReadInstalledManifest(prefix)
+	m, _, err := manifest.ReadInstalledManifest(prefix)
 	if err != nil {
 		t.Fatal(err)
 	}

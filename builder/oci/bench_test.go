@@ -15,6 +15,7 @@ import (
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/benchcmp"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/oci/ocitest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/recipes"
@@ -62,7 +63,7 @@ func bigArtifact(t *testing.T, size int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := builder.Manifest{Format: builder.ManifestFormat, Epbuild: "bench", Recipe: p.Recipe, PlanKey: p.Key, Plan: p, SourceDateEpoch: 1700000000, Files: entries}
+	m := manifest.Manifest{Format: manifest.ManifestFormat, Epbuild: "bench", Recipe: p.Recipe, PlanKey: p.Key, Plan: p, SourceDateEpoch: 1700000000, Files: entries}
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +73,7 @@ func bigArtifact(t *testing.T, size int64) string {
 		t.Fatal(err)
 	}
 	if _, err := archive.PackFile(ctx, tree, art, archive.PackOptions{ModTime: time.Unix(m.SourceDateEpoch, 0),
-		Extra: []archive.File{{Name: builder.ManifestName, Mode: 0o644, Data: append(mb, '\n')}}}); err != nil {
+		Extra: []archive.File{{Name: manifest.ManifestName, Mode: 0o644, Data: append(mb, '\n')}}}); err != nil {
 		t.Fatal(err)
 	}
 	sum, err := hashFile(ctx, art)

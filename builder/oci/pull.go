@@ -17,6 +17,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/recipes/userfile"
@@ -40,7 +41,7 @@ type PullResult struct {
 	// (--allow-unsigned).
 	SignedBy string `json:"signed_by,omitempty"`
 	// Manifest is the artifact's manifest, as checked.
-	Manifest *builder.Manifest `json:"-"`
+	Manifest *manifest.Manifest `json:"-"`
 }
 
 // maxManifest bounds the OCI manifest read into memory; an epbuild one is about 2 KiB.
@@ -332,7 +333,7 @@ const stagedArtifact = "artifact.tar.zst"
 
 // artifactNameOf is the file name of the artifact whose checked manifest is m, as
 // epbuild recipe names it: both parts must be usable in a file name.
-func artifactNameOf(m *builder.Manifest) (string, error) {
+func artifactNameOf(m *manifest.Manifest) (string, error) {
 	if err := quote.Name("recipe name in the artifact's manifest", m.Recipe); err != nil {
 		return "", err
 	}
@@ -371,7 +372,7 @@ func mkdirAll(dir string) ([]string, error) {
 // that a registry streaming something else fills no disk. Its own verdict comes first,
 // then the digest's, then the checks': bytes other than the digest names are called
 // that, rather than a damaged archive. title names the layer in errors.
-func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref Ref, d ocispec.Descriptor, path, title string) (*builder.Manifest, []byte, error) {
+func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref Ref, d ocispec.Descriptor, path, title string) (*manifest.Manifest, []byte, error) {
 	if err := d.Digest.Validate(); err != nil {
 		return nil, nil, &ContentError{Ref: ref, What: "the OCI manifest", Err: fmt.Errorf("layer %s: %w", title, err)}
 	}
@@ -397,7 +398,7 @@ func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref
 		hashed <- err
 	}()
 	type verdict struct {
-		m   *builder.Manifest
+		m   *manifest.Manifest
 		raw []byte
 		err error
 	}
@@ -453,11 +454,11 @@ type stagedWheel struct {
 // against the manifest's record of that wheel (name, size, sha256); the file name is the
 // manifest's. A manifest wheel the OCI artifact does not carry is logged: the artifact
 // was pushed without it.
-func (c *Client) fetchWheels(ctx context.Context, repo *remote.Repository, ref Ref, f *fetched, m *builder.Manifest, tmp string) ([]stagedWheel, error) {
+func (c *Client) fetchWheels(ctx context.Context, repo *remote.Repository, ref Ref, f *fetched, m *manifest.Manifest, tmp string) ([]stagedWheel, error) {
 	if len(f.wheels) == 0 && len(m.Wheels) == 0 {
 		return nil, nil
 	}
-	want := map[string]builder.WheelFile{}
+	want := map[string]manifest.WheelFile{}
 	for _, w := range m.Wheels {
 		want[w.File] = w
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/sign"
 	"github.com/epbuild/epbuild/recipes/userfile"
 )
@@ -101,7 +102,7 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 	// registry's (a damaged file is better named by its .sha256 than by DIGEST_INVALID).
 	var (
 		wg                 sync.WaitGroup
-		m                  *builder.Manifest
+		m                  *manifest.Manifest
 		raw                []byte
 		checkErr, upErr    error
 		artDesc            ocispec.Descriptor
@@ -320,7 +321,7 @@ type pushedWheel struct {
 // manifest's record (size and sha256) first. A wheel that is not there is logged and
 // left out: pull then says so, and a build cache builds rather than serve an artifact
 // without its wheels.
-func (c *Client) pushWheels(ctx context.Context, repo *remote.Repository, ref Ref, art string, m *builder.Manifest) ([]pushedWheel, error) {
+func (c *Client) pushWheels(ctx context.Context, repo *remote.Repository, ref Ref, art string, m *manifest.Manifest) ([]pushedWheel, error) {
 	name := filepath.Base(art)
 	var out []pushedWheel
 	for _, w := range m.Wheels {

@@ -18,6 +18,7 @@ import (
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/smoke"
@@ -96,7 +97,7 @@ needed is named).`,
 			for _, n := range res.Notes {
 				fmt.Fprintf(app.Out, "note      %s\n", quote.Term(n))
 			}
-			envsh := quote.Shell(filepath.Join(res.Prefix, builder.EnvName))
+			envsh := quote.Shell(filepath.Join(res.Prefix, manifest.EnvName))
 			fmt.Fprintf(app.Out, "use it:   . %s\n", envsh)
 			fmt.Fprintf(app.Out, "on nodes: . %s && epbuild verify-install --host\n", envsh)
 			return nil
@@ -444,7 +445,7 @@ func (f *hostFlags) options(app *App) (opts builder.HostOptions, done func(), er
 			return opts, done, err
 		}
 	case prefix != "":
-		m, _, merr := builder.ReadInstalledManifest(prefix)
+		m, _, merr := manifest.ReadInstalledManifest(prefix)
 		if merr != nil {
 			return opts, done, usageError{merr}
 		}
