@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"io/fs"
 	"os"
@@ -68,7 +69,7 @@ func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string
 			prefixes[c.Name] = c.Prefix
 		}
 	}
-	envsh, err := envScript(p, func(c string) string { return prefixes[c] }, installedComponents(p, res))
+	script, err := envsh.ScriptWith(p, func(c string) string { return prefixes[c] }, installedComponents(p, res))
 	if err != nil {
 		return err
 	}
@@ -94,7 +95,7 @@ func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string
 		Mounts:  mounts,
 		ModTime: time.Unix(sde, 0),
 		Level:   zstdLevel,
-		Extra:   []archive.File{{Name: manifest.EnvName, Mode: envMode, Data: []byte(envsh)}},
+		Extra:   []archive.File{{Name: manifest.EnvName, Mode: envsh.EnvMode, Data: []byte(script)}},
 		Late: &archive.LateFile{Name: manifest.ManifestName, Mode: 0o644, Data: func(entries []archive.Entry) ([]byte, error) {
 			comps, err := checked()
 			if err != nil {

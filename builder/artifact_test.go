@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
@@ -34,7 +35,7 @@ func twoPassPackage(t *testing.T, r *Runner, p *plan.Plan, res *Result) []byte {
 			t.Fatal(err)
 		}
 	}
-	envsh, err := EnvScript(p, tree, installedComponents(p, res))
+	script, err := envsh.EnvScript(p, tree, installedComponents(p, res))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func twoPassPackage(t *testing.T, r *Runner, p *plan.Plan, res *Result) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries = append(entries, archive.Entry{Path: manifest.EnvName, Type: archive.TypeFile, Mode: envMode, Size: int64(len(envsh)), SHA256: manifest.SHA256Hex([]byte(envsh))})
+	entries = append(entries, archive.Entry{Path: manifest.EnvName, Type: archive.TypeFile, Mode: envsh.EnvMode, Size: int64(len(script)), SHA256: manifest.SHA256Hex([]byte(script))})
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
 	plan := *p
 	plan.File = ""
@@ -60,7 +61,7 @@ func twoPassPackage(t *testing.T, r *Runner, p *plan.Plan, res *Result) []byte {
 		Level:   zstdLevel,
 		Extra: []archive.File{
 			{Name: manifest.ManifestName, Mode: 0o644, Data: append(mb, '\n')},
-			{Name: manifest.EnvName, Mode: envMode, Data: []byte(envsh)},
+			{Name: manifest.EnvName, Mode: envsh.EnvMode, Data: []byte(script)},
 		},
 	}); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"path"
 
@@ -33,7 +34,7 @@ func installWritten(rel string) func([]byte) ([]byte, error) {
 		return nil
 	}
 	return func(b []byte) ([]byte, error) {
-		tmpl, _, err := unbakeEnv(string(b))
+		tmpl, _, err := envsh.UnbakeEnv(string(b))
 		return []byte(tmpl), err
 	}
 }

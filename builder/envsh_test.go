@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"os"
@@ -198,35 +199,35 @@ func TestBakeEnvScript(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "c", "lib"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script, err := EnvScript(p, root, []string{"c"})
+	script, err := envsh.EnvScript(p, root, []string{"c"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	baked, err := bakeEnv(script, envBaked{At: "/opt/it's", ID: "0123"})
+	baked, err := envsh.BakeEnv(script, envsh.EnvBaked{At: "/opt/it's", ID: "0123"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(baked, "\n_epbuild_at='/opt/it'\\''s'\n_epbuild_id='0123'\n") {
 		t.Errorf("baked lines:\n%s", baked)
 	}
-	tmpl, b, err := unbakeEnv(baked)
-	if err != nil || tmpl != script || b != (envBaked{At: "/opt/it's", ID: "0123"}) {
+	tmpl, b, err := envsh.UnbakeEnv(baked)
+	if err != nil || tmpl != script || b != (envsh.EnvBaked{At: "/opt/it's", ID: "0123"}) {
 		t.Errorf("unbake: %v %+v", err, b)
 	}
-	if _, err := bakeEnv(baked, envBaked{At: "/x", ID: "1"}); err == nil {
+	if _, err := envsh.BakeEnv(baked, envsh.EnvBaked{At: "/x", ID: "1"}); err == nil {
 		t.Error("a baked env.sh was baked again")
 	}
 	// a newline and a backslash stay on the prefix line, escaped for printf %b
 	for _, at := range []string{"/a\nb", `/a\b\n`, "/a\\\n'\"$[]\n"} {
-		b, err := bakeEnv(script, envBaked{At: at, ID: "1"})
+		b, err := envsh.BakeEnv(script, envsh.EnvBaked{At: at, ID: "1"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, got, err := unbakeEnv(b); err != nil || got.At != at || strings.Count(b, "\n") != strings.Count(script, "\n") {
+		if _, got, err := envsh.UnbakeEnv(b); err != nil || got.At != at || strings.Count(b, "\n") != strings.Count(script, "\n") {
 			t.Errorf("%q: read back %q, %v\n%s", at, got.At, err, b)
 		}
 	}
-	if _, err := bakeEnv(script, envBaked{At: "/a\x00b", ID: "1"}); err == nil {
+	if _, err := envsh.BakeEnv(script, envsh.EnvBaked{At: "/a\x00b", ID: "1"}); err == nil {
 		t.Error("a prefix with a NUL was written into env.sh")
 	}
 	vars, _, got, err := parseEnvScript(baked, "/opt/it's")
@@ -238,8 +239,8 @@ func TestBakeEnvScript(t *testing.T) {
 		"a substitution in the prefix line": strings.Replace(baked, "_epbuild_at='/opt/it'\\''s'", "_epbuild_at=$(id)", 1),
 		"an edited locator":                 strings.Replace(baked, "return 1", "true", 1),
 		"an export after the tail":          baked + "export B=$(id)\n",
-		"no tail":                           strings.Replace(baked, envTail, "", 1),
-		"a command":                         strings.Replace(baked, envTail, "rm -rf /\n"+envTail, 1),
+		"no tail":                           strings.Replace(baked, envsh.EnvTail, "", 1),
+		"a command":                         strings.Replace(baked, envsh.EnvTail, "rm -rf /\n"+envsh.EnvTail, 1),
 	} {
 		if _, _, _, err := parseEnvScript(bad, "/opt/x"); err == nil {
 			t.Errorf("%s: parsed", name)
@@ -349,16 +350,16 @@ func TestEnvScriptTwice(t *testing.T) {
 		}
 	}
 	p := &plan.Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"LD_PRELOAD": "{{c.prefix}}/lib/x.so", "A": "{{c.prefix}}/lib"}}
-	script, err := EnvScript(p, root, []string{"c"})
+	script, err := envsh.EnvScript(p, root, []string{"c"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	baked, err := bakeEnv(script, envBaked{At: root, ID: "0123"})
+	baked, err := envsh.BakeEnv(script, envsh.EnvBaked{At: root, ID: "0123"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	envsh := filepath.Join(root, manifest.EnvName)
-	if err := os.WriteFile(envsh, []byte(baked), envMode); err != nil {
+	envPath := filepath.Join(root, manifest.EnvName)
+	if err := os.WriteFile(envPath, []byte(baked), envsh.EnvMode); err != nil {
 		t.Fatal(err)
 	}
 	vars, _, _, err := parseEnvScript(baked, root)
@@ -366,7 +367,7 @@ func TestEnvScriptTwice(t *testing.T) {
 		t.Errorf("verify reads back %v, %v", vars, err)
 	}
 	// the runtime env verify-install gives a command (--traffic, --smoke) does the same
-	env, err := RuntimeEnv(p, map[string]string{"c": filepath.Join(root, "c")}, []string{"LD_PRELOAD=/site/xalt.so"})
+	env, err := envsh.RuntimeEnv(p, map[string]string{"c": filepath.Join(root, "c")}, []string{"LD_PRELOAD=/site/xalt.so"})
 	if err != nil || !slices.Contains(env, "LD_PRELOAD="+root+"/c/lib/x.so:/site/xalt.so") {
 		t.Errorf("runtime env: %v %q", err, env)
 	}
@@ -383,14 +384,14 @@ if [ "$once" != "$twice" ]; then printf 'twice:\n%s\n' "$twice"; fi
 `
 	want := "path=" + root + "/bin:/usr/bin:/bin\npy=" + root + "/c/python:/user/py\nld=" + root + "/c/lib\npre=" + root + "/c/lib/x.so:/site/xalt.so /site/darshan.so\na=" + root + "/c/lib\nleft=unset\n"
 	for _, sh := range shellsUnderTest {
-		cmd := exec.Command(sh, "-c", prog, "sh", envsh)
+		cmd := exec.Command(sh, "-c", prog, "sh", envPath)
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
 		out, err := cmd.CombinedOutput()
 		if err != nil || string(out) != want {
 			t.Errorf("%s: %v: got\n%s\nwant\n%s", sh, err, out, want)
 		}
 		// run as a program: by path, and from its directory
-		for _, arg := range []string{envsh, "./" + manifest.EnvName} {
+		for _, arg := range []string{envPath, "./" + manifest.EnvName} {
 			cmd := exec.Command(sh, arg)
 			cmd.Dir = root
 			out, err := cmd.CombinedOutput()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"io/fs"
 	"maps"
@@ -261,7 +262,7 @@ func Module(opts ModuleOptions) (modulefile.Module, error) {
 	if err != nil {
 		return modulefile.Module{}, &UsageError{Err: fmt.Errorf("module: %w", err)}
 	}
-	env, py, ld, err := runtimeParts(m.Plan, manifest.InstalledPrefixes(m, prefix))
+	env, py, ld, err := envsh.RuntimeParts(m.Plan, manifest.InstalledPrefixes(m, prefix))
 	if err != nil {
 		return modulefile.Module{}, err
 	}
@@ -307,7 +308,7 @@ func Module(opts ModuleOptions) (modulefile.Module, error) {
 		delete(env, "LD_LIBRARY_PATH")
 	}
 	// LD_PRELOAD goes in front of a site's own preload (XALT, Darshan, a profiler)
-	if pre := splitPaths("LD_PRELOAD", env["LD_PRELOAD"]); len(pre) > 0 {
+	if pre := envsh.SplitPaths("LD_PRELOAD", env["LD_PRELOAD"]); len(pre) > 0 {
 		mod.Prepend = append(mod.Prepend, modulefile.PathVar{Name: "LD_PRELOAD", Dirs: pre})
 		delete(env, "LD_PRELOAD")
 	}

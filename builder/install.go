@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"io/fs"
 	"os"
@@ -214,7 +215,7 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 		return nil, disk.NoSpaceOr(err, op, parent, need, fixInstallSpace)
 	}
 	// env.sh learns where it is installed: sh cannot find out by itself
-	if err := BakeEnvScript(tree, prefix); err != nil {
+	if err := envsh.BakeEnvScript(tree, prefix); err != nil {
 		return nil, disk.NoSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
 	added, notes, err := addEpbuild(tree, m, opts.Self)

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"fmt"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"maps"
 	"path/filepath"
@@ -37,12 +38,12 @@ func LoadInstallTests(prefix string, base []string, only []string) (*InstallTest
 	if err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("%w (give the --prefix of epbuild install)", err)}
 	}
-	env, err := InstallEnv(abs, base)
+	env, err := envsh.InstallEnv(abs, base)
 	if err != nil {
 		return nil, err
 	}
 	// a test must not change the install it tests (verify-install reads its bytecode)
-	env = withEnv(env, map[string]string{"PYTHONDONTWRITEBYTECODE": "1"})
+	env = envsh.WithEnv(env, map[string]string{"PYTHONDONTWRITEBYTECODE": "1"})
 	it := &InstallTests{Prefix: abs, Recipe: m.Plan.Recipe, PlanKey: m.PlanKey, Env: env}
 	prefixes := manifest.InstalledPrefixes(m, abs)
 	want := map[string]bool{}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
@@ -295,7 +296,7 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 // installedNCCL is the NCCL a process with the install's runtime env (env.sh's
 // LD_PRELOAD and the rest, over base) runs; nil when that cannot be read.
 func installedNCCL(ctx context.Context, prefix string, base []string) *toolchain.NCCLRuntime {
-	env, err := InstallEnv(prefix, base)
+	env, err := envsh.InstallEnv(prefix, base)
 	if err != nil {
 		return nil
 	}
@@ -331,14 +332,14 @@ func runTest(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 		cr.Test, cr.Error = StepFail, "--test: "+err.Error()
 		return
 	}
-	env, err := InstallEnv(cr.Prefix, opts.Environ)
+	env, err := envsh.InstallEnv(cr.Prefix, opts.Environ)
 	if err != nil {
 		cr.Test, cr.Error = StepFail, err.Error()
 		return
 	}
-	env = withEnv(env, cr.Env)
+	env = envsh.WithEnv(env, cr.Env)
 	// a test run from a source tree in the store must not write into it
-	env = withEnv(env, map[string]string{"EPBUILD_CELL": cr.Name, "PYTHONDONTWRITEBYTECODE": "1"})
+	env = envsh.WithEnv(env, map[string]string{"EPBUILD_CELL": cr.Name, "PYTHONDONTWRITEBYTECODE": "1"})
 	dir := filepath.Join(cr.Dir, "test")
 	cr.TestLog = filepath.Join(cr.Dir, "test.log")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

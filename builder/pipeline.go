@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/builder/toolchain"
@@ -619,7 +620,7 @@ func varyRebuild(r *Runner, dir string) (varied []string, restore func(), err er
 	}
 	r.Toolchain = &tc
 	varied = append(varied, fmt.Sprintf("jobs %d", tc.Jobs))
-	r.Environ = withEnv(r.Environ, map[string]string{"TZ": "Pacific/Chatham"}) // +12:45, a zone few build hosts have
+	r.Environ = envsh.WithEnv(r.Environ, map[string]string{"TZ": "Pacific/Chatham"}) // +12:45, a zone few build hosts have
 	varied = append(varied, "TZ=Pacific/Chatham")
 	old := setUmask(0o077)
 	varied = append(varied, "umask 077")

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"io"
 	"io/fs"
@@ -281,7 +282,7 @@ func (r *Runner) Run(ctx context.Context, p *plan.Plan) (*Result, error) {
 		return res, err
 	}
 
-	env, err := RuntimeEnv(p, prefixes, r.Environ)
+	env, err := envsh.RuntimeEnv(p, prefixes, r.Environ)
 	if err != nil {
 		return res, err
 	}
@@ -885,7 +886,7 @@ func (r *Runner) buildStage(ctx context.Context, p *plan.Plan, c *plan.PlanCompo
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
 	se := &stepEnv{component: c.Name, src: src, work: work, out: wd.out, prefix: prefix, destdir: destdir, logs: logs,
-		env: withEnv(r.Environ, base), jobs: jobs, ninja: t.Ninja != "", python: t.Python, watch: r.Watch, mapFlag: mapFlag}
+		env: envsh.WithEnv(r.Environ, base), jobs: jobs, ninja: t.Ninja != "", python: t.Python, watch: r.Watch, mapFlag: mapFlag}
 	for i, st := range c.Build {
 		var err error
 		switch {

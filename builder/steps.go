@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/toolchain"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"io"
 	"io/fs"
 	"maps"
@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/epbuild/epbuild/builder/toolchain"
 
 	"github.com/epbuild/epbuild/builder/procgroup"
 	"github.com/epbuild/epbuild/builder/quote"
@@ -88,56 +90,6 @@ type stepEnv struct {
 	// mapFlag maps the source and build directories away in what host compilers write (repro.go); the
 	// environment's CFLAGS/CXXFLAGS carry it, and cmake's flags where the recipe sets them.
 	mapFlag string
-}
-
-var templRe = regexp.MustCompile(`\{\{\s*([^{}]*?)\s*\}\}`)
-
-// expand replaces {{...}} references from vars; an unknown one is an error (validation
-// catches them earlier, so this is a bug guard).
-func expand(s string, vars map[string]string) (string, error) {
-	var bad string
-	out := templRe.ReplaceAllStringFunc(s, func(m string) string {
-		k := templRe.FindStringSubmatch(m)[1]
-		v, ok := vars[k]
-		if !ok {
-			bad = k
-		}
-		return v
-	})
-	if bad != "" {
-		return "", fmt.Errorf("template {{%s}} has no value here", bad)
-	}
-	return out, nil
-}
-
-func expandMap(m map[string]string, vars map[string]string) (map[string]string, error) {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		e, err := expand(v, vars)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", k, err)
-		}
-		out[k] = e
-	}
-	return out, nil
-}
-
-// withEnv returns base with the pairs of m set (replacing existing names).
-func withEnv(base []string, m map[string]string) []string {
-	if len(m) == 0 {
-		return base
-	}
-	out := make([]string, 0, len(base)+len(m))
-	for _, kv := range base {
-		k, _, _ := strings.Cut(kv, "=")
-		if _, over := m[k]; !over {
-			out = append(out, kv)
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		out = append(out, k+"="+m[k])
-	}
-	return out
 }
 
 // run runs one command of a step with its output appended to the step's log file, in a
@@ -211,15 +163,15 @@ var errorLineRe = regexp.MustCompile(`(?i)(\berror\b|undefined reference|fatal)`
 // cmake configures, builds and installs into destdir+prefix. cmake runs without a
 // shell; each option is one -DKEY=VALUE argument (see cmakeValue).
 func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars map[string]string) error {
-	opts, err := expandMap(st.Options, vars)
+	opts, err := envsh.ExpandMap(st.Options, vars)
 	if err != nil {
 		return fmt.Errorf("build %s: cmake options: %w", s.component, err)
 	}
-	senv, err := expandMap(st.Env, vars)
+	senv, err := envsh.ExpandMap(st.Env, vars)
 	if err != nil {
 		return fmt.Errorf("build %s: cmake env: %w", s.component, err)
 	}
-	env := withEnv(s.env, senv)
+	env := envsh.WithEnv(s.env, senv)
 	srcDir, err := stepDir(s.src, st.Dir)
 	if err != nil {
 		return fmt.Errorf("build %s: cmake dir: %w", s.component, err)
@@ -258,7 +210,7 @@ func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars 
 	}
 	// DESTDIR keeps the final prefix path in installed files while the files themselves
 	// land in the stage's temporary directory.
-	return s.run(ctx, step, s.src, withEnv(env, map[string]string{"DESTDIR": s.destdir}), "cmake", "--install", bdir)
+	return s.run(ctx, step, s.src, envsh.WithEnv(env, map[string]string{"DESTDIR": s.destdir}), "cmake", "--install", bdir)
 }
 
 // flagPlain are the characters that mean themselves to sh, make and Ninja alike: a
@@ -364,7 +316,7 @@ func stepDir(root, dir string) (string, error) {
 // when the step asks for one. setup.py runs once, without a shell; the step's env
 // reaches it as it is. Nothing here needs the wheel or build modules.
 func (s *stepEnv) pythonExtension(ctx context.Context, i int, st *recipes.PythonExtensionStep, vars map[string]string) error {
-	senv, err := expandMap(st.Env, vars)
+	senv, err := envsh.ExpandMap(st.Env, vars)
 	if err != nil {
 		return fmt.Errorf("build %s: python-extension env: %w", s.component, err)
 	}
@@ -374,7 +326,7 @@ func (s *stepEnv) pythonExtension(ctx context.Context, i int, st *recipes.Python
 	if err := s.keepPythonCFLAGS(ctx, senv); err != nil {
 		return fmt.Errorf("build %s: %w", s.component, err)
 	}
-	env := withEnv(s.env, senv)
+	env := envsh.WithEnv(s.env, senv)
 	step := fmt.Sprintf("%02d-python-extension", i)
 	blib := filepath.Join(s.out, "pybuild-lib")
 	btmp := filepath.Join(s.out, "pybuild-tmp")
@@ -489,13 +441,13 @@ func (s *stepEnv) logf(step, format string, args ...any) {
 // command runs a plain command in the tree, with PREFIX (final path), DESTDIR and SRC set:
 // the program itself, not a shell, so each argument arrives as written.
 func (s *stepEnv) command(ctx context.Context, i int, st *recipes.CommandStep, vars map[string]string) error {
-	senv, err := expandMap(st.Env, vars)
+	senv, err := envsh.ExpandMap(st.Env, vars)
 	if err != nil {
 		return fmt.Errorf("build %s: command env: %w", s.component, err)
 	}
 	args := make([]string, len(st.Run))
 	for j, a := range st.Run {
-		if args[j], err = expand(a, vars); err != nil {
+		if args[j], err = envsh.Expand(a, vars); err != nil {
 			return fmt.Errorf("build %s: command: %w", s.component, err)
 		}
 	}
@@ -504,7 +456,7 @@ func (s *stepEnv) command(ctx context.Context, i int, st *recipes.CommandStep, v
 	if err != nil {
 		return fmt.Errorf("build %s: command dir: %w", s.component, err)
 	}
-	return s.run(ctx, fmt.Sprintf("%02d-command", i), dir, withEnv(s.env, senv), args[0], args[1:]...)
+	return s.run(ctx, fmt.Sprintf("%02d-command", i), dir, envsh.WithEnv(s.env, senv), args[0], args[1:]...)
 }
 
 // copyTests copies the component's declared test files from its patched tree into

@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/disk"
-	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/check"
@@ -59,7 +61,7 @@ func (v *verifier) envScript(context.Context) []CheckResult {
 
 	var named, missing []string
 	for _, k := range order {
-		for _, p := range splitPaths(k, vars[k]) {
+		for _, p := range envsh.SplitPaths(k, vars[k]) {
 			if !within(p, v.prefix) {
 				continue
 			}
@@ -84,7 +86,7 @@ func (v *verifier) envScript(context.Context) []CheckResult {
 
 // checkBaked compares the prefix install wrote into env.sh with where the install is
 // (or, for install's staging tree, will be).
-func (v *verifier) checkBaked(c VerifyCheck, b envBaked) VerifyCheck {
+func (v *verifier) checkBaked(c VerifyCheck, b envsh.EnvBaked) VerifyCheck {
 	here := v.prefix
 	if v.opts.Final != "" {
 		here = v.opts.Final
@@ -109,7 +111,7 @@ func (v *verifier) envDiffs(vars map[string]string) []string {
 	if v.envErr != nil {
 		return []string{v.envErr.Error()}
 	}
-	want, err := RuntimeEnv(v.m.Plan, v.prefixes, nil)
+	want, err := envsh.RuntimeEnv(v.m.Plan, v.prefixes, nil)
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -126,7 +128,7 @@ func (v *verifier) envDiffs(vars map[string]string) []string {
 		switch {
 		case !ok:
 			out = append(out, k+" not exported")
-		case k == "LD_PRELOAD" && slices.Equal(splitPaths(k, got), splitPaths(k, wm[k])):
+		case k == "LD_PRELOAD" && slices.Equal(envsh.SplitPaths(k, got), envsh.SplitPaths(k, wm[k])):
 		case got != wm[k]:
 			out = append(out, fmt.Sprintf("%s=%q, the plan says %q", k, got, wm[k]))
 		}
@@ -149,7 +151,7 @@ func (v *verifier) checkPreload(c VerifyCheck, val string) VerifyCheck {
 		entries[e.Path] = e
 	}
 	var bad, good []string
-	for _, p := range splitPaths("LD_PRELOAD", val) {
+	for _, p := range envsh.SplitPaths("LD_PRELOAD", val) {
 		if !within(p, v.prefix) {
 			bad = append(bad, p+" is outside the prefix")
 			continue
@@ -191,13 +193,6 @@ func resolveInManifest(rel string, entries map[string]archive.Entry) (archive.En
 	return archive.Entry{}, false
 }
 
-// splitPaths splits a variable's value into the paths it lists (LD_PRELOAD also takes
-// spaces).
-func splitPaths(k, v string) []string {
-	sep := func(r rune) bool { return r == ':' || (k == "LD_PRELOAD" && r == ' ') }
-	return strings.FieldsFunc(v, sep)
-}
-
 // withinResolved is within with symlinks resolved on both sides.
 func withinResolved(p, dir string) bool {
 	if r, err := filepath.EvalSymlinks(p); err == nil {
@@ -219,8 +214,8 @@ func within(p, dir string) bool {
 // EPBUILD_PREFIX = prefix and an empty inherited environment: it returns each export's
 // value, the export order and what install wrote into it. Anything EnvScript does not
 // write is an error, so a hand-edited env.sh shows.
-func parseEnvScript(text, prefix string) (map[string]string, []string, envBaked, error) {
-	tmpl, baked, err := unbakeEnv(text)
+func parseEnvScript(text, prefix string) (map[string]string, []string, envsh.EnvBaked, error) {
+	tmpl, baked, err := envsh.UnbakeEnv(text)
 	if err != nil {
 		return nil, nil, baked, err
 	}
@@ -230,14 +225,14 @@ func parseEnvScript(text, prefix string) (map[string]string, []string, envBaked,
 			return nil, nil, baked, fmt.Errorf("env.sh line %d: %q is not the comment epbuild writes", i+1, strings.TrimSpace(lines[i]))
 		}
 	}
-	body, ok := strings.CutPrefix(strings.Join(lines[4:], ""), envLocate)
+	body, ok := strings.CutPrefix(strings.Join(lines[4:], ""), envsh.EnvLocate)
 	if !ok {
 		return nil, nil, baked, errors.New("env.sh: the lines that find the prefix (from line 5) are not the ones epbuild writes")
 	}
-	first := 5 + strings.Count(envLocate, "\n")
-	body, ok = strings.CutSuffix(body, envTail)
+	first := 5 + strings.Count(envsh.EnvLocate, "\n")
+	body, ok = strings.CutSuffix(body, envsh.EnvTail)
 	if !ok {
-		return nil, nil, baked, fmt.Errorf("env.sh: it does not end with the lines epbuild writes (%s)", strings.ReplaceAll(strings.TrimSpace(envTail), "\n", "; "))
+		return nil, nil, baked, fmt.Errorf("env.sh: it does not end with the lines epbuild writes (%s)", strings.ReplaceAll(strings.TrimSpace(envsh.EnvTail), "\n", "; "))
 	}
 	vars := map[string]string{"EPBUILD_PREFIX": prefix}
 	var order []string
@@ -246,7 +241,7 @@ func parseEnvScript(text, prefix string) (map[string]string, []string, envBaked,
 			break
 		}
 		var name, v string
-		if rest, ok := strings.CutPrefix(line, envPrepend+" "); ok {
+		if rest, ok := strings.CutPrefix(line, envsh.EnvPrepend+" "); ok {
 			// directories in front of a path list; the inherited value is empty here
 			name, rest, _ = strings.Cut(rest, " ")
 			words, err := shellWords(rest, prefix)
@@ -346,8 +341,8 @@ func installedEntries(prefix string, files []archive.Entry) []archive.Entry {
 	if err != nil {
 		return out
 	}
-	tmpl, baked, err := unbakeEnv(string(b))
-	if err != nil || baked == (envBaked{}) {
+	tmpl, baked, err := envsh.UnbakeEnv(string(b))
+	if err != nil || baked == (envsh.EnvBaked{}) {
 		return out
 	}
 	out = slices.Clone(out)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"io/fs"
 	"maps"
@@ -86,7 +87,7 @@ func (v *verifier) manifest() bool {
 	}
 	v.rep.add(c)
 	v.prefixes = manifest.InstalledPrefixes(m, v.prefix)
-	v.env, v.envErr = RuntimeEnv(m.Plan, v.prefixes, v.opts.Environ)
+	v.env, v.envErr = envsh.RuntimeEnv(m.Plan, v.prefixes, v.opts.Environ)
 	return true
 }
 

@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"maps"
@@ -321,7 +322,7 @@ func (v *verifier) judgeNVSHMEM(ctx context.Context, c VerifyCheck, l oneLib, pc
 	c.Found = strings.Join(deepSays, "; ")
 	if len(bad) > 0 {
 		c.Found += " (" + strings.Join(bad, "; ") + ": DeepEP's device code and this host library come from different NVSHMEM builds)"
-		for _, p := range splitPaths("LD_PRELOAD", toolchain.GetenvFrom(v.env, "LD_PRELOAD")) {
+		for _, p := range envsh.SplitPaths("LD_PRELOAD", toolchain.GetenvFrom(v.env, "LD_PRELOAD")) {
 			if r, err := filepath.EvalSymlinks(p); err == nil && slices.Contains(deep, r) && !withinResolved(r, own) {
 				fix += "; remove " + p + " from the job's LD_PRELOAD"
 			}

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
@@ -103,7 +104,7 @@ func smokeEnv(runtime, caller []string) ([]string, []string) {
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	return withEnv(runtime, over), names
+	return envsh.WithEnv(runtime, over), names
 }
 
 // smokeExpect is what the build recorded about the NVSHMEM the ranks must load: the

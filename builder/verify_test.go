@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"io/fs"
@@ -381,8 +382,8 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 			t.Fatal(err)
 		}
 		edit := fmt.Sprintf("export LD_PRELOAD='%s'\n", filepath.Join(t.TempDir(), "libnvshmem_host.so.3"))
-		b = []byte(strings.Replace(string(b), envTail, edit+envTail, 1))
-		if err := os.WriteFile(filepath.Join(prefix, manifest.EnvName), b, envMode); err != nil {
+		b = []byte(strings.Replace(string(b), envsh.EnvTail, edit+envsh.EnvTail, 1))
+		if err := os.WriteFile(filepath.Join(prefix, manifest.EnvName), b, envsh.EnvMode); err != nil {
 			t.Fatal(err)
 		}
 		rep := mustVerify(t, prefix)
@@ -504,12 +505,12 @@ func TestParseEnvScript(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "c", "lib"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script, err := EnvScript(p, root, []string{"c"})
+	script, err := envsh.EnvScript(p, root, []string{"c"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	vars, order, baked, err := parseEnvScript(script, "/opt/x")
-	if err != nil || baked != (envBaked{}) {
+	if err != nil || baked != (envsh.EnvBaked{}) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"EPBUILD_PREFIX": "/opt/x", "LD_LIBRARY_PATH": "/opt/x/c/lib", "A": "it's /opt/x/c/lib", "B": "/opt/x/c"}

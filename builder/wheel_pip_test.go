@@ -3,6 +3,7 @@ package builder
 import (
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
@@ -42,7 +43,7 @@ func TestWheelWithPip(t *testing.T) {
 
 	// the install's environment: pip show and importlib.metadata find the package there
 	prefix := freshInstall(t)
-	env, err := InstallEnv(prefix, CleanEnviron(os.Getenv))
+	env, err := envsh.InstallEnv(prefix, CleanEnviron(os.Getenv))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
@@ -231,7 +232,7 @@ const maxSmokePEs = 256
 // on stderr so that stdout stays the report.
 func (app *App) trafficCommand(prefix string, args []string) func(context.Context) error {
 	return func(ctx context.Context) error {
-		env, err := builder.InstallEnv(prefix, os.Environ())
+		env, err := envsh.InstallEnv(prefix, os.Environ())
 		if err != nil {
 			return err
 		}
@@ -450,7 +451,7 @@ func (f *hostFlags) options(app *App) (opts builder.HostOptions, done func(), er
 			return opts, done, usageError{merr}
 		}
 		opts.Plan, opts.Toolchain, opts.Build = m.Plan, m.Toolchain, m.BuildFacts
-		if env, err := builder.InstallEnv(prefix, opts.Env); err == nil {
+		if env, err := envsh.InstallEnv(prefix, opts.Env); err == nil {
 			opts.Env = env
 		}
 	}

@@ -1,4 +1,4 @@
-package builder
+package envsh
 
 import (
 	"crypto/rand"
@@ -47,7 +47,7 @@ const (
 
 // envLocate finds the prefix or refuses; it is the same in every env.sh (the parser
 // checks it byte for byte).
-const envLocate = `case $_epbuild_at in
+const EnvLocate = `case $_epbuild_at in
   *\\*)
     _epbuild_at=$(printf '%bx' "$_epbuild_at")
     _epbuild_at=${_epbuild_at%x}
@@ -135,13 +135,13 @@ _epbuild_prepend() {
 `
 
 // envMode is env.sh's mode: it is sourced, never run (run, it would set nothing).
-const envMode = 0o644
+const EnvMode = 0o644
 
 // envPrepend begins a line that puts directories in front of a path list, each once.
-const envPrepend = "_epbuild_prepend"
+const EnvPrepend = "_epbuild_prepend"
 
 // envTail ends every env.sh.
-const envTail = "unset -f _epbuild_prepend\nunset _epbuild_at _epbuild_id _epbuild_self _epbuild_run _epbuild_here _epbuild_line _epbuild_dir _epbuild_err _epbuild_var _epbuild_old _epbuild_new _epbuild_p\n"
+const EnvTail = "unset -f _epbuild_prepend\nunset _epbuild_at _epbuild_id _epbuild_self _epbuild_run _epbuild_here _epbuild_line _epbuild_dir _epbuild_err _epbuild_var _epbuild_old _epbuild_new _epbuild_p\n"
 
 // EnvScript writes env.sh as the artifact carries it (no prefix written in): the locator,
 // then PREFIX/bin in front of PATH, PYTHONPATH and LD_LIBRARY_PATH for the components
@@ -149,17 +149,17 @@ const envTail = "unset -f _epbuild_prepend\nunset _epbuild_at _epbuild_id _epbui
 // the user's, and exports of the rest of the recipe's runtime env, with {{C.prefix}}
 // pointing into the prefix. Values are single-quoted; only the prefix is expanded.
 func EnvScript(p *plan.Plan, root string, installed []string) (string, error) {
-	return envScript(p, func(c string) string { return filepath.Join(root, c) }, installed)
+	return ScriptWith(p, func(c string) string { return filepath.Join(root, c) }, installed)
 }
 
-// envScript is EnvScript with each installed component's tree at dirOf(component) (the
+// scriptWith is EnvScript with each installed component's tree at dirOf(component) (the
 // package stage packs the staged prefixes where they are).
-func envScript(p *plan.Plan, dirOf func(string) string, installed []string) (string, error) {
+func ScriptWith(p *plan.Plan, dirOf func(string) string, installed []string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# env.sh for %s (plan %s), written by epbuild: . PREFIX/%s from any POSIX shell (sh, bash, zsh, ksh93)\n", p.Recipe, p.Key[:12], manifest.EnvName)
 	b.WriteString("# epbuild install writes the install's directory and id on the next two lines\n")
 	b.WriteString(envAtVar + "''\n" + envIDVar + "''\n")
-	b.WriteString(envLocate)
+	b.WriteString(EnvLocate)
 	has := map[string]bool{}
 	for _, c := range installed {
 		has[c] = true
@@ -174,18 +174,18 @@ func envScript(p *plan.Plan, dirOf func(string) string, installed []string) (str
 		}
 	}
 	// PREFIX/bin holds the epbuild that installed it (epbuild install puts it there)
-	fmt.Fprintf(&b, "%s PATH %s\n", envPrepend, `"$EPBUILD_PREFIX"/`+quote.ShellAlways("bin"))
+	fmt.Fprintf(&b, "%s PATH %s\n", EnvPrepend, `"$EPBUILD_PREFIX"/`+quote.ShellAlways("bin"))
 	if len(py) > 0 {
-		fmt.Fprintf(&b, "%s PYTHONPATH %s\n", envPrepend, strings.Join(py, " "))
+		fmt.Fprintf(&b, "%s PYTHONPATH %s\n", EnvPrepend, strings.Join(py, " "))
 	}
 	if len(ld) > 0 {
-		fmt.Fprintf(&b, "%s LD_LIBRARY_PATH %s\n", envPrepend, strings.Join(ld, " "))
+		fmt.Fprintf(&b, "%s LD_LIBRARY_PATH %s\n", EnvPrepend, strings.Join(ld, " "))
 	}
 	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 		if k == "LD_PRELOAD" {
 			// in front of a site's own preload (XALT, Darshan, a profiler), which stays
 			var words []string
-			for _, e := range splitPaths(k, p.Env[k]) {
+			for _, e := range SplitPaths(k, p.Env[k]) {
 				w, err := shellTemplate(e, has)
 				if err != nil {
 					return "", fmt.Errorf("env.sh for %s: %s: %w", p.Recipe, k, err)
@@ -193,7 +193,7 @@ func envScript(p *plan.Plan, dirOf func(string) string, installed []string) (str
 				words = append(words, w)
 			}
 			if len(words) > 0 {
-				fmt.Fprintf(&b, "%s %s %s\n", envPrepend, k, strings.Join(words, " "))
+				fmt.Fprintf(&b, "%s %s %s\n", EnvPrepend, k, strings.Join(words, " "))
 			}
 			continue
 		}
@@ -203,23 +203,23 @@ func envScript(p *plan.Plan, dirOf func(string) string, installed []string) (str
 		}
 		fmt.Fprintf(&b, "export %s=%s\n", k, v)
 	}
-	b.WriteString(envTail)
+	b.WriteString(EnvTail)
 	return b.String(), nil
 }
 
 // envBaked is what epbuild install wrote into an env.sh: the install's directory and id
 // ("" in the artifact's form).
-type envBaked struct {
+type EnvBaked struct {
 	At, ID string
 }
 
 // bakeEnv writes the install's directory and id into the artifact's env.sh.
-func bakeEnv(text string, b envBaked) (string, error) {
-	tmpl, cur, err := unbakeEnv(text)
+func BakeEnv(text string, b EnvBaked) (string, error) {
+	tmpl, cur, err := UnbakeEnv(text)
 	if err != nil {
 		return "", err
 	}
-	if cur != (envBaked{}) {
+	if cur != (EnvBaked{}) {
 		return "", errors.New("env.sh already names an install")
 	}
 	if strings.ContainsRune(b.At, 0) || strings.ContainsAny(b.ID, "\n\\\x00") {
@@ -259,12 +259,12 @@ func unescapeAt(s string) (string, bool) {
 
 // unbakeEnv returns env.sh in the artifact's form and what install wrote into it. The two
 // lines must be the third and fourth, each once.
-func unbakeEnv(text string) (string, envBaked, error) {
+func UnbakeEnv(text string) (string, EnvBaked, error) {
 	lines := strings.SplitAfter(text, "\n")
 	if len(lines) < 5 || !strings.HasPrefix(lines[2], envAtVar) || !strings.HasPrefix(lines[3], envIDVar) {
-		return "", envBaked{}, fmt.Errorf("env.sh does not begin with the two lines epbuild writes (%s..., %s...)", envAtVar, envIDVar)
+		return "", EnvBaked{}, fmt.Errorf("env.sh does not begin with the two lines epbuild writes (%s..., %s...)", envAtVar, envIDVar)
 	}
-	var b envBaked
+	var b EnvBaked
 	for i, dst := range []*string{&b.At, &b.ID} {
 		name := []string{envAtVar, envIDVar}[i]
 		v, ok := singleQuoted(strings.TrimSuffix(strings.TrimPrefix(lines[2+i], name), "\n"))
@@ -272,7 +272,7 @@ func unbakeEnv(text string) (string, envBaked, error) {
 			v, ok = unescapeAt(v)
 		}
 		if !ok {
-			return "", envBaked{}, fmt.Errorf("env.sh line %d: %q is not a single-quoted value", 3+i, strings.TrimSuffix(lines[2+i], "\n"))
+			return "", EnvBaked{}, fmt.Errorf("env.sh line %d: %q is not a single-quoted value", 3+i, strings.TrimSuffix(lines[2+i], "\n"))
 		}
 		*dst = v
 		lines[2+i] = name + "''\n"
@@ -331,7 +331,7 @@ func BakeEnvScript(tree, final string) error {
 	if err != nil {
 		return err
 	}
-	out, err := bakeEnv(string(b), envBaked{At: final, ID: id})
+	out, err := BakeEnv(string(b), EnvBaked{At: final, ID: id})
 	if err != nil {
 		return fmt.Errorf("write the prefix into %s: %w", manifest.EnvName, err)
 	}
