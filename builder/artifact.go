@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/envsh"
-	"github.com/epbuild/epbuild/builder/manifest"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,12 +13,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/epbuild/epbuild/builder/plan"
-	"github.com/epbuild/epbuild/builder/store"
-
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
 )
 
 // zstdLevel is pinned: the level changes the artifact's bytes.
@@ -212,7 +212,7 @@ func publishSet(p *plan.Plan, dir, outDir, sum string) (*Result, error) {
 		}
 	}
 	// an artifact already there with the same bytes is left as it is
-	if got, err := fileSHA256(res.Artifact); err != nil || got != sum {
+	if got, err := disk.FileSHA256(res.Artifact); err != nil || got != sum {
 		tmp := tmpName(res.Artifact)
 		moves = append(moves, move{tmp, res.Artifact})
 		got, err := copyHashed(src, tmp)

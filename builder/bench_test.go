@@ -4,10 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/manifest"
-	"github.com/epbuild/epbuild/builder/plan"
-	"github.com/epbuild/epbuild/builder/store"
-	"github.com/epbuild/epbuild/builder/toolchain"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -17,6 +13,10 @@ import (
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/benchcmp"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 )
 

@@ -2,9 +2,6 @@ package builder
 
 import (
 	"context"
-	"github.com/epbuild/epbuild/builder/cachegc"
-	"github.com/epbuild/epbuild/builder/manifest"
-	"github.com/epbuild/epbuild/builder/store"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +12,9 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/cachegc"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/store"
 )
 
 // cache du counts every byte under the cache: its disk total is what du -s counts, its

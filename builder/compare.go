@@ -2,12 +2,12 @@ package builder
 
 import (
 	"context"
-	"github.com/epbuild/epbuild/builder/envsh"
-	"github.com/epbuild/epbuild/builder/manifest"
 	"path"
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/diff"
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/manifest"
 )
 
 // Diff compares two artifacts or installed prefixes (or one of each): `epbuild diff`. In

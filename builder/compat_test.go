@@ -3,7 +3,6 @@ package builder
 import (
 	"context"
 	"errors"
-	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/plan"
-
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )

@@ -5,9 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/manifest"
-	"github.com/epbuild/epbuild/builder/plan"
-	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"io/fs"
 	"maps"
@@ -18,7 +15,10 @@ import (
 
 	"github.com/charmbracelet/log"
 	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes/userfile"
 )
@@ -245,16 +245,6 @@ func (e *AfterBuildError) Error() string {
 }
 
 func (e *AfterBuildError) Unwrap() error { return e.Err }
-
-// builtNVSHMEMVersion is the X.Y.Z of the NVSHMEM an install was built against: the
-// version of the headers the build read (nvshmem.header-version), else the plan's label
-// (nvshmemBuildVersion). "" when unknown.
-func builtNVSHMEMVersion(opts HostOptions) string {
-	if v, err := compat.ParseVersion(opts.Build[FactHeaderVersion]); err == nil {
-		return v.Core()
-	}
-	return nvshmemBuildVersion(opts.Plan, opts.Toolchain)
-}
 
 // CheckInstall evaluates the rules of the plan and preflight stages on the install at
 // prefix: the plan, the build's toolchain and the build facts its manifest records (the

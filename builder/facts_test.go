@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/epbuild/epbuild/builder/manifest"
-	"github.com/epbuild/epbuild/builder/plan"
-	"github.com/epbuild/epbuild/builder/toolchain"
 	"maps"
 	"os"
 	"path/filepath"
@@ -16,6 +13,9 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )

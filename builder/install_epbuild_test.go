@@ -2,7 +2,6 @@ package builder
 
 import (
 	"context"
-	"github.com/epbuild/epbuild/builder/manifest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/quote"
 )
 
@@ -112,7 +113,7 @@ func TestInstallCopiesEpbuild(t *testing.T) {
 
 func mustSHA256(t *testing.T, p string) string {
 	t.Helper()
-	s, err := fileSHA256(p)
+	s, err := disk.FileSHA256(p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,6 @@ package builder
 
 import (
 	"fmt"
-	"github.com/epbuild/epbuild/builder/envsh"
-	"github.com/epbuild/epbuild/builder/manifest"
 	"maps"
 	"path/filepath"
 	"regexp"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder/acceptance"
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/quote"
 )
 

@@ -3,10 +3,10 @@ package builder
 import (
 	"context"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/plan"
 	"strings"
 
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/plan"
 )
 
 // CheckResult is one check's outcome: the check engine's one result type.

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/patches/effect"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -267,4 +269,31 @@ func effectResult(id string, r effect.Result, root string) CheckResult {
 		why = strings.TrimSpace(r.Detail + " " + why)
 	}
 	return CheckResult{ID: id, Status: st, Expected: r.Effect.String(), Found: found, Why: why}
+}
+
+// globInside is what a check's file pattern matches in prefix, sorted: nothing for a
+// pattern that leaves it, and no match that resolves outside it through a symlink
+// (validate refuses the first kind already; a plan read from an installed manifest is
+// checked again here).
+func globInside(prefix, pattern string) []string {
+	if !filepath.IsLocal(filepath.FromSlash(pattern)) {
+		return nil
+	}
+	m, _ := filepath.Glob(filepath.Join(toolchain.GlobEscape(prefix), filepath.FromSlash(pattern)))
+	root, err := filepath.EvalSymlinks(prefix)
+	if err != nil {
+		return nil
+	}
+	out := m[:0]
+	for _, p := range m {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			continue
+		}
+		if rel, err := filepath.Rel(root, real); err == nil && filepath.IsLocal(rel) {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

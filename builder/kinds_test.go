@@ -2,7 +2,6 @@ package builder
 
 import (
 	"context"
-	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/recipes"
 )
 

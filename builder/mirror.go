@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/disk"
-	"github.com/epbuild/epbuild/builder/store"
 	"io/fs"
 	"maps"
 	"os"
@@ -19,8 +17,10 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/store"
 )
 
 // A mirror is written whole or not at all: a new one is made in a directory beside it

@@ -3,7 +3,6 @@ package builder
 import (
 	"context"
 	"errors"
-	"github.com/epbuild/epbuild/builder/disk"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/recipes"
 )
 

@@ -1,12 +1,13 @@
 package builder
 
 import (
-	"github.com/epbuild/epbuild/builder/disk"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/disk"
 )
 
 // TestOutputSetWholeOrNothing: the artifact, its .sha256, its SBOM and its wheels are

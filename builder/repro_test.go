@@ -6,9 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/disk"
-	"github.com/epbuild/epbuild/builder/manifest"
-	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"maps"
 	"os"
@@ -22,8 +19,11 @@ import (
 
 	"github.com/charmbracelet/log"
 
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -592,7 +592,7 @@ components:
 	if strings.Join(paths, " ") != "manifest.json stamped/stamp" {
 		t.Errorf("changes: %v", paths)
 	}
-	if sum, err := fileSHA256(res.Rebuild.Kept); err != nil || sum != res.Rebuild.SHA256 || filepath.Dir(filepath.Dir(res.Rebuild.Kept)) != out {
+	if sum, err := disk.FileSHA256(res.Rebuild.Kept); err != nil || sum != res.Rebuild.SHA256 || filepath.Dir(filepath.Dir(res.Rebuild.Kept)) != out {
 		t.Errorf("kept %s: %s %v", res.Rebuild.Kept, sum, err)
 	}
 	if left, _ := filepath.Glob(filepath.Join(cache, "tmp", "rebuild-*")); len(left) != 0 {

@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/envsh"
-	"github.com/epbuild/epbuild/builder/manifest"
 	"io"
 	"io/fs"
 	"maps"
@@ -21,20 +19,18 @@ import (
 	"sync"
 	"time"
 
-	"github.com/epbuild/epbuild/builder/toolchain"
-
-	"github.com/epbuild/epbuild/builder/store"
-
-	"github.com/epbuild/epbuild/builder/disk"
-	"github.com/epbuild/epbuild/builder/plan"
-
 	"github.com/charmbracelet/log"
 	"github.com/go-git/go-git/v5"
 
-	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
 	"github.com/epbuild/epbuild/recipes/userfile"
@@ -1026,7 +1022,7 @@ func ReadSum(path string) (string, error) {
 			return strings.ToLower(f[0]), nil
 		}
 	}
-	sum, err := fileSHA256(path)
+	sum, err := disk.FileSHA256(path)
 	if err != nil {
 		return "", err
 	}
@@ -1043,19 +1039,11 @@ func hexString(s string) bool {
 	return true
 }
 
-func fileSHA256(path string) (string, error) {
-	sum, _, err := archive.HashFile(context.Background(), path, sha256.New(), make([]byte, 1<<20))
-	if err != nil {
-		return "", fmt.Errorf("hash %s: %w", path, err)
-	}
-	return sum, nil
-}
-
 // publishArtifact copies the stored artifact to dst atomically, unless dst already
 // holds the same bytes, and writes (or repairs) dst.sha256. The copy is hashed as it is
 // written: a store whose artifact and record disagree is not published.
 func publishArtifact(src, dst, sum string) error {
-	if got, err := fileSHA256(dst); err == nil && got == sum {
+	if got, err := disk.FileSHA256(dst); err == nil && got == sum {
 		return publishErr(writeSidecar(dst, sum), src, dst)
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {

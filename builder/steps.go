@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/envsh"
 	"io"
 	"io/fs"
 	"maps"
@@ -14,15 +13,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/epbuild/epbuild/builder/toolchain"
-
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/procgroup"
 	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -257,33 +255,6 @@ func cmakeValue(key, val string, ninja bool) (string, error) {
 		val = "'" + val + "'"
 	}
 	return val, nil
-}
-
-// globInside is what a check's file pattern matches in prefix, sorted: nothing for a
-// pattern that leaves it, and no match that resolves outside it through a symlink
-// (validate refuses the first kind already; a plan read from an installed manifest is
-// checked again here).
-func globInside(prefix, pattern string) []string {
-	if !filepath.IsLocal(filepath.FromSlash(pattern)) {
-		return nil
-	}
-	m, _ := filepath.Glob(filepath.Join(toolchain.GlobEscape(prefix), filepath.FromSlash(pattern)))
-	root, err := filepath.EvalSymlinks(prefix)
-	if err != nil {
-		return nil
-	}
-	out := m[:0]
-	for _, p := range m {
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil {
-			continue
-		}
-		if rel, err := filepath.Rel(root, real); err == nil && filepath.IsLocal(rel) {
-			out = append(out, p)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 // stepDir resolves a step's dir inside the tree root: a path that leaves it, lexically

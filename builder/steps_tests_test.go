@@ -1,14 +1,14 @@
 package builder
 
 import (
-	"github.com/epbuild/epbuild/builder/plan"
-	"github.com/epbuild/epbuild/builder/store"
-	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 	"github.com/epbuild/epbuild/recipes/lock"
 )

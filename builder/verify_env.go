@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/envsh"
 	"maps"
 	"os"
 	"path"
@@ -12,11 +11,11 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/epbuild/epbuild/builder/disk"
-	"github.com/epbuild/epbuild/builder/manifest"
-
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/manifest"
 )
 
 // The env script an install carries (env.sh): what it exports against the plan, the paths

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/envsh"
-	"github.com/epbuild/epbuild/builder/manifest"
 	"io/fs"
 	"maps"
 	"os"
@@ -17,11 +15,12 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/epbuild/epbuild/builder/disk"
-
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/quote"
 )
 
@@ -548,4 +547,48 @@ func sizeChange(got, want int64) string {
 		return fmt.Sprintf("%d bytes: truncated (%d bytes short)", got, want-got)
 	}
 	return fmt.Sprintf("%d bytes: %d bytes longer", got, got-want)
+}
+
+// installedEpbuild compares the epbuild running the check with the one in the prefix
+// that install copied there (whose bytes the files check holds against the receipt).
+func (v *verifier) installedEpbuild(context.Context) []CheckResult {
+	c := VerifyCheck{ID: "install.epbuild", Read: filepath.Join(v.prefix, filepath.FromSlash(manifest.BinEpbuild)),
+		Why: "env.sh puts PREFIX/bin on PATH, so jobs and nodes run the epbuild installed with the prefix; another epbuild checks it by other rules"}
+	r, err := manifest.ReadReceipt(v.prefix)
+	var inst *archive.Entry
+	if err == nil {
+		for i := range r.Added {
+			if r.Added[i].Path == manifest.BinEpbuild {
+				inst = &r.Added[i]
+			}
+		}
+	}
+	switch {
+	case inst == nil:
+		c.Status, c.Found = check.Skip, "install copied no epbuild into the prefix (its receipt lists none)"
+		return []CheckResult{c}
+	case v.opts.Self == "":
+		c.Status, c.Found = check.Skip, "the running epbuild was not given to compare"
+		return []CheckResult{c}
+	}
+	c.Expected = fmt.Sprintf("the epbuild running verify-install is the installed one (epbuild %s, sha256 %s as installed)", quote.Term(r.Epbuild), shortKey(inst.SHA256))
+	sum, err := disk.FileSHA256(v.opts.Self)
+	have, herr := disk.FileSHA256(c.Read)
+	switch {
+	case err != nil:
+		c.Status, c.Found = check.Warn, fmt.Sprintf("read the running epbuild %s: %v", v.opts.Self, err)
+	case herr != nil:
+		c.Status, c.Found, c.Fix = check.Warn, fmt.Sprintf("read the installed epbuild: %v", herr), v.fix()
+	case sum == have:
+		c.Status, c.Found = check.Pass, fmt.Sprintf("%s is the installed epbuild %s (sha256 %s)", v.opts.Self, quote.Term(r.Epbuild), shortKey(sum))
+	default:
+		prefix := v.prefix
+		if v.opts.Final != "" {
+			prefix = v.opts.Final
+		}
+		c.Status = check.Warn
+		c.Found = fmt.Sprintf("%s (epbuild %s, sha256 %s) is not the installed epbuild %s (sha256 %s)", v.opts.Self, quote.Term(v.opts.Version), shortKey(sum), quote.Term(r.Epbuild), shortKey(have))
+		c.Fix = "run the installed one: " + quote.Shell(filepath.Join(prefix, filepath.FromSlash(manifest.BinEpbuild))) + " verify-install --prefix " + quote.Shell(prefix) + " (after . PREFIX/env.sh it is first on PATH)"
+	}
+	return []CheckResult{c}
 }

@@ -3,9 +3,6 @@ package builder
 import (
 	"context"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/manifest"
-	"github.com/epbuild/epbuild/builder/plan"
-	"github.com/epbuild/epbuild/builder/toolchain"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -14,6 +11,9 @@ import (
 
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 )
 
@@ -519,4 +519,14 @@ func SampleTraffic(ctx context.Context, sys host.Sysroot, run func(context.Conte
 			Found: err.Error(), Why: "the NIC counters are how the spread is measured", Fix: "check that /sys/class/infiniband is readable"}
 	}
 	return &tr, []VerifyCheck{rc, spread}
+}
+
+// builtNVSHMEMVersion is the X.Y.Z of the NVSHMEM an install was built against: the
+// version of the headers the build read (nvshmem.header-version), else the plan's label
+// (nvshmemBuildVersion). "" when unknown.
+func builtNVSHMEMVersion(opts HostOptions) string {
+	if v, err := compat.ParseVersion(opts.Build[FactHeaderVersion]); err == nil {
+		return v.Core()
+	}
+	return nvshmemBuildVersion(opts.Plan, opts.Toolchain)
 }

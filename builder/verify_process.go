@@ -3,9 +3,6 @@ package builder
 import (
 	"context"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/envsh"
-	"github.com/epbuild/epbuild/builder/manifest"
-	"github.com/epbuild/epbuild/builder/toolchain"
 	"maps"
 	"os"
 	"path/filepath"
@@ -13,10 +10,12 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/epbuild/epbuild/builder/plan"
-
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 )
 

@@ -2,16 +2,16 @@ package builder
 
 import (
 	"context"
-	"github.com/epbuild/epbuild/builder/envsh"
-	"github.com/epbuild/epbuild/builder/manifest"
-	"github.com/epbuild/epbuild/builder/toolchain"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/smoke"
+	"github.com/epbuild/epbuild/builder/toolchain"
 )
 
 // The NVSHMEM smoke test (verify-install --smoke): the program every DeepEP recipe builds

@@ -2,9 +2,6 @@ package builder
 
 import (
 	"archive/zip"
-	"github.com/epbuild/epbuild/builder/manifest"
-	"github.com/epbuild/epbuild/builder/plan"
-	"github.com/epbuild/epbuild/builder/toolchain"
 	"io"
 	"os"
 	"os/exec"
@@ -13,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/recipes"
 	"github.com/epbuild/epbuild/recipes/lock"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/store"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,10 +13,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/epbuild/epbuild/builder/disk"
-
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/embedded"
+	"github.com/epbuild/epbuild/builder/store"
 )
 
 // What is under the cache directory, by kind. One cache directory holds the fetched

@@ -2,6 +2,6 @@
 // (WriteFileAtomic, WriteOutput), renames that never replace or that swap two trees, free
 // space, and the NoSpaceError that names the full directory and how to make room.
 //
-// It is a leaf: it knows nothing of plans, stages, artifacts or installs, and may import
-// only the standard library and golang.org/x/sys.
+// It knows nothing of plans, stages, artifacts or installs: it may import only the
+// standard library, golang.org/x/sys and builder/archive (whose file hash FileSHA256 uses).
 package disk

@@ -20,9 +20,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/epbuild/epbuild/builder/disk"
-
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/disk"
 )
 
 // Store keeps each stage's output under stages/<stage>/<key>/: a directory that appears

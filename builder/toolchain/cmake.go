@@ -2,12 +2,13 @@ package toolchain
 
 import (
 	"fmt"
-	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/epbuild/epbuild/builder/plan"
 )
 
 // CMake packages a build finds with find_package: protobuf (>= 22 needs Abseil) and

@@ -2,12 +2,12 @@ package toolchain
 
 import (
 	"errors"
-	"github.com/epbuild/epbuild/builder/plan"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/recipes"
 )
 

@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/plan"
-	"github.com/epbuild/epbuild/builder/store"
 	"maps"
 	"os"
 	"os/exec"
@@ -20,7 +18,8 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder/disk"
-
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/compat"
 )
 
