@@ -37,7 +37,7 @@ func CheckArtifact(ctx context.Context, art string) (*manifest.Manifest, []byte,
 	// opened first, then checked: a FIFO put there is refused, not waited on
 	f, st, err := userfile.Open(art)
 	if err != nil {
-		return nil, nil, "", &BadArtifactError{Artifact: art, Err: err}
+		return nil, nil, "", &manifest.BadArtifactError{Artifact: art, Err: err}
 	}
 	defer f.Close()
 	want, err := SumBeside(art)
@@ -52,7 +52,7 @@ func CheckArtifact(ctx context.Context, art string) (*manifest.Manifest, []byte,
 	// the rest of the file, if the check stopped early: a damaged artifact is best named
 	// by its .sha256
 	if _, cerr := io.CopyBuffer(h, f, make([]byte, 256<<10)); cerr != nil && err == nil {
-		return nil, nil, "", &BadArtifactError{Artifact: art, Err: cerr}
+		return nil, nil, "", &manifest.BadArtifactError{Artifact: art, Err: cerr}
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	if want != "" && sum != want {
@@ -81,10 +81,10 @@ func CheckArtifactStream(ctx context.Context, r io.Reader, art string, size int6
 	hook := &archive.MemberHook{Name: manifest.ManifestName, MaxSize: manifest.MaxManifestSize, Found: func(b []byte) (archive.Limits, error) {
 		dm, err := manifest.DecodeManifest(b, manifest.ManifestName)
 		if err != nil {
-			return archive.Limits{}, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: %w", err)}
+			return archive.Limits{}, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: %w", err)}
 		}
 		m, raw = dm, bytes.Clone(b)
-		return archive.Limits{MaxBytes: declaredBytes(m, raw), MaxEntries: maxEntries(m)}, nil
+		return archive.Limits{MaxBytes: manifest.DeclaredBytes(m, raw), MaxEntries: maxEntries(m)}, nil
 	}}
 	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifestBudget(size), Member: hook}
 	rep, err := archive.Scan(ctx, r, filepath.Base(art), opts)
@@ -92,7 +92,7 @@ func CheckArtifactStream(ctx context.Context, r io.Reader, art string, size int6
 		return nil, nil, readError(ctx, art, err, m, raw)
 	}
 	if m == nil {
-		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", manifest.ManifestName)}
+		return nil, nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", manifest.ManifestName)}
 	}
 	// what follows the archive's end, so that the whole stream was read (and hashed)
 	if _, err := io.Copy(io.Discard, r); err != nil {
@@ -117,7 +117,7 @@ func maxEntries(m *manifest.Manifest) int { return len(m.Files) + 16 }
 // readError explains an error of reading an artifact, before its manifest was found (m
 // nil) or after.
 func readError(ctx context.Context, art string, err error, m *manifest.Manifest, raw []byte) error {
-	var be *BadArtifactError
+	var be *manifest.BadArtifactError
 	var xe *archive.ExtractError
 	switch {
 	case errors.As(err, &be):
@@ -125,18 +125,18 @@ func readError(ctx context.Context, art string, err error, m *manifest.Manifest,
 	case ctx.Err() != nil:
 		return fmt.Errorf("check %s: %w", art, ctx.Err())
 	case errors.Is(err, archive.ErrLimit) && m == nil:
-		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("%w; an epbuild artifact carries its manifest within %d times its own size", err, manifest.MaxManifestRatio)}
+		return &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("%w; an epbuild artifact carries its manifest within %d times its own size", err, manifest.MaxManifestRatio)}
 	case errors.Is(err, archive.ErrLimit):
-		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than its manifest declares (%d files, %s), extraction stopped: %w",
-			countFiles(m), disk.ByteCount(declaredBytes(m, raw)-manifest.TarSlack), err)}
+		return &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than its manifest declares (%d files, %s), extraction stopped: %w",
+			manifest.CountFiles(m), disk.ByteCount(manifest.DeclaredBytes(m, raw)-manifest.TarSlack), err)}
 	case errors.As(err, &xe) && xe.Kind != nil:
-		return &BadArtifactError{Artifact: art, Err: err}
+		return &manifest.BadArtifactError{Artifact: art, Err: err}
 	case disk.IsNoSpace(err):
 		return err // the caller says where and how much
 	}
 	// an I/O error here is as likely the archive's (a truncated zstd frame) as ours;
 	// nothing was installed either way
-	return &BadArtifactError{Artifact: art, Err: err}
+	return &manifest.BadArtifactError{Artifact: art, Err: err}
 }
 
 // checkTree compares the tree an artifact extracts to (as archive lists it, every file
@@ -153,7 +153,7 @@ func checkTree(art string, m *manifest.Manifest, raw []byte, tree []archive.Entr
 		}
 	}
 	if !same {
-		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than one %s, and they differ", manifest.ManifestName)}
+		return &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than one %s, and they differ", manifest.ManifestName)}
 	}
 	problems := treeProblems(tree, m.Files)
 	if len(problems) == 0 {
@@ -168,7 +168,7 @@ func checkTree(art string, m *manifest.Manifest, raw []byte, tree []archive.Entr
 		}
 		lines = append(lines, fmt.Sprintf("%s %s: expected %s, found %s", p.Kind, p.Path, toolchain.OrNone(p.Expected), toolchain.OrNone(p.Found)))
 	}
-	return &BadArtifactError{Artifact: art, Err: fmt.Errorf("%d entries differ from its manifest:\n  - %s", len(problems), strings.Join(lines, "\n  - "))}
+	return &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("%d entries differ from its manifest:\n  - %s", len(problems), strings.Join(lines, "\n  - "))}
 }
 
 // treeProblems is VerifyFiles' judgement of a tree listed in memory: every entry against
@@ -286,11 +286,11 @@ func SumBeside(art string) (string, error) {
 		tl.Fix = "a .sha256 is one line of sha256sum; " + sumFix(art)
 	}
 	if err != nil {
-		return "", &BadArtifactError{Artifact: art, Err: err}
+		return "", &manifest.BadArtifactError{Artifact: art, Err: err}
 	}
 	f := strings.Fields(string(b))
 	if len(f) == 0 || !manifest.IsSHA256(strings.ToLower(f[0])) {
-		return "", &BadArtifactError{Artifact: art, Err: fmt.Errorf("%s.sha256 holds no sha256", filepath.Base(art))}
+		return "", &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("%s.sha256 holds no sha256", filepath.Base(art))}
 	}
 	return strings.ToLower(f[0]), nil
 }
@@ -303,6 +303,6 @@ func sumFix(art string) string {
 
 // sumMismatch is an artifact whose bytes are not what its .sha256 says.
 func sumMismatch(art, sum, want string) error {
-	return &BadArtifactError{Artifact: art, Err: fmt.Errorf("its sha256 is %s, %s.sha256 says %s: truncated or damaged in transfer; copy it again",
+	return &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("its sha256 is %s, %s.sha256 says %s: truncated or damaged in transfer; copy it again",
 		sum, filepath.Base(art), want)}
 }

@@ -23,7 +23,7 @@ func Diff(ctx context.Context, a, b string, maxExtract int64) (*diff.Report, err
 			if err != nil {
 				return 0, err
 			}
-			return declaredBytes(m, b) - manifest.TarSlack, nil
+			return manifest.DeclaredBytes(m, b) - manifest.TarSlack, nil
 		}}})
 }
 

@@ -228,7 +228,7 @@ func SBOM(ctx context.Context, path, tool string, cr SBOMCredits) ([]byte, error
 		return sbomBytes(m, art, sum, tool, cr)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, &BadArtifactError{Artifact: path, Err: &userfile.NotRegularError{Path: path, Mode: st.Mode(), Fix: "an artifact is read whole; give the file itself"}}
+		return nil, &manifest.BadArtifactError{Artifact: path, Err: &userfile.NotRegularError{Path: path, Mode: st.Mode(), Fix: "an artifact is read whole; give the file itself"}}
 	}
 	sum, err := checkArtifactSum(path)
 	if err != nil {

@@ -23,16 +23,7 @@ import (
 	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
-// The build facts: what a build read of what it built, recorded in the manifest
-// (Manifest.BuildFacts) and given to the rules after the build as compat.Facts.Build.
-// They are read from the headers DeepEP compiles against, not from the recipe's labels:
-// a GitHub tree that calls itself 3.5.0 already has the layout released in 3.5.19.
 const (
-	// FactRCLayout is the RC-QP layout of NVSHMEM's IBGDA device state (v1 or v2).
-	FactRCLayout = "nvshmem.rc-layout"
-	// FactHeaderVersion is the X.Y.Z of the NVSHMEM headers the build compiled against.
-	FactHeaderVersion = "nvshmem.header-version"
-
 	// ibgdaHeader and versionHeader are where an NVSHMEM include directory (an install's
 	// include/, or the wheel's nvidia/nvshmem/include) keeps what the facts are read from.
 	ibgdaHeader   = "device_host_transport/nvshmem_common_ibgda.h"
@@ -53,7 +44,7 @@ func buildFacts(p *plan.Plan, comps []manifest.ComponentResult) (facts, notes ma
 			continue
 		}
 		if c.Prefix == "" {
-			return nil, map[string]string{FactRCLayout: "the nvshmem component installed no files", FactHeaderVersion: "the nvshmem component installed no files"}
+			return nil, map[string]string{manifest.FactRCLayout: "the nvshmem component installed no files", manifest.FactHeaderVersion: "the nvshmem component installed no files"}
 		}
 		return NVSHMEMIncludeFacts(filepath.Join(c.Prefix, "include"))
 	}
@@ -67,14 +58,14 @@ func NVSHMEMIncludeFacts(include string) (facts, notes map[string]string) {
 	facts, notes = map[string]string{}, map[string]string{}
 	path := filepath.Join(include, filepath.FromSlash(ibgdaHeader))
 	if layout, err := readRCLayout(path); err != nil {
-		notes[FactRCLayout] = err.Error()
+		notes[manifest.FactRCLayout] = err.Error()
 	} else {
-		facts[FactRCLayout] = layout
+		facts[manifest.FactRCLayout] = layout
 	}
 	if info, err := inspect.ReadNVSHMEMVersionHeader(filepath.Join(include, filepath.FromSlash(versionHeader))); err != nil {
-		notes[FactHeaderVersion] = err.Error()
+		notes[manifest.FactHeaderVersion] = err.Error()
 	} else {
-		facts[FactHeaderVersion] = info.Version
+		facts[manifest.FactHeaderVersion] = info.Version
 	}
 	if len(facts) == 0 {
 		facts = nil

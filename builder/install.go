@@ -54,22 +54,6 @@ type InstallResult struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// BadArtifactError is an artifact that failed its checks before anything was installed:
-// damaged, truncated, not matching its manifest, or not an epbuild artifact. Bad input,
-// exit 2; the prefix was not touched.
-type BadArtifactError struct {
-	Artifact string
-	Err      error
-}
-
-func (e *BadArtifactError) Error() string {
-	return fmt.Sprintf("install %s: the artifact is unusable, nothing was installed: %v", e.Artifact, e.Err)
-}
-func (e *BadArtifactError) Unwrap() error { return e.Err }
-
-// ExitCode: bad input.
-func (e *BadArtifactError) ExitCode() int { return 2 }
-
 // InstallVerifyError is a new install that failed verify-install before it was put in
 // place: the prefix is as it was. Exit 1.
 type InstallVerifyError struct {
@@ -140,7 +124,7 @@ const (
 func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	art, err := filepath.Abs(opts.Artifact)
 	if err != nil {
-		return nil, &BadArtifactError{Artifact: opts.Artifact, Err: err}
+		return nil, &manifest.BadArtifactError{Artifact: opts.Artifact, Err: err}
 	}
 	prefix, err := filepath.Abs(opts.Prefix)
 	if err != nil {
@@ -152,9 +136,9 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	}
 	st, err := os.Stat(art)
 	if err != nil {
-		return nil, &BadArtifactError{Artifact: art, Err: err}
+		return nil, &manifest.BadArtifactError{Artifact: art, Err: err}
 	} else if !st.Mode().IsRegular() {
-		return nil, &BadArtifactError{Artifact: art, Err: errors.New("not a regular file")}
+		return nil, &manifest.BadArtifactError{Artifact: art, Err: errors.New("not a regular file")}
 	}
 	sum, err := checkArtifactSum(art)
 	if err != nil {
@@ -354,7 +338,7 @@ func checkArtifactSum(art string) (string, error) {
 	}
 	sum, err := disk.FileSHA256(art)
 	if err != nil {
-		return "", &BadArtifactError{Artifact: art, Err: err}
+		return "", &manifest.BadArtifactError{Artifact: art, Err: err}
 	}
 	if want != "" && sum != want {
 		return "", sumMismatch(art, sum, want)
@@ -511,17 +495,17 @@ func readArtifactManifest(ctx context.Context, art string, size int64) (*manifes
 	raw, err := archive.ReadMember(ctx, art, manifest.ManifestName, manifest.MaxManifestSize, archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifestBudget(size)})
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", manifest.ManifestName)}
+		return nil, nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", manifest.ManifestName)}
 	case errors.Is(err, archive.ErrLimit):
-		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("%w; an epbuild artifact carries its manifest within %d times its own size", err, manifest.MaxManifestRatio)}
+		return nil, nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("%w; an epbuild artifact carries its manifest within %d times its own size", err, manifest.MaxManifestRatio)}
 	case err != nil && ctx.Err() != nil:
 		return nil, nil, fmt.Errorf("install %s: %w", art, ctx.Err())
 	case err != nil:
-		return nil, nil, &BadArtifactError{Artifact: art, Err: err}
+		return nil, nil, &manifest.BadArtifactError{Artifact: art, Err: err}
 	}
 	m, err := manifest.DecodeManifest(raw, manifest.ManifestName)
 	if err != nil {
-		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: %w", err)}
+		return nil, nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: %w", err)}
 	}
 	return m, raw, nil
 }
@@ -542,18 +526,6 @@ func installSize(m *manifest.Manifest, raw []byte) int64 {
 }
 
 func roundUp(n, b int64) int64 { return (n + b - 1) / b * b }
-
-// declaredBytes is the data an artifact may hold: its files' declared sizes and the
-// manifest, plus tar's framing.
-func declaredBytes(m *manifest.Manifest, raw []byte) int64 {
-	n := int64(len(raw)) + manifest.TarSlack
-	for _, e := range m.Files {
-		if e.Type == archive.TypeFile {
-			n += max(e.Size, 0)
-		}
-	}
-	return n
-}
 
 // checkSpace refuses an install the file system under dir cannot hold, in bytes or in
 // inodes, before anything is written (exit 3, with the space needed).
@@ -583,7 +555,7 @@ func stageArtifact(ctx context.Context, art, tree string, m *manifest.Manifest, 
 			_ = os.RemoveAll(tree)
 		}
 	}()
-	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: declaredBytes(m, raw), MaxEntries: maxEntries(m), Hash: true}
+	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifest.DeclaredBytes(m, raw), MaxEntries: maxEntries(m), Hash: true}
 	rep, err := archive.ExtractFile(ctx, art, tree, opts)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -592,16 +564,6 @@ func stageArtifact(ctx context.Context, art, tree string, m *manifest.Manifest, 
 		return readError(ctx, art, err, m, raw)
 	}
 	return checkTree(art, m, raw, rep.Tree)
-}
-
-func countFiles(m *manifest.Manifest) int {
-	n := 0
-	for _, e := range m.Files {
-		if e.Type == archive.TypeFile {
-			n++
-		}
-	}
-	return n
 }
 
 // relocateReport makes a report of the staged tree speak of the prefix it is going to.

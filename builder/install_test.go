@@ -469,7 +469,7 @@ func TestInstallRejectsBadArtifacts(t *testing.T) {
 				}
 			}
 			_, err := Install(context.Background(), InstallOptions{Artifact: art, Prefix: prefix})
-			var be *BadArtifactError
+			var be *manifest.BadArtifactError
 			if !errors.As(err, &be) || be.ExitCode() != 2 {
 				t.Fatalf("got %v; want a BadArtifactError", err)
 			}

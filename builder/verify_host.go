@@ -525,7 +525,7 @@ func SampleTraffic(ctx context.Context, sys host.Sysroot, run func(context.Conte
 // version of the headers the build read (nvshmem.header-version), else the plan's label
 // (nvshmemBuildVersion). "" when unknown.
 func builtNVSHMEMVersion(opts HostOptions) string {
-	if v, err := compat.ParseVersion(opts.Build[FactHeaderVersion]); err == nil {
+	if v, err := compat.ParseVersion(opts.Build[manifest.FactHeaderVersion]); err == nil {
 		return v.Core()
 	}
 	return nvshmemBuildVersion(opts.Plan, opts.Toolchain)

@@ -125,3 +125,14 @@ func InstalledPrefixes(m *Manifest, prefix string) map[string]string {
 	}
 	return out
 }
+
+// The build facts: what a build read of what it built, recorded in the manifest
+// (Manifest.BuildFacts) and given to the rules after the build as compat.Facts.Build.
+// They are read from the headers DeepEP compiles against, not from the recipe's labels:
+// a GitHub tree that calls itself 3.5.0 already has the layout released in 3.5.19.
+const (
+	// FactRCLayout is the RC-QP layout of NVSHMEM's IBGDA device state (v1 or v2).
+	FactRCLayout = "nvshmem.rc-layout"
+	// FactHeaderVersion is the X.Y.Z of the NVSHMEM headers the build compiled against.
+	FactHeaderVersion = "nvshmem.header-version"
+)

@@ -23,6 +23,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote/auth"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/oci/ocitest"
 )
 
@@ -334,7 +335,7 @@ func TestPullRunsInstallsChecks(t *testing.T) {
 	ref := mustRef(t, "oci://"+reg.Addr+"/epbuild/cache")
 
 	_, err := c.Push(ctx, bad, ref, PushOptions{})
-	var be *builder.BadArtifactError
+	var be *manifest.BadArtifactError
 	if !errors.As(err, &be) || exitCode(err) != 2 || !strings.Contains(err.Error(), "channel.py") {
 		t.Fatalf("push of an artifact that differs from its manifest: %v", err)
 	}

@@ -430,7 +430,7 @@ func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref
 	if err != nil {
 		return nil, nil, blobError(ref, title, d, err)
 	}
-	var be *builder.BadArtifactError
+	var be *manifest.BadArtifactError
 	if errors.As(v.err, &be) {
 		return nil, nil, &ContentError{Ref: ref, What: title, Err: fmt.Errorf("the artifact is unusable%s: %w", stopped, be.Err)}
 	}

@@ -80,18 +80,18 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 	}
 	art, err := filepath.Abs(path)
 	if err != nil {
-		return nil, &builder.BadArtifactError{Artifact: path, Err: err}
+		return nil, &manifest.BadArtifactError{Artifact: path, Err: err}
 	}
 	name := filepath.Base(art)
 	if !strings.HasSuffix(name, artifactSuffix) || !plainName(name) {
-		return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact name (<recipe>-<plan>%s)", artifactSuffix)}
+		return nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact name (<recipe>-<plan>%s)", artifactSuffix)}
 	}
 	st, err := os.Stat(art)
 	if err != nil || !st.Mode().IsRegular() {
 		if err == nil {
 			err = errors.New("not a regular file")
 		}
-		return nil, &builder.BadArtifactError{Artifact: art, Err: err}
+		return nil, &manifest.BadArtifactError{Artifact: art, Err: err}
 	}
 	repo, err := c.repository(ref)
 	if err != nil {
@@ -190,7 +190,7 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 		AnnotationArtifact:        name,
 	}
 	if !validTag(m.PlanKey) {
-		return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("its plan key %q cannot be an OCI tag", m.PlanKey)}
+		return nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("its plan key %q cannot be an OCI tag", m.PlanKey)}
 	}
 	desc, err := oras.PackManifest(ctx, tagPusher{Repository: repo, tag: m.PlanKey}, oras.PackManifestVersion1_1, ArtifactType,
 		oras.PackManifestOptions{Layers: layers, ManifestAnnotations: ann})
@@ -276,7 +276,7 @@ const maxSidecar = 64 << 20
 
 // sidecar returns the bytes of layer l of the artifact at art: its file beside the
 // artifact, or what push generates; nil for an optional layer with no file.
-func (c *Client) sidecar(art string, l Layer, manifest []byte, sum digest.Digest) ([]byte, error) {
+func (c *Client) sidecar(art string, l Layer, manifestJSON []byte, sum digest.Digest) ([]byte, error) {
 	p := art + l.Suffix
 	limit := int64(maxSidecar)
 	if l.MediaType == MediaTypeSHA256 {
@@ -286,7 +286,7 @@ func (c *Client) sidecar(art string, l Layer, manifest []byte, sum digest.Digest
 	b, err := userfile.ReadFile(p, limit)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && l.MediaType == MediaTypeManifest:
-		return manifest, nil
+		return manifestJSON, nil
 	case errors.Is(err, fs.ErrNotExist) && l.MediaType == MediaTypeSHA256:
 		return []byte(sum.Encoded() + "  " + filepath.Base(art) + "\n"), nil
 	case errors.Is(err, fs.ErrNotExist):
@@ -296,16 +296,16 @@ func (c *Client) sidecar(art string, l Layer, manifest []byte, sum digest.Digest
 		if errors.As(err, &nr) {
 			nr.Fix = "push sends the file beside the artifact; remove it, or put the file itself there"
 		}
-		return nil, &builder.BadArtifactError{Artifact: art, Err: err}
+		return nil, &manifest.BadArtifactError{Artifact: art, Err: err}
 	}
 	switch l.MediaType {
 	case MediaTypeManifest:
-		if !bytes.Equal(b, manifest) {
-			return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("%s differs from the manifest.json inside the artifact: remove it or copy it again", filepath.Base(p))}
+		if !bytes.Equal(b, manifestJSON) {
+			return nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("%s differs from the manifest.json inside the artifact: remove it or copy it again", filepath.Base(p))}
 		}
 	case MediaTypeSBOM:
 		if !json.Valid(b) {
-			return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("%s is not JSON: regenerate the SBOM", filepath.Base(p))}
+			return nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("%s is not JSON: regenerate the SBOM", filepath.Base(p))}
 		}
 	}
 	return b, nil
@@ -328,7 +328,7 @@ func (c *Client) pushWheels(ctx context.Context, repo *remote.Repository, ref Re
 		title := wheelTitle(name, w.File)
 		p := filepath.Join(filepath.Dir(art), filepath.FromSlash(title))
 		if !plainName(w.File) {
-			return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("its manifest lists a wheel %q that is not a plain file name", w.File)}
+			return nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("its manifest lists a wheel %q that is not a plain file name", w.File)}
 		}
 		st, err := os.Stat(p)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -339,14 +339,14 @@ func (c *Client) pushWheels(ctx context.Context, repo *remote.Repository, ref Re
 			if err == nil {
 				err = errors.New("not a regular file")
 			}
-			return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("wheel %s: %w", title, err)}
+			return nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("wheel %s: %w", title, err)}
 		}
 		sum, err := hashFile(ctx, p)
 		if err != nil {
 			return nil, err
 		}
 		if sum != w.SHA256 || st.Size() != w.Size {
-			return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("wheel %s: %d bytes, sha256 %s; the manifest records %d bytes, sha256 %s: copy the wheel directory again with the artifact",
+			return nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("wheel %s: %d bytes, sha256 %s; the manifest records %d bytes, sha256 %s: copy the wheel directory again with the artifact",
 				title, st.Size(), sum, w.Size, w.SHA256)}
 		}
 		d := ocispec.Descriptor{MediaType: MediaTypeWheel, Digest: digest.NewDigestFromEncoded(digest.SHA256, sum), Size: w.Size,
