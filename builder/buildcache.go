@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/store"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -102,13 +103,13 @@ func (j *Job) fromCache(ctx context.Context, opts BuildOptions, rep *CacheReport
 	case err != nil:
 		return miss("the build cache cannot be used: " + err.Error())
 	case got == nil:
-		j.opts.Log.Info("not in the build cache; building here", "from", rep.From, "plan", shortKey(j.Plan.Key))
+		j.opts.Log.Info("not in the build cache; building here", "from", rep.From, "plan", store.ShortKey(j.Plan.Key))
 		return nil, nil
 	}
 	m := got.Manifest
 	switch {
 	case m.PlanKey != j.Plan.Key || m.Recipe != j.Plan.Recipe || filepath.Base(got.Artifact) != ArtifactName(j.Plan):
-		return miss(fmt.Sprintf("the build cache holds %s (recipe %s, plan %s) under plan %s", filepath.Base(got.Artifact), m.Recipe, shortKey(m.PlanKey), shortKey(j.Plan.Key)))
+		return miss(fmt.Sprintf("the build cache holds %s (recipe %s, plan %s) under plan %s", filepath.Base(got.Artifact), m.Recipe, store.ShortKey(m.PlanKey), store.ShortKey(j.Plan.Key)))
 	case opts.SourceDateEpoch != "" && opts.SourceDateEpoch != strconv.FormatInt(m.SourceDateEpoch, 10):
 		return miss(fmt.Sprintf("the build cache's artifact is stamped SOURCE_DATE_EPOCH=%d, this run asks for %s", m.SourceDateEpoch, opts.SourceDateEpoch))
 	case len(got.Wheels) != len(m.Wheels):

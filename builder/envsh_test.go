@@ -230,7 +230,7 @@ func TestBakeEnvScript(t *testing.T) {
 	if _, err := envsh.BakeEnv(script, envsh.EnvBaked{At: "/a\x00b", ID: "1"}); err == nil {
 		t.Error("a prefix with a NUL was written into env.sh")
 	}
-	vars, _, got, err := parseEnvScript(baked, "/opt/it's")
+	vars, _, got, err := envsh.ParseEnvScript(baked, "/opt/it's")
 	if err != nil || got.At != "/opt/it's" || vars["A"] != "/opt/it's/c/lib" {
 		t.Errorf("parse the baked script: %v %+v %v", err, got, vars)
 	}
@@ -242,7 +242,7 @@ func TestBakeEnvScript(t *testing.T) {
 		"no tail":                           strings.Replace(baked, envsh.EnvTail, "", 1),
 		"a command":                         strings.Replace(baked, envsh.EnvTail, "rm -rf /\n"+envsh.EnvTail, 1),
 	} {
-		if _, _, _, err := parseEnvScript(bad, "/opt/x"); err == nil {
+		if _, _, _, err := envsh.ParseEnvScript(bad, "/opt/x"); err == nil {
 			t.Errorf("%s: parsed", name)
 		}
 	}
@@ -362,7 +362,7 @@ func TestEnvScriptTwice(t *testing.T) {
 	if err := os.WriteFile(envPath, []byte(baked), envsh.EnvMode); err != nil {
 		t.Fatal(err)
 	}
-	vars, _, _, err := parseEnvScript(baked, root)
+	vars, _, _, err := envsh.ParseEnvScript(baked, root)
 	if err != nil || vars["PATH"] != root+"/bin" || vars["LD_PRELOAD"] != root+"/c/lib/x.so" || vars["PYTHONPATH"] != root+"/c/python" {
 		t.Errorf("verify reads back %v, %v", vars, err)
 	}

@@ -219,7 +219,7 @@ func SBOM(ctx context.Context, path, tool string, cr SBOMCredits) ([]byte, error
 		r, err := manifest.ReadReceipt(path)
 		switch {
 		case err == nil && r.ManifestSHA256 != manifest.SHA256Hex(raw):
-			return nil, &UsageError{Err: fmt.Errorf("sbom: %s changed since install (the receipt pins sha256 %s): run epbuild verify-install --prefix %s", filepath.Join(path, manifest.ManifestName), shortKey(r.ManifestSHA256), path)}
+			return nil, &UsageError{Err: fmt.Errorf("sbom: %s changed since install (the receipt pins sha256 %s): run epbuild verify-install --prefix %s", filepath.Join(path, manifest.ManifestName), store.ShortKey(r.ManifestSHA256), path)}
 		case err == nil:
 			art, sum = r.Artifact, r.SHA256
 		case !errors.Is(err, fs.ErrNotExist):
@@ -270,7 +270,7 @@ func Module(opts ModuleOptions) (modulefile.Module, error) {
 		mod.Name = m.Recipe
 	}
 	if mod.Version == "" {
-		mod.Version = shortKey(m.PlanKey)
+		mod.Version = store.ShortKey(m.PlanKey)
 	}
 	var comps []string
 	for _, c := range m.Plan.Components {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/store"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -236,7 +237,7 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 		return res, err
 	}
 	res.Previous = prev
-	logInfo(opts.Log, "installed", "dir", prefix, "recipe", m.Recipe, "plan", shortKey(m.PlanKey))
+	logInfo(opts.Log, "installed", "dir", prefix, "recipe", m.Recipe, "plan", store.ShortKey(m.PlanKey))
 	return res, nil
 }
 
@@ -383,7 +384,7 @@ func replaceable(prefix string, keepExtra bool) error {
 	}
 	m, raw, err := manifest.ReadInstalledManifest(prefix)
 	if raw != nil && manifest.SHA256Hex(raw) != r.ManifestSHA256 {
-		return refuse(fmt.Sprintf("%s changed since install (sha256 %s, the receipt pins %s)", manifest.ManifestName, shortKey(manifest.SHA256Hex(raw)), shortKey(r.ManifestSHA256)), fixE)
+		return refuse(fmt.Sprintf("%s changed since install (sha256 %s, the receipt pins %s)", manifest.ManifestName, store.ShortKey(manifest.SHA256Hex(raw)), store.ShortKey(r.ManifestSHA256)), fixE)
 	}
 	if err != nil {
 		return refuse(err.Error(), fixE)

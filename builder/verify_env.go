@@ -2,8 +2,8 @@ package builder
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/store"
 	"maps"
 	"os"
 	"path"
@@ -45,7 +45,7 @@ func (v *verifier) envScript(context.Context) []CheckResult {
 		parse.Status, parse.Found, parse.Fix = check.Fail, err.Error(), v.fix()
 		return skipRest("env.sh cannot be read")
 	}
-	vars, order, baked, err := parseEnvScript(string(b), v.prefix)
+	vars, order, baked, err := envsh.ParseEnvScript(string(b), v.prefix)
 	if err != nil {
 		parse.Status, parse.Found, parse.Fix = check.Fail, err.Error(), v.fix()
 		return skipRest("env.sh cannot be parsed")
@@ -163,7 +163,7 @@ func (v *verifier) checkPreload(c VerifyCheck, val string) VerifyCheck {
 		case !disk.FileExists(p):
 			bad = append(bad, p+" does not exist")
 		default:
-			good = append(good, fmt.Sprintf("%s (%s, sha256 %s)", p, final.Path, shortKey(final.SHA256)))
+			good = append(good, fmt.Sprintf("%s (%s, sha256 %s)", p, final.Path, store.ShortKey(final.SHA256)))
 		}
 	}
 	if len(bad) > 0 {
@@ -207,124 +207,6 @@ func withinResolved(p, dir string) bool {
 func within(p, dir string) bool {
 	rel, err := filepath.Rel(dir, filepath.Clean(p))
 	return err == nil && filepath.IsAbs(p) && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
-}
-
-// parseEnvScript reads back what EnvScript writes (and install bakes), with
-// EPBUILD_PREFIX = prefix and an empty inherited environment: it returns each export's
-// value, the export order and what install wrote into it. Anything EnvScript does not
-// write is an error, so a hand-edited env.sh shows.
-func parseEnvScript(text, prefix string) (map[string]string, []string, envsh.EnvBaked, error) {
-	tmpl, baked, err := envsh.UnbakeEnv(text)
-	if err != nil {
-		return nil, nil, baked, err
-	}
-	lines := strings.SplitAfter(tmpl, "\n")
-	for i := range 2 {
-		if !strings.HasPrefix(lines[i], "#") {
-			return nil, nil, baked, fmt.Errorf("env.sh line %d: %q is not the comment epbuild writes", i+1, strings.TrimSpace(lines[i]))
-		}
-	}
-	body, ok := strings.CutPrefix(strings.Join(lines[4:], ""), envsh.EnvLocate)
-	if !ok {
-		return nil, nil, baked, errors.New("env.sh: the lines that find the prefix (from line 5) are not the ones epbuild writes")
-	}
-	first := 5 + strings.Count(envsh.EnvLocate, "\n")
-	body, ok = strings.CutSuffix(body, envsh.EnvTail)
-	if !ok {
-		return nil, nil, baked, fmt.Errorf("env.sh: it does not end with the lines epbuild writes (%s)", strings.ReplaceAll(strings.TrimSpace(envsh.EnvTail), "\n", "; "))
-	}
-	vars := map[string]string{"EPBUILD_PREFIX": prefix}
-	var order []string
-	for i, line := range strings.Split(strings.TrimSuffix(body, "\n"), "\n") {
-		if body == "" {
-			break
-		}
-		var name, v string
-		if rest, ok := strings.CutPrefix(line, envsh.EnvPrepend+" "); ok {
-			// directories in front of a path list; the inherited value is empty here
-			name, rest, _ = strings.Cut(rest, " ")
-			words, err := shellWords(rest, prefix)
-			if err != nil || len(words) == 0 || !validEnvName(name) || name == "EPBUILD_PREFIX" {
-				return nil, nil, baked, fmt.Errorf("env.sh line %d: %q is not a line epbuild writes", first+i, line)
-			}
-			v = strings.Join(words, ":")
-		} else {
-			rest, ok := strings.CutPrefix(line, "export ")
-			k, val, ok2 := strings.Cut(rest, "=")
-			if !ok || !ok2 || !validEnvName(k) || k == "EPBUILD_PREFIX" {
-				return nil, nil, baked, fmt.Errorf("env.sh line %d: %q is not an export epbuild writes", first+i, line)
-			}
-			words, err := shellWords(val, prefix)
-			if err == nil && len(words) != 1 {
-				err = errors.New("not one word")
-			}
-			if err != nil {
-				return nil, nil, baked, fmt.Errorf("env.sh line %d: %s: %w", first+i, k, err)
-			}
-			name, v = k, words[0]
-		}
-		if _, dup := vars[name]; !dup {
-			order = append(order, name)
-		}
-		vars[name] = v
-	}
-	return vars, order, baked, nil
-}
-
-func validEnvName(s string) bool {
-	if s == "" || (s[0] >= '0' && s[0] <= '9') {
-		return false
-	}
-	for _, r := range s {
-		if r != '_' && (r < 'A' || r > 'Z') && (r < 'a' || r > 'z') && (r < '0' || r > '9') {
-			return false
-		}
-	}
-	return true
-}
-
-// shellPlain are the characters that mean themselves unquoted in sh.
-const shellPlain = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:,+-=@%"
-
-// shellWords evaluates words made of the pieces EnvScript writes: "$EPBUILD_PREFIX",
-// single-quoted literals and plain characters, separated by one blank. Anything else (a
-// substitution, an unquoted $) is refused.
-func shellWords(s, prefix string) ([]string, error) {
-	var words []string
-	var out strings.Builder
-	started := false
-	for s != "" {
-		switch {
-		case strings.HasPrefix(s, `"$EPBUILD_PREFIX"`):
-			out.WriteString(prefix)
-			s = s[len(`"$EPBUILD_PREFIX"`):]
-		case strings.HasPrefix(s, `\'`):
-			out.WriteByte('\'')
-			s = s[2:]
-		case s[0] == '\'':
-			end := strings.IndexByte(s[1:], '\'')
-			if end < 0 {
-				return nil, errors.New("unterminated single quote")
-			}
-			out.WriteString(s[1 : 1+end])
-			s = s[end+2:]
-		case s[0] == ' ' && started && len(s) > 1 && s[1] != ' ':
-			words = append(words, out.String())
-			out.Reset()
-			s = s[1:]
-			continue
-		case strings.IndexByte(shellPlain, s[0]) >= 0:
-			out.WriteByte(s[0])
-			s = s[1:]
-		default:
-			return nil, fmt.Errorf("unexpected %q", s)
-		}
-		started = true
-	}
-	if started {
-		words = append(words, out.String())
-	}
-	return words, nil
 }
 
 // installedEntries are the manifest's entries as epbuild install leaves them in prefix:

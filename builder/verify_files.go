@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/store"
 	"io/fs"
 	"maps"
 	"os"
@@ -80,7 +81,7 @@ func (v *verifier) manifest() bool {
 	v.m, v.raw = m, raw
 	v.rep.Recipe, v.rep.PlanKey = m.Recipe, m.PlanKey
 	c.Status = check.Pass
-	c.Found = fmt.Sprintf("recipe %s, plan %s, %d entries", m.Recipe, shortKey(m.PlanKey), len(m.Files))
+	c.Found = fmt.Sprintf("recipe %s, plan %s, %d entries", m.Recipe, store.ShortKey(m.PlanKey), len(m.Files))
 	if m.Epbuild != "" { // artifacts of manifest format 1 made before epbuild's version left the bytes
 		c.Found += ", built by epbuild " + m.Epbuild
 	}
@@ -88,13 +89,6 @@ func (v *verifier) manifest() bool {
 	v.prefixes = manifest.InstalledPrefixes(m, v.prefix)
 	v.env, v.envErr = envsh.RuntimeEnv(m.Plan, v.prefixes, v.opts.Environ)
 	return true
-}
-
-func shortKey(k string) string {
-	if len(k) > 12 {
-		return k[:12]
-	}
-	return k
 }
 
 func (v *verifier) receipt(context.Context) []CheckResult {
@@ -125,7 +119,7 @@ func (v *verifier) receipt(context.Context) []CheckResult {
 		c.Why = "without the receipt nothing pins manifest.json, so an edited manifest would hide any other change: " +
 			"the receipt was deleted, or the prefix was not made by epbuild install"
 		c.Fix = fmt.Sprintf("reinstall the artifact of recipe %s, plan %s: %s (install checks the artifact before it touches the prefix, and writes the receipt)",
-			quote.Term(v.m.Recipe), shortKey(v.m.PlanKey), manifest.InstallCommand("", v.prefix))
+			quote.Term(v.m.Recipe), store.ShortKey(v.m.PlanKey), manifest.InstallCommand("", v.prefix))
 	case err != nil:
 		c.Status, c.Found, c.Fix = check.Fail, err.Error(), v.fix()
 		c.Expected = "a regular file " + manifest.ReceiptName + ", mode 0644, as epbuild install writes it"
@@ -139,7 +133,7 @@ func (v *verifier) receipt(context.Context) []CheckResult {
 		c.Fix = v.fix()
 	default:
 		c.Status = check.Pass
-		c.Found = fmt.Sprintf("%s (sha256 %s), installed %s by epbuild %s", r.Artifact, shortKey(r.SHA256), r.InstalledAt.Format("2006-01-02 15:04:05Z07:00"), r.Epbuild)
+		c.Found = fmt.Sprintf("%s (sha256 %s), installed %s by epbuild %s", r.Artifact, store.ShortKey(r.SHA256), r.InstalledAt.Format("2006-01-02 15:04:05Z07:00"), r.Epbuild)
 	}
 	return []CheckResult{c}
 }
@@ -571,7 +565,7 @@ func (v *verifier) installedEpbuild(context.Context) []CheckResult {
 		c.Status, c.Found = check.Skip, "the running epbuild was not given to compare"
 		return []CheckResult{c}
 	}
-	c.Expected = fmt.Sprintf("the epbuild running verify-install is the installed one (epbuild %s, sha256 %s as installed)", quote.Term(r.Epbuild), shortKey(inst.SHA256))
+	c.Expected = fmt.Sprintf("the epbuild running verify-install is the installed one (epbuild %s, sha256 %s as installed)", quote.Term(r.Epbuild), store.ShortKey(inst.SHA256))
 	sum, err := disk.FileSHA256(v.opts.Self)
 	have, herr := disk.FileSHA256(c.Read)
 	switch {
@@ -580,14 +574,14 @@ func (v *verifier) installedEpbuild(context.Context) []CheckResult {
 	case herr != nil:
 		c.Status, c.Found, c.Fix = check.Warn, fmt.Sprintf("read the installed epbuild: %v", herr), v.fix()
 	case sum == have:
-		c.Status, c.Found = check.Pass, fmt.Sprintf("%s is the installed epbuild %s (sha256 %s)", v.opts.Self, quote.Term(r.Epbuild), shortKey(sum))
+		c.Status, c.Found = check.Pass, fmt.Sprintf("%s is the installed epbuild %s (sha256 %s)", v.opts.Self, quote.Term(r.Epbuild), store.ShortKey(sum))
 	default:
 		prefix := v.prefix
 		if v.opts.Final != "" {
 			prefix = v.opts.Final
 		}
 		c.Status = check.Warn
-		c.Found = fmt.Sprintf("%s (epbuild %s, sha256 %s) is not the installed epbuild %s (sha256 %s)", v.opts.Self, quote.Term(v.opts.Version), shortKey(sum), quote.Term(r.Epbuild), shortKey(have))
+		c.Found = fmt.Sprintf("%s (epbuild %s, sha256 %s) is not the installed epbuild %s (sha256 %s)", v.opts.Self, quote.Term(v.opts.Version), store.ShortKey(sum), quote.Term(r.Epbuild), store.ShortKey(have))
 		c.Fix = "run the installed one: " + quote.Shell(filepath.Join(prefix, filepath.FromSlash(manifest.BinEpbuild))) + " verify-install --prefix " + quote.Shell(prefix) + " (after . PREFIX/env.sh it is first on PATH)"
 	}
 	return []CheckResult{c}

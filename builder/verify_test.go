@@ -509,7 +509,7 @@ func TestParseEnvScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vars, order, baked, err := parseEnvScript(script, "/opt/x")
+	vars, order, baked, err := envsh.ParseEnvScript(script, "/opt/x")
 	if err != nil || baked != (envsh.EnvBaked{}) {
 		t.Fatal(err)
 	}
@@ -523,7 +523,7 @@ func TestParseEnvScript(t *testing.T) {
 		t.Errorf("order %v", order)
 	}
 	for _, bad := range []string{"export A=$(rm -rf /)\n", "export A='open\n", "A=1\n", "source /etc/profile\n"} {
-		if _, _, _, err := parseEnvScript(bad, "/opt/x"); err == nil {
+		if _, _, _, err := envsh.ParseEnvScript(bad, "/opt/x"); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
 	}
