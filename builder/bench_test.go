@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -155,7 +156,7 @@ func TestCompareVerify(t *testing.T) {
 	workers := benchcmp.Workers()
 	ours := func(tb testing.TB) benchcmp.Sample {
 		return benchcmp.Time(tb, func() error {
-			problems, _, err := VerifyFiles(ctx, dir, entries)
+			problems, _, err := verify.VerifyFiles(ctx, dir, entries)
 			if err == nil && len(problems) > 0 {
 				err = fmt.Errorf("verify: %+v", problems)
 			}

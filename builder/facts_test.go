@@ -203,33 +203,6 @@ func TestBuildRecordsRCLayout(t *testing.T) {
 	if f := r3(map[string]string{manifest.FactRCLayout: "v1"}); f != nil {
 		t.Errorf("with a recorded _v1, R3 does not hold: %+v", f)
 	}
-
-	// the host stage: the install's facts, and a process that loads 3.4.5 (_v1)
-	opts := HostOptions{Plan: planOf(t, "gcp-b200", tree...), Build: m.BuildFacts}
-	r24 := func(opts HostOptions) *compat.Finding {
-		f := hostFacts(opts, nil, map[string]string{"nvshmem.loaded-version": "3.4.5"}, "")
-		fs, err := compat.Evaluate(context.Background(), rules, f, compat.StageHost, h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range fs {
-			if fs[i].Name() == "R24/built-after-loaded-before" {
-				return &fs[i]
-			}
-		}
-		return nil
-	}
-	if f := r24(opts); f == nil || f.Unknown {
-		t.Errorf("host: built _v2 (recorded), loaded 3.4.5: %+v", f)
-	}
-	opts.Build = nil
-	if f := r24(opts); f == nil || !f.Unknown {
-		t.Errorf("host: without the recorded fact, undecided: %+v", f)
-	}
-	// the loaded version is compared with the headers' version, not the label
-	if v := builtNVSHMEMVersion(HostOptions{Plan: planOf(t, "gcp-b200"), Build: map[string]string{manifest.FactHeaderVersion: "3.5.0"}}); v != "3.5.0" {
-		t.Errorf("built version %q, want the headers' 3.5.0 over the label 3.5.19", v)
-	}
 }
 
 // The rules after the build stop a plan the recorded layout decides against, saying

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"os"
 	"path/filepath"
@@ -111,7 +112,7 @@ func FuzzInstallExtract(f *testing.F) {
 					t.Fatalf("a refused artifact left %s (%v)", tree, err)
 				}
 			} else {
-				problems, _, err := VerifyFiles(ctx, tree, m.Files)
+				problems, _, err := verify.VerifyFiles(ctx, tree, m.Files)
 				if err != nil || len(problems) > 0 {
 					t.Fatalf("an accepted tree does not match its manifest: %v %+v", err, problems)
 				}

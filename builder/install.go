@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/verify"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -39,7 +40,7 @@ type InstallOptions struct {
 	Self string
 	// Verify configures the check of the new tree before it is put in place (Prefix is
 	// set by Install; host checks are not run).
-	Verify VerifyOptions
+	Verify verify.VerifyOptions
 	Log    *log.Logger
 }
 
@@ -49,8 +50,8 @@ type InstallResult struct {
 	Receipt manifest.Receipt `json:"receipt"`
 	// Previous is where the install that was at Prefix is kept ("" when there was none
 	// or it was removed).
-	Previous string        `json:"previous,omitempty"`
-	Report   *VerifyReport `json:"report"`
+	Previous string               `json:"previous,omitempty"`
+	Report   *verify.VerifyReport `json:"report"`
 	// Notes say what install did not do and why (bin/epbuild not copied).
 	Notes []string `json:"notes,omitempty"`
 }
@@ -59,7 +60,7 @@ type InstallResult struct {
 // place: the prefix is as it was. Exit 1.
 type InstallVerifyError struct {
 	Prefix string
-	Report *VerifyReport
+	Report *verify.VerifyReport
 	Err    error
 }
 
@@ -129,11 +130,11 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	}
 	prefix, err := filepath.Abs(opts.Prefix)
 	if err != nil {
-		return nil, &PrefixError{Prefix: opts.Prefix, Err: err}
+		return nil, &verify.PrefixError{Prefix: opts.Prefix, Err: err}
 	}
 	parent, base := filepath.Dir(prefix), filepath.Base(prefix)
 	if parent == prefix {
-		return nil, &PrefixError{Prefix: prefix, Err: errors.New("the root cannot be an install prefix")}
+		return nil, &verify.PrefixError{Prefix: prefix, Err: errors.New("the root cannot be an install prefix")}
 	}
 	st, err := os.Stat(art)
 	if err != nil {
@@ -221,7 +222,7 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	// that fails never reaches the prefix
 	vo := opts.Verify
 	vo.Prefix, vo.Final, vo.Host, vo.Traffic = tree, prefix, false, nil
-	rep, verr := Verify(ctx, vo)
+	rep, verr := verify.Verify(ctx, vo)
 	if rep != nil {
 		relocateReport(rep, tree, prefix)
 	}
@@ -317,10 +318,10 @@ func staticELF(path string) string {
 
 // writeReceipt writes the receipt with the mode verify-install expects, whatever the umask.
 func writeReceipt(p string, b []byte) error {
-	if err := os.WriteFile(p, b, topFileMode); err != nil {
+	if err := os.WriteFile(p, b, verify.TopFileMode); err != nil {
 		return err
 	}
-	return os.Chmod(p, topFileMode)
+	return os.Chmod(p, verify.TopFileMode)
 }
 
 const fixInstallSpace = "free that much space there, or install into a prefix on another file system; nothing was installed"
@@ -333,7 +334,7 @@ func logInfo(l *log.Logger, msg string, kv ...any) {
 
 // checkArtifactSum hashes the artifact and compares it with ARTIFACT.sha256 when present.
 func checkArtifactSum(art string) (string, error) {
-	want, err := SumBeside(art)
+	want, err := verify.SumBeside(art)
 	if err != nil {
 		return "", err
 	}
@@ -342,7 +343,7 @@ func checkArtifactSum(art string) (string, error) {
 		return "", &manifest.BadArtifactError{Artifact: art, Err: err}
 	}
 	if want != "" && sum != want {
-		return "", sumMismatch(art, sum, want)
+		return "", verify.SumMismatch(art, sum, want)
 	}
 	return sum, nil
 }
@@ -392,7 +393,7 @@ func replaceable(prefix string, keepExtra bool) error {
 	if keepExtra {
 		return nil
 	}
-	extra, err := foreignEntries(prefix, installedEntries(prefix, m.Files))
+	extra, err := foreignEntries(prefix, verify.InstalledEntries(prefix, m.Files))
 	if err != nil {
 		return refuse(err.Error(), fixE)
 	}
@@ -420,7 +421,7 @@ func foreignEntries(dir string, files []archive.Entry) ([]string, error) {
 		}
 		rel, _ := filepath.Rel(dir, p)
 		rel = filepath.ToSlash(rel)
-		if known[rel] || rel == manifest.ReceiptName || rel == manifest.ManifestName || bytecodeCache(rel, d) {
+		if known[rel] || rel == manifest.ReceiptName || rel == manifest.ManifestName || verify.BytecodeCache(rel, d) {
 			return nil
 		}
 		extra = append(extra, rel)
@@ -493,7 +494,7 @@ func cleanStale(parent, base string, l *log.Logger) {
 // the entries before it are decompressed and discarded, within a budget proportional
 // to the artifact's size, so that a bomb is refused cheaply.
 func readArtifactManifest(ctx context.Context, art string, size int64) (*manifest.Manifest, []byte, error) {
-	raw, err := archive.ReadMember(ctx, art, manifest.ManifestName, manifest.MaxManifestSize, archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifestBudget(size)})
+	raw, err := archive.ReadMember(ctx, art, manifest.ManifestName, manifest.MaxManifestSize, archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: verify.ManifestBudget(size)})
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", manifest.ManifestName)}
@@ -556,19 +557,19 @@ func stageArtifact(ctx context.Context, art, tree string, m *manifest.Manifest, 
 			_ = os.RemoveAll(tree)
 		}
 	}()
-	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifest.DeclaredBytes(m, raw), MaxEntries: maxEntries(m), Hash: true}
+	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifest.DeclaredBytes(m, raw), MaxEntries: verify.MaxEntries(m), Hash: true}
 	rep, err := archive.ExtractFile(ctx, art, tree, opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("install %s: %w", art, ctx.Err())
 		}
-		return readError(ctx, art, err, m, raw)
+		return verify.ReadError(ctx, art, err, m, raw)
 	}
-	return checkTree(art, m, raw, rep.Tree)
+	return verify.CheckTree(art, m, raw, rep.Tree)
 }
 
 // relocateReport makes a report of the staged tree speak of the prefix it is going to.
-func relocateReport(rep *VerifyReport, from, to string) {
+func relocateReport(rep *verify.VerifyReport, from, to string) {
 	fix := func(s string) string { return strings.ReplaceAll(s, from, to) }
 	rep.Prefix = to
 	for i := range rep.Checks {

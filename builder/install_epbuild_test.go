@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"github.com/epbuild/epbuild/builder/verify"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,8 +69,8 @@ func TestInstallCopiesEpbuild(t *testing.T) {
 		t.Errorf(". env.sh && epbuild: %v\n%s", err, b)
 	}
 
-	verify := func(self string) *VerifyReport {
-		rep, err := Verify(context.Background(), VerifyOptions{Prefix: prefix, Self: self, Version: "other"})
+	verify := func(self string) *verify.VerifyReport {
+		rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: prefix, Self: self, Version: "other"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"io/fs"
 	"maps"
@@ -140,7 +141,7 @@ func mustInstall(t *testing.T, art, prefix string, keep bool) *InstallResult {
 // filesOK fails the test unless dir verifies file by file; it returns the receipt.
 func filesOK(t *testing.T, dir string) *manifest.Receipt {
 	t.Helper()
-	rep, err := Verify(context.Background(), VerifyOptions{Prefix: dir, FilesOnly: true})
+	rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: dir, FilesOnly: true})
 	if err != nil {
 		t.Fatalf("verify %s: %v", dir, err)
 	}
@@ -154,7 +155,7 @@ func filesOK(t *testing.T, dir string) *manifest.Receipt {
 	return r
 }
 
-func failedChecks(rep *VerifyReport) string {
+func failedChecks(rep *verify.VerifyReport) string {
 	var b strings.Builder
 	for _, c := range rep.Checks {
 		if c.Status == "fail" {
@@ -226,8 +227,8 @@ func TestInstallVerifiesBeforeSwapAndKeepsOnePrevious(t *testing.T) {
 
 	// a new install that fails verify never reaches the prefix: B is there, the same
 	// directory, untouched, and the report speaks of the prefix
-	broken := append(CleanEnviron(os.Getenv), "PYTHONHOME="+filepath.Join(parent, "no-such-python-home"))
-	_, err := Install(context.Background(), InstallOptions{Artifact: artifacts(t).A, Prefix: prefix, Version: "test", Verify: VerifyOptions{Environ: broken}})
+	broken := append(verify.CleanEnviron(os.Getenv), "PYTHONHOME="+filepath.Join(parent, "no-such-python-home"))
+	_, err := Install(context.Background(), InstallOptions{Artifact: artifacts(t).A, Prefix: prefix, Version: "test", Verify: verify.VerifyOptions{Environ: broken}})
 	var ve *InstallVerifyError
 	if !errors.As(err, &ve) || ve.ExitCode() != 1 {
 		t.Fatalf("install with a broken Python: %v; want an InstallVerifyError", err)
@@ -252,7 +253,7 @@ func TestInstallVerifiesBeforeSwapAndKeepsOnePrevious(t *testing.T) {
 
 	// a failed first install leaves no prefix at all
 	fresh := filepath.Join(parent, "fresh")
-	_, err = Install(context.Background(), InstallOptions{Artifact: artifacts(t).A, Prefix: fresh, Version: "test", Verify: VerifyOptions{Environ: broken}})
+	_, err = Install(context.Background(), InstallOptions{Artifact: artifacts(t).A, Prefix: fresh, Version: "test", Verify: verify.VerifyOptions{Environ: broken}})
 	if !errors.As(err, &ve) {
 		t.Fatalf("first install with a broken Python: %v", err)
 	}

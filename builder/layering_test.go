@@ -22,7 +22,8 @@ var layers = [][]string{
 	// what a build and an install leave on record
 	{"manifest"},
 	{"envsh"},
-	{"cachegc"},
+	// what is checked of a build and an install, and what a cache holds
+	{"cachegc", "verify"},
 	// the pipeline: Open/Job and the stages not yet moved out of it
 	{""},
 	// the pipeline's users beside the command line

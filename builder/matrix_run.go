@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"maps"
 	"os"
@@ -254,7 +255,7 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 	cr.Build, cr.Artifact = StepOK, res.Artifact
 	cr.Prefix = filepath.Join(cr.Dir, "prefix")
 	ir, err := Install(ctx, InstallOptions{Artifact: res.Artifact, Prefix: cr.Prefix, Version: opts.Version,
-		Verify: VerifyOptions{Environ: CleanEnviron(opts.Getenv)}, Log: opts.Log})
+		Verify: verify.VerifyOptions{Environ: verify.CleanEnviron(opts.Getenv)}, Log: opts.Log})
 	if ir != nil && ir.Report != nil {
 		cr.Counts = ir.Report.Counts()
 		for _, c := range ir.Report.Checks {
@@ -264,7 +265,7 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 		}
 	}
 	if _, ok := res.Plan.Component("nccl"); ok && ir != nil {
-		cr.NCCL = installedNCCL(ctx, cr.Prefix, CleanEnviron(opts.Getenv))
+		cr.NCCL = installedNCCL(ctx, cr.Prefix, verify.CleanEnviron(opts.Getenv))
 	}
 	if err != nil {
 		cr.Verify, cr.Error = StepFail, err.Error()

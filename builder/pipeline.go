@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"maps"
 	"os"
@@ -666,7 +667,7 @@ type PatchReport struct {
 	Component string               `json:"component"`
 	Tree      string               `json:"tree,omitempty"`
 	Sets      []*patches.SetResult `json:"sets"`
-	Effects   []CheckResult        `json:"effects,omitempty"`
+	Effects   []verify.CheckResult `json:"effects,omitempty"`
 	Error     string               `json:"error,omitempty"`
 }
 
@@ -709,7 +710,7 @@ func (j *Job) Patch(ctx context.Context, opts PatchOptions) ([]PatchReport, erro
 		}
 		for _, ef := range effects {
 			if !ef.OK() && first == nil {
-				first = &ChecksFailed{Where: "the patched tree of " + c.Name, Results: effects}
+				first = &verify.ChecksFailed{Where: "the patched tree of " + c.Name, Results: effects}
 			}
 		}
 		reports = append(reports, rep)

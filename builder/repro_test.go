@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"maps"
 	"os"
@@ -708,10 +709,10 @@ func TestStoreRelative(t *testing.T) {
 	deep := store + "/stages/build/0123/prefix"
 	nv := store + "/stages/build/4567/prefix"
 	wheel := "/usr/lib/python3/dist-packages/nvidia/nvshmem"
-	in := []CheckResult{{ID: "deepep.runpath", Read: deep + "/python/deep_ep_cpp.so (DT_NEEDED)",
+	in := []verify.CheckResult{{ID: "deepep.runpath", Read: deep + "/python/deep_ep_cpp.so (DT_NEEDED)",
 		Expected: "libnvshmem_host.so.3 from nvshmem (" + nv + ")", Found: nv + "/lib/libnvshmem_host.so.3 via " + wheel + "/lib"}}
 	out := storeRelative(in, store, map[string]string{"deepep": deep, "nvshmem": nv, "wheel": wheel})
-	want := CheckResult{ID: "deepep.runpath", Read: "deepep/python/deep_ep_cpp.so (DT_NEEDED)",
+	want := verify.CheckResult{ID: "deepep.runpath", Read: "deepep/python/deep_ep_cpp.so (DT_NEEDED)",
 		Expected: "libnvshmem_host.so.3 from nvshmem (nvshmem)", Found: "nvshmem/lib/libnvshmem_host.so.3 via " + wheel + "/lib"}
 	if out[0] != want {
 		t.Errorf("\n got %+v\nwant %+v", out[0], want)

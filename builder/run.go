@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"io/fs"
 	"maps"
@@ -543,7 +544,7 @@ func (r *Runner) checkAll(ctx context.Context, p *plan.Plan, comps []manifest.Co
 	if r.pycache != "" {
 		ctx = inspect.WithBytecodeDir(ctx, r.pycache)
 	}
-	reg := Checks()
+	reg := verify.Checks()
 	errs := make([]error, len(comps))
 	var wg sync.WaitGroup
 	for i := range comps {
@@ -555,11 +556,11 @@ func (r *Runner) checkAll(ctx context.Context, p *plan.Plan, comps []manifest.Co
 		wg.Go(func() {
 			var cj checkJSON
 			errs[i] = r.stage(ctx, rec, "check", cr.Name, cr.CheckKey, func(dir string) error {
-				s := &Subject{Plan: p, Component: pc, Root: cr.Prefix, Prefixes: prefixes, Env: env, Python: r.Toolchain.Python}
-				results := storeRelative(checkComponent(ctx, reg, check.Staged, s), r.Store.Dir(), prefixes)
+				s := &verify.Subject{Plan: p, Component: pc, Root: cr.Prefix, Prefixes: prefixes, Env: env, Python: r.Toolchain.Python}
+				results := storeRelative(verify.CheckComponent(ctx, reg, check.Staged, s), r.Store.Dir(), prefixes)
 				for _, x := range results {
 					if !x.OK() {
-						return &ChecksFailed{Where: "the staged prefix of " + cr.Name, Results: results}
+						return &verify.ChecksFailed{Where: "the staged prefix of " + cr.Name, Results: results}
 					}
 				}
 				return store.WriteJSON(dir, "check.json", checkJSON{Results: results})
@@ -651,7 +652,7 @@ func (r *Runner) stage(ctx context.Context, rec *stageRecord, stage, comp, key s
 
 type patchJSON struct {
 	Sets       []*patches.SetResult `json:"sets,omitempty"`
-	Effects    []CheckResult        `json:"effects,omitempty"`
+	Effects    []verify.CheckResult `json:"effects,omitempty"`
 	CommitTime int64                `json:"commit_time,omitempty"`
 	// SourceTime is the newest file time of an archive source, before patching: its
 	// builds' SOURCE_DATE_EPOCH, where a git source has its commit's time.
@@ -659,7 +660,7 @@ type patchJSON struct {
 }
 
 type checkJSON struct {
-	Results []CheckResult `json:"results"`
+	Results []verify.CheckResult `json:"results"`
 }
 
 // upstream adapts a source.Fetcher to the patch engine's Upstream.
@@ -704,7 +705,7 @@ func Materialize(ctx context.Context, s Sources, c *plan.PlanComponent, dest str
 
 // ApplySets applies the component's patch sets in order on tree, then checks their
 // effects there.
-func ApplySets(ctx context.Context, s Sources, c *plan.PlanComponent, tree string, opts patches.Options) ([]*patches.SetResult, []CheckResult, error) {
+func ApplySets(ctx context.Context, s Sources, c *plan.PlanComponent, tree string, opts patches.Options) ([]*patches.SetResult, []verify.CheckResult, error) {
 	if opts.CheckOnly {
 		// each set on the tree the sets before it leave, as the real apply sees it
 		sets, failed, err := patches.CheckSeries(ctx, tree, c.PatchSets, upstream{s}, opts)
@@ -723,7 +724,7 @@ func ApplySets(ctx context.Context, s Sources, c *plan.PlanComponent, tree strin
 			return sets, nil, &PatchError{Component: c.Name, Set: set.Name, Err: err}
 		}
 	}
-	return sets, TreeEffects(c, tree), nil
+	return sets, verify.TreeEffects(c, tree), nil
 }
 
 // PatchError is a patch set that did not apply: exit 1 (a conflict), or 2 when the
@@ -762,7 +763,7 @@ func (r *Runner) patchStage(ctx context.Context, c *plan.PlanComponent, dir stri
 	}
 	for _, e := range effects {
 		if !e.OK() {
-			return &ChecksFailed{Where: "the patched tree of " + c.Name, Results: effects}
+			return &verify.ChecksFailed{Where: "the patched tree of " + c.Name, Results: effects}
 		}
 	}
 	pj := patchJSON{Sets: sets, Effects: effects, SourceTime: srcTime}
@@ -989,7 +990,7 @@ func newestFileTime(dir string) int64 {
 // storeRelative writes the components' staged prefixes, which lie in the cache, as the
 // paths they have in the artifact (<component>/...) in the check results the manifest
 // records: where the cache is is the machine's business.
-func storeRelative(rs []CheckResult, store string, prefixes map[string]string) []CheckResult {
+func storeRelative(rs []verify.CheckResult, store string, prefixes map[string]string) []verify.CheckResult {
 	var pairs []string
 	for _, name := range slices.Sorted(maps.Keys(prefixes)) {
 		if pre := prefixes[name]; pre != "" && strings.HasPrefix(pre, store+string(filepath.Separator)) {
@@ -1000,7 +1001,7 @@ func storeRelative(rs []CheckResult, store string, prefixes map[string]string) [
 		return rs
 	}
 	rep := strings.NewReplacer(pairs...)
-	out := make([]CheckResult, len(rs))
+	out := make([]verify.CheckResult, len(rs))
 	for i, r := range rs {
 		for _, f := range []*string{&r.Read, &r.Expected, &r.Found, &r.Why, &r.Fix} {
 			*f = rep.Replace(*f)

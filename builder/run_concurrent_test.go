@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -463,7 +464,7 @@ components:
 			r.Environ = append(os.Environ(), "WAITER_STORE="+r.Store.Dir())
 			res, err := r.Run(context.Background(), p)
 			if tc.extra != "" {
-				var cf *ChecksFailed
+				var cf *verify.ChecksFailed
 				if !errors.As(err, &cf) {
 					t.Fatalf("want the failed check, got %v", err)
 				}

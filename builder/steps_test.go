@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/epbuild/epbuild/builder/verify"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,7 +228,7 @@ func TestCheckFilesStayInThePrefix(t *testing.T) {
 	pc := &plan.PlanComponent{Component: recipes.Component{Name: "c", Checks: []recipes.Check{
 		{File: filepath.ToSlash(rel)}, {File: "/etc/passwd"}, {File: "lib/libescape.so"}, {File: "lib/libalias.so"}, {File: "lib/lib*.so"},
 	}}}
-	res := checkComponent(context.Background(), Checks(), check.Staged, &Subject{Component: pc, Root: prefix})
+	res := verify.CheckComponent(context.Background(), verify.Checks(), check.Staged, &verify.Subject{Component: pc, Root: prefix})
 	want := []string{"fail", "fail", "fail", "pass", "pass"}
 	if len(res) != len(want) {
 		t.Fatalf("results %+v", res)

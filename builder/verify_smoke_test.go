@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,10 +13,7 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder/manifest"
-	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/smoke"
-	"github.com/epbuild/epbuild/builder/toolchain"
-	"github.com/epbuild/epbuild/recipes"
 )
 
 // smokeStandIn prints what epbuild-nvshmem-smoke prints when every step passes (its
@@ -44,8 +42,8 @@ func TestVerifySmoke(t *testing.T) {
 	if rep := mustVerify(t, prefix); rep.Smoke != nil || hasSmokeRow(rep) {
 		t.Fatal("smoke rows without --smoke")
 	}
-	opts := VerifyOptions{Prefix: prefix, Smoke: true, SmokePEs: 2, SmokeTimeout: time.Minute}
-	rep, err := Verify(context.Background(), opts)
+	opts := verify.VerifyOptions{Prefix: prefix, Smoke: true, SmokePEs: 2, SmokeTimeout: time.Minute}
+	rep, err := verify.Verify(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,9 +61,9 @@ func TestVerifySmoke(t *testing.T) {
 	}
 	pinFile(t, prefix, filepath.Join("libdemo", "bin", smoke.Binary))
 	envDir := t.TempDir()
-	opts.Environ = append(CleanEnviron(os.Getenv), "SMOKE_ENV_DIR="+envDir)
+	opts.Environ = append(verify.CleanEnviron(os.Getenv), "SMOKE_ENV_DIR="+envDir)
 	opts.JobEnv = []string{"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo", "DEMO_LANE_MAPPING=9:9", "PYTHONPATH=/elsewhere", "FOO=bar"}
-	rep, err = Verify(context.Background(), opts)
+	rep, err = verify.Verify(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,49 +102,13 @@ func TestVerifySmoke(t *testing.T) {
 	}
 }
 
-func hasSmokeRow(rep *VerifyReport) bool {
+func hasSmokeRow(rep *verify.VerifyReport) bool {
 	for _, c := range rep.Checks {
 		if strings.HasPrefix(c.ID, "smoke.") {
 			return true
 		}
 	}
 	return false
-}
-
-// What the build recorded is the version the ranks' NVSHMEM must have: the built
-// component's, or the wheel's from the build's toolchain.
-func TestSmokeExpect(t *testing.T) {
-	comp := func(src recipes.Source, version string) plan.PlanComponent {
-		return plan.PlanComponent{Component: recipes.Component{Name: "nvshmem", Version: version, Source: src}}
-	}
-	built := &verifier{m: &manifest.Manifest{Plan: &plan.Plan{Components: []plan.PlanComponent{
-		comp(recipes.Source{Git: &recipes.GitSource{URL: "https://github.com/NVIDIA/nvshmem"}}, "3.4.5-0")}}},
-		prefixes: map[string]string{"nvshmem": "/opt/deepep/nvshmem"}}
-	if e := built.smokeExpect(context.Background()); e.Version != "3.4.5-0" || e.LibDir != "/opt/deepep/nvshmem" {
-		t.Errorf("built NVSHMEM: %+v", e)
-	}
-	wheel := &verifier{m: &manifest.Manifest{Plan: &plan.Plan{Components: []plan.PlanComponent{
-		comp(recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nvshmem-cu13"}}, "")}},
-		Toolchain: &toolchain.Toolchain{PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}}}},
-		prefixes: map[string]string{}, opts: VerifyOptions{Python: "python3"}}
-	if e := wheel.smokeExpect(context.Background()); e.Version != "3.4.5" || !strings.Contains(e.From, "nvidia-nvshmem-cu13") {
-		t.Errorf("wheel: %+v", e)
-	}
-	none := &verifier{m: &manifest.Manifest{Plan: &plan.Plan{}}}
-	if e := none.smokeExpect(context.Background()); e != (smoke.Expect{}) {
-		t.Errorf("no nvshmem: %+v", e)
-	}
-}
-
-func TestSmokeEnv(t *testing.T) {
-	env, taken := smokeEnv([]string{"PATH=/bin", "NVSHMEM_DISABLE_CUDA_VMM=1", "LD_PRELOAD=/p/lib/x.so"},
-		[]string{"NVSHMEM_DISABLE_CUDA_VMM=1", "NVSHMEM_SYMMETRIC_SIZE=8G", "CUDA_VISIBLE_DEVICES=1", "LD_PRELOAD=/other.so", "FI_PROVIDER=efa"})
-	if strings.Join(taken, ",") != "CUDA_VISIBLE_DEVICES,FI_PROVIDER,NVSHMEM_SYMMETRIC_SIZE" {
-		t.Errorf("taken %v", taken)
-	}
-	if toolchain.GetenvFrom(env, "LD_PRELOAD") != "/p/lib/x.so" || toolchain.GetenvFrom(env, "NVSHMEM_SYMMETRIC_SIZE") != "8G" || toolchain.GetenvFrom(env, "PATH") != "/bin" {
-		t.Errorf("env %v", env)
-	}
 }
 
 // pinFile adds a file planted in an install to its manifest and the receipt's pin of the

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/verify"
+
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/embedded"
 	"github.com/epbuild/epbuild/builder/envsh"
@@ -35,9 +37,9 @@ func freshInstall(t *testing.T) string {
 	return prefix
 }
 
-func mustVerify(t *testing.T, prefix string) *VerifyReport {
+func mustVerify(t *testing.T, prefix string) *verify.VerifyReport {
 	t.Helper()
-	rep, err := Verify(context.Background(), VerifyOptions{Prefix: prefix})
+	rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: prefix})
 	if err != nil {
 		t.Fatalf("verify %s: %v", prefix, err)
 	}
@@ -45,7 +47,7 @@ func mustVerify(t *testing.T, prefix string) *VerifyReport {
 }
 
 // wantStatus fails the test unless each check has the given status.
-func wantStatus(t *testing.T, rep *VerifyReport, want map[string]string) {
+func wantStatus(t *testing.T, rep *verify.VerifyReport, want map[string]string) {
 	t.Helper()
 	for id, st := range want {
 		c, ok := rep.Check(id)
@@ -104,7 +106,7 @@ func TestVerifyDemoInstall(t *testing.T) {
 	}
 	// a job importing from the prefix writes bytecode caches into it: not a change
 	py := exec.Command("python3", "-c", "import pydemo.channel")
-	py.Env = append(CleanEnviron(os.Getenv), "PYTHONPATH="+filepath.Join(prefix, "pydemo", "python"))
+	py.Env = append(verify.CleanEnviron(os.Getenv), "PYTHONPATH="+filepath.Join(prefix, "pydemo", "python"))
 	if out, err := py.CombinedOutput(); err != nil {
 		t.Fatalf("import pydemo: %v\n%s", err, out)
 	}
@@ -184,7 +186,7 @@ func TestVerifyPlantedBytecode(t *testing.T) {
 			plant(t, prefix, cdir, c.mode)
 			// the planted file runs in a job that imports the module
 			py := exec.Command("python3", "-c", "import pydemo.channel")
-			py.Env = append(CleanEnviron(os.Getenv), "PYTHONPATH="+filepath.Join(prefix, "pydemo", "python"))
+			py.Env = append(verify.CleanEnviron(os.Getenv), "PYTHONPATH="+filepath.Join(prefix, "pydemo", "python"))
 			if out, err := py.CombinedOutput(); err != nil {
 				t.Fatalf("import pydemo: %v\n%s", err, out)
 			}
@@ -221,28 +223,6 @@ func TestVerifyPlantedBytecode(t *testing.T) {
 			t.Errorf("found %q", ch.Found)
 		}
 	})
-}
-
-func TestBytecodeSource(t *testing.T) {
-	for rel, want := range map[string]string{
-		"a/b/__pycache__/mod.cpython-312.pyc":       "a/b/mod.py cpython-312 0",
-		"a/__pycache__/mod.cpython-312.opt-2.pyc":   "a/mod.py cpython-312 2",
-		"__pycache__/top.pypy39.pyc":                "top.py pypy39 0",
-		"a/__pycache__/mod.pyc":                     "",
-		"a/__pycache__/mod.cpython-312.opt-x.pyc":   "",
-		"a/__pycache__/mod.cpython-312.opt-0.pyc":   "",
-		"a/__pycache__/.cpython-312.pyc":            "",
-		"a/__pycache__/a.b.cpython-312.opt-1.x.pyc": "",
-	} {
-		src, tag, opt, ok := bytecodeSource(rel)
-		got := ""
-		if ok {
-			got = fmt.Sprintf("%s %s %d", src, tag, opt)
-		}
-		if got != want {
-			t.Errorf("%s: %q, want %q", rel, got, want)
-		}
-	}
 }
 
 // Each kind of tampering shows as its own check, all in one report.
@@ -493,7 +473,7 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 		if len(rep.Checks) != 1 {
 			t.Errorf("checks after a missing manifest: %+v", rep.Checks)
 		}
-		if _, err := Verify(context.Background(), VerifyOptions{Prefix: filepath.Join(prefix, "none")}); err == nil {
+		if _, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: filepath.Join(prefix, "none")}); err == nil {
 			t.Error("verify of a missing prefix gave no error")
 		}
 	})
@@ -556,7 +536,7 @@ func TestHostConfigFromPlans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := HostConfig(p, nil, empty)
+		cfg, err := verify.HostConfig(p, nil, empty)
 		if err != nil || !tc.check(cfg) {
 			t.Errorf("%s: %+v, %v", tc.recipe, cfg, err)
 		}
@@ -567,7 +547,7 @@ func TestHostConfigFromPlans(t *testing.T) {
 	}
 	p.Env = maps.Clone(p.Env)
 	p.Env["NVSHMEM_IB_GID_INDEX"] = "three"
-	if _, err := HostConfig(p, nil, empty); err == nil {
+	if _, err := verify.HostConfig(p, nil, empty); err == nil {
 		t.Error("a GID index that is not a number gave no error")
 	}
 }
@@ -580,7 +560,7 @@ func TestVerifyFilesRandomized(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Files = installedEntries(prefix, m.Files) // env.sh with the prefix install wrote in
+	m.Files = verify.InstalledEntries(prefix, m.Files) // env.sh with the prefix install wrote in
 	ctx := context.Background()
 	at := func(rel string) string { return filepath.Join(prefix, filepath.FromSlash(rel)) }
 	content := map[string][]byte{}
@@ -629,7 +609,7 @@ func TestVerifyFilesRandomized(t *testing.T) {
 	const trials = 1200
 	counts := map[string]int{}
 	for i := range trials {
-		var want []FileProblem
+		var want []verify.FileProblem
 		var undo func()
 		switch kind := []string{"byte", "truncate", "delete", "add", "mode"}[rng.IntN(5)]; kind {
 		case "byte":
@@ -639,14 +619,14 @@ func TestVerifyFilesRandomized(t *testing.T) {
 			if err := os.WriteFile(at(e.Path), b, 0); err != nil {
 				t.Fatal(err)
 			}
-			want, undo = []FileProblem{{Path: e.Path, Kind: ProblemChanged}}, func() { _ = os.WriteFile(at(e.Path), content[e.Path], 0) }
+			want, undo = []verify.FileProblem{{Path: e.Path, Kind: verify.ProblemChanged}}, func() { _ = os.WriteFile(at(e.Path), content[e.Path], 0) }
 			counts[kind]++
 		case "truncate":
 			e := files[rng.IntN(len(files))]
 			if err := os.Truncate(at(e.Path), rng.Int64N(e.Size)); err != nil {
 				t.Fatal(err)
 			}
-			want, undo = []FileProblem{{Path: e.Path, Kind: ProblemChanged}}, func() { _ = os.WriteFile(at(e.Path), content[e.Path], 0) }
+			want, undo = []verify.FileProblem{{Path: e.Path, Kind: verify.ProblemChanged}}, func() { _ = os.WriteFile(at(e.Path), content[e.Path], 0) }
 			counts[kind]++
 		case "delete":
 			e := all[rng.IntN(len(all))]
@@ -655,7 +635,7 @@ func TestVerifyFilesRandomized(t *testing.T) {
 			}
 			for _, x := range m.Files {
 				if x.Path == e.Path || strings.HasPrefix(x.Path, e.Path+"/") {
-					want = append(want, FileProblem{Path: x.Path, Kind: ProblemMissing})
+					want = append(want, verify.FileProblem{Path: x.Path, Kind: verify.ProblemMissing})
 				}
 			}
 			undo = func() { restore(e.Path) }
@@ -675,7 +655,7 @@ func TestVerifyFilesRandomized(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, undo = []FileProblem{{Path: name, Kind: ProblemExtra}}, func() { _ = os.RemoveAll(at(name)) }
+			want, undo = []verify.FileProblem{{Path: name, Kind: verify.ProblemExtra}}, func() { _ = os.RemoveAll(at(name)) }
 			counts[kind]++
 		case "mode":
 			cands := append(slices.Clone(files), dirs...)
@@ -693,10 +673,10 @@ func TestVerifyFilesRandomized(t *testing.T) {
 			if err := os.Chmod(at(e.Path), mode); err != nil {
 				t.Fatal(err)
 			}
-			want, undo = []FileProblem{{Path: e.Path, Kind: ProblemMode}}, func() { _ = os.Chmod(at(e.Path), e.Mode) }
+			want, undo = []verify.FileProblem{{Path: e.Path, Kind: verify.ProblemMode}}, func() { _ = os.Chmod(at(e.Path), e.Mode) }
 			counts[kind]++
 		}
-		got, _, err := VerifyFiles(ctx, prefix, m.Files)
+		got, _, err := verify.VerifyFiles(ctx, prefix, m.Files)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -705,7 +685,7 @@ func TestVerifyFilesRandomized(t *testing.T) {
 		}
 		undo()
 		if i%100 == 99 {
-			if got, _, _ := VerifyFiles(ctx, prefix, m.Files); len(got) != 0 {
+			if got, _, _ := verify.VerifyFiles(ctx, prefix, m.Files); len(got) != 0 {
 				t.Fatalf("after trial %d the undo left %+v", i, got)
 			}
 		}
@@ -713,8 +693,8 @@ func TestVerifyFilesRandomized(t *testing.T) {
 	t.Logf("%d trials: %v", trials, counts)
 }
 
-func sameProblems(got, want []FileProblem) bool {
-	key := func(p FileProblem) string { return p.Kind + " " + p.Path }
+func sameProblems(got, want []verify.FileProblem) bool {
+	key := func(p verify.FileProblem) string { return p.Kind + " " + p.Path }
 	g, w := make([]string, len(got)), make([]string, len(want))
 	for i := range got {
 		g[i] = key(got[i])

@@ -3,6 +3,7 @@ package builder
 import (
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,7 +44,7 @@ func TestWheelWithPip(t *testing.T) {
 
 	// the install's environment: pip show and importlib.metadata find the package there
 	prefix := freshInstall(t)
-	env, err := envsh.InstallEnv(prefix, CleanEnviron(os.Getenv))
+	env, err := envsh.InstallEnv(prefix, verify.CleanEnviron(os.Getenv))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestWheelWithPip(t *testing.T) {
 	wantStatus(t, mustVerify(t, prefix), map[string]string{"files": "pass"})
 
 	// the wheel beside the artifact, as vLLM and SGLang users install DeepEP
-	base := CleanEnviron(os.Getenv)
+	base := verify.CleanEnviron(os.Getenv)
 	if out, err := run(base, "-m", "pip", "install", "--no-deps", whl); err != nil {
 		t.Fatalf("pip install %s: %v\n%s", filepath.Base(whl), err, out)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/builder/toolchain"
+	"github.com/epbuild/epbuild/builder/verify"
 
 	"github.com/charmbracelet/log"
 
@@ -111,14 +112,14 @@ type nodeJSON struct {
 	Hostname       string `json:"hostname,omitempty"`
 	SchemaVersion  int    `json:"schema_version,omitempty"`
 	EpbuildVersion string `json:"epbuild_version,omitempty"`
-	*builder.VerifyReport
+	*verify.VerifyReport
 }
 
 // verifyNode runs the real verify-install (files, recipe checks, host checks on the
 // sysroot) and writes its JSON report to dir/file.
 func verifyNode(t *testing.T, dir, file, hostname, prefix, sysroot string) {
 	t.Helper()
-	rep, err := builder.Verify(context.Background(), builder.VerifyOptions{Prefix: prefix, Host: true, Sysroot: host.NewSysroot(sysroot)})
+	rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: prefix, Host: true, Sysroot: host.NewSysroot(sysroot)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,9 +223,9 @@ func dump(r *Report) string {
 // The facets that need a GPU node (NVSHMEM loaded in the process, NCCL at run time)
 // are compared the same way: reports made from the real types, one node changed.
 func TestFleetNCCLAndNVSHMEM(t *testing.T) {
-	base := func(nccl, nvshmem string) builder.VerifyReport {
-		return builder.VerifyReport{Prefix: "/opt/deepep", Recipe: "gcp-b200", PlanKey: strings.Repeat("ab", 32), Artifact: "gcp-b200-abababababab.tar.zst",
-			Checks: []builder.VerifyCheck{
+	base := func(nccl, nvshmem string) verify.VerifyReport {
+		return verify.VerifyReport{Prefix: "/opt/deepep", Recipe: "gcp-b200", PlanKey: strings.Repeat("ab", 32), Artifact: "gcp-b200-abababababab.tar.zst",
+			Checks: []verify.VerifyCheck{
 				{ID: "process.single-nvshmem", Status: "pass", Read: "/proc/self/maps", Found: nvshmem},
 				{ID: "host.nccl.version", Status: "pass", Read: nccl},
 			}}

@@ -18,6 +18,7 @@ import (
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/oci/ocitest"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/verify"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -131,7 +132,7 @@ func TestComparePushPull(t *testing.T) {
 	}
 	ctx := context.Background()
 	c := newClient(t, Options{PlainHTTP: true})
-	sum, _ := builder.SumBeside(art)
+	sum, _ := verify.SumBeside(art)
 	run := func(name string, args ...string) benchcmp.Sample {
 		cmd := exec.Command(name, args...)
 		cmd.Dir = filepath.Dir(art)

@@ -23,6 +23,7 @@ import (
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/smoke"
+	"github.com/epbuild/epbuild/builder/verify"
 )
 
 func newInstallCmd(app *App) *cobra.Command {
@@ -70,7 +71,7 @@ needed is named).`,
 			}
 			res, err := builder.Install(cmd.Context(), builder.InstallOptions{
 				Artifact: args[0], Prefix: prefix, KeepPrevious: keep, Version: version, Log: app.Log, Self: self,
-				Verify: builder.VerifyOptions{Python: python, Environ: builder.CleanEnviron(app.Getenv)},
+				Verify: verify.VerifyOptions{Python: python, Environ: verify.CleanEnviron(app.Getenv)},
 			})
 			var ve *builder.InstallVerifyError
 			if errors.As(err, &ve) && ve.Report != nil {
@@ -184,13 +185,13 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 			if err != nil {
 				self = "" // install.epbuild then says it did not compare
 			}
-			opts := builder.VerifyOptions{Prefix: prefix, Python: python, Environ: builder.CleanEnviron(app.Getenv), Self: self, Version: version,
+			opts := verify.VerifyOptions{Prefix: prefix, Python: python, Environ: verify.CleanEnviron(app.Getenv), Self: self, Version: version,
 				Host: hostOn, Sysroot: sys, JobEnv: os.Environ(), HostsFile: hosts,
 				Smoke: smokeOn, SmokePEs: pes, SmokeTimeout: timeout}
 			if traffic {
 				opts.Traffic = app.trafficCommand(prefix, args)
 			}
-			rep, err := builder.Verify(cmd.Context(), opts)
+			rep, err := verify.Verify(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
@@ -247,7 +248,7 @@ func (app *App) trafficCommand(prefix string, args []string) func(context.Contex
 	}
 }
 
-func verifySummary(r *builder.VerifyReport) string {
+func verifySummary(r *verify.VerifyReport) string {
 	n := r.Counts()
 	return fmt.Sprintf("%d pass, %d warn, %d fail, %d skip", n["pass"], n["warn"], n["fail"], n["skip"])
 }
@@ -257,7 +258,7 @@ const maxFound = 100
 
 // writeReport prints the checks as a table, then the details of each failure and warning,
 // then the mapping line the host checks computed.
-func writeReport(w io.Writer, r *builder.VerifyReport) {
+func writeReport(w io.Writer, r *verify.VerifyReport) {
 	fmt.Fprintf(w, "verify-install %s", r.Prefix)
 	if r.Recipe != "" {
 		fmt.Fprintf(w, " (recipe %s, plan %s)", r.Recipe, r.PlanKey[:min(12, len(r.PlanKey))])
@@ -376,7 +377,7 @@ recipe or host list that cannot be read.
 				return err
 			}
 			defer done()
-			rep, err := builder.CheckHost(cmd.Context(), opts)
+			rep, err := verify.CheckHost(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
@@ -421,7 +422,7 @@ func (f *hostFlags) add(cmd *cobra.Command) {
 
 // options says what the host checks ask of this host: the recipe's runtime settings
 // (--recipe), else the plan of the install at --prefix, else nothing recipe-specific.
-func (f *hostFlags) options(app *App) (opts builder.HostOptions, done func(), err error) {
+func (f *hostFlags) options(app *App) (opts verify.HostOptions, done func(), err error) {
 	sys, done, err := host.OpenSysroot(f.sysroot)
 	if err != nil {
 		return opts, done, err
@@ -431,7 +432,7 @@ func (f *hostFlags) options(app *App) (opts builder.HostOptions, done func(), er
 			done()
 		}
 	}()
-	opts = builder.HostOptions{Sysroot: sys, Env: builder.CleanEnviron(app.Getenv), JobEnv: os.Environ(), Mapped: -1, HostsFile: f.hosts}
+	opts = verify.HostOptions{Sysroot: sys, Env: verify.CleanEnviron(app.Getenv), JobEnv: os.Environ(), Mapped: -1, HostsFile: f.hosts}
 	prefix := f.prefix
 	if prefix == "" {
 		prefix = app.Getenv("EPBUILD_PREFIX")
@@ -464,7 +465,7 @@ func (f *hostFlags) config(ctx context.Context, app *App) (host.Sysroot, host.Co
 	if err != nil {
 		return opts.Sysroot, host.Config{}, done, err
 	}
-	cfg, err := builder.HostConfigFor(ctx, opts)
+	cfg, err := verify.HostConfigFor(ctx, opts)
 	if err != nil {
 		done()
 		return opts.Sysroot, cfg, func() {}, usageError{err}
@@ -478,7 +479,7 @@ func kindsHelp(targets ...check.Target) string {
 	var b strings.Builder
 	seen := map[string]bool{}
 	for _, t := range targets {
-		for _, k := range builder.Checks().Kinds() {
+		for _, k := range verify.Checks().Kinds() {
 			if !k.Applies(t) || seen[k.Name] {
 				continue
 			}

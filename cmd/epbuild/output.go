@@ -19,6 +19,7 @@ import (
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/toolchain"
+	"github.com/epbuild/epbuild/builder/verify"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -186,7 +187,7 @@ func describeError(err error, code int) errorJSON {
 		pe   *toolchain.PreflightError
 		ns   *disk.NoSpaceError
 		pa   *builder.PatchError
-		cf   *builder.ChecksFailed
+		cf   *verify.ChecksFailed
 		rs   recipes.Errors
 		r1   *recipes.Error
 		ue   usageError

@@ -1,4 +1,4 @@
-package builder
+package verify
 
 import (
 	"context"
@@ -44,20 +44,6 @@ func checkHost(t *testing.T, opts HostOptions) *HostReport {
 		t.Fatal(err)
 	}
 	return rep
-}
-
-// result returns the result with that id, failing the test when it is absent.
-func result(t *testing.T, rs []CheckResult, id string) CheckResult {
-	t.Helper()
-	r, ok := check.Find(rs, id)
-	if !ok {
-		var ids []string
-		for _, r := range rs {
-			ids = append(ids, r.ID)
-		}
-		t.Fatalf("no result %s among %s", id, strings.Join(ids, ", "))
-	}
-	return r
 }
 
 // R13 on a captured RoCE node: link layer Ethernet, IBGDA, NVSHMEM 3.4.5.
@@ -217,28 +203,6 @@ func TestHostChecksAndRulesGiveOneVerdict(t *testing.T) {
 	}
 	if strings.Join(ids, " ") != "host.x host.z rule.R1/a rule.R2 host.y rule.R3" {
 		t.Errorf("kept %v", ids)
-	}
-}
-
-// verify-install --host runs the node's checks and the host rules on the install's plan.
-func TestVerifyHostWiring(t *testing.T) {
-	prefix := freshInstall(t)
-	root := hostfixture.GCPB200(t)
-	hostfixture.At(t, root).Kernel("6.8.0-1015-gcp")
-	rep, err := Verify(context.Background(), VerifyOptions{Prefix: prefix, Host: true, Sysroot: host.NewSysroot(root)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"host.gpus", "host.ib.devices", "host.nccl.version", "files", "process.single-nvshmem"} {
-		result(t, rep.Checks, id)
-	}
-	if rep.Facts["kernel"] != "6.8.0" || rep.Facts["ib.driver"] != "mlx5_core" || rep.MappingLine == "" {
-		t.Errorf("facts %v, mapping %q", rep.Facts, rep.MappingLine)
-	}
-	for _, c := range rep.Checks {
-		if strings.HasPrefix(c.ID, "rule.") && c.Status == check.Fail {
-			t.Errorf("the demo recipe breaks a host rule: %+v", c)
-		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package builder
+package verify
 
 import (
 	"context"
@@ -62,7 +62,7 @@ func onInstall(f func(*verifier, context.Context) []CheckResult) func(context.Co
 
 // topFileMode is the mode of manifest.json and the receipt: the artifact carries the
 // manifest as 0644 and install writes the receipt so, whatever the umask.
-const topFileMode fs.FileMode = 0o644
+const TopFileMode fs.FileMode = 0o644
 
 func (v *verifier) manifest() bool {
 	c := VerifyCheck{ID: "install.manifest", Read: filepath.Join(v.prefix, manifest.ManifestName),
@@ -141,7 +141,7 @@ func (v *verifier) receipt(context.Context) []CheckResult {
 // files checks every entry against the manifest: one summary check, then one check per
 // problem so that each changed, missing, extra or re-moded path is listed with its own ID.
 func (v *verifier) files(ctx context.Context) []CheckResult {
-	problems, st, err := VerifyFiles(ctx, v.prefix, installedEntries(v.prefix, v.m.Files))
+	problems, st, err := VerifyFiles(ctx, v.prefix, InstalledEntries(v.prefix, v.m.Files))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // the caller reports the cancelled context
@@ -324,8 +324,8 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 			switch typ, found := describeEntry(p, info); {
 			case typ != archive.TypeFile:
 				report(FileProblem{Path: rel, Kind: ProblemType, Expected: string(archive.TypeFile), Found: found})
-			case unixMode(info.Mode()) != uint32(topFileMode):
-				report(FileProblem{Path: rel, Kind: ProblemMode, Expected: fmt.Sprintf("mode %04o", uint32(topFileMode)), Found: fmt.Sprintf("mode %04o", unixMode(info.Mode()))})
+			case unixMode(info.Mode()) != uint32(TopFileMode):
+				report(FileProblem{Path: rel, Kind: ProblemMode, Expected: fmt.Sprintf("mode %04o", uint32(TopFileMode)), Found: fmt.Sprintf("mode %04o", unixMode(info.Mode()))})
 			}
 			if d.IsDir() {
 				return fs.SkipDir
@@ -333,7 +333,7 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 			return nil
 		}
 		w := byPath[rel]
-		if w == nil && bytecodeCache(rel, d) {
+		if w == nil && BytecodeCache(rel, d) {
 			if !d.IsDir() {
 				st.Bytecode = append(st.Bytecode, rel)
 			}
@@ -496,7 +496,7 @@ func bytecodeSource(rel string) (src, tag string, opt int, ok bool) {
 }
 
 // bytecodeCache reports whether rel is a __pycache__ directory or a .pyc file in one.
-func bytecodeCache(rel string, d fs.DirEntry) bool {
+func BytecodeCache(rel string, d fs.DirEntry) bool {
 	if d.IsDir() {
 		return path.Base(rel) == "__pycache__"
 	}

@@ -1,4 +1,4 @@
-package builder
+package verify
 
 import (
 	"context"
@@ -107,7 +107,7 @@ func (e *ChecksFailed) ExitCode() int { return 1 }
 
 // checkComponent runs a component's declared checks and its patch sets' effects on its
 // staged or installed prefix.
-func checkComponent(ctx context.Context, reg *check.Registry[*Subject], t check.Target, s *Subject) []CheckResult {
+func CheckComponent(ctx context.Context, reg *check.Registry[*Subject], t check.Target, s *Subject) []CheckResult {
 	return reg.Run(ctx, t, s, Declarations(s.Component))
 }
 

@@ -1,4 +1,4 @@
-package builder
+package verify
 
 import (
 	"bytes"
@@ -56,7 +56,7 @@ func CheckArtifact(ctx context.Context, art string) (*manifest.Manifest, []byte,
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	if want != "" && sum != want {
-		return nil, nil, "", sumMismatch(art, sum, want)
+		return nil, nil, "", SumMismatch(art, sum, want)
 	}
 	if err != nil {
 		return nil, nil, "", err
@@ -84,21 +84,21 @@ func CheckArtifactStream(ctx context.Context, r io.Reader, art string, size int6
 			return archive.Limits{}, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: %w", err)}
 		}
 		m, raw = dm, bytes.Clone(b)
-		return archive.Limits{MaxBytes: manifest.DeclaredBytes(m, raw), MaxEntries: maxEntries(m)}, nil
+		return archive.Limits{MaxBytes: manifest.DeclaredBytes(m, raw), MaxEntries: MaxEntries(m)}, nil
 	}}
-	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifestBudget(size), Member: hook}
+	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: ManifestBudget(size), Member: hook}
 	rep, err := archive.Scan(ctx, r, filepath.Base(art), opts)
 	if err != nil {
-		return nil, nil, readError(ctx, art, err, m, raw)
+		return nil, nil, ReadError(ctx, art, err, m, raw)
 	}
 	if m == nil {
 		return nil, nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", manifest.ManifestName)}
 	}
 	// what follows the archive's end, so that the whole stream was read (and hashed)
 	if _, err := io.Copy(io.Discard, r); err != nil {
-		return nil, nil, readError(ctx, art, err, m, raw)
+		return nil, nil, ReadError(ctx, art, err, m, raw)
 	}
-	if err := checkTree(art, m, raw, rep.Tree); err != nil {
+	if err := CheckTree(art, m, raw, rep.Tree); err != nil {
 		return nil, nil, err
 	}
 	return m, raw, nil
@@ -106,17 +106,17 @@ func CheckArtifactStream(ctx context.Context, r io.Reader, art string, size int6
 
 // manifestBudget is how many bytes of entries may come before the manifest in an
 // artifact of size bytes: a bomb without a manifest is refused cheaply.
-func manifestBudget(size int64) int64 {
+func ManifestBudget(size int64) int64 {
 	return max(manifest.MinManifestBudget, min(archive.DefaultMaxBytes, manifest.MaxManifestRatio*size))
 }
 
 // maxEntries is how many entries an artifact of manifest m may hold: its files, and a
 // margin for the top directory and the generated files.
-func maxEntries(m *manifest.Manifest) int { return len(m.Files) + 16 }
+func MaxEntries(m *manifest.Manifest) int { return len(m.Files) + 16 }
 
 // readError explains an error of reading an artifact, before its manifest was found (m
 // nil) or after.
-func readError(ctx context.Context, art string, err error, m *manifest.Manifest, raw []byte) error {
+func ReadError(ctx context.Context, art string, err error, m *manifest.Manifest, raw []byte) error {
 	var be *manifest.BadArtifactError
 	var xe *archive.ExtractError
 	switch {
@@ -143,7 +143,7 @@ func readError(ctx context.Context, art string, err error, m *manifest.Manifest,
 // hashed) with the manifest it carries: the manifest.json there must be the one read
 // first, and every entry must match the manifest's, as VerifyFiles requires of an
 // installed tree. A difference is a *BadArtifactError listing the first ten.
-func checkTree(art string, m *manifest.Manifest, raw []byte, tree []archive.Entry) error {
+func CheckTree(art string, m *manifest.Manifest, raw []byte, tree []archive.Entry) error {
 	rawSum := manifest.SHA256Hex(raw)
 	same := false
 	for _, e := range tree {
@@ -202,8 +202,8 @@ func treeProblems(tree, want []archive.Entry) []FileProblem {
 			switch {
 			case e.Type != archive.TypeFile:
 				add(FileProblem{Path: e.Path, Kind: ProblemType, Expected: string(archive.TypeFile), Found: describeListed(e)})
-			case e.Mode.Perm() != topFileMode:
-				add(FileProblem{Path: e.Path, Kind: ProblemMode, Expected: fmt.Sprintf("mode %04o", uint32(topFileMode)), Found: fmt.Sprintf("mode %04o", uint32(e.Mode.Perm()))})
+			case e.Mode.Perm() != TopFileMode:
+				add(FileProblem{Path: e.Path, Kind: ProblemMode, Expected: fmt.Sprintf("mode %04o", uint32(TopFileMode)), Found: fmt.Sprintf("mode %04o", uint32(e.Mode.Perm()))})
 			}
 			if e.Type == archive.TypeDir {
 				skipped[e.Path] = true
@@ -302,7 +302,7 @@ func sumFix(art string) string {
 }
 
 // sumMismatch is an artifact whose bytes are not what its .sha256 says.
-func sumMismatch(art, sum, want string) error {
+func SumMismatch(art, sum, want string) error {
 	return &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("its sha256 is %s, %s.sha256 says %s: truncated or damaged in transfer; copy it again",
 		sum, filepath.Base(art), want)}
 }

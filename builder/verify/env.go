@@ -1,4 +1,4 @@
-package builder
+package verify
 
 import (
 	"context"
@@ -213,7 +213,7 @@ func within(p, dir string) bool {
 // an env.sh whose only change from the artifact's is the prefix and id install wrote into
 // it counts as the artifact's, and what the receipt says install added (bin/, the
 // epbuild it copied to bin/epbuild) is checked like the artifact's files.
-func installedEntries(prefix string, files []archive.Entry) []archive.Entry {
+func InstalledEntries(prefix string, files []archive.Entry) []archive.Entry {
 	out := files
 	if r, err := manifest.ReadReceipt(prefix); err == nil && len(r.Added) > 0 {
 		out = append(slices.Clone(files), r.Added...)

@@ -1,4 +1,4 @@
-package builder
+package verify
 
 import (
 	"context"
@@ -279,7 +279,7 @@ func (v *verifier) componentChecks(ctx context.Context) {
 			continue // from the Python environment, or nothing to install
 		}
 		s := &Subject{Plan: v.m.Plan, Component: pc, Root: pre, Prefixes: prefixes, Env: v.env, Python: v.python(), inst: v}
-		for _, r := range checkComponent(ctx, v.reg, check.Installed, s) {
+		for _, r := range CheckComponent(ctx, v.reg, check.Installed, s) {
 			v.rep.add(v.recipeCheck(r, pc, pre))
 		}
 	}
