@@ -37,7 +37,7 @@ type Manifest struct {
 	Components      []ComponentResult    `json:"components"`
 	Env             map[string]string    `json:"env,omitempty"`
 	Findings        []compat.Finding     `json:"findings,omitempty"`
-	// BuildFacts are what the build read of what it built (facts.go: nvshmem.rc-layout,
+	// BuildFacts are what the build read of what it built (the builder's facts.go: nvshmem.rc-layout,
 	// nvshmem.header-version), for the rules after the build; BuildFactNotes say why one
 	// is not there. Absent where nothing was read: a plan without NVSHMEM keeps its bytes.
 	BuildFacts     map[string]string `json:"build_facts,omitempty"`
