@@ -186,7 +186,7 @@ func publishSet(p *plan.Plan, dir, outDir, sum string) (*Result, error) {
 		}
 		for _, w := range ws {
 			from := filepath.Join(dir, "wheels", w.File)
-			got, err := copyHashed(from, filepath.Join(tmp, w.File))
+			got, err := disk.CopyHashed(from, filepath.Join(tmp, w.File))
 			if err == nil && got != w.SHA256 {
 				err = fmt.Errorf("the stored wheel %s has sha256 %s, its record says %s: the cache is damaged; rebuild it with --force=package", from, got, w.SHA256)
 			}
@@ -215,7 +215,7 @@ func publishSet(p *plan.Plan, dir, outDir, sum string) (*Result, error) {
 	if got, err := disk.FileSHA256(res.Artifact); err != nil || got != sum {
 		tmp := tmpName(res.Artifact)
 		moves = append(moves, move{tmp, res.Artifact})
-		got, err := copyHashed(src, tmp)
+		got, err := disk.CopyHashed(src, tmp)
 		if err == nil && got != sum {
 			err = fmt.Errorf("the stored artifact %s has sha256 %s, its record says %s: the cache is damaged; rebuild it with --force=package", src, got, sum)
 		}

@@ -283,7 +283,7 @@ func addEpbuild(tree string, m *manifest.Manifest, self string) ([]archive.Entry
 		return added, []string{fmt.Sprintf("%s is not copied to %s: %s; for epbuild on the nodes, install with a static epbuild (CGO_ENABLED=0 go build ./cmd/epbuild)", self, manifest.BinEpbuild, why)}, nil
 	}
 	dst := filepath.Join(tree, filepath.FromSlash(manifest.BinEpbuild))
-	sum, err := copyHashed(self, dst)
+	sum, err := disk.CopyHashed(self, dst)
 	if err == nil {
 		err = os.Chmod(dst, 0o755)
 	}

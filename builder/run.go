@@ -2,12 +2,8 @@ package builder
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/verify"
-	"io"
 	"io/fs"
 	"maps"
 	"math"
@@ -19,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/epbuild/epbuild/builder/verify"
 
 	"github.com/charmbracelet/log"
 	"github.com/go-git/go-git/v5"
@@ -1051,7 +1049,7 @@ func publishArtifact(src, dst, sum string) error {
 		return publishErr(err, src, dst)
 	}
 	tmp := dst + ".tmp-" + strconv.Itoa(os.Getpid())
-	got, err := copyHashed(src, tmp)
+	got, err := disk.CopyHashed(src, tmp)
 	if err == nil && got != sum {
 		err = fmt.Errorf("the stored artifact %s has sha256 %s, its record says %s: the cache is damaged; rebuild it with --force=package", src, got, sum)
 	}
@@ -1076,26 +1074,6 @@ func publishErr(err error, src, dst string) error {
 	}
 	return disk.NoSpaceOr(fmt.Errorf("write artifact %s: %w", dst, err), "write artifact "+dst, filepath.Dir(dst), need,
 		"free space there, or write the artifact elsewhere with -o DIR; the build itself is cached")
-}
-
-// copyHashed copies src to a new file dst (mode 0644) and returns the sha256 of what it
-// wrote.
-func copyHashed(src, dst string) (string, error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return "", err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	_, err = io.CopyBuffer(io.MultiWriter(out, h), in, make([]byte, 1<<20))
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	return hex.EncodeToString(h.Sum(nil)), err
 }
 
 // writeSidecar makes path.sha256 say sum, in sha256sum's format, replacing a missing or
