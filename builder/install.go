@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/store"
-	"github.com/epbuild/epbuild/builder/verify"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/verify"
 
 	"github.com/charmbracelet/log"
 	"github.com/gofrs/flock"
@@ -318,10 +319,10 @@ func staticELF(path string) string {
 
 // writeReceipt writes the receipt with the mode verify-install expects, whatever the umask.
 func writeReceipt(p string, b []byte) error {
-	if err := os.WriteFile(p, b, verify.TopFileMode); err != nil {
+	if err := os.WriteFile(p, b, manifest.TopFileMode); err != nil {
 		return err
 	}
-	return os.Chmod(p, verify.TopFileMode)
+	return os.Chmod(p, manifest.TopFileMode)
 }
 
 const fixInstallSpace = "free that much space there, or install into a prefix on another file system; nothing was installed"
@@ -334,7 +335,7 @@ func logInfo(l *log.Logger, msg string, kv ...any) {
 
 // checkArtifactSum hashes the artifact and compares it with ARTIFACT.sha256 when present.
 func checkArtifactSum(art string) (string, error) {
-	want, err := verify.SumBeside(art)
+	want, err := manifest.SumBeside(art)
 	if err != nil {
 		return "", err
 	}
@@ -343,7 +344,7 @@ func checkArtifactSum(art string) (string, error) {
 		return "", &manifest.BadArtifactError{Artifact: art, Err: err}
 	}
 	if want != "" && sum != want {
-		return "", verify.SumMismatch(art, sum, want)
+		return "", manifest.SumMismatch(art, sum, want)
 	}
 	return sum, nil
 }
@@ -494,7 +495,7 @@ func cleanStale(parent, base string, l *log.Logger) {
 // the entries before it are decompressed and discarded, within a budget proportional
 // to the artifact's size, so that a bomb is refused cheaply.
 func readArtifactManifest(ctx context.Context, art string, size int64) (*manifest.Manifest, []byte, error) {
-	raw, err := archive.ReadMember(ctx, art, manifest.ManifestName, manifest.MaxManifestSize, archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: verify.ManifestBudget(size)})
+	raw, err := archive.ReadMember(ctx, art, manifest.ManifestName, manifest.MaxManifestSize, archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifest.ManifestBudget(size)})
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", manifest.ManifestName)}
@@ -557,15 +558,15 @@ func stageArtifact(ctx context.Context, art, tree string, m *manifest.Manifest, 
 			_ = os.RemoveAll(tree)
 		}
 	}()
-	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifest.DeclaredBytes(m, raw), MaxEntries: verify.MaxEntries(m), Hash: true}
+	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifest.DeclaredBytes(m, raw), MaxEntries: manifest.MaxEntries(m), Hash: true}
 	rep, err := archive.ExtractFile(ctx, art, tree, opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("install %s: %w", art, ctx.Err())
 		}
-		return verify.ReadError(ctx, art, err, m, raw)
+		return manifest.ReadError(ctx, art, err, m, raw)
 	}
-	return verify.CheckTree(art, m, raw, rep.Tree)
+	return manifest.CheckTree(art, m, raw, rep.Tree)
 }
 
 // relocateReport makes a report of the staged tree speak of the prefix it is going to.

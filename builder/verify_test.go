@@ -609,7 +609,7 @@ func TestVerifyFilesRandomized(t *testing.T) {
 	const trials = 1200
 	counts := map[string]int{}
 	for i := range trials {
-		var want []verify.FileProblem
+		var want []manifest.FileProblem
 		var undo func()
 		switch kind := []string{"byte", "truncate", "delete", "add", "mode"}[rng.IntN(5)]; kind {
 		case "byte":
@@ -619,14 +619,14 @@ func TestVerifyFilesRandomized(t *testing.T) {
 			if err := os.WriteFile(at(e.Path), b, 0); err != nil {
 				t.Fatal(err)
 			}
-			want, undo = []verify.FileProblem{{Path: e.Path, Kind: verify.ProblemChanged}}, func() { _ = os.WriteFile(at(e.Path), content[e.Path], 0) }
+			want, undo = []manifest.FileProblem{{Path: e.Path, Kind: manifest.ProblemChanged}}, func() { _ = os.WriteFile(at(e.Path), content[e.Path], 0) }
 			counts[kind]++
 		case "truncate":
 			e := files[rng.IntN(len(files))]
 			if err := os.Truncate(at(e.Path), rng.Int64N(e.Size)); err != nil {
 				t.Fatal(err)
 			}
-			want, undo = []verify.FileProblem{{Path: e.Path, Kind: verify.ProblemChanged}}, func() { _ = os.WriteFile(at(e.Path), content[e.Path], 0) }
+			want, undo = []manifest.FileProblem{{Path: e.Path, Kind: manifest.ProblemChanged}}, func() { _ = os.WriteFile(at(e.Path), content[e.Path], 0) }
 			counts[kind]++
 		case "delete":
 			e := all[rng.IntN(len(all))]
@@ -635,7 +635,7 @@ func TestVerifyFilesRandomized(t *testing.T) {
 			}
 			for _, x := range m.Files {
 				if x.Path == e.Path || strings.HasPrefix(x.Path, e.Path+"/") {
-					want = append(want, verify.FileProblem{Path: x.Path, Kind: verify.ProblemMissing})
+					want = append(want, manifest.FileProblem{Path: x.Path, Kind: manifest.ProblemMissing})
 				}
 			}
 			undo = func() { restore(e.Path) }
@@ -655,7 +655,7 @@ func TestVerifyFilesRandomized(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, undo = []verify.FileProblem{{Path: name, Kind: verify.ProblemExtra}}, func() { _ = os.RemoveAll(at(name)) }
+			want, undo = []manifest.FileProblem{{Path: name, Kind: manifest.ProblemExtra}}, func() { _ = os.RemoveAll(at(name)) }
 			counts[kind]++
 		case "mode":
 			cands := append(slices.Clone(files), dirs...)
@@ -673,7 +673,7 @@ func TestVerifyFilesRandomized(t *testing.T) {
 			if err := os.Chmod(at(e.Path), mode); err != nil {
 				t.Fatal(err)
 			}
-			want, undo = []verify.FileProblem{{Path: e.Path, Kind: verify.ProblemMode}}, func() { _ = os.Chmod(at(e.Path), e.Mode) }
+			want, undo = []manifest.FileProblem{{Path: e.Path, Kind: manifest.ProblemMode}}, func() { _ = os.Chmod(at(e.Path), e.Mode) }
 			counts[kind]++
 		}
 		got, _, err := verify.VerifyFiles(ctx, prefix, m.Files)
@@ -693,8 +693,8 @@ func TestVerifyFilesRandomized(t *testing.T) {
 	t.Logf("%d trials: %v", trials, counts)
 }
 
-func sameProblems(got, want []verify.FileProblem) bool {
-	key := func(p verify.FileProblem) string { return p.Kind + " " + p.Path }
+func sameProblems(got, want []manifest.FileProblem) bool {
+	key := func(p manifest.FileProblem) string { return p.Kind + " " + p.Path }
 	g, w := make([]string, len(got)), make([]string, len(want))
 	for i := range got {
 		g[i] = key(got[i])

@@ -18,7 +18,6 @@ import (
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/oci/ocitest"
 	"github.com/epbuild/epbuild/builder/plan"
-	"github.com/epbuild/epbuild/builder/verify"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -132,7 +131,7 @@ func TestComparePushPull(t *testing.T) {
 	}
 	ctx := context.Background()
 	c := newClient(t, Options{PlainHTTP: true})
-	sum, _ := verify.SumBeside(art)
+	sum, _ := manifest.SumBeside(art)
 	run := func(name string, args ...string) benchcmp.Sample {
 		cmd := exec.Command(name, args...)
 		cmd.Dir = filepath.Dir(art)

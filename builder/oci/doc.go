@@ -33,8 +33,8 @@
 //
 // Pull checks the artifact as it downloads: the download hands its buffers to two
 // goroutines (stream.go), one hashing the blob against its digest, one feeding
-// verify.CheckArtifactStream, which decompresses the archive once and hashes each entry
-// against the manifest without writing anything; push runs verify.CheckArtifact (the
+// manifest.CheckArtifactStream, which decompresses the archive once and hashes each entry
+// against the manifest without writing anything; push runs manifest.CheckArtifact (the
 // same check, reading the file once) beside the upload.
 //
 // Errors carry exit codes (ExitCode() int): *UnreachableError and *AuthError are 3 (the

@@ -25,7 +25,6 @@ import (
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/oci/ocitest"
-	"github.com/epbuild/epbuild/builder/verify"
 )
 
 func newClient(t *testing.T, opts Options) *Client {
@@ -134,7 +133,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 	if err := os.WriteFile(art+".cdx.json", sbom, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, raw, sum, err := verify.CheckArtifact(context.Background(), art)
+	m, raw, sum, err := manifest.CheckArtifact(context.Background(), art)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +340,7 @@ func TestPullRunsInstallsChecks(t *testing.T) {
 		t.Fatalf("push of an artifact that differs from its manifest: %v", err)
 	}
 
-	m, raw, _, err := verify.CheckArtifact(ctx, art)
+	m, raw, _, err := manifest.CheckArtifact(ctx, art)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
-	"github.com/epbuild/epbuild/builder/verify"
 	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
@@ -175,7 +174,7 @@ func isPlanKey(s string) bool {
 //
 // It checks the artifact before anything appears there: its signature (checkSignature),
 // every layer against its digest and the size the OCI manifest declares; the artifact,
-// as it downloads, with install's checks (verify.CheckArtifactStream: every entry
+// as it downloads, with install's checks (manifest.CheckArtifactStream: every entry
 // against the manifest the artifact carries, in one pass that writes nothing but the
 // download); the .sha256 against the artifact's digest, the manifest layer against the
 // manifest inside, each wheel against the manifest's record of it, and the annotations
@@ -266,7 +265,7 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (res *PullResult
 		suffixes = append(suffixes, l.Suffix)
 		res.Layers = append(res.Layers, layerResult(d, false))
 	}
-	sum, _ := verify.SumBeside(art)
+	sum, _ := manifest.SumBeside(art)
 	if sum != artDesc.Digest.Encoded() {
 		return nil, &ContentError{Ref: ref, What: name + ".sha256", Err: fmt.Errorf("says %q, the artifact layer is %s", sum, artDesc.Digest)}
 	}
@@ -366,7 +365,7 @@ func mkdirAll(dir string) ([]string, error) {
 
 // fetchArtifact downloads the artifact layer to path and checks it as it arrives: the
 // download hands what it reads to two goroutines beside it (fanOut), one hashing the
-// blob against its digest, one running install's checks (verify.CheckArtifactStream:
+// blob against its digest, one running install's checks (manifest.CheckArtifactStream:
 // every entry decompressed once and hashed against the manifest the artifact carries,
 // nothing written). The download reads at most the size the OCI manifest declares (and
 // one byte more, to see that there is no more); it stops as soon as the checks fail, so
@@ -406,7 +405,7 @@ func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref
 	checked := make(chan verdict, 1)
 	go func() {
 		r := fan.reader(1)
-		m, raw, err := verify.CheckArtifactStream(ctx, r, title, d.Size)
+		m, raw, err := manifest.CheckArtifactStream(ctx, r, title, d.Size)
 		if err != nil {
 			stop(errCheckFailed)
 		}

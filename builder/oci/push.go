@@ -23,7 +23,6 @@ import (
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/sign"
-	"github.com/epbuild/epbuild/builder/verify"
 	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
@@ -70,7 +69,7 @@ type LayerResult struct {
 // when beside it) and its .sha256, as one OCI artifact in ref's repository, tagged with
 // the plan key (and with ref's tag too, when it has one).
 //
-// The artifact gets install's checks (verify.CheckArtifact) while its blob uploads; the
+// The artifact gets install's checks (manifest.CheckArtifact) while its blob uploads; the
 // OCI manifest, which is what makes the upload visible under a tag, is pushed only when
 // both succeeded. A registry that already has a blob is not sent it again. The OCI
 // manifest is reproducible: its created time is SOURCE_DATE_EPOCH or the artifact's own.
@@ -113,7 +112,7 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 	defer stopUp()
 	defer stopChck()
 	wg.Go(func() {
-		m, raw, _, checkErr = verify.CheckArtifact(checkCtx, art)
+		m, raw, _, checkErr = manifest.CheckArtifact(checkCtx, art)
 		if checkErr != nil {
 			stopUp()
 		}
@@ -239,7 +238,7 @@ func layerResult(d ocispec.Descriptor, existed bool) LayerResult {
 // .sha256 when there is one (the registry verifies what it receives against it, and the
 // check beside this verifies the file against it), else the file's hash.
 func (c *Client) pushArtifactBlob(ctx context.Context, repo *remote.Repository, art string, size int64) (ocispec.Descriptor, bool, error) {
-	sum, err := verify.SumBeside(art) // an error is the check's to report
+	sum, err := manifest.SumBeside(art) // an error is the check's to report
 	if err != nil || sum == "" {
 		if sum, err = hashFile(ctx, art); err != nil {
 			return ocispec.Descriptor{}, false, err

@@ -4,17 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/store"
 	"io/fs"
 	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/epbuild/epbuild/builder/store"
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/check"
@@ -59,10 +59,6 @@ func onInstall(f func(*verifier, context.Context) []CheckResult) func(context.Co
 		return f(s.inst, ctx)
 	}
 }
-
-// topFileMode is the mode of manifest.json and the receipt: the artifact carries the
-// manifest as 0644 and install writes the receipt so, whatever the umask.
-const TopFileMode fs.FileMode = 0o644
 
 func (v *verifier) manifest() bool {
 	c := VerifyCheck{ID: "install.manifest", Read: filepath.Join(v.prefix, manifest.ManifestName),
@@ -153,7 +149,7 @@ func (v *verifier) files(ctx context.Context) []CheckResult {
 		if ctx.Err() != nil {
 			return nil
 		}
-		sortProblems(problems)
+		manifest.SortProblems(problems)
 	}
 	c := VerifyCheck{ID: "files", Read: fmt.Sprintf("%s: %d files (%s), %d directories, %d symlinks against %s",
 		v.prefix, st.Files, disk.ByteCount(st.Bytes), st.Dirs, st.Symlinks, manifest.ManifestName), Why: whyFiles,
@@ -182,26 +178,26 @@ func (v *verifier) files(ctx context.Context) []CheckResult {
 }
 
 // problemCheck explains one file problem.
-func problemCheck(prefix string, p FileProblem, fix string) VerifyCheck {
+func problemCheck(prefix string, p manifest.FileProblem, fix string) VerifyCheck {
 	c := VerifyCheck{ID: "files." + p.Kind + ":" + p.Path, Status: check.Fail, Read: filepath.Join(prefix, filepath.FromSlash(p.Path)),
 		Expected: p.Expected, Found: p.Found, Fix: fix}
 	switch p.Kind {
-	case ProblemChanged:
+	case manifest.ProblemChanged:
 		c.Why = "its bytes are not what was built and checked"
-	case ProblemMissing:
+	case manifest.ProblemMissing:
 		c.Why = "the build installed it; whatever needs it fails, or finds another copy elsewhere"
-	case ProblemExtra:
+	case manifest.ProblemExtra:
 		c.Why = "the artifact does not carry it: a copy installed over this prefix by other means, or a leftover; Python may import it before the built module"
 		c.Fix = "remove it, or reinstall into a fresh prefix"
-	case ProblemMode:
+	case manifest.ProblemMode:
 		c.Why = "modes decide who can read and run the install: a lost exec or read bit breaks other users' jobs, an added write bit lets them change it"
 		c.Fix = fmt.Sprintf("chmod %s %s, or reinstall", strings.TrimPrefix(p.Expected, "mode "), c.Read)
-	case ProblemType:
+	case manifest.ProblemType:
 		c.Why = "a different kind of entry (file, directory, symlink) than the build made"
-	case ProblemUnreadable:
+	case manifest.ProblemUnreadable:
 		c.Why = "it cannot be read, so it cannot be checked (and jobs cannot load it)"
 		c.Fix = "check the permissions of " + c.Read + ", or reinstall"
-	case ProblemBytecode:
+	case manifest.ProblemBytecode:
 		c.Why = "Python runs a __pycache__ file instead of its source when the header matches the source, and an unchecked-hash file " +
 			"without reading the source at all: bytecode that is not the compiled source runs code that was never built or checked. " +
 			"Only the install's sources compiled by the Python that imports them belong there"
@@ -209,27 +205,6 @@ func problemCheck(prefix string, p FileProblem, fix string) VerifyCheck {
 			c.Read, prefix)
 	}
 	return c
-}
-
-// File problem kinds, as they appear in check IDs (files.<kind>:<path>).
-const (
-	ProblemChanged    = "changed"
-	ProblemMissing    = "missing"
-	ProblemExtra      = "extra"
-	ProblemMode       = "mode"
-	ProblemType       = "type"
-	ProblemUnreadable = "unreadable"
-	// ProblemBytecode: a .pyc in a __pycache__ directory that is not the compiled form of
-	// a source the manifest lists.
-	ProblemBytecode = "bytecode"
-)
-
-// FileProblem is one way an installed tree differs from its manifest.
-type FileProblem struct {
-	Path     string `json:"path"`
-	Kind     string `json:"kind"`
-	Expected string `json:"expected,omitempty"`
-	Found    string `json:"found,omitempty"`
 }
 
 // FileStats counts what VerifyFiles looked at.
@@ -254,7 +229,7 @@ type hashJob struct {
 // entries: they are checked for type and mode only. Files are hashed while the walk goes on (archive.HashFiles); a file
 // whose size differs is reported without reading it. The error is for a dir that
 // cannot be walked or a cancelled context; an unreadable entry is a problem.
-func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileProblem, FileStats, error) {
+func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]manifest.FileProblem, FileStats, error) {
 	var st FileStats
 	root, err := filepath.EvalSymlinks(dir)
 	if err != nil {
@@ -266,11 +241,11 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 	}
 	seen := make(map[string]bool, len(want))
 	var (
-		problems []FileProblem
+		problems []manifest.FileProblem
 		mu       sync.Mutex // guards problems and st.Bytes once the workers run
 		wg       sync.WaitGroup
 	)
-	report := func(p FileProblem) {
+	report := func(p manifest.FileProblem) {
 		mu.Lock()
 		problems = append(problems, p)
 		mu.Unlock()
@@ -285,9 +260,9 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 			switch {
 			case r.Err != nil && hctx.Err() != nil:
 			case r.Err != nil:
-				report(FileProblem{Path: j.want.Path, Kind: ProblemUnreadable, Found: r.Err.Error()})
+				report(manifest.FileProblem{Path: j.want.Path, Kind: manifest.ProblemUnreadable, Found: r.Err.Error()})
 			case r.N != j.want.Size || r.SHA256 != j.want.SHA256:
-				report(FileProblem{Path: j.want.Path, Kind: ProblemChanged, Expected: describeContent(j.want.Size, j.want.SHA256), Found: describeContent(r.N, r.SHA256)})
+				report(manifest.FileProblem{Path: j.want.Path, Kind: manifest.ProblemChanged, Expected: manifest.DescribeContent(j.want.Size, j.want.SHA256), Found: manifest.DescribeContent(r.N, r.SHA256)})
 			}
 			mu.Lock()
 			st.Bytes += r.N
@@ -310,7 +285,7 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 		if err != nil {
 			// an unreadable directory: its children are reported missing below
 			seen[rel] = byPath[rel] != nil
-			report(FileProblem{Path: rel, Kind: ProblemUnreadable, Found: err.Error()})
+			report(manifest.FileProblem{Path: rel, Kind: manifest.ProblemUnreadable, Found: err.Error()})
 			return nil
 		}
 		if rel == manifest.ManifestName || rel == manifest.ReceiptName {
@@ -318,14 +293,14 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 			// against the manifest), but regular files of the mode install writes
 			info, err := d.Info()
 			if err != nil {
-				report(FileProblem{Path: rel, Kind: ProblemUnreadable, Found: err.Error()})
+				report(manifest.FileProblem{Path: rel, Kind: manifest.ProblemUnreadable, Found: err.Error()})
 				return nil
 			}
 			switch typ, found := describeEntry(p, info); {
 			case typ != archive.TypeFile:
-				report(FileProblem{Path: rel, Kind: ProblemType, Expected: string(archive.TypeFile), Found: found})
-			case unixMode(info.Mode()) != uint32(TopFileMode):
-				report(FileProblem{Path: rel, Kind: ProblemMode, Expected: fmt.Sprintf("mode %04o", uint32(TopFileMode)), Found: fmt.Sprintf("mode %04o", unixMode(info.Mode()))})
+				report(manifest.FileProblem{Path: rel, Kind: manifest.ProblemType, Expected: string(archive.TypeFile), Found: found})
+			case unixMode(info.Mode()) != uint32(manifest.TopFileMode):
+				report(manifest.FileProblem{Path: rel, Kind: manifest.ProblemMode, Expected: fmt.Sprintf("mode %04o", uint32(manifest.TopFileMode)), Found: fmt.Sprintf("mode %04o", unixMode(info.Mode()))})
 			}
 			if d.IsDir() {
 				return fs.SkipDir
@@ -341,12 +316,12 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 		}
 		info, err := d.Info()
 		if err != nil {
-			report(FileProblem{Path: rel, Kind: ProblemUnreadable, Found: err.Error()})
+			report(manifest.FileProblem{Path: rel, Kind: manifest.ProblemUnreadable, Found: err.Error()})
 			return nil
 		}
 		typ, found := describeEntry(p, info)
 		if w == nil {
-			report(FileProblem{Path: rel, Kind: ProblemExtra, Found: found})
+			report(manifest.FileProblem{Path: rel, Kind: manifest.ProblemExtra, Found: found})
 			if d.IsDir() {
 				return fs.SkipDir
 			}
@@ -354,7 +329,7 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 		}
 		seen[rel] = true
 		if typ != w.Type {
-			report(FileProblem{Path: rel, Kind: ProblemType, Expected: string(w.Type), Found: found})
+			report(manifest.FileProblem{Path: rel, Kind: manifest.ProblemType, Expected: string(w.Type), Found: found})
 			if d.IsDir() {
 				return fs.SkipDir
 			}
@@ -362,7 +337,7 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 		}
 		if typ != archive.TypeSymlink {
 			if got := unixMode(info.Mode()); got != uint32(w.Mode.Perm()) {
-				report(FileProblem{Path: rel, Kind: ProblemMode, Expected: fmt.Sprintf("mode %04o", uint32(w.Mode.Perm())), Found: fmt.Sprintf("mode %04o", got)})
+				report(manifest.FileProblem{Path: rel, Kind: manifest.ProblemMode, Expected: fmt.Sprintf("mode %04o", uint32(w.Mode.Perm())), Found: fmt.Sprintf("mode %04o", got)})
 			}
 		}
 		switch typ {
@@ -371,13 +346,13 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 		case archive.TypeSymlink:
 			st.Symlinks++
 			if target, _ := os.Readlink(p); target != w.Target {
-				report(FileProblem{Path: rel, Kind: ProblemChanged, Expected: "symlink to " + w.Target, Found: "symlink to " + target})
+				report(manifest.FileProblem{Path: rel, Kind: manifest.ProblemChanged, Expected: "symlink to " + w.Target, Found: "symlink to " + target})
 			}
 		case archive.TypeFile:
 			st.Files++
 			if info.Size() != w.Size {
 				// a changed size needs no hash, and says how it changed
-				report(FileProblem{Path: rel, Kind: ProblemChanged, Expected: describeContent(w.Size, w.SHA256), Found: sizeChange(info.Size(), w.Size)})
+				report(manifest.FileProblem{Path: rel, Kind: manifest.ProblemChanged, Expected: manifest.DescribeContent(w.Size, w.SHA256), Found: manifest.SizeChange(info.Size(), w.Size)})
 				return nil
 			}
 			select {
@@ -401,20 +376,11 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]FileP
 	}
 	for _, e := range want {
 		if !seen[e.Path] {
-			problems = append(problems, FileProblem{Path: e.Path, Kind: ProblemMissing, Expected: string(e.Type)})
+			problems = append(problems, manifest.FileProblem{Path: e.Path, Kind: manifest.ProblemMissing, Expected: string(e.Type)})
 		}
 	}
-	sortProblems(problems)
+	manifest.SortProblems(problems)
 	return problems, st, nil
-}
-
-func sortProblems(problems []FileProblem) {
-	sort.Slice(problems, func(i, j int) bool {
-		if problems[i].Path != problems[j].Path {
-			return problems[i].Path < problems[j].Path
-		}
-		return problems[i].Kind < problems[j].Kind
-	})
 }
 
 // bytecode checks the .pyc files of __pycache__ directories (rel paths from
@@ -423,7 +389,7 @@ func sortProblems(problems []FileProblem) {
 // with the interpreter of the Python checks, isolated). A stale file, one of a name
 // Python never reads, or one for another interpreter is a problem too: nothing else
 // belongs there, and nothing else can be told apart from a planted one.
-func (v *verifier) bytecode(ctx context.Context, rels []string) []FileProblem {
+func (v *verifier) bytecode(ctx context.Context, rels []string) []manifest.FileProblem {
 	sources := make(map[string]bool, len(v.m.Files))
 	for _, e := range v.m.Files {
 		if e.Type == archive.TypeFile {
@@ -431,13 +397,13 @@ func (v *verifier) bytecode(ctx context.Context, rels []string) []FileProblem {
 		}
 	}
 	var (
-		out     []FileProblem
+		out     []manifest.FileProblem
 		files   []inspect.BytecodeFile
-		checked []FileProblem
+		checked []manifest.FileProblem
 	)
 	for _, rel := range rels {
 		src, tag, opt, ok := bytecodeSource(rel)
-		p := FileProblem{Path: rel, Kind: ProblemBytecode, Expected: "the bytecode of " + src + ", compiled from it"}
+		p := manifest.FileProblem{Path: rel, Kind: manifest.ProblemBytecode, Expected: "the bytecode of " + src + ", compiled from it"}
 		switch {
 		case !ok:
 			p.Expected = "MODULE.TAG.pyc or MODULE.TAG.opt-N.pyc: a name Python gives bytecode"
@@ -530,17 +496,6 @@ func unixMode(m fs.FileMode) uint32 {
 		u |= 0o1000
 	}
 	return u
-}
-
-func describeContent(size int64, sum string) string {
-	return fmt.Sprintf("%d bytes, sha256 %s", size, sum)
-}
-
-func sizeChange(got, want int64) string {
-	if got < want {
-		return fmt.Sprintf("%d bytes: truncated (%d bytes short)", got, want-got)
-	}
-	return fmt.Sprintf("%d bytes: %d bytes longer", got, got-want)
 }
 
 // installedEpbuild compares the epbuild running the check with the one in the prefix

@@ -1,4 +1,4 @@
-package verify
+package manifest
 
 import (
 	"bytes"
@@ -15,7 +15,6 @@ import (
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/disk"
-	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes/userfile"
@@ -33,11 +32,11 @@ import (
 // carries (CheckArtifactStream). It returns the manifest, its bytes and the artifact's
 // sha256; a failed check is a *BadArtifactError (exit 2). Exporters of the artifact (the
 // OCI push and pull) call it, so that there is one artifact check.
-func CheckArtifact(ctx context.Context, art string) (*manifest.Manifest, []byte, string, error) {
+func CheckArtifact(ctx context.Context, art string) (*Manifest, []byte, string, error) {
 	// opened first, then checked: a FIFO put there is refused, not waited on
 	f, st, err := userfile.Open(art)
 	if err != nil {
-		return nil, nil, "", &manifest.BadArtifactError{Artifact: art, Err: err}
+		return nil, nil, "", &BadArtifactError{Artifact: art, Err: err}
 	}
 	defer f.Close()
 	want, err := SumBeside(art)
@@ -52,7 +51,7 @@ func CheckArtifact(ctx context.Context, art string) (*manifest.Manifest, []byte,
 	// the rest of the file, if the check stopped early: a damaged artifact is best named
 	// by its .sha256
 	if _, cerr := io.CopyBuffer(h, f, make([]byte, 256<<10)); cerr != nil && err == nil {
-		return nil, nil, "", &manifest.BadArtifactError{Artifact: art, Err: cerr}
+		return nil, nil, "", &BadArtifactError{Artifact: art, Err: cerr}
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	if want != "" && sum != want {
@@ -73,18 +72,18 @@ func CheckArtifact(ctx context.Context, art string) (*manifest.Manifest, []byte,
 // archive by what the manifest declares, and every entry must match the manifest, as
 // install's extraction requires (stageArtifact); memory is bounded by the number of
 // entries, not by their size.
-func CheckArtifactStream(ctx context.Context, r io.Reader, art string, size int64) (*manifest.Manifest, []byte, error) {
+func CheckArtifactStream(ctx context.Context, r io.Reader, art string, size int64) (*Manifest, []byte, error) {
 	var (
-		m   *manifest.Manifest
+		m   *Manifest
 		raw []byte
 	)
-	hook := &archive.MemberHook{Name: manifest.ManifestName, MaxSize: manifest.MaxManifestSize, Found: func(b []byte) (archive.Limits, error) {
-		dm, err := manifest.DecodeManifest(b, manifest.ManifestName)
+	hook := &archive.MemberHook{Name: ManifestName, MaxSize: MaxManifestSize, Found: func(b []byte) (archive.Limits, error) {
+		dm, err := DecodeManifest(b, ManifestName)
 		if err != nil {
-			return archive.Limits{}, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: %w", err)}
+			return archive.Limits{}, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: %w", err)}
 		}
 		m, raw = dm, bytes.Clone(b)
-		return archive.Limits{MaxBytes: manifest.DeclaredBytes(m, raw), MaxEntries: MaxEntries(m)}, nil
+		return archive.Limits{MaxBytes: DeclaredBytes(m, raw), MaxEntries: MaxEntries(m)}, nil
 	}}
 	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: ManifestBudget(size), Member: hook}
 	rep, err := archive.Scan(ctx, r, filepath.Base(art), opts)
@@ -92,7 +91,7 @@ func CheckArtifactStream(ctx context.Context, r io.Reader, art string, size int6
 		return nil, nil, ReadError(ctx, art, err, m, raw)
 	}
 	if m == nil {
-		return nil, nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", manifest.ManifestName)}
+		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", ManifestName)}
 	}
 	// what follows the archive's end, so that the whole stream was read (and hashed)
 	if _, err := io.Copy(io.Discard, r); err != nil {
@@ -107,17 +106,17 @@ func CheckArtifactStream(ctx context.Context, r io.Reader, art string, size int6
 // manifestBudget is how many bytes of entries may come before the manifest in an
 // artifact of size bytes: a bomb without a manifest is refused cheaply.
 func ManifestBudget(size int64) int64 {
-	return max(manifest.MinManifestBudget, min(archive.DefaultMaxBytes, manifest.MaxManifestRatio*size))
+	return max(MinManifestBudget, min(archive.DefaultMaxBytes, MaxManifestRatio*size))
 }
 
 // maxEntries is how many entries an artifact of manifest m may hold: its files, and a
 // margin for the top directory and the generated files.
-func MaxEntries(m *manifest.Manifest) int { return len(m.Files) + 16 }
+func MaxEntries(m *Manifest) int { return len(m.Files) + 16 }
 
 // readError explains an error of reading an artifact, before its manifest was found (m
 // nil) or after.
-func ReadError(ctx context.Context, art string, err error, m *manifest.Manifest, raw []byte) error {
-	var be *manifest.BadArtifactError
+func ReadError(ctx context.Context, art string, err error, m *Manifest, raw []byte) error {
+	var be *BadArtifactError
 	var xe *archive.ExtractError
 	switch {
 	case errors.As(err, &be):
@@ -125,35 +124,35 @@ func ReadError(ctx context.Context, art string, err error, m *manifest.Manifest,
 	case ctx.Err() != nil:
 		return fmt.Errorf("check %s: %w", art, ctx.Err())
 	case errors.Is(err, archive.ErrLimit) && m == nil:
-		return &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("%w; an epbuild artifact carries its manifest within %d times its own size", err, manifest.MaxManifestRatio)}
+		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("%w; an epbuild artifact carries its manifest within %d times its own size", err, MaxManifestRatio)}
 	case errors.Is(err, archive.ErrLimit):
-		return &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than its manifest declares (%d files, %s), extraction stopped: %w",
-			manifest.CountFiles(m), disk.ByteCount(manifest.DeclaredBytes(m, raw)-manifest.TarSlack), err)}
+		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than its manifest declares (%d files, %s), extraction stopped: %w",
+			CountFiles(m), disk.ByteCount(DeclaredBytes(m, raw)-TarSlack), err)}
 	case errors.As(err, &xe) && xe.Kind != nil:
-		return &manifest.BadArtifactError{Artifact: art, Err: err}
+		return &BadArtifactError{Artifact: art, Err: err}
 	case disk.IsNoSpace(err):
 		return err // the caller says where and how much
 	}
 	// an I/O error here is as likely the archive's (a truncated zstd frame) as ours;
 	// nothing was installed either way
-	return &manifest.BadArtifactError{Artifact: art, Err: err}
+	return &BadArtifactError{Artifact: art, Err: err}
 }
 
 // checkTree compares the tree an artifact extracts to (as archive lists it, every file
 // hashed) with the manifest it carries: the manifest.json there must be the one read
 // first, and every entry must match the manifest's, as VerifyFiles requires of an
 // installed tree. A difference is a *BadArtifactError listing the first ten.
-func CheckTree(art string, m *manifest.Manifest, raw []byte, tree []archive.Entry) error {
-	rawSum := manifest.SHA256Hex(raw)
+func CheckTree(art string, m *Manifest, raw []byte, tree []archive.Entry) error {
+	rawSum := SHA256Hex(raw)
 	same := false
 	for _, e := range tree {
-		if e.Path == manifest.ManifestName {
+		if e.Path == ManifestName {
 			same = e.Type == archive.TypeFile && e.SHA256 == rawSum
 			break
 		}
 	}
 	if !same {
-		return &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than one %s, and they differ", manifest.ManifestName)}
+		return &BadArtifactError{Artifact: art, Err: fmt.Errorf("it holds more than one %s, and they differ", ManifestName)}
 	}
 	problems := treeProblems(tree, m.Files)
 	if len(problems) == 0 {
@@ -168,7 +167,7 @@ func CheckTree(art string, m *manifest.Manifest, raw []byte, tree []archive.Entr
 		}
 		lines = append(lines, fmt.Sprintf("%s %s: expected %s, found %s", p.Kind, p.Path, toolchain.OrNone(p.Expected), toolchain.OrNone(p.Found)))
 	}
-	return &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("%d entries differ from its manifest:\n  - %s", len(problems), strings.Join(lines, "\n  - "))}
+	return &BadArtifactError{Artifact: art, Err: fmt.Errorf("%d entries differ from its manifest:\n  - %s", len(problems), strings.Join(lines, "\n  - "))}
 }
 
 // treeProblems is VerifyFiles' judgement of a tree listed in memory: every entry against
@@ -198,7 +197,7 @@ func treeProblems(tree, want []archive.Entry) []FileProblem {
 		if len(skipped) > 0 && under(e.Path) {
 			continue
 		}
-		if e.Path == manifest.ManifestName || e.Path == manifest.ReceiptName {
+		if e.Path == ManifestName || e.Path == ReceiptName {
 			switch {
 			case e.Type != archive.TypeFile:
 				add(FileProblem{Path: e.Path, Kind: ProblemType, Expected: string(archive.TypeFile), Found: describeListed(e)})
@@ -243,9 +242,9 @@ func treeProblems(tree, want []archive.Entry) []FileProblem {
 		case archive.TypeFile:
 			switch {
 			case e.Size != w.Size:
-				add(FileProblem{Path: e.Path, Kind: ProblemChanged, Expected: describeContent(w.Size, w.SHA256), Found: sizeChange(e.Size, w.Size)})
+				add(FileProblem{Path: e.Path, Kind: ProblemChanged, Expected: DescribeContent(w.Size, w.SHA256), Found: SizeChange(e.Size, w.Size)})
 			case e.SHA256 != w.SHA256:
-				add(FileProblem{Path: e.Path, Kind: ProblemChanged, Expected: describeContent(w.Size, w.SHA256), Found: describeContent(e.Size, e.SHA256)})
+				add(FileProblem{Path: e.Path, Kind: ProblemChanged, Expected: DescribeContent(w.Size, w.SHA256), Found: DescribeContent(e.Size, e.SHA256)})
 			}
 		}
 	}
@@ -254,7 +253,7 @@ func treeProblems(tree, want []archive.Entry) []FileProblem {
 			add(FileProblem{Path: e.Path, Kind: ProblemMissing, Expected: string(e.Type)})
 		}
 	}
-	sortProblems(problems)
+	SortProblems(problems)
 	return problems
 }
 
@@ -286,11 +285,11 @@ func SumBeside(art string) (string, error) {
 		tl.Fix = "a .sha256 is one line of sha256sum; " + sumFix(art)
 	}
 	if err != nil {
-		return "", &manifest.BadArtifactError{Artifact: art, Err: err}
+		return "", &BadArtifactError{Artifact: art, Err: err}
 	}
 	f := strings.Fields(string(b))
-	if len(f) == 0 || !manifest.IsSHA256(strings.ToLower(f[0])) {
-		return "", &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("%s.sha256 holds no sha256", filepath.Base(art))}
+	if len(f) == 0 || !IsSHA256(strings.ToLower(f[0])) {
+		return "", &BadArtifactError{Artifact: art, Err: fmt.Errorf("%s.sha256 holds no sha256", filepath.Base(art))}
 	}
 	return strings.ToLower(f[0]), nil
 }
@@ -303,6 +302,6 @@ func sumFix(art string) string {
 
 // sumMismatch is an artifact whose bytes are not what its .sha256 says.
 func SumMismatch(art, sum, want string) error {
-	return &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("its sha256 is %s, %s.sha256 says %s: truncated or damaged in transfer; copy it again",
+	return &BadArtifactError{Artifact: art, Err: fmt.Errorf("its sha256 is %s, %s.sha256 says %s: truncated or damaged in transfer; copy it again",
 		sum, filepath.Base(art), want)}
 }
