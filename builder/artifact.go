@@ -2,8 +2,6 @@ package builder
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,46 +16,15 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/epbuild/epbuild/builder/archive"
-	"github.com/epbuild/epbuild/compat"
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
 )
-
-// ManifestFormat is the version of manifest.json's layout.
-const ManifestFormat = 1
 
 // zstdLevel is pinned: the level changes the artifact's bytes.
 const zstdLevel = zstd.SpeedDefault
-
-// Manifest travels inside the artifact and lands in the install prefix: everything that
-// went into the build and a hash of every file, so that verify-install can check an
-// installed copy against what was built.
-type Manifest struct {
-	Format int `json:"format"`
-	// Epbuild was the version of the epbuild that built it, in artifacts made before the
-	// version left the reproducible bytes (it is in the SBOM and the OCI annotations now).
-	Epbuild         string            `json:"epbuild,omitempty"`
-	Recipe          string            `json:"recipe"`
-	PlanKey         string            `json:"plan_key"`
-	Plan            *Plan             `json:"plan"`
-	SourceDateEpoch int64             `json:"source_date_epoch"`
-	Toolchain       *Toolchain        `json:"toolchain"`
-	Components      []ComponentResult `json:"components"`
-	Env             map[string]string `json:"env,omitempty"`
-	Findings        []compat.Finding  `json:"findings,omitempty"`
-	// BuildFacts are what the build read of what it built (facts.go: nvshmem.rc-layout,
-	// nvshmem.header-version), for the rules after the build; BuildFactNotes say why one
-	// is not there. Absent where nothing was read: a plan without NVSHMEM keeps its bytes.
-	BuildFacts     map[string]string `json:"build_facts,omitempty"`
-	BuildFactNotes map[string]string `json:"build_fact_notes,omitempty"`
-	Files          []archive.Entry   `json:"files"`
-	// Wheels are written beside the artifact (WheelDir), not in it.
-	Wheels []WheelFile `json:"wheels,omitempty"`
-}
-
-// ManifestName and EnvName are the generated files at the top of an artifact.
-const (
-	ManifestName = "manifest.json"
-	EnvName      = "env.sh"
-)
 
 func (r *Runner) sourceDateEpoch(res *Result) (int64, error) {
 	if r.SourceDateEpoch != "" {
@@ -79,15 +46,15 @@ func (r *Runner) sourceDateEpoch(res *Result) (int64, error) {
 
 // packageStage writes env.sh and the manifest and packs them with the staged prefixes,
 // each under its component's name, reproducibly into dir/<artifact>.
-func (r *Runner) packageStage(ctx context.Context, p *Plan, res *Result, dir string) error {
-	return r.pack(ctx, p, res, dir, func() ([]ComponentResult, error) { return res.Components, nil })
+func (r *Runner) packageStage(ctx context.Context, p *plan.Plan, res *Result, dir string) error {
+	return r.pack(ctx, p, res, dir, func() ([]manifest.ComponentResult, error) { return res.Components, nil })
 }
 
 // pack is packageStage with the components' results as the manifest records them
 // coming from checked, which pack calls when it reaches the manifest, after the files
 // before it: Run packs the prefixes while the checks run. An error from checked stops
 // the pack; res's components give the prefixes and times.
-func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, checked func() ([]ComponentResult, error)) error {
+func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string, checked func() ([]manifest.ComponentResult, error)) error {
 	sde, err := r.sourceDateEpoch(res)
 	if err != nil {
 		return err
@@ -102,7 +69,7 @@ func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, che
 			prefixes[c.Name] = c.Prefix
 		}
 	}
-	envsh, err := envScript(p, func(c string) string { return prefixes[c] }, installedComponents(p, res))
+	script, err := envsh.ScriptWith(p, func(c string) string { return prefixes[c] }, installedComponents(p, res))
 	if err != nil {
 		return err
 	}
@@ -112,8 +79,8 @@ func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, che
 	}
 	plan := *p
 	plan.File = ""
-	m := Manifest{
-		Format: ManifestFormat, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
+	m := manifest.Manifest{
+		Format: manifest.ManifestFormat, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
 		SourceDateEpoch: sde, Toolchain: r.Toolchain.Record(), Env: p.Env, Findings: r.Findings,
 		BuildFacts: r.buildFacts, BuildFactNotes: r.buildFactNotes, Wheels: wheels,
 	}
@@ -128,8 +95,8 @@ func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, che
 		Mounts:  mounts,
 		ModTime: time.Unix(sde, 0),
 		Level:   zstdLevel,
-		Extra:   []archive.File{{Name: EnvName, Mode: envMode, Data: []byte(envsh)}},
-		Late: &archive.LateFile{Name: ManifestName, Mode: 0o644, Data: func(entries []archive.Entry) ([]byte, error) {
+		Extra:   []archive.File{{Name: manifest.EnvName, Mode: envsh.EnvMode, Data: []byte(script)}},
+		Late: &archive.LateFile{Name: manifest.ManifestName, Mode: 0o644, Data: func(entries []archive.Entry) ([]byte, error) {
 			comps, err := checked()
 			if err != nil {
 				return nil, err
@@ -162,7 +129,7 @@ func (r *Runner) pack(ctx context.Context, p *Plan, res *Result, dir string, che
 }
 
 // installedComponents lists the components whose files the artifact carries.
-func installedComponents(p *Plan, res *Result) []string {
+func installedComponents(p *plan.Plan, res *Result) []string {
 	var out []string
 	for _, c := range res.Components {
 		pc, _ := p.Component(c.Name)
@@ -171,11 +138,6 @@ func installedComponents(p *Plan, res *Result) []string {
 		}
 	}
 	return out
-}
-
-func sha256Hex(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
 }
 
 // tmpPrefix marks a file or directory of an output set being written: NAME.tmp-PID in
@@ -192,7 +154,7 @@ func tmpName(path string) string { return path + tmpPrefix + strconv.Itoa(os.Get
 // the artifact last, so that whoever sees the artifact sees its sidecars (an artifact
 // already there from an earlier build of the same plan holds the same bytes). On any
 // failure what was written is removed. A full file system is a NoSpaceError (exit 3).
-func publishSet(p *Plan, dir, outDir, sum string) (*Result, error) {
+func publishSet(p *plan.Plan, dir, outDir, sum string) (*Result, error) {
 	src := filepath.Join(dir, ArtifactName(p))
 	res := &Result{SHA256: sum, Artifact: filepath.Join(outDir, ArtifactName(p))}
 	res.SBOM = res.Artifact + SBOMSuffix
@@ -200,8 +162,8 @@ func publishSet(p *Plan, dir, outDir, sum string) (*Result, error) {
 		return nil, publishErr(err, src, res.Artifact)
 	}
 	removeLeftoverTemps(outDir)
-	var ws []WheelFile
-	if err := ReadJSON(dir, wheelsName, &ws); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	var ws []manifest.WheelFile
+	if err := store.ReadJSON(dir, wheelsName, &ws); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	type move struct{ tmp, to string }
@@ -224,7 +186,7 @@ func publishSet(p *Plan, dir, outDir, sum string) (*Result, error) {
 		}
 		for _, w := range ws {
 			from := filepath.Join(dir, "wheels", w.File)
-			got, err := copyHashed(from, filepath.Join(tmp, w.File))
+			got, err := disk.CopyHashed(from, filepath.Join(tmp, w.File))
 			if err == nil && got != w.SHA256 {
 				err = fmt.Errorf("the stored wheel %s has sha256 %s, its record says %s: the cache is damaged; rebuild it with --force=package", from, got, w.SHA256)
 			}
@@ -250,10 +212,10 @@ func publishSet(p *Plan, dir, outDir, sum string) (*Result, error) {
 		}
 	}
 	// an artifact already there with the same bytes is left as it is
-	if got, err := fileSHA256(res.Artifact); err != nil || got != sum {
+	if got, err := disk.FileSHA256(res.Artifact); err != nil || got != sum {
 		tmp := tmpName(res.Artifact)
 		moves = append(moves, move{tmp, res.Artifact})
-		got, err := copyHashed(src, tmp)
+		got, err := disk.CopyHashed(src, tmp)
 		if err == nil && got != sum {
 			err = fmt.Errorf("the stored artifact %s has sha256 %s, its record says %s: the cache is damaged; rebuild it with --force=package", src, got, sum)
 		}

@@ -13,11 +13,16 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 )
 
 // twoPassPackage is the package stage as it was before it packed in one pass: lay out,
 // HashTree for the manifest, Pack with the manifest and env.sh as extra files.
-func twoPassPackage(t *testing.T, r *Runner, p *Plan, res *Result) []byte {
+func twoPassPackage(t *testing.T, r *Runner, p *plan.Plan, res *Result) []byte {
 	t.Helper()
 	ctx := context.Background()
 	sde, err := r.sourceDateEpoch(res)
@@ -30,7 +35,7 @@ func twoPassPackage(t *testing.T, r *Runner, p *Plan, res *Result) []byte {
 			t.Fatal(err)
 		}
 	}
-	envsh, err := EnvScript(p, tree, installedComponents(p, res))
+	script, err := envsh.EnvScript(p, tree, installedComponents(p, res))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,12 +43,12 @@ func twoPassPackage(t *testing.T, r *Runner, p *Plan, res *Result) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries = append(entries, archive.Entry{Path: EnvName, Type: archive.TypeFile, Mode: envMode, Size: int64(len(envsh)), SHA256: sha256Hex([]byte(envsh))})
+	entries = append(entries, archive.Entry{Path: manifest.EnvName, Type: archive.TypeFile, Mode: envsh.EnvMode, Size: int64(len(script)), SHA256: manifest.SHA256Hex([]byte(script))})
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
 	plan := *p
 	plan.File = ""
-	m := Manifest{
-		Format: ManifestFormat, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
+	m := manifest.Manifest{
+		Format: manifest.ManifestFormat, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
 		SourceDateEpoch: sde, Toolchain: r.Toolchain, Components: res.Components, Env: p.Env, Findings: r.Findings, Files: entries,
 	}
 	mb, err := json.MarshalIndent(m, "", "  ")
@@ -55,8 +60,8 @@ func twoPassPackage(t *testing.T, r *Runner, p *Plan, res *Result) []byte {
 		ModTime: time.Unix(sde, 0),
 		Level:   zstdLevel,
 		Extra: []archive.File{
-			{Name: ManifestName, Mode: 0o644, Data: append(mb, '\n')},
-			{Name: EnvName, Mode: envMode, Data: []byte(envsh)},
+			{Name: manifest.ManifestName, Mode: 0o644, Data: append(mb, '\n')},
+			{Name: manifest.EnvName, Mode: envsh.EnvMode, Data: []byte(script)},
 		},
 	}); err != nil {
 		t.Fatal(err)
@@ -103,13 +108,13 @@ func TestPackageStageSameBytes(t *testing.T) {
 		if err := os.Symlink("m00", filepath.Join(prefix, "lib", "current")); err != nil {
 			t.Fatal(err)
 		}
-		res.Components = append(res.Components, ComponentResult{Name: c.Name, Prefix: prefix, CommitTime: 1700000000 + int64(i)})
+		res.Components = append(res.Components, manifest.ComponentResult{Name: c.Name, Prefix: prefix, CommitTime: 1700000000 + int64(i)})
 	}
-	store, err := OpenStore(filepath.Join(tmp, "store"))
+	store, err := store.OpenStore(filepath.Join(tmp, "store"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Runner{Store: store, Version: "test", Toolchain: &Toolchain{OS: "linux"}}
+	r := &Runner{Store: store, Version: "test", Toolchain: &toolchain.Toolchain{OS: "linux"}}
 	want := twoPassPackage(t, r, plan, res)
 	out := t.TempDir()
 	if err := r.packageStage(context.Background(), plan, res, out); err != nil {
@@ -121,14 +126,14 @@ func TestPackageStageSameBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("artifact differs from the two-pass stage's: %d bytes (sha256 %s), want %d bytes (sha256 %s)", len(got), sha256Hex(got), len(want), sha256Hex(want))
+		t.Fatalf("artifact differs from the two-pass stage's: %d bytes (sha256 %s), want %d bytes (sha256 %s)", len(got), manifest.SHA256Hex(got), len(want), manifest.SHA256Hex(want))
 	}
 	sum, err := ReadSum(art)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum != sha256Hex(got) {
-		t.Errorf("%s.sha256 says %s, the artifact hashes to %s", filepath.Base(art), sum, sha256Hex(got))
+	if sum != manifest.SHA256Hex(got) {
+		t.Errorf("%s.sha256 says %s, the artifact hashes to %s", filepath.Base(art), sum, manifest.SHA256Hex(got))
 	}
 }
 

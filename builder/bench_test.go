@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -13,6 +14,10 @@ import (
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/benchcmp"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -54,15 +59,15 @@ func TestComparePackage(t *testing.T) {
 	for i := range plan.Components {
 		plan.Components[i].Patches, plan.Components[i].PatchSets = nil, nil
 	}
-	res := &Result{Plan: plan, Components: []ComponentResult{
+	res := &Result{Plan: plan, Components: []manifest.ComponentResult{
 		{Name: plan.Components[0].Name, Prefix: small, CommitTime: 1700000000},
 		{Name: comp, Prefix: prefix, CommitTime: 1700000000},
 	}}
-	store, err := OpenStore(filepath.Join(tmp, "store"))
+	store, err := store.OpenStore(filepath.Join(tmp, "store"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Runner{Store: store, Version: "bench", Toolchain: &Toolchain{}}
+	r := &Runner{Store: store, Version: "bench", Toolchain: &toolchain.Toolchain{}}
 	var artifact int64
 	ours := func(tb testing.TB) benchcmp.Sample {
 		dir, err := os.MkdirTemp(tmp, "out-")
@@ -91,9 +96,9 @@ func TestComparePackage(t *testing.T) {
 	rs[1].Print("package-t0", extra...)
 }
 
-func mustResolver(t testing.TB) *Resolver {
+func mustResolver(t testing.TB) *plan.Resolver {
 	t.Helper()
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +156,7 @@ func TestCompareVerify(t *testing.T) {
 	workers := benchcmp.Workers()
 	ours := func(tb testing.TB) benchcmp.Sample {
 		return benchcmp.Time(tb, func() error {
-			problems, _, err := VerifyFiles(ctx, dir, entries)
+			problems, _, err := verify.VerifyFiles(ctx, dir, entries)
 			if err == nil && len(problems) > 0 {
 				err = fmt.Errorf("verify: %+v", problems)
 			}

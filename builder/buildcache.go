@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/store"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
 )
 
 // The shared build cache (epbuild recipe --cache-from / --cache-to): artifacts kept
@@ -27,7 +31,7 @@ type ArtifactCache interface {
 	// checked as install checks it, with what a build writes beside it that the store
 	// has (its .sha256, SBOM and wheels); nil with a nil error when the store does not
 	// hold the plan.
-	Fetch(ctx context.Context, p *Plan, dir string) (*CachedArtifact, error)
+	Fetch(ctx context.Context, p *plan.Plan, dir string) (*CachedArtifact, error)
 	// Store puts the artifact at path, with what lies beside it, into the store and
 	// says where it went.
 	Store(ctx context.Context, artifact string) (string, error)
@@ -39,7 +43,7 @@ type ArtifactCache interface {
 type CachedArtifact struct {
 	Artifact string // the path of the .tar.zst, in the directory given to Fetch
 	SHA256   string
-	Manifest *Manifest
+	Manifest *manifest.Manifest
 	SBOM     string   // "" when the store has none
 	Wheels   []string // the wheels the store has, in the directory given to Fetch
 	// From is what was fetched (reference and digest).
@@ -99,13 +103,13 @@ func (j *Job) fromCache(ctx context.Context, opts BuildOptions, rep *CacheReport
 	case err != nil:
 		return miss("the build cache cannot be used: " + err.Error())
 	case got == nil:
-		j.opts.Log.Info("not in the build cache; building here", "from", rep.From, "plan", shortKey(j.Plan.Key))
+		j.opts.Log.Info("not in the build cache; building here", "from", rep.From, "plan", store.ShortKey(j.Plan.Key))
 		return nil, nil
 	}
 	m := got.Manifest
 	switch {
 	case m.PlanKey != j.Plan.Key || m.Recipe != j.Plan.Recipe || filepath.Base(got.Artifact) != ArtifactName(j.Plan):
-		return miss(fmt.Sprintf("the build cache holds %s (recipe %s, plan %s) under plan %s", filepath.Base(got.Artifact), m.Recipe, shortKey(m.PlanKey), shortKey(j.Plan.Key)))
+		return miss(fmt.Sprintf("the build cache holds %s (recipe %s, plan %s) under plan %s", filepath.Base(got.Artifact), m.Recipe, store.ShortKey(m.PlanKey), store.ShortKey(j.Plan.Key)))
 	case opts.SourceDateEpoch != "" && opts.SourceDateEpoch != strconv.FormatInt(m.SourceDateEpoch, 10):
 		return miss(fmt.Sprintf("the build cache's artifact is stamped SOURCE_DATE_EPOCH=%d, this run asks for %s", m.SourceDateEpoch, opts.SourceDateEpoch))
 	case len(got.Wheels) != len(m.Wheels):
@@ -134,7 +138,7 @@ func (j *Job) fromCache(ctx context.Context, opts BuildOptions, rep *CacheReport
 // build writes them: the wheels first and the artifact last, so that whoever sees the
 // artifact sees everything beside it. An SBOM the store lacks is made from the manifest,
 // as the package stage makes it.
-func publishCached(got *CachedArtifact, outDir string, p *Plan) (*Result, error) {
+func publishCached(got *CachedArtifact, outDir string, p *plan.Plan) (*Result, error) {
 	res := &Result{Plan: p, SHA256: got.SHA256, Artifact: filepath.Join(outDir, ArtifactName(p))}
 	res.SBOM = res.Artifact + SBOMSuffix
 	if got.SBOM == "" {

@@ -9,6 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/cachegc"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/store"
 )
 
 // cache du counts every byte under the cache: its disk total is what du -s counts, its
@@ -31,7 +37,7 @@ func TestCacheDUCountsEverything(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "logs", "build-0123", "00-cmake.log"), []byte("error\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	u, err := CacheDU(dir)
+	u, err := cachegc.CacheDU(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +68,7 @@ func TestCacheDUCountsEverything(t *testing.T) {
 	if u.Total.Bytes != bytes {
 		t.Errorf("cache du counts %d bytes of files, find %d", u.Total.Bytes, bytes)
 	}
-	kinds := map[string]KindUsage{}
+	kinds := map[string]cachegc.KindUsage{}
 	var sum int64
 	for _, k := range u.Kinds {
 		kinds[k.Kind] = k
@@ -73,12 +79,12 @@ func TestCacheDUCountsEverything(t *testing.T) {
 	}
 	// the demo: two git repositories and the embedded mirror; 2 patch, 2 build, 2 check
 	// and 1 package outputs; the leftover; the log directory
-	for kind, want := range map[string]int{KindSources: 3, KindStages: 7, KindTemporary: 1, KindLogs: 1} {
+	for kind, want := range map[string]int{cachegc.KindSources: 3, cachegc.KindStages: 7, cachegc.KindTemporary: 1, cachegc.KindLogs: 1} {
 		if kinds[kind].Entries != want {
 			t.Errorf("%s: %d entries, want %d (%+v)", kind, kinds[kind].Entries, want, kinds[kind])
 		}
 	}
-	if kinds[KindTemporary].Bytes != 100000 || kinds[KindStages].Bytes < 10000 || kinds[KindMetadata].Files == 0 {
+	if kinds[cachegc.KindTemporary].Bytes != 100000 || kinds[cachegc.KindStages].Bytes < 10000 || kinds[cachegc.KindMetadata].Files == 0 {
 		t.Errorf("kinds: %+v", u.Kinds)
 	}
 }
@@ -92,7 +98,7 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lib ComponentResult
+	var lib manifest.ComponentResult
 	for _, c := range res.Components {
 		if c.Name == "libdemo" {
 			lib = c
@@ -100,7 +106,7 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 	}
 	ctx := context.Background()
 	// a run in progress: it found libdemo's patch output cached, and makes its build
-	run, err := OpenStore(dir)
+	run, err := store.OpenStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +114,7 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 		t.Fatalf("produce a cached output: %v %v", cached, err)
 	}
 	const making = "5555555555555555555555555555555555555555555555555555555555555555"
-	unlock, err := run.lock(ctx, "build-"+making+".lock", false)
+	unlock, err := holdLock(dir, "build-"+making+".lock")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,20 +126,21 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 		return p
 	}
 	inProgress := []string{mk("build-" + making + "-1"), mk("work-" + making[:12] + "-2"), mk("rebuild-3")}
-	logs, err := run.stepLogs("build", making)
+	logs := filepath.Join(dir, "logs", "build-"+making)
+	err = os.MkdirAll(logs, 0o755)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// what a killed run left: its lock is free
 	const killed = "6666666666666666666666666666666666666666666666666666666666666666"
-	u2, err := run.lock(ctx, "build-"+killed+".lock", false)
+	u2, err := holdLock(dir, "build-"+killed+".lock")
 	if err != nil {
 		t.Fatal(err)
 	}
 	u2()
 	abandoned := []string{mk("build-" + killed + "-4"), mk("work-" + killed[:12] + "-5"), mk("gc-build-" + killed + "-6")}
 
-	rep, err := CacheGC(ctx, dir, GCOptions{})
+	rep, err := cachegc.CacheGC(ctx, dir, cachegc.GCOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,11 +154,13 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 			t.Errorf("gc left %s, which a killed run left", p)
 		}
 	}
-	left, _ := stageOutputs(dir)
+	left, _ := filepath.Glob(filepath.Join(dir, "stages", "*", "*"))
 	if len(left) != 1 {
 		t.Errorf("stage outputs left: %v", left)
 	}
-	if !slices.ContainsFunc(rep.Kept, func(it GCItem) bool { return it.Name == "patch/"+lib.PatchKey && it.Why == inUse }) {
+	if !slices.ContainsFunc(rep.Kept, func(it cachegc.GCItem) bool {
+		return it.Name == "patch/"+lib.PatchKey && it.Why == "in use by a run in progress"
+	}) {
 		t.Errorf("kept: %+v", rep.Kept)
 	}
 
@@ -160,15 +169,15 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 	if err := run.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := CacheGC(ctx, dir, GCOptions{}); err != nil {
+	if _, err := cachegc.CacheGC(ctx, dir, cachegc.GCOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	u, err := CacheDU(dir)
+	u, err := cachegc.CacheDU(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range u.Kinds {
-		if k.Kind != KindMetadata && k.Entries != 0 {
+		if k.Kind != cachegc.KindMetadata && k.Entries != 0 {
 			t.Errorf("after the run ended, gc left %+v", k)
 		}
 	}
@@ -185,28 +194,16 @@ func TestCacheGCKeepsWhatARunUses(t *testing.T) {
 	}
 }
 
-// A run's record lives while the run does: a store that is not closed (its process was
-// killed) is taken for ended once its lock is gone.
-func TestRunRecordEndsWithTheRun(t *testing.T) {
-	dir := t.TempDir()
-	s, err := OpenStore(dir)
+// holdLock takes the lock file name under dir/locks the way a run making that output
+// holds it, until the returned func is called.
+func holdLock(dir, name string) (func(), error) {
+	l, err := cache.OpenLock(filepath.Join(dir, "locks", name), 0o644, cache.LockFix(dir))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	if err := s.record("build/abc"); err != nil {
-		t.Fatal(err)
+	if err := l.Wait(context.Background(), false, 50*time.Millisecond, nil); err != nil {
+		l.Close()
+		return nil, err
 	}
-	ids, alive, err := liveRuns(dir)
-	if err != nil || alive != 1 || !ids["build/abc"] {
-		t.Fatalf("live runs: %v %d %v", ids, alive, err)
-	}
-	// as if killed: the lock goes with its file descriptor, the file stays
-	s.run.f.Close()
-	ids, alive, err = liveRuns(dir)
-	if err != nil || alive != 0 || len(ids) != 0 {
-		t.Fatalf("after the run's end: %v %d %v", ids, alive, err)
-	}
-	if des, _ := os.ReadDir(filepath.Join(dir, "runs")); len(des) != 0 {
-		t.Errorf("the ended run's record is left: %v", des)
-	}
+	return l.Close, nil
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/diff"
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/manifest"
 )
 
 // Diff compares two artifacts or installed prefixes (or one of each): `epbuild diff`. In
@@ -16,28 +18,28 @@ import (
 // manifest declares more.
 func Diff(ctx context.Context, a, b string, maxExtract int64) (*diff.Report, error) {
 	return diff.Compare(ctx, a, b, diff.Options{Ignore: installAdded, Normalize: installWritten, MaxExtract: maxExtract,
-		Declared: &diff.Declared{Name: ManifestName, MaxSize: maxManifestSize, Bytes: func(b []byte) (int64, error) {
-			m, err := decodeManifest(b, ManifestName)
+		Declared: &diff.Declared{Name: manifest.ManifestName, MaxSize: manifest.MaxManifestSize, Bytes: func(b []byte) (int64, error) {
+			m, err := manifest.DecodeManifest(b, manifest.ManifestName)
 			if err != nil {
 				return 0, err
 			}
-			return declaredBytes(m, b) - tarSlack, nil
+			return manifest.DeclaredBytes(m, b) - manifest.TarSlack, nil
 		}}})
 }
 
 // installWritten reads back what install wrote into a file of the artifact: env.sh
 // names the install's directory and id, which the artifact's copy leaves empty.
 func installWritten(rel string) func([]byte) ([]byte, error) {
-	if rel != EnvName {
+	if rel != manifest.EnvName {
 		return nil
 	}
 	return func(b []byte) ([]byte, error) {
-		tmpl, _, err := unbakeEnv(string(b))
+		tmpl, _, err := envsh.UnbakeEnv(string(b))
 		return []byte(tmpl), err
 	}
 }
 
 func installAdded(rel string, e archive.Entry) bool {
-	return rel == ReceiptName || rel == binEpbuild || rel == binDir && e.Type == archive.TypeDir ||
+	return rel == manifest.ReceiptName || rel == manifest.BinEpbuild || rel == manifest.BinDir && e.Type == archive.TypeDir ||
 		e.Type == archive.TypeDir && path.Base(rel) == "__pycache__"
 }

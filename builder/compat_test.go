@@ -9,13 +9,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
 
 // planOf builds a plan from a recipe document the way Resolve does, without expanding
 // patch sets (the facts need only their names).
-func planOf(t *testing.T, name string, sets ...string) *Plan {
+func planOf(t *testing.T, name string, sets ...string) *plan.Plan {
 	t.Helper()
 	doc, err := recipes.NewLibrary().Load(name)
 	if err != nil {
@@ -25,105 +27,12 @@ func planOf(t *testing.T, name string, sets ...string) *Plan {
 		t.Fatal(err)
 	}
 	rc := doc.Recipe
-	p := &Plan{Recipe: rc.Name, Cluster: rc.Cluster, Toolchain: rc.Toolchain, Env: rc.Env, Runtime: rc.Runtime}
+	p := &plan.Plan{Recipe: rc.Name, Cluster: rc.Cluster, Toolchain: rc.Toolchain, Env: rc.Env, Runtime: rc.Runtime}
 	for _, n := range rc.Order() {
 		c, _ := rc.Component(n)
-		p.Components = append(p.Components, PlanComponent{Component: *c})
+		p.Components = append(p.Components, plan.PlanComponent{Component: *c})
 	}
 	return p
-}
-
-func TestFactsFromPlan(t *testing.T) {
-	gp := planOf(t, "gcp-b200")
-	for i := range gp.Components {
-		c := &gp.Components[i]
-		switch c.Name {
-		case "nvshmem":
-			c.Checks = append(c.Checks, recipes.Check{NVSHMEMBuildVars: map[string]string{"NVSHMEM_GDRCOPY_SUPPORT": "ON"}})
-		case "deepep":
-			c.Build = append(c.Build, recipes.Step{Command: &recipes.CommandStep{Run: []string{"git", "apply", "x.patch"}, Env: map[string]string{"CPATH": "/x"}}})
-		}
-	}
-	f := FactsFromPlan(gp)
-	nv, ok := f.Component("nvshmem")
-	if !ok || nv.Version != "3.5.19-1" || nv.Source != "git" || nv.Commit != "919760f413fb834e76382d129ba9c3314ce722be" ||
-		nv.Repo != "https://github.com/NVIDIA/nvshmem" || nv.Options["NVSHMEM_IBGDA_SUPPORT"] != "1" || nv.BuildVars["NVSHMEM_GDRCOPY_SUPPORT"] != "ON" {
-		t.Errorf("nvshmem facts: %+v", nv)
-	}
-	if dp, _ := f.Component("deepep"); len(dp.Commands) != 1 || dp.Commands[0][1] != "apply" || dp.BuildEnv["CPATH"] != "/x" || dp.BuildEnv["NVSHMEM_DIR"] == "" {
-		t.Errorf("deepep command and build env: %+v", dp)
-	}
-	// the rules see them: R20 (git apply) and R23 (a build variable nvshmem-info lacks)
-	rules, err := compat.LoadRules()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := compat.LoadHistory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs, err := compat.Evaluate(context.Background(), rules, f, compat.StagePlan, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ids := compat.IDs(fs); !slices.Contains(ids, "R20") || !slices.Contains(ids, "R23") {
-		t.Errorf("want R20 and R23 from the plan's command and check, got %v", ids)
-	}
-	f = FactsFromPlan(planOf(t, "gcp-b200"))
-	dp, ok := f.Component("deepep")
-	if !ok || !slices.Equal(dp.Patches, []string{"deepep-pr466"}) || dp.BuildEnv["TORCH_CUDA_ARCH_LIST"] != "10.0" || dp.Commit != "29d31c095796f3c8ece47ee9cdcc167051bbeed9" {
-		t.Errorf("deepep facts: %+v", dp)
-	}
-	if f.Recipe != "gcp-b200" || f.Toolchain.CUDA != ">=12.9" || !slices.Equal(f.Toolchain.Arch, []string{"sm_100"}) ||
-		f.Env["NVSHMEM_IB_ENABLE_IBGDA"] != "1" || f.Host != nil || f.Toolchain.Present != nil {
-		t.Errorf("plan facts: %+v", f)
-	}
-	// a package from the Python environment: its version is the recipe's constraint
-	f = FactsFromPlan(planOf(t, "single-node"))
-	if nv, _ := f.Component("nvshmem"); nv.Source != "python" || nv.Version != ">=3.3.9" {
-		t.Errorf("wheel facts: %+v", nv)
-	}
-	// the facts are a copy: changing them leaves the plan alone
-	p := planOf(t, "ibrc-dualport")
-	f = FactsFromPlan(p)
-	f.Env["X"] = "1"
-	if _, ok := p.Env["X"]; ok {
-		t.Error("FactsFromPlan shares the plan's env map")
-	}
-}
-
-// The embedded recipes, as pinned, break no rule, and every commit rule is decided by the
-// embedded history: `epbuild compat check` needs no clone for them.
-func TestEmbeddedRecipesPassTheirRules(t *testing.T) {
-	rules, err := compat.LoadRules()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := compat.LoadHistory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, err := recipes.NewLibrary().Names()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(names) < 4 {
-		t.Fatalf("want the four embedded recipes, got %v", names)
-	}
-	for _, n := range names {
-		fs, err := compat.Evaluate(context.Background(), rules, FactsFromPlan(planOf(t, n)), compat.StagePlan, h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range fs {
-			if f.Severity == compat.SeverityError {
-				t.Errorf("%s breaks %s/%s: %s", n, f.ID, f.Case, f.Message)
-			}
-			if f.Unknown && strings.Contains(f.Message, "embedded history") {
-				t.Errorf("%s: %s/%s undecided by the history: %s", n, f.ID, f.Case, f.Message)
-			}
-		}
-	}
 }
 
 func TestPreflightFacts(t *testing.T) {
@@ -136,8 +45,8 @@ func TestPreflightFacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := planOf(t, "gcp-b200")
-	probed := &Toolchain{CUDA: "12.6", Torch: "2.10.0+cu129", PythonVersion: "3.12.3", RDMACore: "mlx5dv.h"}
-	f := PreflightFacts(FactsFromPlan(p), p, probed)
+	probed := &toolchain.Toolchain{CUDA: "12.6", Torch: "2.10.0+cu129", PythonVersion: "3.12.3", RDMACore: "mlx5dv.h"}
+	f := toolchain.PreflightFacts(plan.FactsFromPlan(p), p, probed)
 	if f.Toolchain.CUDA != "12.6" || !slices.Equal(f.Toolchain.Present, []string{"rdma-core"}) {
 		t.Fatalf("preflight facts: %+v", f.Toolchain)
 	}
@@ -158,7 +67,7 @@ func TestPreflightFacts(t *testing.T) {
 	}
 	// the wheel's installed version replaces the recipe's constraint
 	sp := planOf(t, "single-node")
-	sf := PreflightFacts(FactsFromPlan(sp), sp, &Toolchain{PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu12": {Version: "3.4.5"}}})
+	sf := toolchain.PreflightFacts(plan.FactsFromPlan(sp), sp, &toolchain.Toolchain{PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu12": {Version: "3.4.5"}}})
 	if nv, _ := sf.Component("nvshmem"); nv.Version != "3.4.5" || !slices.Contains(sf.Toolchain.Present, "nvshmem-wheel") {
 		t.Errorf("wheel at preflight: %+v %v", nv, sf.Toolchain.Present)
 	}
@@ -169,18 +78,18 @@ func TestPreflightFacts(t *testing.T) {
 // rdma-core headers.
 func TestPreflightUbuntu2404RDMACore(t *testing.T) {
 	p := planOf(t, "gcp-b200", "nvshmem.version=3.4.5", "nccl.package=nvidia-nccl-cu13")
-	gpuImage := &Toolchain{CUDA: "13.0", Torch: "2.11.0+cu130", PythonVersion: "3.12.3", Setuptools: "68.1.2", GCC: "13.3.0",
+	gpuImage := &toolchain.Toolchain{CUDA: "13.0", Torch: "2.11.0+cu130", PythonVersion: "3.12.3", Setuptools: "68.1.2", GCC: "13.3.0",
 		CMake: "4.4.0", RDMACore: "/usr/include/infiniband/mlx5dv.h", RDMADataDirect: false,
-		PythonPackages: map[string]PythonPackage{"nvidia-nccl-cu13": {Version: "2.28.9"}}}
-	if err := Preflight(p, gpuImage); err != nil {
+		PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nccl-cu13": {Version: "2.28.9"}}}
+	if err := toolchain.Preflight(p, gpuImage); err != nil {
 		t.Errorf("gcp-b200 on Ubuntu 24.04's rdma-core: %v", err)
 	}
-	if n := NeedsOf(p); !n.RDMACore {
+	if n := toolchain.NeedsOf(p); !n.RDMACore {
 		t.Error("NVSHMEM 3.4.5 with IBGDA needs rdma-core headers")
 	}
 	noRDMA := *gpuImage
 	noRDMA.RDMACore = ""
-	err := Preflight(p, &noRDMA)
+	err := toolchain.Preflight(p, &noRDMA)
 	if err == nil || !strings.Contains(err.Error(), "rdma-core headers") {
 		t.Errorf("no rdma-core headers at all: %v", err)
 	}
@@ -190,17 +99,17 @@ func TestPreflightUbuntu2404RDMACore(t *testing.T) {
 // rdma-core 50 (no data direct), CUDA 13.0, gcc 13.3, cmake 4.4, python 3.12 with torch
 // 2.11.0+cu130 and the nvidia-nvshmem-cu13 3.4.5 and nvidia-nccl-cu13 2.28.9 wheels,
 // OpenMPI; no GDRCopy headers, no libfabric headers.
-func gpuMachine() *Toolchain {
-	return &Toolchain{OS: "linux", Arch: "amd64", CUDAHome: "/usr/local/cuda", NVCC: "/usr/local/cuda/bin/nvcc", CUDA: "13.0",
+func gpuMachine() *toolchain.Toolchain {
+	return &toolchain.Toolchain{OS: "linux", Arch: "amd64", CUDAHome: "/usr/local/cuda", NVCC: "/usr/local/cuda/bin/nvcc", CUDA: "13.0",
 		CCCL: "/usr/local/cuda/include/cccl", Python: "/usr/bin/python3", PythonVersion: "3.12.3", Setuptools: "68.1.2", Wheel: "0.48.0",
 		Torch: "2.11.0+cu130", TorchCUDA: "13.0", GCC: "13.3.0", GXX: "13.3.0", CMake: "4.4.0", Ninja: "1.11.1", Git: "2.43.0",
 		RDMACore: "/usr/include/infiniband/mlx5dv.h", MPIHome: "/usr/lib/x86_64-linux-gnu/openmpi",
-		PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}, "nvidia-nccl-cu13": {Version: "2.28.9"}}}
+		PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}, "nvidia-nccl-cu13": {Version: "2.28.9"}}}
 }
 
 // What the build host's judges (the toolchain check and the rules at preflight) say on
 // the GPU machine, with the plan's rules before them.
-func gpuMachineVerdict(t *testing.T, recipe string, sets ...string) (plan, host error) {
+func gpuMachineVerdict(t *testing.T, recipe string, sets ...string) (planErr, host error) {
 	t.Helper()
 	j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: recipe, Sets: sets, CacheDir: filepath.Join(t.TempDir(), "cache")})
 	if err != nil {
@@ -211,20 +120,20 @@ func gpuMachineVerdict(t *testing.T, recipe string, sets ...string) (plan, host 
 		return err, nil
 	}
 	_, err = j.Findings(ctx, gpuMachine())
-	return nil, buildHostVerdict(Preflight(j.Plan, gpuMachine()), err)
+	return nil, buildHostVerdict(toolchain.Preflight(j.Plan, gpuMachine()), err)
 }
 
 // R22's acceptance on the GPU machine: gcp-b200 on NVSHMEM 3.4.5 passes the plan's rules,
 // the toolchain check and the rules at preflight once its env sizes NVSHMEM's fixed heap
 // (R32); without that size the plan stops at R32.
 func TestGCPB200OnTheGPUMachine(t *testing.T) {
-	if plan, host := gpuMachineVerdict(t, "gcp-b200", "nvshmem.version=3.4.5", "env.NVSHMEM_SYMMETRIC_SIZE=4G", "nccl.package=nvidia-nccl-cu13"); plan != nil || host != nil {
-		t.Fatalf("gcp-b200 on 3.4.5 with a 4 GiB heap: plan %v; preflight %v", plan, host)
+	if planErr, host := gpuMachineVerdict(t, "gcp-b200", "nvshmem.version=3.4.5", "env.NVSHMEM_SYMMETRIC_SIZE=4G", "nccl.package=nvidia-nccl-cu13"); planErr != nil || host != nil {
+		t.Fatalf("gcp-b200 on 3.4.5 with a 4 GiB heap: plan %v; preflight %v", planErr, host)
 	}
-	plan, _ := gpuMachineVerdict(t, "gcp-b200", "nvshmem.version=3.4.5", "env.NVSHMEM_SYMMETRIC_SIZE=", "nccl.package=nvidia-nccl-cu13")
+	planErr, _ := gpuMachineVerdict(t, "gcp-b200", "nvshmem.version=3.4.5", "env.NVSHMEM_SYMMETRIC_SIZE=", "nccl.package=nvidia-nccl-cu13")
 	var re *RulesError
-	if !errors.As(plan, &re) || re.Stage != compat.StagePlan || len(re.Findings) != 1 || re.Findings[0].Name() != "R32/too-small" {
-		t.Fatalf("gcp-b200 without NVSHMEM_SYMMETRIC_SIZE: %v", plan)
+	if !errors.As(planErr, &re) || re.Stage != compat.StagePlan || len(re.Findings) != 1 || re.Findings[0].Name() != "R32/too-small" {
+		t.Fatalf("gcp-b200 without NVSHMEM_SYMMETRIC_SIZE: %v", planErr)
 	}
 }
 
@@ -232,12 +141,12 @@ func TestGCPB200OnTheGPUMachine(t *testing.T) {
 // so no rule stops it (R33 did before the set); the GDRCopy headers it lacks do, before
 // any work (exit 3); on a CUDA 12.9 host with GDRCopy nothing stops it.
 func TestIBRCDualportOnTheGPUMachine(t *testing.T) {
-	plan, host := gpuMachineVerdict(t, "ibrc-dualport")
-	if plan != nil {
-		t.Fatalf("plan: %v", plan)
+	planErr, host := gpuMachineVerdict(t, "ibrc-dualport")
+	if planErr != nil {
+		t.Fatalf("plan: %v", planErr)
 	}
 	var re *RulesError
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	if errors.As(host, &re) || !errors.As(host, &pe) {
 		t.Fatalf("want the missing GDRCopy alone, got %v", host)
 	}
@@ -250,7 +159,7 @@ func TestIBRCDualportOnTheGPUMachine(t *testing.T) {
 	noCUDA := *gpuMachine()
 	noCUDA.CUDA, noCUDA.NVCC, noCUDA.CUDAHome = "", "", ""
 	undecided := &RulesError{Recipe: p.Recipe, Stage: compat.StagePreflight, Findings: []compat.Finding{{ID: "R33", Unknown: true, IfDecided: compat.SeverityError}}}
-	if err := buildHostVerdict(Preflight(p, &noCUDA), undecided); errors.As(err, &re) || !errors.As(err, &pe) {
+	if err := buildHostVerdict(toolchain.Preflight(p, &noCUDA), undecided); errors.As(err, &re) || !errors.As(err, &pe) {
 		t.Errorf("an undecided rule beside a missing CUDA: %v", err)
 	}
 	if err := buildHostVerdict(nil, undecided); !errors.As(err, &re) {
@@ -258,125 +167,13 @@ func TestIBRCDualportOnTheGPUMachine(t *testing.T) {
 	}
 	cuda12 := *gpuMachine()
 	cuda12.CUDA, cuda12.Torch, cuda12.GDRCopyHome = "12.9", "2.10.0+cu129", "/usr"
-	cuda12.PythonPackages = map[string]PythonPackage{"nvidia-nccl-cu12": {Version: "2.21.5"}}
-	f := PreflightFacts(FactsFromPlan(p), p, &cuda12)
+	cuda12.PythonPackages = map[string]toolchain.PythonPackage{"nvidia-nccl-cu12": {Version: "2.21.5"}}
+	f := toolchain.PreflightFacts(plan.FactsFromPlan(p), p, &cuda12)
 	rules, _ := compat.LoadRules()
 	h, _ := compat.LoadHistory()
 	fs, err := compat.Evaluate(context.Background(), rules, f, compat.StagePreflight, h)
-	if err != nil || compat.HasErrors(fs) || Preflight(p, &cuda12) != nil {
-		t.Errorf("CUDA 12.9 with GDRCopy: %v %v %v", fs, err, Preflight(p, &cuda12))
-	}
-}
-
-func TestApplyCatalog(t *testing.T) {
-	cat, err := compat.LoadCatalog()
-	if err != nil {
-		t.Fatal(err)
-	}
-	load := func(name string, sets ...string) (*recipes.Doc, error) {
-		doc, err := recipes.NewLibrary().Load(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := doc.Apply(sets); err != nil {
-			t.Fatal(err)
-		}
-		if err := ApplyCatalog(doc, sets, cat); err != nil {
-			return nil, err
-		}
-		// patch sets are not looked up here: their catalogue is another package's
-		if err := doc.Validate(nil); err != nil {
-			t.Fatalf("%s %v no longer validates: %v", name, sets, err)
-		}
-		return doc, nil
-	}
-	nv := func(d *recipes.Doc) *recipes.Component { c, _ := d.Recipe.Component("nvshmem"); return c }
-
-	// archive → git
-	d, err := load("ibrc-dualport", "nvshmem.version=3.5.19")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := nv(d); c.Version != "3.5.19-1" || c.Source.Archive != nil || c.Source.Git == nil ||
-		c.Source.Git.Commit != "919760f413fb834e76382d129ba9c3314ce722be" || c.Source.Git.Ref != "v3.5.19-1" {
-		t.Errorf("3.5.19 on ibrc-dualport: %+v %+v", c, c.Source.Git)
-	}
-	// archive stays archive where the catalogue has one
-	d, _ = load("ibrc-dualport", "nvshmem.version=3.4.5")
-	if c := nv(d); c.Source.Archive == nil || !strings.HasPrefix(c.Source.Archive.SHA256, "40c1d4c2") || c.Source.Archive.Strip != 1 {
-		t.Errorf("3.4.5 on ibrc-dualport: %+v", c.Source)
-	}
-	// git → archive when the release has no git pin
-	d, _ = load("gcp-b200", "nvshmem.version=3.3.24")
-	if c := nv(d); c.Source.Git != nil || c.Source.Archive == nil || !strings.HasPrefix(c.Source.Archive.SHA256, "3210e6ed") {
-		t.Errorf("3.3.24 on gcp-b200: %+v", c.Source)
-	}
-	// git stays git
-	d, _ = load("gcp-b200", "nvshmem.version=3.4.5-0")
-	if c := nv(d); c.Source.Git == nil || c.Source.Git.Commit != "131da55f643ac87c810ba0bc51d359258bf433a1" {
-		t.Errorf("3.4.5-0 on gcp-b200: %+v", c.Source)
-	}
-	// an explicit pin wins over the catalogue
-	d, _ = load("ibrc-dualport", "nvshmem.version=3.3.24", "nvshmem.sha256="+strings.Repeat("0", 64))
-	if c := nv(d); c.Source.Archive == nil || c.Source.Archive.SHA256 != strings.Repeat("0", 64) || !strings.Contains(c.Source.Archive.URL, "3.2.5") {
-		t.Errorf("explicit sha256: %+v", c.Source.Archive)
-	}
-	// components the catalogue does not list, and Python packages with nothing to build,
-	// keep their source
-	d, _ = load("ibrc-dualport", "deepep.version=9.9.9")
-	if c, _ := d.Recipe.Component("deepep"); c.Source.Git.Commit != "a84a24808fb0ea732f49b874cc456a69dde69076" {
-		t.Errorf("deepep: %+v", c.Source.Git)
-	}
-	d, _ = load("single-node", "nvshmem.version=3.4.5")
-	if c := nv(d); c.Source.Python == nil || c.Version != "3.4.5" {
-		t.Errorf("the NVSHMEM wheel: %+v", c)
-	}
-	// torch's NCCL by default; a catalogued release builds NVIDIA/nccl at its tag with the
-	// recipe's steps; source=python (matrix value bundled) keeps torch's whatever the version
-	nccl := func(d *recipes.Doc) *recipes.Component { c, _ := d.Recipe.Component("nccl"); return c }
-	for _, name := range []string{"single-node", "gcp-b200", "efa-aws", "ibrc-dualport", "deepep-v2"} {
-		d, _ = load(name)
-		if c := nccl(d); c == nil || c.Source.Python == nil || !strings.HasPrefix(c.Source.Python.Package, "nvidia-nccl-cu") {
-			t.Errorf("%s: nccl is not torch's by default: %+v", name, c)
-		}
-		d, _ = load(name, "nccl.version=2.22.3")
-		if c := nccl(d); c.Version != "2.22.3-1" || c.Source.Git == nil || c.Source.Git.URL != "https://github.com/NVIDIA/nccl" ||
-			c.Source.Git.Commit != "178b6b759074597777ce13438efb0e0ba625e429" || c.Source.Git.Ref != "v2.22.3-1" {
-			t.Errorf("%s: nccl 2.22.3 from source: %+v %+v", name, c, c.Source.Git)
-		}
-		d, _ = load(name, "nccl.version=2.22.3-1", "nccl.source=python")
-		if c := nccl(d); c.Source.Python == nil {
-			t.Errorf("%s: nccl.source=python keeps torch's: %+v", name, c.Source)
-		}
-	}
-	if _, err := load("single-node", "nccl.version=2.28.9"); err == nil || !strings.Contains(err.Error(), "not in the catalogue") {
-		t.Errorf("an NCCL release the catalogue lacks: %v", err)
-	}
-	// ibrc-dualport's NVSHMEM 3.2.5-1 from the archive repository's release commit instead
-	// of NVIDIA's tarball: the same version (the patch set's applies-to), a git pin
-	d, err = load("ibrc-dualport", "nvshmem.source=git")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := nv(d); c.Version != "3.2.5-1" || c.Source.Archive != nil || c.Source.Git == nil ||
-		c.Source.Git.URL != "https://github.com/valgur/NVSHMEM-archive" || c.Source.Git.Commit != "6d8ab15b5d355d8d5fa5e9664962784de412dd9d" {
-		t.Errorf("3.2.5-1 from git: %+v %+v", c, c.Source.Git)
-	}
-	// and back: a git recipe takes the tarball of the same release
-	d, _ = load("gcp-b200", "nvshmem.version=3.3.9", "nvshmem.source=archive")
-	if c := nv(d); c.Source.Archive == nil || !strings.HasPrefix(c.Source.Archive.SHA256, "ba41e9ad") {
-		t.Errorf("3.3.9 as an archive: %+v", c.Source)
-	}
-	// a kind the release has no pin of is bad input naming the kinds it has
-	_, err = load("gcp-b200", "nvshmem.version=3.3.24", "nvshmem.source=git")
-	var re *recipes.Error
-	if err == nil || !errors.As(err, &re) || re.ExitCode() != 2 || !strings.Contains(err.Error(), "no git pin of nvshmem 3.3.24") || !strings.Contains(err.Error(), "it has: archive") {
-		t.Errorf("3.3.24 from git: %v", err)
-	}
-	// an unknown release is bad input, pointing at the flag
-	_, err = load("gcp-b200", "nvshmem.version=3.3.1")
-	if err == nil || !errors.As(err, &re) || re.ExitCode() != 2 || !strings.Contains(err.Error(), "--set nvshmem.version=3.3.1") || !strings.Contains(err.Error(), "3.5.19-1") {
-		t.Errorf("unknown release: %v", err)
+	if err != nil || compat.HasErrors(fs) || toolchain.Preflight(p, &cuda12) != nil {
+		t.Errorf("CUDA 12.9 with GDRCopy: %v %v %v", fs, err, toolchain.Preflight(p, &cuda12))
 	}
 }
 
@@ -407,7 +204,7 @@ func TestEPv2PreflightRefusesOldNCCL(t *testing.T) {
 			pkgs = append(pkgs, c.Source.Python.Package)
 		}
 	}
-	tc := (&Prober{Getenv: os.Getenv, Packages: pkgs}).Probe(context.Background())
+	tc := (&toolchain.Prober{Getenv: os.Getenv, Packages: pkgs}).Probe(context.Background())
 	if tc.PythonVersion == "" {
 		t.Skip("no python3 here")
 	}
@@ -417,7 +214,7 @@ func TestEPv2PreflightRefusesOldNCCL(t *testing.T) {
 	}
 	// what the GPU machine has and this one lacks
 	tc.CUDA, tc.CUDAHome, tc.Torch, tc.TorchCUDA, tc.GCC, tc.GXX, tc.Setuptools = "13.0", "/usr/local/cuda", "2.11.0+cu130", "13.0", "13.3", "13.3", "70.0"
-	if err := Preflight(p, tc); err != nil {
+	if err := toolchain.Preflight(p, tc); err != nil {
 		t.Fatalf("the toolchain preflight refuses before the rules: %v", err)
 	}
 	rules, err := compat.LoadRules()
@@ -429,7 +226,7 @@ func TestEPv2PreflightRefusesOldNCCL(t *testing.T) {
 		t.Fatal(err)
 	}
 	evaluate := func() []compat.Finding {
-		fs, err := compat.Evaluate(context.Background(), rules, PreflightFacts(FactsFromPlan(p), p, tc), compat.StagePreflight, h)
+		fs, err := compat.Evaluate(context.Background(), rules, toolchain.PreflightFacts(plan.FactsFromPlan(p), p, tc), compat.StagePreflight, h)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -446,11 +243,11 @@ func TestEPv2PreflightRefusesOldNCCL(t *testing.T) {
 		!strings.Contains(strings.Join(errs[0].Because, "; "), "2.28.9") {
 		t.Fatalf("want R18/epv2-nccl naming 2.28.9, got %+v", errs)
 	}
-	tc.PythonPackages["nvidia-nccl-cu13"] = PythonPackage{Version: "2.30.4", Dir: nccl.Dir}
+	tc.PythonPackages["nvidia-nccl-cu13"] = toolchain.PythonPackage{Version: "2.30.4", Dir: nccl.Dir}
 	if errs := evaluate(); len(errs) != 0 {
 		t.Errorf("NCCL 2.30.4 is refused: %+v", errs)
 	}
-	if f := PreflightFacts(FactsFromPlan(p), p, tc); !slices.Contains(f.Toolchain.Present, "nvshmem-wheel") {
+	if f := toolchain.PreflightFacts(plan.FactsFromPlan(p), p, tc); !slices.Contains(f.Toolchain.Present, "nvshmem-wheel") {
 		t.Errorf("the NVSHMEM wheel is not present: %v", f.Toolchain.Present)
 	}
 }

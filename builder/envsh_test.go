@@ -11,7 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/modulefile"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 )
 
@@ -86,16 +89,16 @@ func TestEnvScriptShells(t *testing.T) {
 	prefix := filepath.Join(t.TempDir(), "it's an install")
 	mustInstall(t, arts.A, prefix, false)
 	// sourced, never run: not executable
-	if st, err := os.Stat(filepath.Join(prefix, EnvName)); err != nil || st.Mode().Perm() != 0o644 {
+	if st, err := os.Stat(filepath.Join(prefix, manifest.EnvName)); err != nil || st.Mode().Perm() != 0o644 {
 		t.Errorf("installed env.sh: %v %v, want mode 0644", st.Mode(), err)
 	}
 	elsewhere := t.TempDir()
 	link := filepath.Join(elsewhere, "deepep-env.sh")
-	if err := os.Symlink(filepath.Join(prefix, EnvName), link); err != nil {
+	if err := os.Symlink(filepath.Join(prefix, manifest.EnvName), link); err != nil {
 		t.Fatal(err)
 	}
 	for _, sh := range shellsUnderTest {
-		out, ok := sourceIn(t, sh, "/", filepath.Join(prefix, EnvName), true)
+		out, ok := sourceIn(t, sh, "/", filepath.Join(prefix, manifest.EnvName), true)
 		if !ok {
 			t.Fatalf("%s refused the installed env.sh: %s", sh, out)
 		}
@@ -105,7 +108,7 @@ func TestEnvScriptShells(t *testing.T) {
 	}
 
 	// the env.sh it exports works: python imports the installed package, from sh
-	cmd := exec.Command("dash", "-c", `. "$1" && cd / && python3 -c 'import pydemo, importlib.metadata as m; print(pydemo.__file__)'`, "sh", filepath.Join(prefix, EnvName))
+	cmd := exec.Command("dash", "-c", `. "$1" && cd / && python3 -c 'import pydemo, importlib.metadata as m; print(pydemo.__file__)'`, "sh", filepath.Join(prefix, manifest.EnvName))
 	if b, err := cmd.CombinedOutput(); err != nil || !strings.HasPrefix(string(b), filepath.Join(prefix, "pydemo", "python")) {
 		t.Fatalf("python under the env dash sourced: %v\n%s", err, b)
 	}
@@ -116,7 +119,7 @@ func TestEnvScriptShells(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sh := range shellsUnderTest {
-		out, ok := sourceIn(t, sh, elsewhere, filepath.Join(moved, EnvName), false)
+		out, ok := sourceIn(t, sh, elsewhere, filepath.Join(moved, manifest.EnvName), false)
 		if sh == "dash" {
 			if ok || !strings.Contains(out, "no longer holds it") {
 				t.Errorf("dash sourced a moved install: %s", out)
@@ -136,7 +139,7 @@ func TestEnvScriptShells(t *testing.T) {
 	mustInstall(t, arts.B, prefix, true)
 	prev := prefix + ".prev"
 	for _, sh := range shellsUnderTest {
-		out, ok := sourceIn(t, sh, "/", filepath.Join(prev, EnvName), false)
+		out, ok := sourceIn(t, sh, "/", filepath.Join(prev, manifest.EnvName), false)
 		if sh == "dash" {
 			if ok || !strings.Contains(out, "no longer holds it") {
 				t.Errorf("dash took the previous install's env.sh for the new one: %s", out)
@@ -163,7 +166,7 @@ func TestEnvScriptUnpackedByHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sh := range shellsUnderTest {
-		out, ok := sourceIn(t, sh, dir, "./"+EnvName, false)
+		out, ok := sourceIn(t, sh, dir, "./"+manifest.EnvName, false)
 		if sh == "dash" {
 			if ok || !strings.Contains(out, "epbuild install did not write it") {
 				t.Errorf("dash sourced an env.sh with no prefix: %s", out)
@@ -180,7 +183,7 @@ func TestEnvScriptUnpackedByHand(t *testing.T) {
 	}
 	// through a symlink, a shell that can tell cannot resolve it portably: it refuses
 	link := filepath.Join(t.TempDir(), "env.sh")
-	if err := os.Symlink(filepath.Join(dir, EnvName), link); err != nil {
+	if err := os.Symlink(filepath.Join(dir, manifest.EnvName), link); err != nil {
 		t.Fatal(err)
 	}
 	if out, ok := sourceIn(t, "bash", "/", link, false); ok || !strings.Contains(out, "is a symlink") {
@@ -191,43 +194,43 @@ func TestEnvScriptUnpackedByHand(t *testing.T) {
 }
 
 func TestBakeEnvScript(t *testing.T) {
-	p := &Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"A": "{{c.prefix}}/lib"}}
+	p := &plan.Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"A": "{{c.prefix}}/lib"}}
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "c", "lib"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script, err := EnvScript(p, root, []string{"c"})
+	script, err := envsh.EnvScript(p, root, []string{"c"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	baked, err := bakeEnv(script, envBaked{At: "/opt/it's", ID: "0123"})
+	baked, err := envsh.BakeEnv(script, envsh.EnvBaked{At: "/opt/it's", ID: "0123"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(baked, "\n_epbuild_at='/opt/it'\\''s'\n_epbuild_id='0123'\n") {
 		t.Errorf("baked lines:\n%s", baked)
 	}
-	tmpl, b, err := unbakeEnv(baked)
-	if err != nil || tmpl != script || b != (envBaked{At: "/opt/it's", ID: "0123"}) {
+	tmpl, b, err := envsh.UnbakeEnv(baked)
+	if err != nil || tmpl != script || b != (envsh.EnvBaked{At: "/opt/it's", ID: "0123"}) {
 		t.Errorf("unbake: %v %+v", err, b)
 	}
-	if _, err := bakeEnv(baked, envBaked{At: "/x", ID: "1"}); err == nil {
+	if _, err := envsh.BakeEnv(baked, envsh.EnvBaked{At: "/x", ID: "1"}); err == nil {
 		t.Error("a baked env.sh was baked again")
 	}
 	// a newline and a backslash stay on the prefix line, escaped for printf %b
 	for _, at := range []string{"/a\nb", `/a\b\n`, "/a\\\n'\"$[]\n"} {
-		b, err := bakeEnv(script, envBaked{At: at, ID: "1"})
+		b, err := envsh.BakeEnv(script, envsh.EnvBaked{At: at, ID: "1"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, got, err := unbakeEnv(b); err != nil || got.At != at || strings.Count(b, "\n") != strings.Count(script, "\n") {
+		if _, got, err := envsh.UnbakeEnv(b); err != nil || got.At != at || strings.Count(b, "\n") != strings.Count(script, "\n") {
 			t.Errorf("%q: read back %q, %v\n%s", at, got.At, err, b)
 		}
 	}
-	if _, err := bakeEnv(script, envBaked{At: "/a\x00b", ID: "1"}); err == nil {
+	if _, err := envsh.BakeEnv(script, envsh.EnvBaked{At: "/a\x00b", ID: "1"}); err == nil {
 		t.Error("a prefix with a NUL was written into env.sh")
 	}
-	vars, _, got, err := parseEnvScript(baked, "/opt/it's")
+	vars, _, got, err := envsh.ParseEnvScript(baked, "/opt/it's")
 	if err != nil || got.At != "/opt/it's" || vars["A"] != "/opt/it's/c/lib" {
 		t.Errorf("parse the baked script: %v %+v %v", err, got, vars)
 	}
@@ -236,10 +239,10 @@ func TestBakeEnvScript(t *testing.T) {
 		"a substitution in the prefix line": strings.Replace(baked, "_epbuild_at='/opt/it'\\''s'", "_epbuild_at=$(id)", 1),
 		"an edited locator":                 strings.Replace(baked, "return 1", "true", 1),
 		"an export after the tail":          baked + "export B=$(id)\n",
-		"no tail":                           strings.Replace(baked, envTail, "", 1),
-		"a command":                         strings.Replace(baked, envTail, "rm -rf /\n"+envTail, 1),
+		"no tail":                           strings.Replace(baked, envsh.EnvTail, "", 1),
+		"a command":                         strings.Replace(baked, envsh.EnvTail, "rm -rf /\n"+envsh.EnvTail, 1),
 	} {
-		if _, _, _, err := parseEnvScript(bad, "/opt/x"); err == nil {
+		if _, _, _, err := envsh.ParseEnvScript(bad, "/opt/x"); err == nil {
 			t.Errorf("%s: parsed", name)
 		}
 	}
@@ -264,7 +267,7 @@ func TestEnvScriptPrefixes(t *testing.T) {
 		prefix := filepath.Join(base, fmt.Sprint(i), name)
 		mustInstall(t, arts.A, prefix, false)
 		for _, sh := range shellsUnderTest {
-			out, ok := sourceIn(t, sh, base, filepath.Join(prefix, EnvName), true)
+			out, ok := sourceIn(t, sh, base, filepath.Join(prefix, manifest.EnvName), true)
 			if !ok {
 				t.Errorf("%s refused the env.sh of %q: %s", sh, prefix, out)
 				continue
@@ -346,25 +349,25 @@ func TestEnvScriptTwice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := &Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"LD_PRELOAD": "{{c.prefix}}/lib/x.so", "A": "{{c.prefix}}/lib"}}
-	script, err := EnvScript(p, root, []string{"c"})
+	p := &plan.Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"LD_PRELOAD": "{{c.prefix}}/lib/x.so", "A": "{{c.prefix}}/lib"}}
+	script, err := envsh.EnvScript(p, root, []string{"c"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	baked, err := bakeEnv(script, envBaked{At: root, ID: "0123"})
+	baked, err := envsh.BakeEnv(script, envsh.EnvBaked{At: root, ID: "0123"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	envsh := filepath.Join(root, EnvName)
-	if err := os.WriteFile(envsh, []byte(baked), envMode); err != nil {
+	envPath := filepath.Join(root, manifest.EnvName)
+	if err := os.WriteFile(envPath, []byte(baked), envsh.EnvMode); err != nil {
 		t.Fatal(err)
 	}
-	vars, _, _, err := parseEnvScript(baked, root)
+	vars, _, _, err := envsh.ParseEnvScript(baked, root)
 	if err != nil || vars["PATH"] != root+"/bin" || vars["LD_PRELOAD"] != root+"/c/lib/x.so" || vars["PYTHONPATH"] != root+"/c/python" {
 		t.Errorf("verify reads back %v, %v", vars, err)
 	}
 	// the runtime env verify-install gives a command (--traffic, --smoke) does the same
-	env, err := RuntimeEnv(p, map[string]string{"c": filepath.Join(root, "c")}, []string{"LD_PRELOAD=/site/xalt.so"})
+	env, err := envsh.RuntimeEnv(p, map[string]string{"c": filepath.Join(root, "c")}, []string{"LD_PRELOAD=/site/xalt.so"})
 	if err != nil || !slices.Contains(env, "LD_PRELOAD="+root+"/c/lib/x.so:/site/xalt.so") {
 		t.Errorf("runtime env: %v %q", err, env)
 	}
@@ -381,14 +384,14 @@ if [ "$once" != "$twice" ]; then printf 'twice:\n%s\n' "$twice"; fi
 `
 	want := "path=" + root + "/bin:/usr/bin:/bin\npy=" + root + "/c/python:/user/py\nld=" + root + "/c/lib\npre=" + root + "/c/lib/x.so:/site/xalt.so /site/darshan.so\na=" + root + "/c/lib\nleft=unset\n"
 	for _, sh := range shellsUnderTest {
-		cmd := exec.Command(sh, "-c", prog, "sh", envsh)
+		cmd := exec.Command(sh, "-c", prog, "sh", envPath)
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
 		out, err := cmd.CombinedOutput()
 		if err != nil || string(out) != want {
 			t.Errorf("%s: %v: got\n%s\nwant\n%s", sh, err, out, want)
 		}
 		// run as a program: by path, and from its directory
-		for _, arg := range []string{envsh, "./" + EnvName} {
+		for _, arg := range []string{envPath, "./" + manifest.EnvName} {
 			cmd := exec.Command(sh, arg)
 			cmd.Dir = root
 			out, err := cmd.CombinedOutput()

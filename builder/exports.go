@@ -12,8 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/modulefile"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/sbom"
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/patches"
 	"github.com/epbuild/epbuild/recipes/userfile"
@@ -22,25 +27,19 @@ import (
 // What the package stage writes beside the artifact, each an exporter of what the build
 // recorded: the wheels of the Python packages a recipe asks wheels of, and the SBOM.
 
-// WheelFile is a wheel the package stage made of a component's python/ tree.
-type WheelFile struct {
-	Component string `json:"component"`
-	wheel.Info
-}
-
 // wheelsName is the package stage's record of its wheels (a cached package stage
 // publishes them from it).
 const wheelsName = "wheels.json"
 
 // WheelDir is the directory beside the artifact that holds its wheels:
 // <recipe>-<plan>.wheels (recipes of one DeepEP version would clash in one directory).
-func WheelDir(p *Plan) string { return WheelDirOf(ArtifactName(p)) }
+func WheelDir(p *plan.Plan) string { return WheelDirOf(ArtifactName(p)) }
 
 // WheelDirOf is the wheel directory beside the artifact of that file name.
 func WheelDirOf(artifact string) string { return strings.TrimSuffix(artifact, ".tar.zst") + ".wheels" }
 
 // wantsWheel reports whether a component asks for a wheel (python-extension wheel: true).
-func wantsWheel(c *PlanComponent) bool {
+func wantsWheel(c *plan.PlanComponent) bool {
 	for _, s := range c.Build {
 		if s.PythonExtension != nil && s.PythonExtension.Wheel {
 			return true
@@ -52,8 +51,8 @@ func wantsWheel(c *PlanComponent) bool {
 // packWheels packs the python/ tree of each component that asks for a wheel into
 // dir/wheels, stamped with sde, and records them in dir/wheels.json. pkgs are the
 // Python environment's packages the build recorded (the toolchain's).
-func packWheels(p *Plan, res *Result, dir string, sde int64, pkgs map[string]PythonPackage) ([]WheelFile, error) {
-	var out []WheelFile
+func packWheels(p *plan.Plan, res *Result, dir string, sde int64, pkgs map[string]toolchain.PythonPackage) ([]manifest.WheelFile, error) {
+	var out []manifest.WheelFile
 	for _, c := range res.Components {
 		pc, ok := p.Component(c.Name)
 		if !ok || !wantsWheel(pc) {
@@ -71,9 +70,9 @@ func packWheels(p *Plan, res *Result, dir string, sde int64, pkgs map[string]Pyt
 		if err != nil {
 			return nil, fmt.Errorf("package %s: the wheel of %s: %w", p.Recipe, c.Name, err)
 		}
-		out = append(out, WheelFile{Component: c.Name, Info: info})
+		out = append(out, manifest.WheelFile{Component: c.Name, Info: info})
 	}
-	if err := WriteJSON(dir, wheelsName, out); err != nil {
+	if err := store.WriteJSON(dir, wheelsName, out); err != nil {
 		return nil, fmt.Errorf("package %s: %w", p.Recipe, err)
 	}
 	return out, nil
@@ -83,7 +82,7 @@ func packWheels(p *Plan, res *Result, dir string, sde int64, pkgs map[string]Pyt
 // against (the components it depends on, directly or not, whose source is a Python
 // package), each at the version the build recorded: a wheel built against NVSHMEM's
 // wheel 3.4.5 needs that NVSHMEM where it is installed, and pip should say so.
-func wheelRequirements(p *Plan, c *PlanComponent, pkgs map[string]PythonPackage) ([]wheel.Requirement, error) {
+func wheelRequirements(p *plan.Plan, c *plan.PlanComponent, pkgs map[string]toolchain.PythonPackage) ([]wheel.Requirement, error) {
 	var reqs []wheel.Requirement
 	seen := map[string]bool{c.Name: true}
 	queue := slices.Clone(c.Depends)
@@ -124,7 +123,7 @@ type SBOMCredits struct {
 
 // sbomInput is the SBOM's view of a manifest: the artifact's name and sha256 come from
 // the caller (the package stage, or an install's receipt).
-func sbomInput(m *Manifest, artifact, sum, tool string, cr SBOMCredits) sbom.Input {
+func sbomInput(m *manifest.Manifest, artifact, sum, tool string, cr SBOMCredits) sbom.Input {
 	in := sbom.Input{Plan: m.Plan, Patches: map[string][]*patches.SetResult{}, Python: map[string]string{}, Files: m.Files,
 		Artifact: artifact, ArtifactSHA256: sum, BuiltBy: m.Epbuild, Tool: tool, SourceDateEpoch: m.SourceDateEpoch,
 		PatchDiffs: shippedPatchDiffs(m.Plan), Supplier: cr.Supplier, Authors: cr.Authors}
@@ -166,7 +165,7 @@ func sbomInput(m *Manifest, artifact, sum, tool string, cr SBOMCredits) sbom.Inp
 // the BOM again from the manifest, where a local set's directory may be gone, and must
 // write the same bytes. A patch applied with other bytes (a local set that shadows a
 // shipped one) has another sha256 and finds nothing here.
-func shippedPatchDiffs(p *Plan) map[string][]byte {
+func shippedPatchDiffs(p *plan.Plan) map[string][]byte {
 	out := map[string][]byte{}
 	if p == nil {
 		return out
@@ -186,7 +185,7 @@ func shippedPatchDiffs(p *Plan) map[string][]byte {
 					continue
 				}
 				if b, err := set.FileBytes(context.Background(), pt); err == nil {
-					out[sha256Hex(b)] = b
+					out[manifest.SHA256Hex(b)] = b
 				}
 			}
 		}
@@ -195,7 +194,7 @@ func shippedPatchDiffs(p *Plan) map[string][]byte {
 }
 
 // sbomBytes is the CycloneDX JSON of m.
-func sbomBytes(m *Manifest, artifact, sum, tool string, cr SBOMCredits) ([]byte, error) {
+func sbomBytes(m *manifest.Manifest, artifact, sum, tool string, cr SBOMCredits) ([]byte, error) {
 	bom, err := sbom.Build(sbomInput(m, artifact, sum, tool, cr))
 	if err != nil {
 		return nil, err
@@ -212,15 +211,15 @@ func SBOM(ctx context.Context, path, tool string, cr SBOMCredits) ([]byte, error
 		return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
 	}
 	if st.IsDir() {
-		m, raw, err := ReadInstalledManifest(path)
+		m, raw, err := manifest.ReadInstalledManifest(path)
 		if err != nil {
 			return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
 		}
 		art, sum := "", ""
-		r, err := ReadReceipt(path)
+		r, err := manifest.ReadReceipt(path)
 		switch {
-		case err == nil && r.ManifestSHA256 != sha256Hex(raw):
-			return nil, &UsageError{Err: fmt.Errorf("sbom: %s changed since install (the receipt pins sha256 %s): run epbuild verify-install --prefix %s", filepath.Join(path, ManifestName), shortKey(r.ManifestSHA256), path)}
+		case err == nil && r.ManifestSHA256 != manifest.SHA256Hex(raw):
+			return nil, &UsageError{Err: fmt.Errorf("sbom: %s changed since install (the receipt pins sha256 %s): run epbuild verify-install --prefix %s", filepath.Join(path, manifest.ManifestName), store.ShortKey(r.ManifestSHA256), path)}
 		case err == nil:
 			art, sum = r.Artifact, r.SHA256
 		case !errors.Is(err, fs.ErrNotExist):
@@ -229,7 +228,7 @@ func SBOM(ctx context.Context, path, tool string, cr SBOMCredits) ([]byte, error
 		return sbomBytes(m, art, sum, tool, cr)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, &BadArtifactError{Artifact: path, Err: &userfile.NotRegularError{Path: path, Mode: st.Mode(), Fix: "an artifact is read whole; give the file itself"}}
+		return nil, &manifest.BadArtifactError{Artifact: path, Err: &userfile.NotRegularError{Path: path, Mode: st.Mode(), Fix: "an artifact is read whole; give the file itself"}}
 	}
 	sum, err := checkArtifactSum(path)
 	if err != nil {
@@ -258,11 +257,11 @@ func Module(opts ModuleOptions) (modulefile.Module, error) {
 	if err != nil {
 		return modulefile.Module{}, &UsageError{Err: err}
 	}
-	m, _, err := ReadInstalledManifest(prefix)
+	m, _, err := manifest.ReadInstalledManifest(prefix)
 	if err != nil {
 		return modulefile.Module{}, &UsageError{Err: fmt.Errorf("module: %w", err)}
 	}
-	env, py, ld, err := runtimeParts(m.Plan, installedPrefixes(m, prefix))
+	env, py, ld, err := envsh.RuntimeParts(m.Plan, manifest.InstalledPrefixes(m, prefix))
 	if err != nil {
 		return modulefile.Module{}, err
 	}
@@ -271,7 +270,7 @@ func Module(opts ModuleOptions) (modulefile.Module, error) {
 		mod.Name = m.Recipe
 	}
 	if mod.Version == "" {
-		mod.Version = shortKey(m.PlanKey)
+		mod.Version = store.ShortKey(m.PlanKey)
 	}
 	var comps []string
 	for _, c := range m.Plan.Components {
@@ -295,7 +294,7 @@ func Module(opts ModuleOptions) (modulefile.Module, error) {
 		"Components: " + strings.Join(comps, ", "),
 		"Prefix: " + prefix,
 	}
-	if r, err := ReadReceipt(prefix); err == nil {
+	if r, err := manifest.ReadReceipt(prefix); err == nil {
 		mod.Whatis = append(mod.Whatis, "Artifact: "+r.Artifact+" (sha256 "+r.SHA256+")")
 	}
 	mod.Help = fmt.Sprintf("%s (plan %s) installed at %s by epbuild.\nCheck it on a node with: epbuild verify-install --host (EPBUILD_PREFIX is set).", m.Recipe, m.PlanKey, prefix)
@@ -308,7 +307,7 @@ func Module(opts ModuleOptions) (modulefile.Module, error) {
 		delete(env, "LD_LIBRARY_PATH")
 	}
 	// LD_PRELOAD goes in front of a site's own preload (XALT, Darshan, a profiler)
-	if pre := splitPaths("LD_PRELOAD", env["LD_PRELOAD"]); len(pre) > 0 {
+	if pre := envsh.SplitPaths("LD_PRELOAD", env["LD_PRELOAD"]); len(pre) > 0 {
 		mod.Prepend = append(mod.Prepend, modulefile.PathVar{Name: "LD_PRELOAD", Dirs: pre})
 		delete(env, "LD_PRELOAD")
 	}

@@ -15,21 +15,15 @@ import (
 
 	"github.com/charmbracelet/log"
 	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
-// The build facts: what a build read of what it built, recorded in the manifest
-// (Manifest.BuildFacts) and given to the rules after the build as compat.Facts.Build.
-// They are read from the headers DeepEP compiles against, not from the recipe's labels:
-// a GitHub tree that calls itself 3.5.0 already has the layout released in 3.5.19.
 const (
-	// FactRCLayout is the RC-QP layout of NVSHMEM's IBGDA device state (v1 or v2).
-	FactRCLayout = "nvshmem.rc-layout"
-	// FactHeaderVersion is the X.Y.Z of the NVSHMEM headers the build compiled against.
-	FactHeaderVersion = "nvshmem.header-version"
-
 	// ibgdaHeader and versionHeader are where an NVSHMEM include directory (an install's
 	// include/, or the wheel's nvidia/nvshmem/include) keeps what the facts are read from.
 	ibgdaHeader   = "device_host_transport/nvshmem_common_ibgda.h"
@@ -41,7 +35,7 @@ const (
 // component from its include directory (the built prefix, or the wheel's package
 // directory). facts holds what was read; notes says, by fact, why one is not recorded.
 // Both are nil for a plan without NVSHMEM, so its manifest keeps its bytes.
-func buildFacts(p *Plan, comps []ComponentResult) (facts, notes map[string]string) {
+func buildFacts(p *plan.Plan, comps []manifest.ComponentResult) (facts, notes map[string]string) {
 	for _, c := range comps {
 		if c.Name != "nvshmem" {
 			continue
@@ -50,7 +44,7 @@ func buildFacts(p *Plan, comps []ComponentResult) (facts, notes map[string]strin
 			continue
 		}
 		if c.Prefix == "" {
-			return nil, map[string]string{FactRCLayout: "the nvshmem component installed no files", FactHeaderVersion: "the nvshmem component installed no files"}
+			return nil, map[string]string{manifest.FactRCLayout: "the nvshmem component installed no files", manifest.FactHeaderVersion: "the nvshmem component installed no files"}
 		}
 		return NVSHMEMIncludeFacts(filepath.Join(c.Prefix, "include"))
 	}
@@ -64,14 +58,14 @@ func NVSHMEMIncludeFacts(include string) (facts, notes map[string]string) {
 	facts, notes = map[string]string{}, map[string]string{}
 	path := filepath.Join(include, filepath.FromSlash(ibgdaHeader))
 	if layout, err := readRCLayout(path); err != nil {
-		notes[FactRCLayout] = err.Error()
+		notes[manifest.FactRCLayout] = err.Error()
 	} else {
-		facts[FactRCLayout] = layout
+		facts[manifest.FactRCLayout] = layout
 	}
 	if info, err := inspect.ReadNVSHMEMVersionHeader(filepath.Join(include, filepath.FromSlash(versionHeader))); err != nil {
-		notes[FactHeaderVersion] = err.Error()
+		notes[manifest.FactHeaderVersion] = err.Error()
 	} else {
-		facts[FactHeaderVersion] = info.Version
+		facts[manifest.FactHeaderVersion] = info.Version
 	}
 	if len(facts) == 0 {
 		facts = nil
@@ -177,7 +171,7 @@ func stripCComments(src []byte) []byte {
 
 // recordBuildFacts reads the build facts of the built components for the manifest and,
 // when there are any, has the rules evaluated again with them (afterBuild).
-func (r *Runner) recordBuildFacts(ctx context.Context, p *Plan, comps []ComponentResult) error {
+func (r *Runner) recordBuildFacts(ctx context.Context, p *plan.Plan, comps []manifest.ComponentResult) error {
 	r.buildFacts, r.buildFactNotes = buildFacts(p, comps)
 	for _, k := range slices.Sorted(maps.Keys(r.buildFactNotes)) {
 		r.Log.Info("build fact not recorded: "+quote.Term(r.buildFactNotes[k]), "fact", k)
@@ -197,7 +191,7 @@ func (r *Runner) recordBuildFacts(ctx context.Context, p *Plan, comps []Componen
 // build facts: a rule the version label left undecided (a git tree of NVSHMEM) is decided
 // by the header the build read. The findings replace the run's; an error-level one stops
 // the run before the package stage. tc nil: the plan stage only.
-func (j *Job) rulesAfterBuild(ctx context.Context, tc *Toolchain, build map[string]string) ([]compat.Finding, error) {
+func (j *Job) rulesAfterBuild(ctx context.Context, tc *toolchain.Toolchain, build map[string]string) ([]compat.Finding, error) {
 	rules, anc, err := j.rulesAndAncestry()
 	if err != nil {
 		return nil, err
@@ -207,9 +201,9 @@ func (j *Job) rulesAfterBuild(ctx context.Context, tc *Toolchain, build map[stri
 		if stage == compat.StagePreflight && tc == nil {
 			break // no toolchain recorded: the preflight rules have nothing to read
 		}
-		facts := FactsFromPlan(j.Plan)
+		facts := plan.FactsFromPlan(j.Plan)
 		if stage == compat.StagePreflight {
-			facts = PreflightFacts(facts, j.Plan, tc)
+			facts = toolchain.PreflightFacts(facts, j.Plan, tc)
 		}
 		facts.Build = maps.Clone(build)
 		fs, err := compat.Evaluate(ctx, rules, facts, stage, anc)
@@ -243,22 +237,12 @@ func (e *AfterBuildError) Error() string {
 
 func (e *AfterBuildError) Unwrap() error { return e.Err }
 
-// builtNVSHMEMVersion is the X.Y.Z of the NVSHMEM an install was built against: the
-// version of the headers the build read (nvshmem.header-version), else the plan's label
-// (nvshmemBuildVersion). "" when unknown.
-func builtNVSHMEMVersion(opts HostOptions) string {
-	if v, err := compat.ParseVersion(opts.Build[FactHeaderVersion]); err == nil {
-		return v.Core()
-	}
-	return nvshmemBuildVersion(opts.Plan, opts.Toolchain)
-}
-
 // CheckInstall evaluates the rules of the plan and preflight stages on the install at
 // prefix: the plan, the build's toolchain and the build facts its manifest records (the
 // rules a build evaluated before reading its headers, decided now by them). opts gives
 // the policy and the ancestry sources (Library, Recipe and Sets are not used).
-func CheckInstall(ctx context.Context, prefix string, opts Options) (*Plan, []compat.Finding, error) {
-	m, _, err := ReadInstalledManifest(prefix)
+func CheckInstall(ctx context.Context, prefix string, opts Options) (*plan.Plan, []compat.Finding, error) {
+	m, _, err := manifest.ReadInstalledManifest(prefix)
 	if err != nil {
 		return nil, nil, err
 	}

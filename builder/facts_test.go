@@ -13,6 +13,9 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -92,20 +95,20 @@ func writeNVSHMEMInclude(t *testing.T, dir, typedef string, version [3]string) s
 func TestNVSHMEMIncludeFacts(t *testing.T) {
 	inc := writeNVSHMEMInclude(t, t.TempDir(), typedefV2, [3]string{"3", "5", "0"})
 	facts, notes := NVSHMEMIncludeFacts(inc)
-	if facts[FactRCLayout] != "v2" || facts[FactHeaderVersion] != "3.5.0" || notes != nil {
+	if facts[manifest.FactRCLayout] != "v2" || facts[manifest.FactHeaderVersion] != "3.5.0" || notes != nil {
 		t.Errorf("facts %v, notes %v", facts, notes)
 	}
 	// no IBGDA header: the layout is unset, and the note says why
 	inc = writeNVSHMEMInclude(t, t.TempDir(), "", [3]string{"3", "2", "5"})
 	facts, notes = NVSHMEMIncludeFacts(inc)
-	if _, ok := facts[FactRCLayout]; ok || facts[FactHeaderVersion] != "3.2.5" || !strings.Contains(notes[FactRCLayout], "no IBGDA header") {
+	if _, ok := facts[manifest.FactRCLayout]; ok || facts[manifest.FactHeaderVersion] != "3.2.5" || !strings.Contains(notes[manifest.FactRCLayout], "no IBGDA header") {
 		t.Errorf("no IBGDA header: facts %v, notes %v", facts, notes)
 	}
 	// two typedefs: undecided, naming the file
 	inc = writeNVSHMEMInclude(t, t.TempDir(), typedefV1+"\n"+typedefV2, [3]string{"3", "5", "0"})
 	facts, notes = NVSHMEMIncludeFacts(inc)
 	hdr := filepath.Join(inc, "device_host_transport", "nvshmem_common_ibgda.h")
-	if _, ok := facts[FactRCLayout]; ok || !strings.Contains(notes[FactRCLayout], hdr) || !strings.Contains(notes[FactRCLayout], "undecided") {
+	if _, ok := facts[manifest.FactRCLayout]; ok || !strings.Contains(notes[manifest.FactRCLayout], hdr) || !strings.Contains(notes[manifest.FactRCLayout], "undecided") {
 		t.Errorf("two typedefs: facts %v, notes %v", facts, notes)
 	}
 	// a FIFO in the header's place is an error naming it, not a hang
@@ -117,7 +120,7 @@ func TestNVSHMEMIncludeFacts(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, notes = NVSHMEMIncludeFacts(inc); !strings.Contains(notes[FactRCLayout], fifo) {
+	if _, notes = NVSHMEMIncludeFacts(inc); !strings.Contains(notes[manifest.FactRCLayout], fifo) {
 		t.Errorf("a FIFO: %v", notes)
 	}
 }
@@ -145,7 +148,7 @@ func TestBuildRecordsRCLayout(t *testing.T) {
 	}}, factsRecipe)
 	r, p := s.runner(t, 1)
 	var asked map[string]string
-	r.afterBuild = func(_ context.Context, _ *Toolchain, build map[string]string) ([]compat.Finding, error) {
+	r.afterBuild = func(_ context.Context, _ *toolchain.Toolchain, build map[string]string) ([]compat.Finding, error) {
 		asked = build
 		return nil, nil
 	}
@@ -161,7 +164,7 @@ func TestBuildRecordsRCLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{FactRCLayout: "v2", FactHeaderVersion: "3.5.0"}
+	want := map[string]string{manifest.FactRCLayout: "v2", manifest.FactHeaderVersion: "3.5.0"}
 	if !maps.Equal(m.BuildFacts, want) || m.BuildFactNotes != nil || !maps.Equal(asked, want) {
 		t.Fatalf("manifest build facts %v (notes %v); the rules were asked with %v", m.BuildFacts, m.BuildFactNotes, asked)
 	}
@@ -176,7 +179,7 @@ func TestBuildRecordsRCLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	tree := []string{"nvshmem.commit=2c7f5a37b16d74166b7dfd30014bb1de1c6aaa0a", "nvshmem.version=3.5.0-0"}
-	old := FactsFromPlan(planOf(t, "gcp-b200", append(tree, "deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b")...))
+	old := plan.FactsFromPlan(planOf(t, "gcp-b200", append(tree, "deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b")...))
 	r3 := func(build map[string]string) *compat.Finding {
 		f := old
 		f.Build = build
@@ -197,35 +200,8 @@ func TestBuildRecordsRCLayout(t *testing.T) {
 	if f := r3(m.BuildFacts); f == nil || f.Unknown || f.Severity != compat.SeverityError {
 		t.Errorf("with the recorded _v2, R3 holds: %+v", f)
 	}
-	if f := r3(map[string]string{FactRCLayout: "v1"}); f != nil {
+	if f := r3(map[string]string{manifest.FactRCLayout: "v1"}); f != nil {
 		t.Errorf("with a recorded _v1, R3 does not hold: %+v", f)
-	}
-
-	// the host stage: the install's facts, and a process that loads 3.4.5 (_v1)
-	opts := HostOptions{Plan: planOf(t, "gcp-b200", tree...), Build: m.BuildFacts}
-	r24 := func(opts HostOptions) *compat.Finding {
-		f := hostFacts(opts, nil, map[string]string{"nvshmem.loaded-version": "3.4.5"}, "")
-		fs, err := compat.Evaluate(context.Background(), rules, f, compat.StageHost, h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range fs {
-			if fs[i].Name() == "R24/built-after-loaded-before" {
-				return &fs[i]
-			}
-		}
-		return nil
-	}
-	if f := r24(opts); f == nil || f.Unknown {
-		t.Errorf("host: built _v2 (recorded), loaded 3.4.5: %+v", f)
-	}
-	opts.Build = nil
-	if f := r24(opts); f == nil || !f.Unknown {
-		t.Errorf("host: without the recorded fact, undecided: %+v", f)
-	}
-	// the loaded version is compared with the headers' version, not the label
-	if v := builtNVSHMEMVersion(HostOptions{Plan: planOf(t, "gcp-b200"), Build: map[string]string{FactHeaderVersion: "3.5.0"}}); v != "3.5.0" {
-		t.Errorf("built version %q, want the headers' 3.5.0 over the label 3.5.19", v)
 	}
 }
 
@@ -238,14 +214,14 @@ func TestRulesAfterBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = j.rulesAfterBuild(context.Background(), gpuMachine(), map[string]string{FactRCLayout: "v2"})
+	_, err = j.rulesAfterBuild(context.Background(), gpuMachine(), map[string]string{manifest.FactRCLayout: "v2"})
 	var re *RulesError
 	var ae *AfterBuildError
 	if !errors.As(err, &re) || !errors.As(err, &ae) || !slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.Name() == "R3/qp-layout" }) ||
 		!strings.Contains(err.Error(), "nvshmem.rc-layout=v2") {
 		t.Fatalf("want R3 after the build read _v2, got %v", err)
 	}
-	fs, err := j.rulesAfterBuild(context.Background(), gpuMachine(), map[string]string{FactRCLayout: "v1"})
+	fs, err := j.rulesAfterBuild(context.Background(), gpuMachine(), map[string]string{manifest.FactRCLayout: "v1"})
 	if errors.As(err, &re) && slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.ID == "R3" }) {
 		t.Fatalf("_v1: %v", err)
 	}
@@ -261,18 +237,18 @@ func TestCheckInstallReadsBuildFacts(t *testing.T) {
 		"deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b")
 	install := func(build map[string]string) string {
 		dir := t.TempDir()
-		b, err := json.MarshalIndent(Manifest{Format: ManifestFormat, Recipe: p.Recipe, Plan: p, BuildFacts: build,
+		b, err := json.MarshalIndent(manifest.Manifest{Format: manifest.ManifestFormat, Recipe: p.Recipe, Plan: p, BuildFacts: build,
 			PlanKey: "test", Files: []archive.Entry{{Path: "env.sh", Mode: 0o644}}}, "", "  ")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, ManifestName), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, manifest.ManifestName), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return dir
 	}
 	opts := Options{AllowUndecided: true, CacheDir: filepath.Join(t.TempDir(), "cache")}
-	_, fs, err := CheckInstall(context.Background(), install(map[string]string{FactRCLayout: "v2"}), opts)
+	_, fs, err := CheckInstall(context.Background(), install(map[string]string{manifest.FactRCLayout: "v2"}), opts)
 	var re *RulesError
 	if !errors.As(err, &re) || !slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.Name() == "R3/qp-layout" && !f.Unknown }) {
 		t.Fatalf("recorded _v2: want R3, got %v (%v)", err, compat.IDs(fs))
@@ -293,11 +269,11 @@ func TestBuildFactsOfTheWheel(t *testing.T) {
 	p := planOf(t, "single-node")
 	pkg := filepath.Join(t.TempDir(), "site-packages", "nvidia", "nvshmem")
 	writeNVSHMEMInclude(t, pkg, typedefV1, [3]string{"3", "4", "5"})
-	facts, notes := buildFacts(p, []ComponentResult{{Name: "nvshmem", Prefix: pkg}, {Name: "deepep"}})
-	if facts[FactRCLayout] != "v1" || facts[FactHeaderVersion] != "3.4.5" || notes != nil {
+	facts, notes := buildFacts(p, []manifest.ComponentResult{{Name: "nvshmem", Prefix: pkg}, {Name: "deepep"}})
+	if facts[manifest.FactRCLayout] != "v1" || facts[manifest.FactHeaderVersion] != "3.4.5" || notes != nil {
 		t.Errorf("the wheel's facts %v, notes %v", facts, notes)
 	}
-	if facts, notes := buildFacts(&Plan{Recipe: "demo"}, []ComponentResult{{Name: "libdemo", Prefix: pkg}}); facts != nil || notes != nil {
+	if facts, notes := buildFacts(&plan.Plan{Recipe: "demo"}, []manifest.ComponentResult{{Name: "libdemo", Prefix: pkg}}); facts != nil || notes != nil {
 		t.Errorf("no NVSHMEM: %v %v", facts, notes)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
 )
 
 // installSeeds are uncompressed artifacts: a well-formed one (a manifest that matches
@@ -35,13 +38,13 @@ func installSeeds(f *testing.F) [][]byte {
 		f.Fatal(err)
 	}
 	pack := func(files []archive.Entry) []byte {
-		m, err := json.Marshal(Manifest{Format: ManifestFormat, Recipe: "r", PlanKey: "k", Plan: &Plan{}, Files: files})
+		m, err := json.Marshal(manifest.Manifest{Format: manifest.ManifestFormat, Recipe: "r", PlanKey: "k", Plan: &plan.Plan{}, Files: files})
 		if err != nil {
 			f.Fatal(err)
 		}
 		var zbuf bytes.Buffer
 		if _, err := archive.Pack(context.Background(), dir, &zbuf, archive.PackOptions{ModTime: time.Unix(1700000000, 0),
-			Extra: []archive.File{{Name: ManifestName, Mode: 0o644, Data: m}}}); err != nil {
+			Extra: []archive.File{{Name: manifest.ManifestName, Mode: 0o644, Data: m}}}); err != nil {
 			f.Fatal(err)
 		}
 		zr, err := zstd.NewReader(&zbuf)
@@ -62,8 +65,8 @@ func installSeeds(f *testing.F) [][]byte {
 		}
 	}
 	var onlyManifest bytes.Buffer
-	m, _ := json.Marshal(Manifest{Format: ManifestFormat, Recipe: "r", PlanKey: "k", Plan: &Plan{}, Files: entries})
-	if _, err := archive.Pack(context.Background(), f.TempDir(), &onlyManifest, archive.PackOptions{Extra: []archive.File{{Name: ManifestName, Mode: 0o644, Data: m}}}); err != nil {
+	m, _ := json.Marshal(manifest.Manifest{Format: manifest.ManifestFormat, Recipe: "r", PlanKey: "k", Plan: &plan.Plan{}, Files: entries})
+	if _, err := archive.Pack(context.Background(), f.TempDir(), &onlyManifest, archive.PackOptions{Extra: []archive.File{{Name: manifest.ManifestName, Mode: 0o644, Data: m}}}); err != nil {
 		f.Fatal(err)
 	}
 	zr, _ := zstd.NewReader(&onlyManifest)
@@ -109,7 +112,7 @@ func FuzzInstallExtract(f *testing.F) {
 					t.Fatalf("a refused artifact left %s (%v)", tree, err)
 				}
 			} else {
-				problems, _, err := VerifyFiles(ctx, tree, m.Files)
+				problems, _, err := verify.VerifyFiles(ctx, tree, m.Files)
 				if err != nil || len(problems) > 0 {
 					t.Fatalf("an accepted tree does not match its manifest: %v %+v", err, problems)
 				}

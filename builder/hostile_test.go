@@ -12,6 +12,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/patches"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -85,7 +86,7 @@ func TestHostilePatchSets(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := snapshotTree(t, parent)
-			pc := &PlanComponent{Component: recipes.Component{Name: "victim"}, PatchSets: []*patches.Set{set}}
+			pc := &plan.PlanComponent{Component: recipes.Component{Name: "victim"}, PatchSets: []*patches.Set{set}}
 			_, _, err = ApplySets(context.Background(), nil, pc, tree, patches.Options{})
 			var pe *PatchError
 			if !errors.As(err, &pe) || pe.ExitCode() != 1 {

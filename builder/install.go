@@ -12,102 +12,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/verify"
+
 	"github.com/charmbracelet/log"
 	"github.com/gofrs/flock"
 
 	"github.com/epbuild/epbuild/builder/archive"
-	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/builder/toolchain"
 )
-
-// ReceiptName is the file install leaves at the top of the prefix.
-const ReceiptName = ".epbuild-receipt.json"
-
-// Receipt says what was installed in a prefix, from where and when. It pins
-// manifest.json by hash, so an edited manifest cannot hide an edited file.
-type Receipt struct {
-	Artifact string `json:"artifact"`
-	// ArtifactPath is where the artifact was installed from (absolute), for the command
-	// that reinstalls it; "" in receipts of older installs.
-	ArtifactPath   string    `json:"artifact_path,omitempty"`
-	SHA256         string    `json:"sha256"`
-	ManifestSHA256 string    `json:"manifest_sha256"`
-	Recipe         string    `json:"recipe"`
-	PlanKey        string    `json:"plan_key"`
-	InstalledAt    time.Time `json:"installed_at"`
-	Epbuild        string    `json:"epbuild"`  // the epbuild that installed it
-	BuiltBy        string    `json:"built_by"` // the epbuild that built it (from the manifest)
-	Prefix         string    `json:"prefix"`
-	// Added is what install put beside the artifact's files: the directory bin/, which
-	// env.sh puts on PATH, and bin/epbuild, a copy of the epbuild that installed it
-	// (version Epbuild), for verify-install on the nodes. Not in the artifact: its bytes
-	// do not depend on which epbuild packed it.
-	Added []archive.Entry `json:"added,omitempty"`
-}
-
-// Paths install may add to a prefix (Receipt.Added): nothing else is accepted there.
-const (
-	binDir     = "bin"
-	binEpbuild = "bin/epbuild"
-)
-
-// maxReceiptSize bounds the read of a receipt: install writes well under a KiB.
-const maxReceiptSize = 64 << 10
-
-// ReadReceipt reads dir's receipt: a regular file (never read through a symlink), that
-// decodes, with every field install writes. A missing one is an fs.ErrNotExist error.
-func ReadReceipt(dir string) (*Receipt, error) {
-	b, err := readTopFile(dir, ReceiptName, maxReceiptSize)
-	if err != nil {
-		return nil, err
-	}
-	p := filepath.Join(dir, ReceiptName)
-	var r Receipt
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", p, err)
-	}
-	if why := r.incomplete(); why != "" {
-		return nil, fmt.Errorf("%s: %s: not the receipt install writes", p, why)
-	}
-	return &r, nil
-}
-
-// incomplete says which field install always writes is missing or malformed ("" when none).
-func (r *Receipt) incomplete() string {
-	switch {
-	case r.Artifact == "" || strings.ContainsRune(r.Artifact, '/'):
-		return fmt.Sprintf("artifact %q is not a file name", r.Artifact)
-	case !isSHA256(r.SHA256):
-		return fmt.Sprintf("sha256 %q is not 64 hex digits", r.SHA256)
-	case !isSHA256(r.ManifestSHA256):
-		return fmt.Sprintf("manifest_sha256 %q is not 64 hex digits", r.ManifestSHA256)
-	case r.Recipe == "" || r.PlanKey == "":
-		return "no recipe or plan_key"
-	case r.InstalledAt.IsZero():
-		return "no installed_at"
-	}
-	for _, e := range r.Added {
-		switch {
-		case e.Path == binDir && e.Type == archive.TypeDir:
-		case e.Path == binEpbuild && e.Type == archive.TypeFile && isSHA256(e.SHA256):
-		default:
-			return fmt.Sprintf("added %q (%s) is not what install adds (%s/, %s)", e.Path, e.Type, binDir, binEpbuild)
-		}
-	}
-	return ""
-}
-
-func isSHA256(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
 
 // InstallOptions says what to install where.
 type InstallOptions struct {
@@ -124,43 +41,27 @@ type InstallOptions struct {
 	Self string
 	// Verify configures the check of the new tree before it is put in place (Prefix is
 	// set by Install; host checks are not run).
-	Verify VerifyOptions
+	Verify verify.VerifyOptions
 	Log    *log.Logger
 }
 
 // InstallResult is a finished install.
 type InstallResult struct {
-	Prefix  string  `json:"prefix"`
-	Receipt Receipt `json:"receipt"`
+	Prefix  string           `json:"prefix"`
+	Receipt manifest.Receipt `json:"receipt"`
 	// Previous is where the install that was at Prefix is kept ("" when there was none
 	// or it was removed).
-	Previous string        `json:"previous,omitempty"`
-	Report   *VerifyReport `json:"report"`
+	Previous string               `json:"previous,omitempty"`
+	Report   *verify.VerifyReport `json:"report"`
 	// Notes say what install did not do and why (bin/epbuild not copied).
 	Notes []string `json:"notes,omitempty"`
 }
-
-// BadArtifactError is an artifact that failed its checks before anything was installed:
-// damaged, truncated, not matching its manifest, or not an epbuild artifact. Bad input,
-// exit 2; the prefix was not touched.
-type BadArtifactError struct {
-	Artifact string
-	Err      error
-}
-
-func (e *BadArtifactError) Error() string {
-	return fmt.Sprintf("install %s: the artifact is unusable, nothing was installed: %v", e.Artifact, e.Err)
-}
-func (e *BadArtifactError) Unwrap() error { return e.Err }
-
-// ExitCode: bad input.
-func (e *BadArtifactError) ExitCode() int { return 2 }
 
 // InstallVerifyError is a new install that failed verify-install before it was put in
 // place: the prefix is as it was. Exit 1.
 type InstallVerifyError struct {
 	Prefix string
-	Report *VerifyReport
+	Report *verify.VerifyReport
 	Err    error
 }
 
@@ -205,18 +106,6 @@ const (
 	prevSuffix = ".prev"
 )
 
-// Bounds on reading an artifact's manifest before anything is written: the manifest of
-// a real install is a few MiB; the entries before it in the archive are decompressed and
-// discarded, up to this many times the artifact's size (real artifacts compress 2-20
-// times; a bomb compresses thousands of times).
-const (
-	maxManifestSize   = 256 << 20
-	maxManifestRatio  = 1000
-	minManifestBudget = 64 << 20
-	// tarSlack covers tar headers and padding beyond the declared file bytes.
-	tarSlack = 1 << 20
-)
-
 // Install checks an artifact and installs it at opts.Prefix atomically:
 //
 //  1. the artifact's sha256 against ARTIFACT.sha256 when there is one, then its manifest,
@@ -238,21 +127,21 @@ const (
 func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	art, err := filepath.Abs(opts.Artifact)
 	if err != nil {
-		return nil, &BadArtifactError{Artifact: opts.Artifact, Err: err}
+		return nil, &manifest.BadArtifactError{Artifact: opts.Artifact, Err: err}
 	}
 	prefix, err := filepath.Abs(opts.Prefix)
 	if err != nil {
-		return nil, &PrefixError{Prefix: opts.Prefix, Err: err}
+		return nil, &verify.PrefixError{Prefix: opts.Prefix, Err: err}
 	}
 	parent, base := filepath.Dir(prefix), filepath.Base(prefix)
 	if parent == prefix {
-		return nil, &PrefixError{Prefix: prefix, Err: errors.New("the root cannot be an install prefix")}
+		return nil, &verify.PrefixError{Prefix: prefix, Err: errors.New("the root cannot be an install prefix")}
 	}
 	st, err := os.Stat(art)
 	if err != nil {
-		return nil, &BadArtifactError{Artifact: art, Err: err}
+		return nil, &manifest.BadArtifactError{Artifact: art, Err: err}
 	} else if !st.Mode().IsRegular() {
-		return nil, &BadArtifactError{Artifact: art, Err: errors.New("not a regular file")}
+		return nil, &manifest.BadArtifactError{Artifact: art, Err: errors.New("not a regular file")}
 	}
 	sum, err := checkArtifactSum(art)
 	if err != nil {
@@ -271,11 +160,11 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	op := "install " + filepath.Base(art) + " into " + prefix
 	need := installSize(m, raw)
 	// before anything is written (the lock file included), and again under the lock
-	if err := checkSpace(existingDir(parent), need, len(m.Files), op); err != nil {
+	if err := checkSpace(disk.ExistingDir(parent), need, len(m.Files), op); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return nil, noSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, 0, fixInstallSpace)
+		return nil, disk.NoSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, 0, fixInstallSpace)
 	}
 	unlock, err := lockPrefix(ctx, parent, base, opts.Log)
 	if err != nil {
@@ -301,32 +190,32 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	}
 	stage, err := os.MkdirTemp(parent, "."+base+stageInfix)
 	if err != nil {
-		return nil, noSpaceOr(fmt.Errorf("install into %s: staging directory: %w", prefix, err), op, parent, need, fixInstallSpace)
+		return nil, disk.NoSpaceOr(fmt.Errorf("install into %s: staging directory: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
-	defer func() { _ = makeWritable(stage); _ = os.RemoveAll(stage) }()
+	defer func() { _ = disk.MakeWritable(stage); _ = os.RemoveAll(stage) }()
 
 	tree := filepath.Join(stage, "tree")
 	if err := stageArtifact(ctx, art, tree, m, raw); err != nil {
-		return nil, noSpaceOr(err, op, parent, need, fixInstallSpace)
+		return nil, disk.NoSpaceOr(err, op, parent, need, fixInstallSpace)
 	}
 	// env.sh learns where it is installed: sh cannot find out by itself
-	if err := BakeEnvScript(tree, prefix); err != nil {
-		return nil, noSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, need, fixInstallSpace)
+	if err := envsh.BakeEnvScript(tree, prefix); err != nil {
+		return nil, disk.NoSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
 	added, notes, err := addEpbuild(tree, m, opts.Self)
 	if err != nil {
-		return nil, noSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, need, fixInstallSpace)
+		return nil, disk.NoSpaceOr(fmt.Errorf("install into %s: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
-	rc := Receipt{
-		Artifact: filepath.Base(art), ArtifactPath: art, SHA256: sum, ManifestSHA256: sha256Hex(raw), Recipe: m.Recipe, PlanKey: m.PlanKey,
+	rc := manifest.Receipt{
+		Artifact: filepath.Base(art), ArtifactPath: art, SHA256: sum, ManifestSHA256: manifest.SHA256Hex(raw), Recipe: m.Recipe, PlanKey: m.PlanKey,
 		InstalledAt: time.Now().UTC().Truncate(time.Second), Epbuild: opts.Version, BuiltBy: m.Epbuild, Prefix: prefix, Added: added,
 	}
 	rb, err := json.MarshalIndent(rc, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("install into %s: encode receipt: %w", prefix, err)
 	}
-	if err := writeReceipt(filepath.Join(tree, ReceiptName), append(rb, '\n')); err != nil {
-		return nil, noSpaceOr(fmt.Errorf("install into %s: write receipt: %w", prefix, err), op, parent, need, fixInstallSpace)
+	if err := writeReceipt(filepath.Join(tree, manifest.ReceiptName), append(rb, '\n')); err != nil {
+		return nil, disk.NoSpaceOr(fmt.Errorf("install into %s: write receipt: %w", prefix, err), op, parent, need, fixInstallSpace)
 	}
 	logInfo(opts.Log, "artifact checked", "artifact", rc.Artifact, "files", len(m.Files))
 
@@ -334,7 +223,7 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	// that fails never reaches the prefix
 	vo := opts.Verify
 	vo.Prefix, vo.Final, vo.Host, vo.Traffic = tree, prefix, false, nil
-	rep, verr := Verify(ctx, vo)
+	rep, verr := verify.Verify(ctx, vo)
 	if rep != nil {
 		relocateReport(rep, tree, prefix)
 	}
@@ -350,7 +239,7 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 		return res, err
 	}
 	res.Previous = prev
-	logInfo(opts.Log, "installed", "dir", prefix, "recipe", m.Recipe, "plan", shortKey(m.PlanKey))
+	logInfo(opts.Log, "installed", "dir", prefix, "recipe", m.Recipe, "plan", store.ShortKey(m.PlanKey))
 	return res, nil
 }
 
@@ -358,7 +247,7 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 // modulefiles give the install's directories in: ':' separates the entries of PATH,
 // PYTHONPATH and LD_LIBRARY_PATH (no escape exists), and ld.so splits LD_PRELOAD at ':'
 // and at blanks. Every other byte a path can hold is fine.
-func listablePrefix(prefix string, m *Manifest) error {
+func listablePrefix(prefix string, m *manifest.Manifest) error {
 	fix := "install into a directory whose path has no ':'"
 	if strings.Contains(prefix, ":") {
 		return &PrefixRefusedError{Prefix: prefix, Fix: fix + " (a symlink to it does not help: env.sh writes the path it was installed at)",
@@ -374,83 +263,39 @@ func listablePrefix(prefix string, m *Manifest) error {
 // addEpbuild makes tree/bin (unless the artifact has one) and copies self there as
 // bin/epbuild when it is a static ELF executable: one with an ELF interpreter (a dynamic
 // build) may not run on the nodes, and is left out with a note saying so.
-func addEpbuild(tree string, m *Manifest, self string) ([]archive.Entry, []string, error) {
+func addEpbuild(tree string, m *manifest.Manifest, self string) ([]archive.Entry, []string, error) {
 	for _, e := range m.Files {
-		if e.Path == binDir || strings.HasPrefix(e.Path, binDir+"/") {
-			return nil, []string{"the artifact has its own " + binDir + "/: epbuild was not copied into it"}, nil
+		if e.Path == manifest.BinDir || strings.HasPrefix(e.Path, manifest.BinDir+"/") {
+			return nil, []string{"the artifact has its own " + manifest.BinDir + "/: epbuild was not copied into it"}, nil
 		}
 	}
-	dir := filepath.Join(tree, binDir)
+	dir := filepath.Join(tree, manifest.BinDir)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, nil, err
 	}
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, nil, err
 	}
-	added := []archive.Entry{{Path: binDir, Type: archive.TypeDir, Mode: 0o755}}
+	added := []archive.Entry{{Path: manifest.BinDir, Type: archive.TypeDir, Mode: 0o755}}
 	if self == "" {
 		return added, nil, nil
 	}
 	if why := staticELF(self); why != "" {
-		return added, []string{fmt.Sprintf("%s is not copied to %s: %s; for epbuild on the nodes, install with a static epbuild (CGO_ENABLED=0 go build ./cmd/epbuild)", self, binEpbuild, why)}, nil
+		return added, []string{fmt.Sprintf("%s is not copied to %s: %s; for epbuild on the nodes, install with a static epbuild (CGO_ENABLED=0 go build ./cmd/epbuild)", self, manifest.BinEpbuild, why)}, nil
 	}
-	dst := filepath.Join(tree, filepath.FromSlash(binEpbuild))
-	sum, err := copyHashed(self, dst)
+	dst := filepath.Join(tree, filepath.FromSlash(manifest.BinEpbuild))
+	sum, err := disk.CopyHashed(self, dst)
 	if err == nil {
 		err = os.Chmod(dst, 0o755)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("copy %s to %s: %w", self, binEpbuild, err)
+		return nil, nil, fmt.Errorf("copy %s to %s: %w", self, manifest.BinEpbuild, err)
 	}
 	st, err := os.Stat(dst)
 	if err != nil {
 		return nil, nil, err
 	}
-	return append(added, archive.Entry{Path: binEpbuild, Type: archive.TypeFile, Mode: 0o755, Size: st.Size(), SHA256: sum}), nil, nil
-}
-
-// installedEpbuild compares the epbuild running the check with the one in the prefix
-// that install copied there (whose bytes the files check holds against the receipt).
-func (v *verifier) installedEpbuild(context.Context) []CheckResult {
-	c := VerifyCheck{ID: "install.epbuild", Read: filepath.Join(v.prefix, filepath.FromSlash(binEpbuild)),
-		Why: "env.sh puts PREFIX/bin on PATH, so jobs and nodes run the epbuild installed with the prefix; another epbuild checks it by other rules"}
-	r, err := ReadReceipt(v.prefix)
-	var inst *archive.Entry
-	if err == nil {
-		for i := range r.Added {
-			if r.Added[i].Path == binEpbuild {
-				inst = &r.Added[i]
-			}
-		}
-	}
-	switch {
-	case inst == nil:
-		c.Status, c.Found = check.Skip, "install copied no epbuild into the prefix (its receipt lists none)"
-		return []CheckResult{c}
-	case v.opts.Self == "":
-		c.Status, c.Found = check.Skip, "the running epbuild was not given to compare"
-		return []CheckResult{c}
-	}
-	c.Expected = fmt.Sprintf("the epbuild running verify-install is the installed one (epbuild %s, sha256 %s as installed)", quote.Term(r.Epbuild), shortKey(inst.SHA256))
-	sum, err := fileSHA256(v.opts.Self)
-	have, herr := fileSHA256(c.Read)
-	switch {
-	case err != nil:
-		c.Status, c.Found = check.Warn, fmt.Sprintf("read the running epbuild %s: %v", v.opts.Self, err)
-	case herr != nil:
-		c.Status, c.Found, c.Fix = check.Warn, fmt.Sprintf("read the installed epbuild: %v", herr), v.fix()
-	case sum == have:
-		c.Status, c.Found = check.Pass, fmt.Sprintf("%s is the installed epbuild %s (sha256 %s)", v.opts.Self, quote.Term(r.Epbuild), shortKey(sum))
-	default:
-		prefix := v.prefix
-		if v.opts.Final != "" {
-			prefix = v.opts.Final
-		}
-		c.Status = check.Warn
-		c.Found = fmt.Sprintf("%s (epbuild %s, sha256 %s) is not the installed epbuild %s (sha256 %s)", v.opts.Self, quote.Term(v.opts.Version), shortKey(sum), quote.Term(r.Epbuild), shortKey(have))
-		c.Fix = "run the installed one: " + quote.Shell(filepath.Join(prefix, filepath.FromSlash(binEpbuild))) + " verify-install --prefix " + quote.Shell(prefix) + " (after . PREFIX/env.sh it is first on PATH)"
-	}
-	return []CheckResult{c}
+	return append(added, archive.Entry{Path: manifest.BinEpbuild, Type: archive.TypeFile, Mode: 0o755, Size: st.Size(), SHA256: sum}), nil, nil
 }
 
 // staticELF says why path is not a static ELF executable ("" when it is): no program
@@ -472,22 +317,12 @@ func staticELF(path string) string {
 	return ""
 }
 
-// InstallCommand is the command line that installs artifact into prefix, each word
-// quoted for a POSIX shell; artifact "" (not known) is written ARTIFACT.
-func InstallCommand(artifact, prefix string) string {
-	a := "ARTIFACT"
-	if artifact != "" {
-		a = quote.Shell(artifact)
-	}
-	return "epbuild install " + a + " --prefix " + quote.Shell(prefix)
-}
-
 // writeReceipt writes the receipt with the mode verify-install expects, whatever the umask.
 func writeReceipt(p string, b []byte) error {
-	if err := os.WriteFile(p, b, topFileMode); err != nil {
+	if err := os.WriteFile(p, b, manifest.TopFileMode); err != nil {
 		return err
 	}
-	return os.Chmod(p, topFileMode)
+	return os.Chmod(p, manifest.TopFileMode)
 }
 
 const fixInstallSpace = "free that much space there, or install into a prefix on another file system; nothing was installed"
@@ -500,16 +335,16 @@ func logInfo(l *log.Logger, msg string, kv ...any) {
 
 // checkArtifactSum hashes the artifact and compares it with ARTIFACT.sha256 when present.
 func checkArtifactSum(art string) (string, error) {
-	want, err := SumBeside(art)
+	want, err := manifest.SumBeside(art)
 	if err != nil {
 		return "", err
 	}
-	sum, err := fileSHA256(art)
+	sum, err := disk.FileSHA256(art)
 	if err != nil {
-		return "", &BadArtifactError{Artifact: art, Err: err}
+		return "", &manifest.BadArtifactError{Artifact: art, Err: err}
 	}
 	if want != "" && sum != want {
-		return "", sumMismatch(art, sum, want)
+		return "", manifest.SumMismatch(art, sum, want)
 	}
 	return sum, nil
 }
@@ -532,7 +367,7 @@ func replaceable(prefix string, keepExtra bool) error {
 		target, _ := os.Readlink(prefix)
 		return refuse(fmt.Sprintf("a symlink (to %s)", target), "install to the directory it points to, or remove the link")
 	case !st.IsDir():
-		return refuse("a "+fileKind(st.Mode())+", not a directory", fixOther)
+		return refuse("a "+manifest.FileKind(st.Mode())+", not a directory", fixOther)
 	}
 	ents, err := os.ReadDir(prefix)
 	if err != nil {
@@ -542,16 +377,16 @@ func replaceable(prefix string, keepExtra bool) error {
 		return nil
 	}
 	fixE := "epbuild verify-install --prefix " + quote.Shell(prefix) + " shows what changed; if the install may go, remove it yourself first"
-	r, err := ReadReceipt(prefix)
+	r, err := manifest.ReadReceipt(prefix)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return refuse("a directory that is not an epbuild install (no "+ReceiptName+"), holding "+listNames(ents), fixOther)
+		return refuse("a directory that is not an epbuild install (no "+manifest.ReceiptName+"), holding "+listNames(ents), fixOther)
 	case err != nil:
 		return refuse(err.Error(), fixE)
 	}
-	m, raw, err := ReadInstalledManifest(prefix)
-	if raw != nil && sha256Hex(raw) != r.ManifestSHA256 {
-		return refuse(fmt.Sprintf("%s changed since install (sha256 %s, the receipt pins %s)", ManifestName, shortKey(sha256Hex(raw)), shortKey(r.ManifestSHA256)), fixE)
+	m, raw, err := manifest.ReadInstalledManifest(prefix)
+	if raw != nil && manifest.SHA256Hex(raw) != r.ManifestSHA256 {
+		return refuse(fmt.Sprintf("%s changed since install (sha256 %s, the receipt pins %s)", manifest.ManifestName, store.ShortKey(manifest.SHA256Hex(raw)), store.ShortKey(r.ManifestSHA256)), fixE)
 	}
 	if err != nil {
 		return refuse(err.Error(), fixE)
@@ -559,7 +394,7 @@ func replaceable(prefix string, keepExtra bool) error {
 	if keepExtra {
 		return nil
 	}
-	extra, err := foreignEntries(prefix, installedEntries(prefix, m.Files))
+	extra, err := foreignEntries(prefix, verify.InstalledEntries(prefix, m.Files))
 	if err != nil {
 		return refuse(err.Error(), fixE)
 	}
@@ -587,7 +422,7 @@ func foreignEntries(dir string, files []archive.Entry) ([]string, error) {
 		}
 		rel, _ := filepath.Rel(dir, p)
 		rel = filepath.ToSlash(rel)
-		if known[rel] || rel == ReceiptName || rel == ManifestName || bytecodeCache(rel, d) {
+		if known[rel] || rel == manifest.ReceiptName || rel == manifest.ManifestName || verify.BytecodeCache(rel, d) {
 			return nil
 		}
 		extra = append(extra, rel)
@@ -600,18 +435,6 @@ func foreignEntries(dir string, files []archive.Entry) ([]string, error) {
 		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
 	return extra, nil
-}
-
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsRegular():
-		return "regular file"
-	case m.IsDir():
-		return "directory"
-	case m&fs.ModeSymlink != 0:
-		return "symlink"
-	}
-	return "special file (" + m.Type().String() + ")"
 }
 
 // listNames names a directory's first entries (directories with a trailing slash).
@@ -655,50 +478,44 @@ func lockPrefix(ctx context.Context, parent, base string, l *log.Logger) (func()
 // and no prefix: it is put back first.
 func cleanStale(parent, base string, l *log.Logger) {
 	prefix := filepath.Join(parent, base)
-	stale, _ := filepath.Glob(filepath.Join(parent, "."+globEscape(base)+stageInfix+"*"))
+	stale, _ := filepath.Glob(filepath.Join(parent, "."+toolchain.GlobEscape(base)+stageInfix+"*"))
 	for _, s := range stale {
 		if _, err := os.Lstat(prefix); errors.Is(err, fs.ErrNotExist) {
-			if old := filepath.Join(s, "old"); renameNoReplace(old, prefix) == nil {
+			if old := filepath.Join(s, "old"); disk.RenameNoReplace(old, prefix) == nil {
 				logInfo(l, "put back the install a killed install had moved aside", "dir", prefix)
 			}
 		}
 		logInfo(l, "removing what a killed install left", "dir", s)
-		_ = makeWritable(s)
+		_ = disk.MakeWritable(s)
 		_ = os.RemoveAll(s)
 	}
-}
-
-// globEscape makes s match itself in a filepath.Glob pattern (a prefix may hold [, * or ?).
-func globEscape(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
-	return r.Replace(s)
 }
 
 // readArtifactManifest reads the manifest an artifact carries without writing anything:
 // the entries before it are decompressed and discarded, within a budget proportional
 // to the artifact's size, so that a bomb is refused cheaply.
-func readArtifactManifest(ctx context.Context, art string, size int64) (*Manifest, []byte, error) {
-	raw, err := archive.ReadMember(ctx, art, ManifestName, maxManifestSize, archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifestBudget(size)})
+func readArtifactManifest(ctx context.Context, art string, size int64) (*manifest.Manifest, []byte, error) {
+	raw, err := archive.ReadMember(ctx, art, manifest.ManifestName, manifest.MaxManifestSize, archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifest.ManifestBudget(size)})
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", ManifestName)}
+		return nil, nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: it holds no %s", manifest.ManifestName)}
 	case errors.Is(err, archive.ErrLimit):
-		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("%w; an epbuild artifact carries its manifest within %d times its own size", err, maxManifestRatio)}
+		return nil, nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("%w; an epbuild artifact carries its manifest within %d times its own size", err, manifest.MaxManifestRatio)}
 	case err != nil && ctx.Err() != nil:
 		return nil, nil, fmt.Errorf("install %s: %w", art, ctx.Err())
 	case err != nil:
-		return nil, nil, &BadArtifactError{Artifact: art, Err: err}
+		return nil, nil, &manifest.BadArtifactError{Artifact: art, Err: err}
 	}
-	m, err := decodeManifest(raw, ManifestName)
+	m, err := manifest.DecodeManifest(raw, manifest.ManifestName)
 	if err != nil {
-		return nil, nil, &BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: %w", err)}
+		return nil, nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact: %w", err)}
 	}
 	return m, raw, nil
 }
 
 // installSize is what an install of m takes on disk: the file bytes the manifest
 // declares, each rounded up to a block, a block per directory and symlink, the manifest.
-func installSize(m *Manifest, raw []byte) int64 {
+func installSize(m *manifest.Manifest, raw []byte) int64 {
 	const block = 4096
 	n := roundUp(int64(len(raw)), block) + block // the manifest and the receipt
 	for _, e := range m.Files {
@@ -713,84 +530,47 @@ func installSize(m *Manifest, raw []byte) int64 {
 
 func roundUp(n, b int64) int64 { return (n + b - 1) / b * b }
 
-// declaredBytes is the data an artifact may hold: its files' declared sizes and the
-// manifest, plus tar's framing.
-func declaredBytes(m *Manifest, raw []byte) int64 {
-	n := int64(len(raw)) + tarSlack
-	for _, e := range m.Files {
-		if e.Type == archive.TypeFile {
-			n += max(e.Size, 0)
-		}
-	}
-	return n
-}
-
 // checkSpace refuses an install the file system under dir cannot hold, in bytes or in
 // inodes, before anything is written (exit 3, with the space needed).
 func checkSpace(dir string, need int64, entries int, op string) error {
-	free, inodes, ok := diskFree(dir)
+	free, inodes, ok := disk.DiskFree(dir)
 	if !ok {
 		return nil
 	}
 	if free < need {
-		return &NoSpaceError{Op: op, Path: dir, Need: need, Free: free, Fix: fixInstallSpace}
+		return &disk.NoSpaceError{Op: op, Path: dir, Need: need, Free: free, Fix: fixInstallSpace}
 	}
 	if want := int64(entries) + 8; inodes >= 0 && inodes < want {
-		return &NoSpaceError{Op: op, Path: dir, Need: need, Free: free, Fix: fixInstallSpace,
+		return &disk.NoSpaceError{Op: op, Path: dir, Need: need, Free: free, Fix: fixInstallSpace,
 			Err: fmt.Errorf("%d inodes free, %d needed", inodes, want)}
 	}
 	return nil
-}
-
-// existingDir is dir or its nearest existing parent: where the space is counted before
-// dir is made.
-func existingDir(dir string) string {
-	for {
-		if st, err := os.Stat(dir); err == nil && st.IsDir() {
-			return dir
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return dir
-		}
-		dir = up
-	}
 }
 
 // stageArtifact extracts the artifact into tree (which must not exist), stopping once
 // it holds more than m declares, and checks the tree against m as it is written (each
 // file hashed in the extraction's one read of it, checkTree): the manifest extracted
 // must be the one read before, every entry must match it. A failure leaves no tree.
-func stageArtifact(ctx context.Context, art, tree string, m *Manifest, raw []byte) (err error) {
+func stageArtifact(ctx context.Context, art, tree string, m *manifest.Manifest, raw []byte) (err error) {
 	defer func() {
 		if err != nil {
-			_ = makeWritable(tree)
+			_ = disk.MakeWritable(tree)
 			_ = os.RemoveAll(tree)
 		}
 	}()
-	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: declaredBytes(m, raw), MaxEntries: maxEntries(m), Hash: true}
+	opts := archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifest.DeclaredBytes(m, raw), MaxEntries: manifest.MaxEntries(m), Hash: true}
 	rep, err := archive.ExtractFile(ctx, art, tree, opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("install %s: %w", art, ctx.Err())
 		}
-		return readError(ctx, art, err, m, raw)
+		return manifest.ReadError(ctx, art, err, m, raw)
 	}
-	return checkTree(art, m, raw, rep.Tree)
-}
-
-func countFiles(m *Manifest) int {
-	n := 0
-	for _, e := range m.Files {
-		if e.Type == archive.TypeFile {
-			n++
-		}
-	}
-	return n
+	return manifest.CheckTree(art, m, raw, rep.Tree)
 }
 
 // relocateReport makes a report of the staged tree speak of the prefix it is going to.
-func relocateReport(rep *VerifyReport, from, to string) {
+func relocateReport(rep *verify.VerifyReport, from, to string) {
 	fix := func(s string) string { return strings.ReplaceAll(s, from, to) }
 	rep.Prefix = to
 	for i := range rep.Checks {
@@ -805,7 +585,7 @@ func relocateReport(rep *VerifyReport, from, to string) {
 // returns where the old install is kept ("" if nowhere).
 func putInPlace(tree, prefix, stage string, keep bool) (string, error) {
 	if _, err := os.Lstat(prefix); errors.Is(err, fs.ErrNotExist) {
-		if err := renameNoReplace(tree, prefix); err != nil {
+		if err := disk.RenameNoReplace(tree, prefix); err != nil {
 			return "", fmt.Errorf("install into %s: move the checked tree into place: %w", prefix, err)
 		}
 		return "", nil
@@ -813,7 +593,7 @@ func putInPlace(tree, prefix, stage string, keep bool) (string, error) {
 	if !keep {
 		// after the exchange the old install is in the staging directory, removed with
 		// it (or by the next install, after a kill)
-		if err := swap(tree, prefix, filepath.Join(stage, "old")); err != nil {
+		if err := disk.Swap(tree, prefix, filepath.Join(stage, "old")); err != nil {
 			return "", fmt.Errorf("install into %s: swap the new install in: %w", prefix, err)
 		}
 		return "", nil
@@ -827,41 +607,12 @@ func putInPlace(tree, prefix, stage string, keep bool) (string, error) {
 	// the tree goes to its final name for the old install first: after the exchange the
 	// old install is there at once, never in the staging directory a later install
 	// would clean up
-	if err := renameNoReplace(tree, prev); err != nil {
+	if err := disk.RenameNoReplace(tree, prev); err != nil {
 		return "", fmt.Errorf("install into %s: %w", prefix, err)
 	}
-	if err := swap(prev, prefix, filepath.Join(stage, "old")); err != nil {
+	if err := disk.Swap(prev, prefix, filepath.Join(stage, "old")); err != nil {
 		_ = os.Rename(prev, tree)
 		return "", fmt.Errorf("install into %s: swap the new install in: %w", prefix, err)
 	}
 	return prev, nil
-}
-
-// swap exchanges the directories a and b in one step; where the file system cannot,
-// in three renames through aside, undone on failure (and by cleanStale after a kill).
-func swap(a, b, aside string) error {
-	err := exchange(a, b)
-	if !errors.Is(err, errNoExchange) {
-		return err
-	}
-	old := aside
-	if err := os.Rename(b, old); err != nil {
-		return err
-	}
-	if err := os.Rename(a, b); err != nil {
-		_ = os.Rename(old, b)
-		return err
-	}
-	return os.Rename(old, a)
-}
-
-// renameIfAbsent is the fallback for a no-replace rename: a small race window, where the
-// kernel offers nothing better (the install lock keeps other installs out of it).
-func renameIfAbsent(oldpath, newpath string) error {
-	if _, err := os.Lstat(newpath); err == nil {
-		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: fs.ErrExist}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return os.Rename(oldpath, newpath)
 }

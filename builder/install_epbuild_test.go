@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"github.com/epbuild/epbuild/builder/verify"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/quote"
 )
 
@@ -52,7 +55,7 @@ func TestInstallCopiesEpbuild(t *testing.T) {
 			recorded = true
 		}
 	}
-	r, err := ReadReceipt(prefix)
+	r, err := manifest.ReadReceipt(prefix)
 	if !recorded || err != nil || len(r.Added) != 2 || len(res.Notes) != 0 {
 		t.Fatalf("receipt: %+v, %v; notes %q", res.Receipt.Added, err, res.Notes)
 	}
@@ -60,14 +63,14 @@ func TestInstallCopiesEpbuild(t *testing.T) {
 		t.Fatalf("bin/epbuild: %v", err)
 	}
 	// the README's line on a node, from sh
-	cmd := exec.Command("dash", "-c", `. "$1" && epbuild verify-install --host`, "sh", filepath.Join(prefix, EnvName))
+	cmd := exec.Command("dash", "-c", `. "$1" && epbuild verify-install --host`, "sh", filepath.Join(prefix, manifest.EnvName))
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}
 	if b, err := cmd.CombinedOutput(); err != nil || string(b) != "fixture [verify-install --host]\n" {
 		t.Errorf(". env.sh && epbuild: %v\n%s", err, b)
 	}
 
-	verify := func(self string) *VerifyReport {
-		rep, err := Verify(context.Background(), VerifyOptions{Prefix: prefix, Self: self, Version: "other"})
+	verify := func(self string) *verify.VerifyReport {
+		rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: prefix, Self: self, Version: "other"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +114,7 @@ func TestInstallCopiesEpbuild(t *testing.T) {
 
 func mustSHA256(t *testing.T, p string) string {
 	t.Helper()
-	s, err := fileSHA256(p)
+	s, err := disk.FileSHA256(p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"io/fs"
 	"maps"
@@ -23,7 +24,12 @@ import (
 
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -32,7 +38,7 @@ import (
 // manifest and artifact sha256), so that installing one over the other is visible.
 type demoArtifacts struct {
 	A, B string
-	Plan *Plan
+	Plan *plan.Plan
 }
 
 // The child mode of TestInstallKilledAtAnyMoment: the test binary re-executed to run one
@@ -78,7 +84,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if shared.dir != "" {
-		_ = makeWritable(shared.dir)
+		_ = disk.MakeWritable(shared.dir)
 		_ = os.RemoveAll(shared.dir)
 	}
 	os.Exit(code)
@@ -87,7 +93,7 @@ func TestMain(m *testing.M) {
 // buildDemo runs the demo recipe through every stage, as `epbuild recipe demo` does.
 func buildDemo(dir string) (demoArtifacts, error) {
 	ctx := context.Background()
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		return demoArtifacts{}, err
 	}
@@ -104,11 +110,11 @@ func buildDemo(dir string) (demoArtifacts, error) {
 	if err != nil {
 		return demoArtifacts{}, err
 	}
-	store, err := OpenStore(c.Dir())
+	store, err := store.OpenStore(c.Dir())
 	if err != nil {
 		return demoArtifacts{}, err
 	}
-	tc := (&Prober{Getenv: os.Getenv}).Probe(ctx)
+	tc := (&toolchain.Prober{Getenv: os.Getenv}).Probe(ctx)
 	r := &Runner{Store: store, Sources: src, Log: l, Toolchain: tc, Environ: os.Environ(), OutDir: filepath.Join(dir, "a"), Version: "test"}
 	ra, err := r.Run(ctx, p)
 	if err != nil {
@@ -133,23 +139,23 @@ func mustInstall(t *testing.T, art, prefix string, keep bool) *InstallResult {
 }
 
 // filesOK fails the test unless dir verifies file by file; it returns the receipt.
-func filesOK(t *testing.T, dir string) *Receipt {
+func filesOK(t *testing.T, dir string) *manifest.Receipt {
 	t.Helper()
-	rep, err := Verify(context.Background(), VerifyOptions{Prefix: dir, FilesOnly: true})
+	rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: dir, FilesOnly: true})
 	if err != nil {
 		t.Fatalf("verify %s: %v", dir, err)
 	}
 	if rep.Failed() {
 		t.Fatalf("%s does not verify:\n%s", dir, failedChecks(rep))
 	}
-	r, err := ReadReceipt(dir)
+	r, err := manifest.ReadReceipt(dir)
 	if err != nil {
 		t.Fatalf("receipt of %s: %v", dir, err)
 	}
 	return r
 }
 
-func failedChecks(rep *VerifyReport) string {
+func failedChecks(rep *verify.VerifyReport) string {
 	var b strings.Builder
 	for _, c := range rep.Checks {
 		if c.Status == "fail" {
@@ -175,7 +181,7 @@ func siblings(t *testing.T, dir string) []string {
 
 func sumOf(t *testing.T, art string) string {
 	t.Helper()
-	s, err := fileSHA256(art)
+	s, err := disk.FileSHA256(art)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,13 +222,13 @@ func TestInstallVerifiesBeforeSwapAndKeepsOnePrevious(t *testing.T) {
 	if got := siblings(t, filepath.Dir(prefix)); !slices.Equal(got, want) {
 		t.Fatalf("beside the prefix: %v, want %v", got, want)
 	}
-	before, _ := os.ReadFile(filepath.Join(prefix, ReceiptName))
+	before, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName))
 	beforeIno := inode(t, prefix)
 
 	// a new install that fails verify never reaches the prefix: B is there, the same
 	// directory, untouched, and the report speaks of the prefix
-	broken := append(CleanEnviron(os.Getenv), "PYTHONHOME="+filepath.Join(parent, "no-such-python-home"))
-	_, err := Install(context.Background(), InstallOptions{Artifact: artifacts(t).A, Prefix: prefix, Version: "test", Verify: VerifyOptions{Environ: broken}})
+	broken := append(verify.CleanEnviron(os.Getenv), "PYTHONHOME="+filepath.Join(parent, "no-such-python-home"))
+	_, err := Install(context.Background(), InstallOptions{Artifact: artifacts(t).A, Prefix: prefix, Version: "test", Verify: verify.VerifyOptions{Environ: broken}})
 	var ve *InstallVerifyError
 	if !errors.As(err, &ve) || ve.ExitCode() != 1 {
 		t.Fatalf("install with a broken Python: %v; want an InstallVerifyError", err)
@@ -237,7 +243,7 @@ func TestInstallVerifiesBeforeSwapAndKeepsOnePrevious(t *testing.T) {
 	if ve.Report.Prefix != prefix || strings.Contains(c.Read+c.Found+c.Fix, stageInfix) {
 		t.Errorf("the report names the staging directory, not the prefix: %s; %+v", ve.Report.Prefix, c)
 	}
-	after, _ := os.ReadFile(filepath.Join(prefix, ReceiptName))
+	after, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName))
 	if !bytes.Equal(before, after) || filesOK(t, prefix).SHA256 != sumB || inode(t, prefix) != beforeIno {
 		t.Errorf("a failed install touched the prefix")
 	}
@@ -247,7 +253,7 @@ func TestInstallVerifiesBeforeSwapAndKeepsOnePrevious(t *testing.T) {
 
 	// a failed first install leaves no prefix at all
 	fresh := filepath.Join(parent, "fresh")
-	_, err = Install(context.Background(), InstallOptions{Artifact: artifacts(t).A, Prefix: fresh, Version: "test", Verify: VerifyOptions{Environ: broken}})
+	_, err = Install(context.Background(), InstallOptions{Artifact: artifacts(t).A, Prefix: fresh, Version: "test", Verify: verify.VerifyOptions{Environ: broken}})
 	if !errors.As(err, &ve) {
 		t.Fatalf("first install with a broken Python: %v", err)
 	}
@@ -303,18 +309,18 @@ func TestInstallRefusesWhatIsNotItsInstall(t *testing.T) {
 		}, want: "an epbuild install holding 1 paths its manifest does not list (pydemo/notes.txt)", canKeep: true},
 		{name: "an install whose manifest was edited", make: func(t *testing.T, p string) {
 			installed(t, p)
-			b, _ := os.ReadFile(filepath.Join(p, ManifestName))
-			write(t, filepath.Join(p, ManifestName), strings.Replace(string(b), `"recipe": "demo"`, `"recipe": "dem0"`, 1))
+			b, _ := os.ReadFile(filepath.Join(p, manifest.ManifestName))
+			write(t, filepath.Join(p, manifest.ManifestName), strings.Replace(string(b), `"recipe": "demo"`, `"recipe": "dem0"`, 1))
 		}, want: "manifest.json changed since install"},
 		{name: "an install whose receipt is a symlink", make: func(t *testing.T, p string) {
 			installed(t, p)
 			outside := filepath.Join(t.TempDir(), "receipt")
-			b, _ := os.ReadFile(filepath.Join(p, ReceiptName))
+			b, _ := os.ReadFile(filepath.Join(p, manifest.ReceiptName))
 			write(t, outside, string(b))
-			if err := os.Remove(filepath.Join(p, ReceiptName)); err != nil {
+			if err := os.Remove(filepath.Join(p, manifest.ReceiptName)); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Symlink(outside, filepath.Join(p, ReceiptName)); err != nil {
+			if err := os.Symlink(outside, filepath.Join(p, manifest.ReceiptName)); err != nil {
 				t.Fatal(err)
 			}
 		}, want: ".epbuild-receipt.json is a symlink"},
@@ -447,7 +453,7 @@ func TestInstallRejectsBadArtifacts(t *testing.T) {
 	parent := t.TempDir()
 	prefix := filepath.Join(parent, "demo")
 	mustInstall(t, artifacts(t).A, prefix, false)
-	receipt, _ := os.ReadFile(filepath.Join(prefix, ReceiptName))
+	receipt, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName))
 	listing := siblings(t, parent)
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -464,14 +470,14 @@ func TestInstallRejectsBadArtifacts(t *testing.T) {
 				}
 			}
 			_, err := Install(context.Background(), InstallOptions{Artifact: art, Prefix: prefix})
-			var be *BadArtifactError
+			var be *manifest.BadArtifactError
 			if !errors.As(err, &be) || be.ExitCode() != 2 {
 				t.Fatalf("got %v; want a BadArtifactError", err)
 			}
 			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "nothing was installed") {
 				t.Errorf("error %q does not say %q", err, tc.want)
 			}
-			if got, _ := os.ReadFile(filepath.Join(prefix, ReceiptName)); !bytes.Equal(got, receipt) {
+			if got, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName)); !bytes.Equal(got, receipt) {
 				t.Errorf("the prefix's receipt changed")
 			}
 			filesOK(t, prefix)
@@ -527,7 +533,7 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 			case err = <-done:
 				break watch
 			case <-time.After(2 * time.Millisecond):
-				if r, rerr := ReadReceipt(prefix); seen == 0 && rerr == nil && sums[r.SHA256] == target {
+				if r, rerr := manifest.ReadReceipt(prefix); seen == 0 && rerr == nil && sums[r.SHA256] == target {
 					seen = time.Since(start)
 				}
 			}
@@ -566,7 +572,7 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 			// kill a random moment into what is left (removing the old install, exiting)
 			begin := time.Now()
 			for {
-				if r, rerr := ReadReceipt(prefix); rerr == nil && sums[r.SHA256] == target {
+				if r, rerr := manifest.ReadReceipt(prefix); rerr == nil && sums[r.SHA256] == target {
 					break
 				}
 				if len(waited) > 0 || time.Since(begin) > 20*full+5*time.Second {

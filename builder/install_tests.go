@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder/acceptance"
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/quote"
 )
 
@@ -32,18 +34,18 @@ func LoadInstallTests(prefix string, base []string, only []string) (*InstallTest
 	if err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("test %s: %w", prefix, err)}
 	}
-	m, _, err := ReadInstalledManifest(abs)
+	m, _, err := manifest.ReadInstalledManifest(abs)
 	if err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("%w (give the --prefix of epbuild install)", err)}
 	}
-	env, err := InstallEnv(abs, base)
+	env, err := envsh.InstallEnv(abs, base)
 	if err != nil {
 		return nil, err
 	}
 	// a test must not change the install it tests (verify-install reads its bytecode)
-	env = withEnv(env, map[string]string{"PYTHONDONTWRITEBYTECODE": "1"})
+	env = envsh.WithEnv(env, map[string]string{"PYTHONDONTWRITEBYTECODE": "1"})
 	it := &InstallTests{Prefix: abs, Recipe: m.Plan.Recipe, PlanKey: m.PlanKey, Env: env}
-	prefixes := installedPrefixes(m, abs)
+	prefixes := manifest.InstalledPrefixes(m, abs)
 	want := map[string]bool{}
 	for _, o := range only {
 		want[o] = true
@@ -68,12 +70,12 @@ func LoadInstallTests(prefix string, base []string, only []string) (*InstallTest
 			t := acceptance.Test{Component: c.Name, Name: r.Name, Dir: filepath.Join(pre, TestsDir), Argv: r.Argv, Nodes: r.MinNodes()}
 			// the manifest's plan was validated when built; a hand-edited one is refused here
 			if t.Timeout, err = time.ParseDuration(r.Timeout); err != nil || t.Timeout <= 0 {
-				return nil, &UsageError{Err: fmt.Errorf("%s: test %s: timeout %q is not a duration: the manifest was not written by epbuild", filepath.Join(abs, ManifestName), full, r.Timeout)}
+				return nil, &UsageError{Err: fmt.Errorf("%s: test %s: timeout %q is not a duration: the manifest was not written by epbuild", filepath.Join(abs, manifest.ManifestName), full, r.Timeout)}
 			}
 			for _, name := range slices.Sorted(maps.Keys(r.Bandwidth)) {
 				re, err := regexp.Compile(r.Bandwidth[name])
 				if err != nil {
-					return nil, &UsageError{Err: fmt.Errorf("%s: test %s: bandwidth %s: %w", filepath.Join(abs, ManifestName), full, name, err)}
+					return nil, &UsageError{Err: fmt.Errorf("%s: test %s: bandwidth %s: %w", filepath.Join(abs, manifest.ManifestName), full, name, err)}
 				}
 				t.Bandwidth = append(t.Bandwidth, acceptance.Pattern{Name: name, Re: re})
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"maps"
 	"os"
@@ -18,7 +19,10 @@ import (
 
 	"github.com/charmbracelet/log"
 
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 )
 
@@ -103,7 +107,7 @@ type MatrixCellResult struct {
 	Failed []string       `json:"verify_failed,omitempty"`
 	// NCCL is the NCCL the cell's test runs: the library torch's communicator binds to
 	// with the install's env (ProbeNCCL), not torch's compile-time header version.
-	NCCL *NCCLRuntime `json:"nccl,omitempty"`
+	NCCL *toolchain.NCCLRuntime `json:"nccl,omitempty"`
 	// Test: pass, fail, none or skipped; its exit status, log, seconds and metrics.
 	Test        string   `json:"test"`
 	TestExit    int      `json:"test_exit,omitempty"`
@@ -231,7 +235,7 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 		}
 	}
 	var re *RulesError
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	switch {
 	case errors.As(err, &re):
 		cr.Build, cr.Error = StepRefused, err.Error()
@@ -251,7 +255,7 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 	cr.Build, cr.Artifact = StepOK, res.Artifact
 	cr.Prefix = filepath.Join(cr.Dir, "prefix")
 	ir, err := Install(ctx, InstallOptions{Artifact: res.Artifact, Prefix: cr.Prefix, Version: opts.Version,
-		Verify: VerifyOptions{Environ: CleanEnviron(opts.Getenv)}, Log: opts.Log})
+		Verify: verify.VerifyOptions{Environ: verify.CleanEnviron(opts.Getenv)}, Log: opts.Log})
 	if ir != nil && ir.Report != nil {
 		cr.Counts = ir.Report.Counts()
 		for _, c := range ir.Report.Checks {
@@ -261,7 +265,7 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 		}
 	}
 	if _, ok := res.Plan.Component("nccl"); ok && ir != nil {
-		cr.NCCL = installedNCCL(ctx, cr.Prefix, CleanEnviron(opts.Getenv))
+		cr.NCCL = installedNCCL(ctx, cr.Prefix, verify.CleanEnviron(opts.Getenv))
 	}
 	if err != nil {
 		cr.Verify, cr.Error = StepFail, err.Error()
@@ -269,7 +273,7 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 	}
 	cr.Verify = StepPass
 	// the rules' env from the build host too (R18 on torch's NCCL is decided at preflight)
-	m, _, err := ReadInstalledManifest(cr.Prefix)
+	m, _, err := manifest.ReadInstalledManifest(cr.Prefix)
 	if err != nil {
 		cr.Test, cr.Error = StepFail, err.Error()
 		return
@@ -292,12 +296,12 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 
 // installedNCCL is the NCCL a process with the install's runtime env (env.sh's
 // LD_PRELOAD and the rest, over base) runs; nil when that cannot be read.
-func installedNCCL(ctx context.Context, prefix string, base []string) *NCCLRuntime {
-	env, err := InstallEnv(prefix, base)
+func installedNCCL(ctx context.Context, prefix string, base []string) *toolchain.NCCLRuntime {
+	env, err := envsh.InstallEnv(prefix, base)
 	if err != nil {
 		return nil
 	}
-	if n := ProbeNCCL(ctx, "", env, nil); n.Version != "" {
+	if n := toolchain.ProbeNCCL(ctx, "", env, nil); n.Version != "" {
 		return &n
 	}
 	return nil
@@ -329,14 +333,14 @@ func runTest(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 		cr.Test, cr.Error = StepFail, "--test: "+err.Error()
 		return
 	}
-	env, err := InstallEnv(cr.Prefix, opts.Environ)
+	env, err := envsh.InstallEnv(cr.Prefix, opts.Environ)
 	if err != nil {
 		cr.Test, cr.Error = StepFail, err.Error()
 		return
 	}
-	env = withEnv(env, cr.Env)
+	env = envsh.WithEnv(env, cr.Env)
 	// a test run from a source tree in the store must not write into it
-	env = withEnv(env, map[string]string{"EPBUILD_CELL": cr.Name, "PYTHONDONTWRITEBYTECODE": "1"})
+	env = envsh.WithEnv(env, map[string]string{"EPBUILD_CELL": cr.Name, "PYTHONDONTWRITEBYTECODE": "1"})
 	dir := filepath.Join(cr.Dir, "test")
 	cr.TestLog = filepath.Join(cr.Dir, "test.log")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

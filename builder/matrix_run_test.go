@@ -12,6 +12,8 @@ import (
 
 	"github.com/charmbracelet/log"
 
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -140,18 +142,18 @@ func TestMatrixRunOptions(t *testing.T) {
 // NCCL the job loads (DeepEP v1 does not link NCCL), nor on the Python packages the probe
 // was asked for; NCCL built from source has a build of its own per release.
 func TestNCCLCellsShareDeepEPBuild(t *testing.T) {
-	tc := &Toolchain{OS: "linux", Arch: "amd64", CUDA: "13.0", Torch: "2.11.0+cu130", GCC: "13.3.0",
-		PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5", Dir: "/site/nvidia/nvshmem"}}}
+	tc := &toolchain.Toolchain{OS: "linux", Arch: "amd64", CUDA: "13.0", Torch: "2.11.0+cu130", GCC: "13.3.0",
+		PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5", Dir: "/site/nvidia/nvshmem"}}}
 	withNCCL := *tc
-	withNCCL.PythonPackages = map[string]PythonPackage{"nvidia-nvshmem-cu13": tc.PythonPackages["nvidia-nvshmem-cu13"],
+	withNCCL.PythonPackages = map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu13": tc.PythonPackages["nvidia-nvshmem-cu13"],
 		"nvidia-nccl-cu13": {Version: "2.28.9", Dir: "/site/nvidia/nccl"}}
-	withNCCL.NCCL = &NCCLRuntime{Version: "2.28.9"}
+	withNCCL.NCCL = &toolchain.NCCLRuntime{Version: "2.28.9"}
 	base := []string{"nvshmem.package=nvidia-nvshmem-cu13", "nccl.package=nvidia-nccl-cu13"}
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := func(tc *Toolchain, sets ...string) map[string]compKeys {
+	keys := func(tc *toolchain.Toolchain, sets ...string) map[string]compKeys {
 		p, err := res.Resolve("single-node", append(base, sets...))
 		if err != nil {
 			t.Fatal(err)

@@ -17,8 +17,10 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/store"
 )
 
 // A mirror is written whole or not at all: a new one is made in a directory beside it
@@ -173,7 +175,7 @@ func Mirror(ctx context.Context, dir string, jobs ...*Job) (MirrorReport, error)
 	}
 	err = writeMirror(ctx, main, target, gits, archives, entries, &rep)
 	// outside the stage store: no space in the mirror or the cache is said here
-	err = noSpaceIn(err, "write the mirror "+abs, place{target, fixOutSpace}, place{cacheDir, fixCacheSpace})
+	err = disk.NoSpaceIn(err, "write the mirror "+abs, disk.Place{Dir: target, Fix: fixOutSpace}, disk.Place{Dir: cacheDir, Fix: store.FixCacheSpace})
 	if err != nil && !fresh {
 		for _, p := range created {
 			_ = os.RemoveAll(p)
@@ -228,7 +230,7 @@ func writeMirror(ctx context.Context, f *source.Fetcher, dir string, gits []sour
 		if err := os.MkdirAll(pyDir, 0o755); err != nil {
 			return fmt.Errorf("mirror %s: %w", rep.Dir, err)
 		}
-		if err := WriteFileAtomic(filepath.Join(pyDir, requirementsTxt), []byte(requirementsFile(needs))); err != nil {
+		if err := disk.WriteFileAtomic(filepath.Join(pyDir, requirementsTxt), []byte(requirementsFile(needs))); err != nil {
 			return fmt.Errorf("mirror %s: %w", rep.Dir, err)
 		}
 		py, req := filepath.Join(rep.Dir, mirrorPythonDir), filepath.Join(rep.Dir, mirrorPythonDir, requirementsTxt)
@@ -240,7 +242,7 @@ func writeMirror(ctx context.Context, f *source.Fetcher, dir string, gits []sour
 	if err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(filepath.Join(dir, MirrorIndexName), append(b, '\n')); err != nil {
+	if err := disk.WriteFileAtomic(filepath.Join(dir, MirrorIndexName), append(b, '\n')); err != nil {
 		return fmt.Errorf("mirror %s: %w", rep.Dir, err)
 	}
 	return nil
@@ -324,28 +326,4 @@ func shellWord(s string) string {
 		return s
 	}
 	return quote.ShellAlways(s)
-}
-
-// WriteFileAtomic writes b to path (mode 0644) through a temporary sibling, so that path
-// is either absent, as it was, or whole: nothing half-written is ever seen there.
-func WriteFileAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

@@ -13,10 +13,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/verify"
+
 	"github.com/charmbracelet/log"
 
 	"github.com/epbuild/epbuild/builder/check"
-	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -54,283 +57,6 @@ $(BUILDDIR)/lib/$(LIBTARGET): nccl.c ../makefiles/version.mk
 	ln -sf libnccl.so.$(NCCL_MAJOR) $(BUILDDIR)/lib/libnccl.so
 `
 )
-
-func needTools(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("the NCCL fixture needs %s: %v", tool, err)
-		}
-	}
-}
-
-// ncclLib builds the fixture library of version (2.21.5) into dir/lib, with its links
-// and dir/include/nccl.h, as NCCL installs; it returns dir/lib/libnccl.so.2.
-func ncclLib(t *testing.T, dir, version string) string {
-	t.Helper()
-	var major, minor, patch int
-	if _, err := fmt.Sscanf(version, "%d.%d.%d", &major, &minor, &patch); err != nil {
-		t.Fatal(err)
-	}
-	code := major*10000 + minor*100 + patch
-	for _, d := range []string{"lib", "include"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	src := filepath.Join(t.TempDir(), "nccl.c")
-	writeFile(t, src, ncclFixtureC)
-	target := filepath.Join(dir, "lib", "libnccl.so."+version)
-	if out, err := exec.Command("gcc", "-shared", "-fPIC", fmt.Sprintf("-DNCCL_FIXTURE_CODE=%d", code), "-Wl,-soname,libnccl.so.2", "-o", target, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	for link, to := range map[string]string{"libnccl.so.2": "libnccl.so." + version, "libnccl.so": "libnccl.so.2"} {
-		if err := os.Symlink(to, filepath.Join(dir, "lib", link)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeFile(t, filepath.Join(dir, "include", "nccl.h"), fmt.Sprintf("#define NCCL_MAJOR %d\n#define NCCL_MINOR %d\n#define NCCL_PATCH %d\n#define NCCL_VERSION_CODE %d\n", major, minor, patch, code))
-	return filepath.Join(dir, "lib", "libnccl.so.2")
-}
-
-// torchSite is a Python site directory that loads NCCL the way torch's CUDA wheels do:
-// an nvidia-nccl-cu12 wheel of version wheel (its dist-info as pip writes it, the library
-// in nvidia/nccl/lib), and a torch package whose lib/libtorch_cuda.so calls NCCL's
-// communicator (DT_NEEDED libnccl.so.2, found through DT_RPATH
-// $ORIGIN/../../nvidia/nccl/lib, as torch's wheels are patched with --force-rpath) and is
-// loaded by torch's import with ctypes (RTLD_LOCAL, as a dependency of torch's
-// extension). torch.cuda.nccl.version() returns header, as torch returns the nccl.h it
-// was compiled with, whatever library is loaded. Extra modules (name → Python source) go
-// beside torch.
-func torchSite(t *testing.T, wheel, header string, modules map[string]string) string {
-	t.Helper()
-	site := t.TempDir()
-	wheelLib := ncclLib(t, filepath.Join(site, "nvidia", "nccl"), wheel)
-	di := "nvidia_nccl_cu12-" + wheel + ".dist-info/"
-	writeFile(t, filepath.Join(site, di+"METADATA"), "Metadata-Version: 2.1\nName: nvidia-nccl-cu12\nVersion: "+wheel+"\n")
-	writeFile(t, filepath.Join(site, di+"RECORD"), "nvidia/nccl/lib/libnccl.so.2,,\n"+di+"METADATA,,\n")
-	torchLib := filepath.Join(site, "torch", "lib", "libtorch_cuda.so")
-	src := filepath.Join(t.TempDir(), "torch.c")
-	writeFile(t, src, "int ncclCommInitRankConfig(void *, int, char *, int, void *);\n"+
-		"int torch_fixture_new_comm(void) { char id[128] = {0}; return ncclCommInitRankConfig(0, 1, id, 0, 0); }\n")
-	if err := os.MkdirAll(filepath.Dir(torchLib), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", torchLib, src, wheelLib,
-		"-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../../nvidia/nccl/lib").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	var major, minor, patch int
-	if _, err := fmt.Sscanf(header, "%d.%d.%d", &major, &minor, &patch); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(site, "torch", "__init__.py"), fmt.Sprintf(`import ctypes, os, types
-_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libtorch_cuda.so"))
-cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=lambda: (%d, %d, %d)))
-`, major, minor, patch))
-	for name, body := range modules {
-		writeFile(t, filepath.Join(site, name+".py"), body)
-	}
-	return site
-}
-
-// The decision the recipes take, shown on the fixture: a library found through DT_RPATH
-// (torch's NCCL) is not replaced by LD_LIBRARY_PATH, and is by LD_PRELOAD, which then
-// leaves one copy mapped.
-func TestPreloadNotLibraryPathReplacesTorchsNCCL(t *testing.T) {
-	needTools(t, "gcc", "python3")
-	site := torchSite(t, "2.28.9", "2.28.9", nil)
-	ours := ncclLib(t, t.TempDir(), "2.28.3")
-	base := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
-	mapped := func(env ...string) []string {
-		t.Helper()
-		paths, err := inspect.MappedLibs(context.Background(), "python3", []string{"torch"}, append(base, env...), `libnccl\.so`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return paths
-	}
-	if got := mapped("LD_LIBRARY_PATH=" + filepath.Dir(ours)); len(got) != 1 || !strings.HasPrefix(got[0], site) {
-		t.Errorf("with LD_LIBRARY_PATH torch should still load its wheel's NCCL (DT_RPATH comes first): %v", got)
-	}
-	got := mapped("LD_PRELOAD=" + ours)
-	if len(got) != 1 || !withinResolved(got[0], filepath.Dir(ours)) {
-		t.Errorf("with LD_PRELOAD only the preloaded NCCL should be mapped: %v", got)
-	}
-	v := ProbeNCCL(context.Background(), "python3", append(base, "LD_PRELOAD="+ours), nil)
-	if v.Version != "2.28.3" || !strings.Contains(v.Source, "dlsym(RTLD_DEFAULT, ncclCommInitRankConfig)") {
-		t.Errorf("the NCCL torch's communicator binds to: %+v", v)
-	}
-}
-
-// The NCCL that runs is the library libtorch_cuda.so's ncclCommInitRank* binds to, not
-// the nccl.h version torch was compiled with (torch.cuda.nccl.version(), 2.27.7 here):
-// its own linked copy (the wheel's, 2.28.9) without a preload, the preloaded one (2.28.3)
-// with it. The probe the manifest records and verify-install's process check both read it.
-func TestNCCLThatRunsIsTheBoundLibrary(t *testing.T) {
-	needTools(t, "gcc", "python3")
-	site := torchSite(t, "2.28.9", "2.27.7", nil)
-	inst := t.TempDir()
-	other := ncclLib(t, filepath.Join(inst, "nccl"), "2.28.3")
-	otherFile, err := filepath.EvalSymlinks(other)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
-	got := ProbeNCCL(context.Background(), "python3", base, nil)
-	if got.Version != "2.28.9" || got.Path != "nvidia/nccl/lib/libnccl.so.2.28.9" || got.TorchHeader != "2.27.7" ||
-		!strings.Contains(got.Source, "dlsym(libtorch_cuda.so, ncclCommInitRankConfig)") {
-		t.Errorf("no preload: want the wheel's 2.28.9 that libtorch_cuda.so links, got %+v", got)
-	}
-	got = ProbeNCCL(context.Background(), "python3", append(base, "LD_PRELOAD="+other), nil)
-	if got.Version != "2.28.3" || got.Path != otherFile || got.TorchHeader != "2.27.7" ||
-		!strings.Contains(got.Source, "dlsym(RTLD_DEFAULT, ncclCommInitRankConfig)") {
-		t.Errorf("LD_PRELOAD: want the preloaded 2.28.3, got %+v", got)
-	}
-
-	verify := func(p *Plan, tc *Toolchain, env ...string) CheckResult {
-		t.Helper()
-		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: p, Toolchain: tc},
-			prefixes: map[string]string{"nccl": filepath.Join(inst, "nccl")}, env: append(base, env...), mapped: -1}
-		r, ok := check.Find(v.oneCopy(context.Background(), processLibs()), "process.single-nccl")
-		if !ok {
-			t.Fatal("no process.single-nccl")
-		}
-		return r
-	}
-	built := &Plan{Recipe: "t", Components: []PlanComponent{{Component: recipes.Component{Name: "nccl", Version: "2.28.3-1",
-		Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/nccl", Commit: strings.Repeat("a", 40)}}}}}}
-	// the preloaded copy has libtorch_cuda's DT_NEEDED soname: the only one mapped
-	if r := verify(built, nil, "LD_PRELOAD="+other); r.Status != check.Pass || !strings.Contains(r.Found, "torch calls "+otherFile+": NCCL 2.28.3") ||
-		!strings.Contains(r.Found, "torch was compiled with nccl.h 2.27.7") {
-		t.Errorf("the built NCCL preloaded: %+v", r)
-	}
-	if r := verify(built, nil); r.Status != check.Fail || !strings.Contains(r.Found, "NCCL 2.28.9") || !strings.Contains(r.Fix, EnvName) {
-		t.Errorf("the built NCCL not preloaded: %+v", r)
-	}
-	torchs := &Plan{Recipe: "t", Components: []PlanComponent{{Component: recipes.Component{Name: "nccl",
-		Source: recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nccl-cu12"}}}}}}
-	if r := verify(torchs, &Toolchain{NCCL: &NCCLRuntime{Version: "2.28.9"}}); r.Status != check.Pass {
-		t.Errorf("torch's NCCL as recorded: %+v", r)
-	}
-	// what torch.cuda.nccl.version() said at build is not what runs
-	if r := verify(torchs, &Toolchain{NCCL: &NCCLRuntime{Version: "2.27.7"}}); r.Status != check.Fail ||
-		!strings.Contains(r.Found, "NCCL 2.28.9, the build recorded 2.27.7") || !strings.Contains(r.Fix, "nvidia-nccl-cu12==2.27.7") {
-		t.Errorf("the header version recorded: %+v", r)
-	}
-}
-
-// nccl-version reads ncclGetVersion of the library and nccl.h, against the plan's version.
-func TestNCCLVersionCheck(t *testing.T) {
-	needTools(t, "gcc", "python3")
-	prefix := t.TempDir()
-	ncclLib(t, prefix, "2.21.5")
-	run := func(version string) []CheckResult {
-		pc := &PlanComponent{Component: recipes.Component{Name: "nccl", Version: version}}
-		return checkNCCLVersion(context.Background(), &Subject{Component: pc, Root: prefix, Python: "python3"}, "lib/libnccl.so.2")
-	}
-	rs := run("2.21.5-1")
-	if len(rs) != 1 || rs[0].Status != check.Pass || rs[0].Found != "ncclGetVersion 22105 (2.21.5); include/nccl.h 2.21.5" {
-		t.Errorf("2.21.5-1 built: %+v", rs)
-	}
-	if rs := run("2.22.3-1"); len(rs) != 1 || rs[0].Status != check.Fail || !strings.Contains(rs[0].Why, "another release") {
-		t.Errorf("a 2.21.5 library where the plan names 2.22.3-1: %+v", rs)
-	}
-	// a header from another release than the library fails too
-	writeFile(t, filepath.Join(prefix, "include", "nccl.h"), "#define NCCL_MAJOR 2\n#define NCCL_MINOR 22\n#define NCCL_PATCH 3\n")
-	if rs := run("2.21.5-1"); rs[0].Status != check.Fail || !strings.Contains(rs[0].Why, "nccl.h") {
-		t.Errorf("nccl.h of 2.22.3 beside a 2.21.5 library: %+v", rs)
-	}
-	if rs := checkNCCLVersion(context.Background(), &Subject{Component: &PlanComponent{Component: recipes.Component{Name: "nccl", Version: "2.21.5-1"}},
-		Root: prefix, Python: "python3"}, "lib/libnone.so"); rs[0].Status != check.Fail {
-		t.Errorf("no library: %+v", rs)
-	}
-}
-
-// The process check on the copies a job maps: one NCCL, the install's (built here) or the
-// version recorded at build (torch's); two copies, or torch's where the install built its
-// own, fail.
-func TestOneNCCLInTheProcess(t *testing.T) {
-	needTools(t, "gcc", "python3")
-	// a module that also loads the wheel's NCCL by its path, as a second copy would come in
-	second := map[string]string{"second_nccl": `import ctypes, glob, os, torch
-ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "nccl", "lib", "libnccl.so.2*"))[0])
-`}
-	site := torchSite(t, "2.28.9", "2.28.9", second)
-	inst := t.TempDir()
-	ours := ncclLib(t, filepath.Join(inst, "nccl"), "2.28.3")
-	base := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
-
-	built := &Plan{Recipe: "t", Components: []PlanComponent{{Component: recipes.Component{Name: "nccl", Version: "2.28.3-1",
-		Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/nccl", Commit: strings.Repeat("a", 40)}}}}}}
-	torchs := &Plan{Recipe: "t", Components: []PlanComponent{{Component: recipes.Component{Name: "nccl",
-		Source: recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nccl-cu12"}}}}}}
-	verify := func(p *Plan, tc *Toolchain, modules []string, env ...string) CheckResult {
-		t.Helper()
-		for _, m := range modules {
-			p.Components = append(p.Components, PlanComponent{Component: recipes.Component{Name: "m" + m, Checks: []recipes.Check{{Import: m}}}})
-		}
-		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &Manifest{Plan: p, Toolchain: tc},
-			prefixes: map[string]string{}, env: append(base, env...), mapped: -1}
-		if p.Components[0].Source.Python == nil {
-			v.prefixes["nccl"] = filepath.Join(inst, "nccl")
-		}
-		rs := v.oneCopy(context.Background(), processLibs())
-		r, ok := check.Find(rs, "process.single-nccl")
-		if !ok {
-			t.Fatalf("no process.single-nccl in %+v", rs)
-		}
-		if n, _ := check.Find(rs, "process.single-nvshmem"); n.Status != check.Skip {
-			t.Errorf("no nvshmem component: %+v", n)
-		}
-		return r
-	}
-	if r := verify(built, nil, nil, "LD_PRELOAD="+ours); r.Status != check.Pass || !strings.Contains(r.Found, inst) {
-		t.Errorf("the install's NCCL preloaded: %+v", r)
-	}
-	if r := verify(built, nil, nil, "LD_LIBRARY_PATH="+filepath.Dir(ours)); r.Status != check.Fail || !strings.Contains(r.Found, "not the install's nccl") || r.Fix == "" {
-		t.Errorf("torch's NCCL where the install built its own: %+v", r)
-	}
-	// a module that also loads the wheel's NCCL by path: two copies mapped, and torch's
-	// communicator binds to the preloaded install's, which comes first in the global scope
-	oursFile, err := filepath.EvalSymlinks(ours)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := verify(built, nil, []string{"second_nccl"}, "LD_PRELOAD="+ours); r.Status != check.Warn || !strings.Contains(r.Found, "2 libnccl files are mapped") ||
-		!strings.Contains(r.Found, "only "+oursFile+" runs torch's communicator") {
-		t.Errorf("two NCCLs mapped, torch bound to the install's: %+v", r)
-	}
-	// the same second copy when the install's is not preloaded: torch runs its own
-	if r := verify(built, nil, []string{"second_nccl"}, "LD_LIBRARY_PATH="+filepath.Dir(ours)); r.Status != check.Fail {
-		t.Errorf("two NCCLs mapped, torch bound to its own: %+v", r)
-	}
-	// a torch whose import opens its wheel's NCCL by path, through a handle of its own (as
-	// once thought of torch 2.11): the preloaded copy still comes first in the global
-	// scope, so that is the one a communicator runs, with both mapped
-	init := filepath.Join(site, "torch", "__init__.py")
-	body, err := os.ReadFile(init)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, init, `import ctypes, glob, os, types
-_nccl = ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(__file__), "..", "nvidia", "nccl", "lib", "libnccl.so.2"))[0])
-cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=lambda: (2, 28, 9)))
-`)
-	if r := verify(built, nil, nil, "LD_PRELOAD="+ours); r.Status != check.Warn || !strings.Contains(r.Found, "2 libnccl files are mapped") ||
-		!strings.Contains(r.Found, "torch calls "+oursFile+": NCCL 2.28.3") || strings.Contains(r.Found, "calls its own") {
-		t.Errorf("two NCCLs mapped, the preloaded one bound: %+v", r)
-	}
-	writeFile(t, init, string(body))
-	recorded := &Toolchain{NCCL: &NCCLRuntime{Version: "2.28.9", Source: "ncclGetVersion"}}
-	if r := verify(torchs, recorded, nil); r.Status != check.Pass || !strings.Contains(r.Found, ": NCCL 2.28.9 (ncclGetVersion 22809") {
-		t.Errorf("torch's NCCL, as recorded: %+v", r)
-	}
-	older := &Toolchain{NCCL: &NCCLRuntime{Version: "2.27.3"}}
-	if r := verify(torchs, older, nil); r.Status != check.Fail || !strings.Contains(r.Found, "the build recorded 2.27.3") {
-		t.Errorf("torch's NCCL is not the one recorded at build: %+v", r)
-	}
-}
 
 // The recipes' own NCCL steps (single-node's) build an NCCL tree into a prefix that the
 // nccl-version check reads, env.sh preloads, and verify-install finds as the one NCCL a
@@ -405,17 +131,23 @@ env:
 	}
 	site := torchSite(t, "2.28.9", "2.28.9", nil)
 	prefix := filepath.Join(t.TempDir(), "inst")
-	environ := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
-	if _, err := Install(context.Background(), InstallOptions{Artifact: res.Artifact, Prefix: prefix, Version: "test", Verify: VerifyOptions{Environ: environ}}); err != nil {
+	environ := append(verify.CleanEnviron(os.Getenv), "PYTHONPATH="+site)
+	if _, err := Install(context.Background(), InstallOptions{Artifact: res.Artifact, Prefix: prefix, Version: "test", Verify: verify.VerifyOptions{Environ: environ}}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Verify(context.Background(), VerifyOptions{Prefix: prefix, Environ: environ})
+	rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: prefix, Environ: environ})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// what a matrix cell records: the preloaded build torch binds, not torch's header 2.28.9
+	resolved := func(p string) string {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return r
+		}
+		return p
+	}
 	if n := installedNCCL(context.Background(), prefix, environ); n == nil || n.Version != "2.21.5" ||
-		!withinResolved(n.Path, filepath.Join(prefix, "nccl", "lib")) || n.TorchHeader != "2.28.9" {
+		!strings.HasPrefix(resolved(n.Path), resolved(filepath.Join(prefix, "nccl", "lib"))+"/") || n.TorchHeader != "2.28.9" {
 		t.Errorf("the cell's NCCL: %+v", n)
 	}
 	for id, want := range map[string]string{"nccl.nccl-version": "ncclGetVersion 22105 (2.21.5); include/nccl.h 2.21.5", "process.single-nccl": filepath.Join(prefix, "nccl", "lib")} {
@@ -428,7 +160,7 @@ env:
 	}
 	// the other release's commit labelled 2.21.5-1: the check stage names the mismatch
 	_, err = build("nccl.commit="+commits["2.22.3"], "nccl.version=2.21.5-1")
-	var cf *ChecksFailed
+	var cf *verify.ChecksFailed
 	if !errors.As(err, &cf) || !strings.Contains(err.Error(), "nccl.nccl-version") || !strings.Contains(err.Error(), "ncclGetVersion 22203 (2.22.3)") {
 		t.Errorf("2.22.3 built as 2.21.5-1: %v", err)
 	}
@@ -455,7 +187,7 @@ func TestUpstreamNCCLReleases(t *testing.T) {
 		}
 		return string(out)
 	}
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +219,7 @@ func TestUpstreamNCCLReleases(t *testing.T) {
 		if old == cur {
 			t.Fatalf("%s: cudawrap.h declares its PFN types neither way (or both)", v)
 		}
-		facts := PreflightFacts(FactsFromPlan(p), p, &Toolchain{CUDA: "13.0"})
+		facts := toolchain.PreflightFacts(plan.FactsFromPlan(p), p, &toolchain.Toolchain{CUDA: "13.0"})
 		fs, err := compat.Evaluate(context.Background(), rules, facts, compat.StagePreflight, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -497,4 +229,83 @@ func TestUpstreamNCCLReleases(t *testing.T) {
 			t.Errorf("%s: cudawrap.h unversioned %v, R40 fired %v", v, old, fired)
 		}
 	}
+}
+
+func needTools(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the NCCL fixture needs %s: %v", tool, err)
+		}
+	}
+}
+
+// torchSite is a Python site directory that loads NCCL the way torch's CUDA wheels do:
+// an nvidia-nccl-cu12 wheel of version wheel (its dist-info as pip writes it, the library
+// in nvidia/nccl/lib), and a torch package whose lib/libtorch_cuda.so calls NCCL's
+// communicator (DT_NEEDED libnccl.so.2, found through DT_RPATH
+// $ORIGIN/../../nvidia/nccl/lib, as torch's wheels are patched with --force-rpath) and is
+// loaded by torch's import with ctypes (RTLD_LOCAL, as a dependency of torch's
+// extension). torch.cuda.nccl.version() returns header, as torch returns the nccl.h it
+// was compiled with, whatever library is loaded. Extra modules (name → Python source) go
+// beside torch.
+func torchSite(t *testing.T, wheel, header string, modules map[string]string) string {
+	t.Helper()
+	site := t.TempDir()
+	wheelLib := ncclLib(t, filepath.Join(site, "nvidia", "nccl"), wheel)
+	di := "nvidia_nccl_cu12-" + wheel + ".dist-info/"
+	writeFile(t, filepath.Join(site, di+"METADATA"), "Metadata-Version: 2.1\nName: nvidia-nccl-cu12\nVersion: "+wheel+"\n")
+	writeFile(t, filepath.Join(site, di+"RECORD"), "nvidia/nccl/lib/libnccl.so.2,,\n"+di+"METADATA,,\n")
+	torchLib := filepath.Join(site, "torch", "lib", "libtorch_cuda.so")
+	src := filepath.Join(t.TempDir(), "torch.c")
+	writeFile(t, src, "int ncclCommInitRankConfig(void *, int, char *, int, void *);\n"+
+		"int torch_fixture_new_comm(void) { char id[128] = {0}; return ncclCommInitRankConfig(0, 1, id, 0, 0); }\n")
+	if err := os.MkdirAll(filepath.Dir(torchLib), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", torchLib, src, wheelLib,
+		"-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../../nvidia/nccl/lib").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	var major, minor, patch int
+	if _, err := fmt.Sscanf(header, "%d.%d.%d", &major, &minor, &patch); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(site, "torch", "__init__.py"), fmt.Sprintf(`import ctypes, os, types
+_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libtorch_cuda.so"))
+cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=lambda: (%d, %d, %d)))
+`, major, minor, patch))
+	for name, body := range modules {
+		writeFile(t, filepath.Join(site, name+".py"), body)
+	}
+	return site
+}
+
+// ncclLib builds the fixture library of version (2.21.5) into dir/lib, with its links
+// and dir/include/nccl.h, as NCCL installs; it returns dir/lib/libnccl.so.2.
+func ncclLib(t *testing.T, dir, version string) string {
+	t.Helper()
+	var major, minor, patch int
+	if _, err := fmt.Sscanf(version, "%d.%d.%d", &major, &minor, &patch); err != nil {
+		t.Fatal(err)
+	}
+	code := major*10000 + minor*100 + patch
+	for _, d := range []string{"lib", "include"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := filepath.Join(t.TempDir(), "nccl.c")
+	writeFile(t, src, ncclFixtureC)
+	target := filepath.Join(dir, "lib", "libnccl.so."+version)
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", fmt.Sprintf("-DNCCL_FIXTURE_CODE=%d", code), "-Wl,-soname,libnccl.so.2", "-o", target, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	for link, to := range map[string]string{"libnccl.so.2": "libnccl.so." + version, "libnccl.so": "libnccl.so.2"} {
+		if err := os.Symlink(to, filepath.Join(dir, "lib", link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(dir, "include", "nccl.h"), fmt.Sprintf("#define NCCL_MAJOR %d\n#define NCCL_MINOR %d\n#define NCCL_PATCH %d\n#define NCCL_VERSION_CODE %d\n", major, minor, patch, code))
+	return filepath.Join(dir, "lib", "libnccl.so.2")
 }

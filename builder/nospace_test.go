@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -82,9 +83,9 @@ func isEmpty(t *testing.T, dir string) {
 	}
 }
 
-func wantNoSpace(t *testing.T, err error, dir string) *NoSpaceError {
+func wantNoSpace(t *testing.T, err error, dir string) *disk.NoSpaceError {
 	t.Helper()
-	var ns *NoSpaceError
+	var ns *disk.NoSpaceError
 	if !errors.As(err, &ns) || ns.ExitCode() != 3 {
 		t.Fatalf("got %v; want a NoSpaceError (exit 3)", err)
 	}
@@ -186,7 +187,7 @@ func fullDiskChild(t *testing.T) {
 	}
 	tight := smallFS(t, "12k")
 	err = stageArtifact(context.Background(), ref.Artifact, filepath.Join(tight, "tree"), m, raw)
-	if !isNoSpace(err) {
+	if !disk.IsNoSpace(err) {
 		t.Fatalf("extraction into a full file system: %v", err)
 	}
 	isEmpty(t, tight)

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/disk"
 )
 
 // TestOutputSetWholeOrNothing: the artifact, its .sha256, its SBOM and its wheels are
@@ -43,7 +45,7 @@ func outputSetChild(t *testing.T) {
 
 	// epbuild sbom -o FILE on a full file system: no space, naming it; nothing left
 	full := smallFS(t, "4k")
-	err = WriteOutput(filepath.Join(full, "x.cdx.json"), make([]byte, 64<<10))
+	err = disk.WriteOutput(filepath.Join(full, "x.cdx.json"), make([]byte, 64<<10))
 	wantNoSpace(t, err, full)
 	isEmpty(t, full)
 

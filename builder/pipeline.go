@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"maps"
 	"os"
@@ -13,6 +14,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 
 	"github.com/charmbracelet/log"
 
@@ -54,7 +62,7 @@ type Options struct {
 
 // Job is a resolved recipe with where its sources come from.
 type Job struct {
-	Plan *Plan
+	Plan *plan.Plan
 	opts Options
 
 	cache   *cache.Cache // opened on first use: a rule check needs none
@@ -73,7 +81,7 @@ func Open(opts Options) (*Job, error) {
 	if err := j.checkIgnoreRules(); err != nil {
 		return nil, err
 	}
-	res, err := NewResolver(opts.Library)
+	res, err := plan.NewResolver(opts.Library)
 	if err != nil {
 		return nil, err
 	}
@@ -279,22 +287,22 @@ func (e *RulesError) ExitCode() int {
 // toolchain) and applies the policy: the findings come back whole (the manifest records
 // them), with a *RulesError when they stop the job. Findings with every condition decided
 // are kept in the cache, so a rerun does not evaluate the rules again.
-func (j *Job) Findings(ctx context.Context, tc *Toolchain) ([]compat.Finding, error) {
+func (j *Job) Findings(ctx context.Context, tc *toolchain.Toolchain) ([]compat.Finding, error) {
 	return j.findings(ctx, tc, false)
 }
 
 // findings is Findings; with run, for a run that goes on to open the cache, the findings
 // are kept even where the cache does not exist yet (it is made for them), unless they stop
 // the run: the first rerun after a cold run then finds them.
-func (j *Job) findings(ctx context.Context, tc *Toolchain, run bool) ([]compat.Finding, error) {
-	facts, stage := FactsFromPlan(j.Plan), compat.StagePlan
+func (j *Job) findings(ctx context.Context, tc *toolchain.Toolchain, run bool) ([]compat.Finding, error) {
+	facts, stage := plan.FactsFromPlan(j.Plan), compat.StagePlan
 	if tc != nil {
-		facts, stage = PreflightFacts(facts, j.Plan, tc), compat.StagePreflight
+		facts, stage = toolchain.PreflightFacts(facts, j.Plan, tc), compat.StagePreflight
 	}
 	var fs []compat.Finding
 	keep, exists := "", false // kept only in a cache that exists, or that a run makes: a rule check creates none
 	if dir, err := j.cacheDir(); err == nil {
-		keep = filepath.Join(dir, "compat", Key("compat/2", compat.DataDigest(), facts, stage, j.opts.Rules != nil)+".json")
+		keep = filepath.Join(dir, "compat", store.Key("compat/2", compat.DataDigest(), facts, stage, j.opts.Rules != nil)+".json")
 		_, err := os.Stat(dir)
 		exists = err == nil
 		if _, err := cache.Inspect(dir); err != nil {
@@ -315,7 +323,7 @@ func (j *Job) findings(ctx context.Context, tc *Toolchain, run bool) ([]compat.F
 		perr := j.policy(fs, stage)
 		if decided(fs) && keep != "" && (exists || perr == nil) {
 			if b, err := json.Marshal(fs); err == nil && os.MkdirAll(filepath.Dir(keep), 0o755) == nil {
-				_ = WriteFileAtomic(keep, b) // a cache: a failed write only costs a re-evaluation
+				_ = disk.WriteFileAtomic(keep, b) // a cache: a failed write only costs a re-evaluation
 			}
 		}
 		return fs, perr
@@ -431,7 +439,7 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 		return nil, err
 	}
 	for _, f := range opts.Force {
-		if f != "all" && !slices.Contains(stageOrder, f) {
+		if f != "all" && !slices.Contains(store.StageOrder, f) {
 			return nil, &UsageError{Err: fmt.Errorf("--force=%s: use all, patch, build, check or package", f)}
 		}
 	}
@@ -455,7 +463,7 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	store, err := OpenStore(c.Dir())
+	store, err := store.OpenStore(c.Dir())
 	if err != nil {
 		return nil, err
 	}
@@ -482,8 +490,8 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 			probeCtx = inspect.WithBytecodeDir(probeCtx, dir)
 		}
 	}
-	prober := &Prober{Getenv: getenv, Packages: pkgs, Torch: j.Plan.Toolchain.Torch != "",
-		CMakePackages: NeedsCMakePackages(j.Plan), Prefixes: CMakePrefixPath(j.Plan), NCCL: torchNCCL(j.Plan)}
+	prober := &toolchain.Prober{Getenv: getenv, Packages: pkgs, Torch: j.Plan.Toolchain.Torch != "",
+		CMakePackages: toolchain.NeedsCMakePackages(j.Plan), Prefixes: toolchain.CMakePrefixPath(j.Plan), NCCL: torchNCCL(j.Plan)}
 	// what only the manifest needs of the toolchain (torch's NCCL) is still asked while
 	// preflight decides and the builds run: Run takes it before the package stage
 	t = time.Now()
@@ -498,7 +506,7 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 // on the probed toolchain; the rules' findings join the runner's.
 func (j *Job) preflight(ctx context.Context, r *Runner) error {
 	pre, err := j.findings(ctx, r.Toolchain, true)
-	if err := buildHostVerdict(Preflight(j.Plan, r.Toolchain), err); err != nil {
+	if err := buildHostVerdict(toolchain.Preflight(j.Plan, r.Toolchain), err); err != nil {
 		return err
 	}
 	r.Findings = append(r.Findings, pre...)
@@ -553,13 +561,13 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 	if err != nil {
 		return res, err
 	}
-	dir, err := os.MkdirTemp(filepath.Join(r.Store.dir, "tmp"), "rebuild-")
+	dir, err := os.MkdirTemp(filepath.Join(r.Store.Dir(), "tmp"), "rebuild-")
 	if err != nil {
 		return res, fmt.Errorf("rebuild check: %w", err)
 	}
-	defer func() { _ = makeWritable(dir); _ = os.RemoveAll(dir) }()
+	defer func() { _ = disk.MakeWritable(dir); _ = os.RemoveAll(dir) }()
 	again := *r
-	if again.Store, err = OpenStore(filepath.Join(dir, "elsewhere", "cache")); err != nil {
+	if again.Store, err = store.OpenStore(filepath.Join(dir, "elsewhere", "cache")); err != nil {
 		return res, err
 	}
 	defer again.Store.Close()
@@ -568,7 +576,7 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 	if err != nil {
 		return res, fmt.Errorf("rebuild check: %w", err)
 	}
-	j.opts.Log.Info("rebuild check: building again from nothing", "store", again.Store.dir, "varied", strings.Join(varied, "; "))
+	j.opts.Log.Info("rebuild check: building again from nothing", "store", again.Store.Dir(), "varied", strings.Join(varied, "; "))
 	res2, err := again.Run(ctx, j.Plan)
 	restore()
 	if err != nil {
@@ -596,7 +604,7 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 // build root, the job count, the caller's time zone and umask. restore gives the umask
 // back. It says what it changed.
 func varyRebuild(r *Runner, dir string) (varied []string, restore func(), err error) {
-	varied = append(varied, "cache "+r.Store.dir)
+	varied = append(varied, "cache "+r.Store.Dir())
 	if !r.Repro.Off {
 		root := filepath.Join(dir, "root")
 		if err := os.Mkdir(root, 0o700); err != nil {
@@ -613,7 +621,7 @@ func varyRebuild(r *Runner, dir string) (varied []string, restore func(), err er
 	}
 	r.Toolchain = &tc
 	varied = append(varied, fmt.Sprintf("jobs %d", tc.Jobs))
-	r.Environ = withEnv(r.Environ, map[string]string{"TZ": "Pacific/Chatham"}) // +12:45, a zone few build hosts have
+	r.Environ = envsh.WithEnv(r.Environ, map[string]string{"TZ": "Pacific/Chatham"}) // +12:45, a zone few build hosts have
 	varied = append(varied, "TZ=Pacific/Chatham")
 	old := setUmask(0o077)
 	varied = append(varied, "umask 077")
@@ -622,7 +630,7 @@ func varyRebuild(r *Runner, dir string) (varied []string, restore func(), err er
 
 // torchNCCL reports whether the plan takes NCCL from the Python environment: the NCCL
 // torch loads, whose version the probe then records.
-func torchNCCL(p *Plan) bool {
+func torchNCCL(p *plan.Plan) bool {
 	c, ok := p.Component("nccl")
 	return ok && c.Source.Python != nil
 }
@@ -659,7 +667,7 @@ type PatchReport struct {
 	Component string               `json:"component"`
 	Tree      string               `json:"tree,omitempty"`
 	Sets      []*patches.SetResult `json:"sets"`
-	Effects   []CheckResult        `json:"effects,omitempty"`
+	Effects   []verify.CheckResult `json:"effects,omitempty"`
 	Error     string               `json:"error,omitempty"`
 }
 
@@ -702,7 +710,7 @@ func (j *Job) Patch(ctx context.Context, opts PatchOptions) ([]PatchReport, erro
 		}
 		for _, ef := range effects {
 			if !ef.OK() && first == nil {
-				first = &ChecksFailed{Where: "the patched tree of " + c.Name, Results: effects}
+				first = &verify.ChecksFailed{Where: "the patched tree of " + c.Name, Results: effects}
 			}
 		}
 		reports = append(reports, rep)
@@ -728,7 +736,7 @@ func (j *Job) Fetch(ctx context.Context, out string) ([]FetchReport, error) {
 		return nil, err
 	}
 	// outside the stage store: no space in the cache or in out is said here (exit 3)
-	places := []place{{j.cache.Dir(), fixCacheSpace}, {out, fixOutSpace}}
+	places := []disk.Place{{Dir: j.cache.Dir(), Fix: store.FixCacheSpace}, {Dir: out, Fix: fixOutSpace}}
 	var reps []FetchReport
 	for _, c := range j.Plan.Components {
 		var err error
@@ -750,13 +758,13 @@ func (j *Job) Fetch(ctx context.Context, out string) ([]FetchReport, error) {
 			continue
 		}
 		if err != nil {
-			return reps, noSpaceIn(err, "fetch "+c.Name, places...)
+			return reps, disk.NoSpaceIn(err, "fetch "+c.Name, places...)
 		}
 		rep := FetchReport{Component: c.Name, Pin: c.Source.Pin()}
 		if out != "" {
 			rep.Dest = filepath.Join(out, c.Name)
 			if err := Materialize(ctx, src, &c, rep.Dest); err != nil {
-				return reps, noSpaceIn(err, "lay out "+c.Name+" in "+rep.Dest, places...)
+				return reps, disk.NoSpaceIn(err, "lay out "+c.Name+" in "+rep.Dest, places...)
 			}
 		}
 		reps = append(reps, rep)
@@ -780,7 +788,7 @@ func BuildMatrix(ctx context.Context, opts MatrixOptions) (*compat.Matrix, error
 	if err := j.checkIgnoreRules(); err != nil {
 		return nil, err
 	}
-	res, err := NewResolver(opts.Library)
+	res, err := plan.NewResolver(opts.Library)
 	if err != nil {
 		return nil, err
 	}
@@ -808,10 +816,29 @@ func BuildMatrix(ctx context.Context, opts MatrixOptions) (*compat.Matrix, error
 		if err != nil {
 			return compat.Facts{}, err
 		}
-		return FactsFromPlan(p), nil
+		return plan.FactsFromPlan(p), nil
 	}
 	return compat.BuildMatrix(ctx, opts.Recipe, axes, opts.Sets, rules, anc, facts, opts.AllowUndecided)
 }
 
 // since is the seconds since t, to the millisecond: the debug log's timings.
 func since(t time.Time) float64 { return float64(time.Since(t).Milliseconds()) / 1000 }
+
+// checkIgnoreRules refuses an --ignore-rule id that names no rule: ignoring nothing
+// silently would let the job stop, or go on, for a reason the user did not mean.
+func (j *Job) checkIgnoreRules() error {
+	if len(j.opts.IgnoreRules) == 0 {
+		return nil
+	}
+	rules, err := j.Rules()
+	if err != nil {
+		return err
+	}
+	for _, id := range j.opts.IgnoreRules {
+		if _, ok := rules.Get(id); !ok {
+			return &UsageError{Err: fmt.Errorf("--ignore-rule %s: no such rule; the closest: %s (`epbuild compat list` shows them all)",
+				quote.Term(id), strings.Join(rules.Closest(id, 3), ", "))}
+		}
+	}
+	return nil
+}

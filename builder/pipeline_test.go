@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -192,8 +193,8 @@ func TestPlanDefersToolchainQuestionsToPreflight(t *testing.T) {
 	}
 	// at preflight, on a CUDA 13 host with the cu12 wheel, R27 is decided and stops
 	tc := gpuMachine()
-	tc.PythonPackages["nvidia-nvshmem-cu12"] = PythonPackage{Version: "3.4.5"}
-	tc.PythonPackages["nvidia-nccl-cu12"] = PythonPackage{Version: "2.28.9"}
+	tc.PythonPackages["nvidia-nvshmem-cu12"] = toolchain.PythonPackage{Version: "3.4.5"}
+	tc.PythonPackages["nvidia-nccl-cu12"] = toolchain.PythonPackage{Version: "2.28.9"}
 	_, err = j.Findings(context.Background(), tc)
 	var re *RulesError
 	if !errors.As(err, &re) || re.Stage != compat.StagePreflight || !slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.ID == "R27" && !f.Unknown }) {

@@ -17,7 +17,10 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 )
 
@@ -125,11 +128,11 @@ type workDir struct {
 // (locked for this build), or with the measures off a fresh one in the cache.
 func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir, error) {
 	if r.Repro.Off {
-		d, err := os.MkdirTemp(filepath.Join(r.Store.dir, "tmp"), "work-"+key[:12]+"-")
+		d, err := os.MkdirTemp(filepath.Join(r.Store.Dir(), "tmp"), "work-"+key[:12]+"-")
 		if err != nil {
 			return nil, err
 		}
-		return &workDir{path: d, out: d, release: func() { _ = makeWritable(d); _ = os.RemoveAll(d) }, keep: func() {}}, nil
+		return &workDir{path: d, out: d, release: func() { _ = disk.MakeWritable(d); _ = os.RemoveAll(d) }, keep: func() {}}, nil
 	}
 	root := r.Repro.root()
 	if err := ensureBuildRoot(root); err != nil {
@@ -152,7 +155,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 	}
 	remove := func() {
 		for _, d := range []string{out, dir} {
-			_ = makeWritable(d)
+			_ = disk.MakeWritable(d)
 			_ = os.RemoveAll(d)
 		}
 	}
@@ -164,11 +167,11 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 		}
 		if !st.IsDir() || !ownedByUs(st) {
 			unlock()
-			return nil, &PreflightError{Recipe: comp, Missing: []Missing{{What: "build directory " + d,
-				Need: "a directory of this user's, or none", Found: "a " + fileKind(st.Mode()) + " of user " + ownerOf(st) + " (left by another user's interrupted build?)",
+			return nil, &toolchain.PreflightError{Recipe: comp, Missing: []toolchain.Missing{{What: "build directory " + d,
+				Need: "a directory of this user's, or none", Found: "a " + manifest.FileKind(st.Mode()) + " of user " + ownerOf(st) + " (left by another user's interrupted build?)",
 				Fix: "remove it, or set EPBUILD_BUILD_ROOT to another directory"}}}
 		}
-		_ = makeWritable(d)
+		_ = disk.MakeWritable(d)
 		if err := os.RemoveAll(d); err != nil {
 			unlock()
 			return nil, fmt.Errorf("remove %s, left by an interrupted build: %w", d, err)
@@ -180,7 +183,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 		if err := os.Mkdir(d, 0o700); err != nil && !(d == out && out == dir && errors.Is(err, fs.ErrExist)) {
 			remove()
 			unlock()
-			return nil, noSpaceOr(fmt.Errorf("make the build directory: %w", err), "make the build directory", filepath.Dir(d), 0, fixBuildRoot)
+			return nil, disk.NoSpaceOr(fmt.Errorf("make the build directory: %w", err), "make the build directory", filepath.Dir(d), 0, fixBuildRoot)
 		}
 	}
 	return &workDir{path: dir, out: out, release: func() {
@@ -193,7 +196,7 @@ func (r *Runner) acquireWorkDir(ctx context.Context, comp, key string) (*workDir
 func ensureBuildRoot(root string) error {
 	if _, err := os.Lstat(root); errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(root, 0o700); err != nil {
-			return &PreflightError{Missing: []Missing{{What: "build root " + root, Need: "a directory", Found: err.Error(),
+			return &toolchain.PreflightError{Missing: []toolchain.Missing{{What: "build root " + root, Need: "a directory", Found: err.Error(),
 				Fix: "create it, or set EPBUILD_BUILD_ROOT to a directory this user may create"}}}
 		}
 	}
@@ -208,13 +211,13 @@ const fixBuildRoot = "free space there or set EPBUILD_BUILD_ROOT to a directory 
 func checkBuildRoot(root string) error {
 	st, err := os.Lstat(root)
 	if err != nil {
-		return &PreflightError{Missing: []Missing{{What: "build root " + root, Need: "a directory", Found: err.Error(),
+		return &toolchain.PreflightError{Missing: []toolchain.Missing{{What: "build root " + root, Need: "a directory", Found: err.Error(),
 			Fix: "create it, or set EPBUILD_BUILD_ROOT to one that exists"}}}
 	}
 	owner, uid := ownerUID(st)
 	switch {
 	case !st.IsDir():
-		err = fmt.Errorf("a %s", fileKind(st.Mode()))
+		err = fmt.Errorf("a %s", manifest.FileKind(st.Mode()))
 	case owner && uid != os.Getuid() && uid != 0:
 		err = fmt.Errorf("owned by user %s, who could replace a build directory in it", ownerOf(st))
 	case st.Mode().Perm()&0o022 != 0 && st.Mode()&fs.ModeSticky == 0:
@@ -223,7 +226,7 @@ func checkBuildRoot(root string) error {
 		err = errors.New("on a file system mounted noexec: a build runs what it builds")
 	}
 	if err != nil {
-		return &PreflightError{Missing: []Missing{{What: "build root " + root, Need: "a directory of this user's or root's (sticky if others may write to it), where programs may run",
+		return &toolchain.PreflightError{Missing: []toolchain.Missing{{What: "build root " + root, Need: "a directory of this user's or root's (sticky if others may write to it), where programs may run",
 			Found: err.Error(), Fix: "set EPBUILD_BUILD_ROOT to such a directory"}}}
 	}
 	return nil
@@ -259,13 +262,13 @@ func lockBuildDir(ctx context.Context, dir string, say func(msg any, kv ...any))
 	fix := "remove it (no build of yours may be running), or set EPBUILD_BUILD_ROOT to a directory of yours"
 	locks, err := cache.PrivateDir(filepath.Join(filepath.Dir(dir), fmt.Sprintf("epbuild-locks-%d", os.Getuid())))
 	if err != nil {
-		return nil, &PreflightError{Missing: []Missing{{What: "lock directory", Need: "a directory of this user's that nobody else may write",
+		return nil, &toolchain.PreflightError{Missing: []toolchain.Missing{{What: "lock directory", Need: "a directory of this user's that nobody else may write",
 			Found: err.Error(), Fix: "set EPBUILD_BUILD_ROOT to another directory (the same on every machine whose builds must agree)"}}}
 	}
 	path := filepath.Join(locks, filepath.Base(dir)+".lock")
 	l, err := cache.OpenLock(path, 0o600, fix)
 	if err != nil {
-		return nil, &PreflightError{Missing: []Missing{{What: "lock " + path, Need: "a regular file of this user's", Found: err.Error(), Fix: fix}}}
+		return nil, &toolchain.PreflightError{Missing: []toolchain.Missing{{What: "lock " + path, Need: "a regular file of this user's", Found: err.Error(), Fix: fix}}}
 	}
 	wait := func(l *cache.FileLock, path string) error {
 		err := l.Wait(ctx, false, 100*time.Millisecond, func() {
@@ -296,7 +299,7 @@ func lockBuildDir(ctx context.Context, dir string, say func(msg any, kv ...any))
 
 // reproEnv is what the measures add to a build step's environment, given the source and
 // build directories and the toolchain; base is the environment it adds to.
-func reproEnv(base []string, comp string, wd *workDir, sde int64, t *Toolchain) map[string]string {
+func reproEnv(base []string, comp string, wd *workDir, sde int64, t *toolchain.Toolchain) map[string]string {
 	env := map[string]string{
 		"SOURCE_DATE_EPOCH": strconv.FormatInt(sde, 10),
 		"TZ":                "UTC",
@@ -310,10 +313,10 @@ func reproEnv(base []string, comp string, wd *workDir, sde int64, t *Toolchain) 
 	}
 	if flags := prefixMapFlags(comp, wd, t); flags != nil {
 		for _, k := range []string{"CFLAGS", "CXXFLAGS"} {
-			env[k] = strings.TrimSpace(getenvFrom(base, k) + " " + strings.Join(flags, " "))
+			env[k] = strings.TrimSpace(toolchain.GetenvFrom(base, k) + " " + strings.Join(flags, " "))
 		}
 		if t.NVCC != "" {
-			x := getenvFrom(base, "NVCC_APPEND_FLAGS")
+			x := toolchain.GetenvFrom(base, "NVCC_APPEND_FLAGS")
 			for _, f := range flags {
 				x += " -Xcompiler=" + f
 			}
@@ -326,7 +329,7 @@ func reproEnv(base []string, comp string, wd *workDir, sde int64, t *Toolchain) 
 // prefixMapFlags map the source and the build directory to the component's name in
 // everything the host compiler writes (__FILE__, debug information): gcc 8 and later,
 // clang 10 and later.
-func prefixMapFlags(comp string, wd *workDir, t *Toolchain) []string {
+func prefixMapFlags(comp string, wd *workDir, t *toolchain.Toolchain) []string {
 	if t.GCC == "" {
 		return nil
 	}
@@ -349,7 +352,7 @@ type nvccWrappers struct{ nvcc, launcher string }
 
 // writeNVCCWrappers writes them into the source directory; none when this nvcc can do
 // neither.
-func writeNVCCWrappers(wd *workDir, t *Toolchain) (nvccWrappers, error) {
+func writeNVCCWrappers(wd *workDir, t *toolchain.Toolchain) (nvccWrappers, error) {
 	if t.NVCC == "" || !t.NVCCRandomSeed && !t.NVCCObjTemp {
 		return nvccWrappers{}, nil
 	}
@@ -415,7 +418,7 @@ type BuildHost struct {
 }
 
 func (r *Runner) buildHost() *BuildHost {
-	h := &BuildHost{Jobs: r.Toolchain.Jobs, Python: r.Toolchain.Python, Cache: r.Store.dir, GOOS: runtime.GOOS}
+	h := &BuildHost{Jobs: r.Toolchain.Jobs, Python: r.Toolchain.Python, Cache: r.Store.Dir(), GOOS: runtime.GOOS}
 	h.Hostname, _ = os.Hostname()
 	if u, err := user.Current(); err == nil {
 		h.User = u.Username

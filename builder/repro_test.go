@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"maps"
 	"os"
@@ -19,8 +20,11 @@ import (
 
 	"github.com/charmbracelet/log"
 
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -140,7 +144,7 @@ func artifactManifest(t *testing.T, out string) []byte {
 // that is not epbuild's.
 func readManifestWithTar(t *testing.T, art string) []byte {
 	t.Helper()
-	b, err := exec.Command("tar", "--zstd", "-xOf", art, ManifestName).Output()
+	b, err := exec.Command("tar", "--zstd", "-xOf", art, manifest.ManifestName).Output()
 	if err != nil {
 		t.Fatalf("read the manifest of %s: %v", art, err)
 	}
@@ -148,9 +152,9 @@ func readManifestWithTar(t *testing.T, art string) []byte {
 }
 
 // decodeManifestWithTar is readManifestWithTar, decoded.
-func decodeManifestWithTar(t *testing.T, art string) Manifest {
+func decodeManifestWithTar(t *testing.T, art string) manifest.Manifest {
 	t.Helper()
-	var m Manifest
+	var m manifest.Manifest
 	if err := json.Unmarshal(readManifestWithTar(t, art), &m); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +217,7 @@ func (f fixture) job(t *testing.T, cache string) *Job {
 func (f fixture) build(t *testing.T, cache, out string, repro Repro) (*Result, error) {
 	t.Helper()
 	res, err := f.job(t, cache).Build(context.Background(), BuildOptions{OutDir: out, Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: repro})
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	if errors.As(err, &pe) {
 		t.Skipf("the fixture cannot build here: %v", err)
 	}
@@ -366,7 +370,7 @@ func TestBuildRoot(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(left, "src", "junk.c"), []byte("#error left behind\n"), 0o644)
 	res, err := j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: root}})
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	if errors.As(err, &pe) {
 		t.Skipf("the demo cannot build here: %v", err)
 	}
@@ -443,7 +447,7 @@ func buildRootMountsChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: small}})
-	var ns *NoSpaceError
+	var ns *disk.NoSpaceError
 	if !errors.As(err, &ns) || ns.Path != small || ns.ExitCode() != 3 || !strings.Contains(err.Error(), "EPBUILD_BUILD_ROOT") {
 		t.Errorf("a full build root: %v", err)
 	}
@@ -494,7 +498,7 @@ func TestNVCCWrappers(t *testing.T) {
 	os.WriteFile(other, []byte(echo), 0o755)
 	work := filepath.Join(dir, "epbuild-deepep-0123456789ab")
 	out := filepath.Join(dir, "scratch", "epbuild-deepep-0123456789ab")
-	w, err := writeNVCCWrappers(&workDir{path: work, out: out}, &Toolchain{NVCC: fake, NVCCRandomSeed: true, NVCCObjTemp: true})
+	w, err := writeNVCCWrappers(&workDir{path: work, out: out}, &toolchain.Toolchain{NVCC: fake, NVCCRandomSeed: true, NVCCObjTemp: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,7 +535,7 @@ func TestNVCCWrappers(t *testing.T) {
 			t.Errorf("%s %q:\n got %s\nwant %s", filepath.Base(c.script), c.args, got, c.want)
 		}
 	}
-	if w, _ := writeNVCCWrappers(&workDir{path: work, out: work}, &Toolchain{NVCC: fake}); w.nvcc != "" || w.launcher != "" {
+	if w, _ := writeNVCCWrappers(&workDir{path: work, out: work}, &toolchain.Toolchain{NVCC: fake}); w.nvcc != "" || w.launcher != "" {
 		t.Error("wrappers for an nvcc that takes neither flag")
 	}
 }
@@ -546,7 +550,7 @@ func TestRebuildCheck(t *testing.T) {
 	}
 	out := t.TempDir()
 	res, err := j.BuildAndCheck(context.Background(), BuildOptions{OutDir: out, Version: "test", Environ: os.Environ(), Getenv: os.Getenv})
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	if errors.As(err, &pe) {
 		t.Skipf("the demo cannot build here: %v", err)
 	}
@@ -589,7 +593,7 @@ components:
 	if strings.Join(paths, " ") != "manifest.json stamped/stamp" {
 		t.Errorf("changes: %v", paths)
 	}
-	if sum, err := fileSHA256(res.Rebuild.Kept); err != nil || sum != res.Rebuild.SHA256 || filepath.Dir(filepath.Dir(res.Rebuild.Kept)) != out {
+	if sum, err := disk.FileSHA256(res.Rebuild.Kept); err != nil || sum != res.Rebuild.SHA256 || filepath.Dir(filepath.Dir(res.Rebuild.Kept)) != out {
 		t.Errorf("kept %s: %s %v", res.Rebuild.Kept, sum, err)
 	}
 	if left, _ := filepath.Glob(filepath.Join(cache, "tmp", "rebuild-*")); len(left) != 0 {
@@ -663,7 +667,7 @@ components:
 		"CMAKE_CUDA_COMPILER_LAUNCHER": work + "/.epbuild/nvcc-launcher",
 		"NVCC":                         work + "/.epbuild/nvcc", // {{nvcc}}: what NCCL's make takes
 	}
-	if v := gccVersion(t); v != "" && prefixMapFlags("envcheck", &workDir{path: work, out: work}, &Toolchain{GCC: v}) != nil {
+	if v := gccVersion(t); v != "" && prefixMapFlags("envcheck", &workDir{path: work, out: work}, &toolchain.Toolchain{GCC: v}) != nil {
 		want["CFLAGS"] = "-DFROM_USER -ffile-prefix-map=" + work + "=envcheck"
 		want["CXXFLAGS"] = "-ffile-prefix-map=" + work + "=envcheck"
 		want["NVCC_APPEND_FLAGS"] = "-Xcompiler=-ffile-prefix-map=" + work + "=envcheck"
@@ -705,10 +709,10 @@ func TestStoreRelative(t *testing.T) {
 	deep := store + "/stages/build/0123/prefix"
 	nv := store + "/stages/build/4567/prefix"
 	wheel := "/usr/lib/python3/dist-packages/nvidia/nvshmem"
-	in := []CheckResult{{ID: "deepep.runpath", Read: deep + "/python/deep_ep_cpp.so (DT_NEEDED)",
+	in := []verify.CheckResult{{ID: "deepep.runpath", Read: deep + "/python/deep_ep_cpp.so (DT_NEEDED)",
 		Expected: "libnvshmem_host.so.3 from nvshmem (" + nv + ")", Found: nv + "/lib/libnvshmem_host.so.3 via " + wheel + "/lib"}}
 	out := storeRelative(in, store, map[string]string{"deepep": deep, "nvshmem": nv, "wheel": wheel})
-	want := CheckResult{ID: "deepep.runpath", Read: "deepep/python/deep_ep_cpp.so (DT_NEEDED)",
+	want := verify.CheckResult{ID: "deepep.runpath", Read: "deepep/python/deep_ep_cpp.so (DT_NEEDED)",
 		Expected: "libnvshmem_host.so.3 from nvshmem (nvshmem)", Found: "nvshmem/lib/libnvshmem_host.so.3 via " + wheel + "/lib"}
 	if out[0] != want {
 		t.Errorf("\n got %+v\nwant %+v", out[0], want)
@@ -740,7 +744,7 @@ func TestConcurrentBuildsOfOneKey(t *testing.T) {
 		}()
 	}
 	a, b := <-done, <-done
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	if errors.As(a.err, &pe) {
 		t.Skipf("the demo cannot build here: %v", a.err)
 	}
@@ -789,7 +793,7 @@ func TestSameBytesAnyRootAnyVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 		res, err := j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: fmt.Sprintf("test-%d", i), Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: root}})
-		var pe *PreflightError
+		var pe *toolchain.PreflightError
 		if errors.As(err, &pe) {
 			t.Skipf("the demo cannot build here: %v", err)
 		}

@@ -2,11 +2,8 @@ package builder
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"math"
@@ -19,23 +16,27 @@ import (
 	"sync"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/verify"
+
 	"github.com/charmbracelet/log"
 	"github.com/go-git/go-git/v5"
 
-	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
 	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
-// The stages, in order; --force=STAGE reruns that stage and those after it.
-var stageOrder = []string{"patch", "build", "check", "package"}
-
 // Stages are the stage names, in order (what --force takes, besides all).
-func Stages() []string { return slices.Clone(stageOrder) }
+func Stages() []string { return slices.Clone(store.StageOrder) }
 
 // Format versions: bump one to invalidate that stage's cached outputs after a change in
 // how epbuild produces them.
@@ -53,10 +54,10 @@ type Sources interface {
 
 // Runner runs a plan through the stages.
 type Runner struct {
-	Store     *Store
+	Store     *store.Store
 	Sources   Sources
 	Log       *log.Logger
-	Toolchain *Toolchain
+	Toolchain *toolchain.Toolchain
 	// Environ is the base environment for build steps and checks.
 	Environ []string
 	// OutDir receives the artifact.
@@ -86,7 +87,7 @@ type Runner struct {
 	// buildFacts and buildFactNotes are what Run read of the built tree (facts.go), for
 	// the manifest; afterBuild evaluates the rules with them (nil: not evaluated again).
 	buildFacts, buildFactNotes map[string]string
-	afterBuild                 func(ctx context.Context, tc *Toolchain, build map[string]string) ([]compat.Finding, error)
+	afterBuild                 func(ctx context.Context, tc *toolchain.Toolchain, build map[string]string) ([]compat.Finding, error)
 	// probing is the part of the toolchain probe still running (Prober.ProbeLater): Run
 	// waits for it before the package stage records the toolchain.
 	probing *probing
@@ -120,27 +121,13 @@ type StageEvent struct {
 	From string `json:"from,omitempty"`
 }
 
-// ComponentResult is what the stages produced for one component.
-type ComponentResult struct {
-	Name        string               `json:"name"`
-	PatchKey    string               `json:"patch_key,omitempty"`
-	BuildKey    string               `json:"build_key,omitempty"`
-	CheckKey    string               `json:"check_key,omitempty"`
-	Tree        string               `json:"-"`
-	Prefix      string               `json:"-"`
-	CommitTime  int64                `json:"commit_time,omitempty"`
-	Patches     []*patches.SetResult `json:"patches,omitempty"`
-	TreeEffects []CheckResult        `json:"tree_effects,omitempty"`
-	Checks      []CheckResult        `json:"checks,omitempty"`
-}
-
 // Result is a whole run.
 type Result struct {
-	Plan       *Plan             `json:"plan"`
-	Stages     []StageEvent      `json:"stages"`
-	Components []ComponentResult `json:"components"`
-	Artifact   string            `json:"artifact,omitempty"`
-	SHA256     string            `json:"sha256,omitempty"`
+	Plan       *plan.Plan                 `json:"plan"`
+	Stages     []StageEvent               `json:"stages"`
+	Components []manifest.ComponentResult `json:"components"`
+	Artifact   string                     `json:"artifact,omitempty"`
+	SHA256     string                     `json:"sha256,omitempty"`
 	// SBOM is the CycloneDX SBOM beside the artifact; Wheels the wheels (WheelDir).
 	SBOM   string   `json:"sbom,omitempty"`
 	Wheels []string `json:"wheels,omitempty"`
@@ -154,7 +141,7 @@ type Result struct {
 }
 
 // Keys computes every stage key of the plan without doing any work (for --plan).
-func (r *Runner) Keys(p *Plan) []StageEvent {
+func (r *Runner) Keys(p *plan.Plan) []StageEvent {
 	var ev []StageEvent
 	ks := r.keys(p)
 	for _, c := range p.Components {
@@ -172,13 +159,13 @@ func (r *Runner) Keys(p *Plan) []StageEvent {
 
 type compKeys struct{ patch, build, check string }
 
-func (r *Runner) keys(p *Plan) map[string]compKeys {
+func (r *Runner) keys(p *plan.Plan) map[string]compKeys {
 	out := map[string]compKeys{}
 	for _, c := range p.Components {
 		var k compKeys
 		if c.Source.Python != nil {
 			pk := r.Toolchain.PythonPackages[c.Source.Python.Package]
-			k.build = Key(buildFormat, "python", c.Source.Python.Package, pk.Version, pk.Dir)
+			k.build = store.Key(buildFormat, "python", c.Source.Python.Package, pk.Version, pk.Dir)
 			out[c.Name] = k
 			continue
 		}
@@ -197,10 +184,10 @@ func (r *Runner) keys(p *Plan) map[string]compKeys {
 				// the build copies the declared tests into the prefix; none: the key stays
 				parts = append(parts, c.Tests)
 			}
-			k.build = Key(parts...)
+			k.build = store.Key(parts...)
 		}
 		if k.build != "" {
-			k.check = Key(checkFormat, k.build, c.Checks, c.PatchSets, p.Env, deps)
+			k.check = store.Key(checkFormat, k.build, c.Checks, c.PatchSets, p.Env, deps)
 		}
 		out[c.Name] = k
 	}
@@ -209,13 +196,13 @@ func (r *Runner) keys(p *Plan) map[string]compKeys {
 
 // packageKey does not hold epbuild's version: a change of epbuild that changes what the
 // package stage writes bumps packageFormat instead (docs/reproducible.md).
-func (r *Runner) packageKey(p *Plan, ks map[string]compKeys) string {
-	return Key(packageFormat, p.Key, ks, r.SourceDateEpoch)
+func (r *Runner) packageKey(p *plan.Plan, ks map[string]compKeys) string {
+	return store.Key(packageFormat, p.Key, ks, r.SourceDateEpoch)
 }
 
 func (r *Runner) forced(stage string) bool {
 	idx := func(s string) int {
-		for i, x := range stageOrder {
+		for i, x := range store.StageOrder {
 			if x == s {
 				return i
 			}
@@ -245,7 +232,7 @@ func (r *Runner) forced(stage string) bool {
 // output is half written) and is what Run returns; a rerun resumes there, since every
 // finished stage is in the store. Result.Stages is in plan order whatever finished
 // first: each component's patch and build, then the checks, then the package.
-func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
+func (r *Runner) Run(ctx context.Context, p *plan.Plan) (*Result, error) {
 	res := &Result{Plan: p, Host: r.buildHost()}
 	rec := &stageRecord{}
 	defer func() { res.Stages = rec.ordered(p) }()
@@ -266,11 +253,11 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 		outs, events, err = r.patchAll(ctx, p)
 		rec.add(events...)
 	}
-	comps := make([]ComponentResult, len(p.Components))
+	comps := make([]manifest.ComponentResult, len(p.Components))
 	prefixes := map[string]string{}
 	for i, c := range p.Components {
 		k := ks[c.Name]
-		comps[i] = ComponentResult{Name: c.Name, PatchKey: k.patch, BuildKey: k.build, CheckKey: k.check}
+		comps[i] = manifest.ComponentResult{Name: c.Name, PatchKey: k.patch, BuildKey: k.build, CheckKey: k.check}
 		if c.Source.Python != nil {
 			comps[i].Prefix = r.Toolchain.PythonPackages[c.Source.Python.Package].Dir
 			prefixes[c.Name] = comps[i].Prefix
@@ -290,7 +277,7 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 		return res, err
 	}
 
-	env, err := RuntimeEnv(p, prefixes, r.Environ)
+	env, err := envsh.RuntimeEnv(p, prefixes, r.Environ)
 	if err != nil {
 		return res, err
 	}
@@ -306,7 +293,7 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Result, error) {
 	}()
 	pk := r.packageKey(p, ks)
 	pkgErr := r.stage(ctx, rec, "package", "", pk, func(dir string) error {
-		return r.pack(ctx, p, &pres, dir, func() ([]ComponentResult, error) {
+		return r.pack(ctx, p, &pres, dir, func() ([]manifest.ComponentResult, error) {
 			select {
 			case <-checked:
 			case <-ctx.Done():
@@ -346,12 +333,12 @@ type patchOut struct {
 }
 
 // patchKey is the key of a component's patch stage: its source and patch sets.
-func patchKey(c *PlanComponent) string { return Key(patchFormat, c.Source, c.PatchSets) }
+func patchKey(c *plan.PlanComponent) string { return store.Key(patchFormat, c.Source, c.PatchSets) }
 
 // patchAll runs the patch stage of every component with a tree, in plan order, and
 // stops at the first failure. One at a time: each is mostly a fetch, and fetches share
 // the terminal's progress bars.
-func (r *Runner) patchAll(ctx context.Context, p *Plan) ([]patchOut, []StageEvent, error) {
+func (r *Runner) patchAll(ctx context.Context, p *plan.Plan) ([]patchOut, []StageEvent, error) {
 	rec := &stageRecord{}
 	outs := make([]patchOut, len(p.Components))
 	for i := range p.Components {
@@ -363,7 +350,7 @@ func (r *Runner) patchAll(ctx context.Context, p *Plan) ([]patchOut, []StageEven
 		var pj patchJSON
 		err := r.stage(ctx, rec, "patch", c.Name, key, func(dir string) error {
 			return r.patchStage(ctx, c, dir)
-		}, func(dir string) error { return ReadJSON(dir, "patch.json", &pj) })
+		}, func(dir string) error { return store.ReadJSON(dir, "patch.json", &pj) })
 		if err != nil {
 			return outs, rec.events, err
 		}
@@ -374,7 +361,7 @@ func (r *Runner) patchAll(ctx context.Context, p *Plan) ([]patchOut, []StageEven
 
 // patchPhase is the patch stages of a run, started before preflight.
 type patchPhase struct {
-	plan   *Plan
+	plan   *plan.Plan
 	stop   context.CancelFunc
 	done   chan struct{}
 	outs   []patchOut
@@ -386,7 +373,7 @@ type patchPhase struct {
 // (a failure too: it is said after preflight, which decides first), and Close stops
 // them when the run ends before (preflight failed). They need no toolchain, so they
 // run while it is probed; nothing is built before preflight passes.
-func (r *Runner) startPatches(ctx context.Context, p *Plan) {
+func (r *Runner) startPatches(ctx context.Context, p *plan.Plan) {
 	ctx, cancel := context.WithCancel(ctx)
 	ph := &patchPhase{plan: p, stop: cancel, done: make(chan struct{})}
 	go func() {
@@ -421,7 +408,7 @@ func (r *Runner) Close() error {
 // those ready together at the same time with a share of the jobs each (jobs.go). It
 // fills in the prefixes of what it built. The first failure stops the builds running
 // (their logs stay under the cache) and starts no other.
-func (r *Runner) buildAll(ctx context.Context, p *Plan, outs []patchOut, comps []ComponentResult, prefixes map[string]string, rec *stageRecord) error {
+func (r *Runner) buildAll(ctx context.Context, p *plan.Plan, outs []patchOut, comps []manifest.ComponentResult, prefixes map[string]string, rec *stageRecord) error {
 	var pending []int
 	built := map[string]bool{}
 	for i, cr := range comps {
@@ -524,10 +511,10 @@ func (r *Runner) buildAll(ctx context.Context, p *Plan, outs []patchOut, comps [
 }
 
 // dependencies lists the components c depends on, directly or not, in plan order.
-func dependencies(p *Plan, c *PlanComponent) []string {
+func dependencies(p *plan.Plan, c *plan.PlanComponent) []string {
 	want := map[string]bool{}
-	var visit func(*PlanComponent)
-	visit = func(c *PlanComponent) {
+	var visit func(*plan.PlanComponent)
+	visit = func(c *plan.PlanComponent) {
 		for _, d := range c.Depends {
 			if !want[d] {
 				want[d] = true
@@ -551,11 +538,11 @@ func dependencies(p *Plan, c *PlanComponent) []string {
 // check takes seconds), and fills in their results; the error is the first failure in
 // plan order. The Python runs share the run's bytecode directory, where the probe left
 // what it compiled of torch.
-func (r *Runner) checkAll(ctx context.Context, p *Plan, comps []ComponentResult, prefixes map[string]string, env []string, rec *stageRecord) error {
+func (r *Runner) checkAll(ctx context.Context, p *plan.Plan, comps []manifest.ComponentResult, prefixes map[string]string, env []string, rec *stageRecord) error {
 	if r.pycache != "" {
 		ctx = inspect.WithBytecodeDir(ctx, r.pycache)
 	}
-	reg := Checks()
+	reg := verify.Checks()
 	errs := make([]error, len(comps))
 	var wg sync.WaitGroup
 	for i := range comps {
@@ -567,15 +554,15 @@ func (r *Runner) checkAll(ctx context.Context, p *Plan, comps []ComponentResult,
 		wg.Go(func() {
 			var cj checkJSON
 			errs[i] = r.stage(ctx, rec, "check", cr.Name, cr.CheckKey, func(dir string) error {
-				s := &Subject{Plan: p, Component: pc, Root: cr.Prefix, Prefixes: prefixes, Env: env, Python: r.Toolchain.Python}
-				results := storeRelative(checkComponent(ctx, reg, check.Staged, s), r.Store.dir, prefixes)
+				s := &verify.Subject{Plan: p, Component: pc, Root: cr.Prefix, Prefixes: prefixes, Env: env, Python: r.Toolchain.Python}
+				results := storeRelative(verify.CheckComponent(ctx, reg, check.Staged, s), r.Store.Dir(), prefixes)
 				for _, x := range results {
 					if !x.OK() {
-						return &ChecksFailed{Where: "the staged prefix of " + cr.Name, Results: results}
+						return &verify.ChecksFailed{Where: "the staged prefix of " + cr.Name, Results: results}
 					}
 				}
-				return WriteJSON(dir, "check.json", checkJSON{Results: results})
-			}, func(dir string) error { return ReadJSON(dir, "check.json", &cj) })
+				return store.WriteJSON(dir, "check.json", checkJSON{Results: results})
+			}, func(dir string) error { return store.ReadJSON(dir, "check.json", &cj) })
 			cr.Checks = cj.Results
 		})
 	}
@@ -603,7 +590,7 @@ func (s *stageRecord) add(ev ...StageEvent) {
 // ordered is the events in plan order, as a run one stage at a time would have them:
 // each component's patch then build, then the checks in component order, then the
 // package.
-func (s *stageRecord) ordered(p *Plan) []StageEvent {
+func (s *stageRecord) ordered(p *plan.Plan) []StageEvent {
 	s.mu.Lock()
 	out := slices.Clone(s.events)
 	s.mu.Unlock()
@@ -663,7 +650,7 @@ func (r *Runner) stage(ctx context.Context, rec *stageRecord, stage, comp, key s
 
 type patchJSON struct {
 	Sets       []*patches.SetResult `json:"sets,omitempty"`
-	Effects    []CheckResult        `json:"effects,omitempty"`
+	Effects    []verify.CheckResult `json:"effects,omitempty"`
 	CommitTime int64                `json:"commit_time,omitempty"`
 	// SourceTime is the newest file time of an archive source, before patching: its
 	// builds' SOURCE_DATE_EPOCH, where a git source has its commit's time.
@@ -671,7 +658,7 @@ type patchJSON struct {
 }
 
 type checkJSON struct {
-	Results []CheckResult `json:"results"`
+	Results []verify.CheckResult `json:"results"`
 }
 
 // upstream adapts a source.Fetcher to the patch engine's Upstream.
@@ -694,7 +681,7 @@ func (u upstream) File(ctx context.Context, fs patches.FileSpec) ([]byte, error)
 }
 
 // Materialize lays out a component's pinned source in dest (which must not exist).
-func Materialize(ctx context.Context, s Sources, c *PlanComponent, dest string) error {
+func Materialize(ctx context.Context, s Sources, c *plan.PlanComponent, dest string) error {
 	switch {
 	case c.Source.Git != nil:
 		g := c.Source.Git
@@ -716,7 +703,7 @@ func Materialize(ctx context.Context, s Sources, c *PlanComponent, dest string) 
 
 // ApplySets applies the component's patch sets in order on tree, then checks their
 // effects there.
-func ApplySets(ctx context.Context, s Sources, c *PlanComponent, tree string, opts patches.Options) ([]*patches.SetResult, []CheckResult, error) {
+func ApplySets(ctx context.Context, s Sources, c *plan.PlanComponent, tree string, opts patches.Options) ([]*patches.SetResult, []verify.CheckResult, error) {
 	if opts.CheckOnly {
 		// each set on the tree the sets before it leave, as the real apply sees it
 		sets, failed, err := patches.CheckSeries(ctx, tree, c.PatchSets, upstream{s}, opts)
@@ -735,7 +722,7 @@ func ApplySets(ctx context.Context, s Sources, c *PlanComponent, tree string, op
 			return sets, nil, &PatchError{Component: c.Name, Set: set.Name, Err: err}
 		}
 	}
-	return sets, TreeEffects(c, tree), nil
+	return sets, verify.TreeEffects(c, tree), nil
 }
 
 // PatchError is a patch set that did not apply: exit 1 (a conflict), or 2 when the
@@ -759,7 +746,7 @@ func (e *PatchError) ExitCode() int {
 	return 1
 }
 
-func (r *Runner) patchStage(ctx context.Context, c *PlanComponent, dir string) error {
+func (r *Runner) patchStage(ctx context.Context, c *plan.PlanComponent, dir string) error {
 	tree := filepath.Join(dir, "tree")
 	if err := Materialize(ctx, r.Sources, c, tree); err != nil {
 		return err
@@ -774,14 +761,14 @@ func (r *Runner) patchStage(ctx context.Context, c *PlanComponent, dir string) e
 	}
 	for _, e := range effects {
 		if !e.OK() {
-			return &ChecksFailed{Where: "the patched tree of " + c.Name, Results: effects}
+			return &verify.ChecksFailed{Where: "the patched tree of " + c.Name, Results: effects}
 		}
 	}
 	pj := patchJSON{Sets: sets, Effects: effects, SourceTime: srcTime}
 	if c.Source.Git != nil {
 		pj.CommitTime = commitTime(tree)
 	}
-	return WriteJSON(dir, "patch.json", pj)
+	return store.WriteJSON(dir, "patch.json", pj)
 }
 
 func commitTime(tree string) int64 {
@@ -802,7 +789,7 @@ func commitTime(tree string) int64 {
 
 // buildStage builds a component into dir with jobs jobs. prefixes and trees are those of
 // the components it may name (its dependencies). The caller sets the umask (buildAll).
-func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree, key, dir string, sde int64, jobs int, prefixes, trees map[string]string) error {
+func (r *Runner) buildStage(ctx context.Context, p *plan.Plan, c *plan.PlanComponent, tree, key, dir string, sde int64, jobs int, prefixes, trees map[string]string) error {
 	wd, err := r.acquireWorkDir(ctx, c.Name, key)
 	if err != nil {
 		return fmt.Errorf("build %s: %w", c.Name, err)
@@ -822,7 +809,7 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 	}
 	// The logs live under the cache while the steps run, so that a failed step's whole
 	// log outlives the stage's temporary directory; a finished build keeps them.
-	logs, err := r.Store.stepLogs("build", key)
+	logs, err := r.Store.StepLogs("build", key)
 	if err != nil {
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
@@ -860,7 +847,7 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 		// CUDA 13 moved cuda/std under include/cccl; host compilers need it (R12)
 		if t.CCCL != "" {
 			cpath := t.CCCL
-			if old := getenvFrom(r.Environ, "CPATH"); old != "" {
+			if old := toolchain.GetenvFrom(r.Environ, "CPATH"); old != "" {
 				cpath += ":" + old
 			}
 			base["CPATH"] = cpath
@@ -883,7 +870,7 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 		for k, script := range map[string]string{"PYTORCH_NVCC": w.nvcc, "CMAKE_CUDA_COMPILER_LAUNCHER": w.launcher} {
 			switch {
 			case script == "":
-			case getenvFrom(r.Environ, k) != "":
+			case toolchain.GetenvFrom(r.Environ, k) != "":
 				r.Log.Warn("nvcc runs as "+k+" says, without the seed that makes its output reproducible", "component", c.Name)
 			default:
 				base[k] = script
@@ -894,7 +881,7 @@ func (r *Runner) buildStage(ctx context.Context, p *Plan, c *PlanComponent, tree
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
 	se := &stepEnv{component: c.Name, src: src, work: work, out: wd.out, prefix: prefix, destdir: destdir, logs: logs,
-		env: withEnv(r.Environ, base), jobs: jobs, ninja: t.Ninja != "", python: t.Python, watch: r.Watch, mapFlag: mapFlag}
+		env: envsh.WithEnv(r.Environ, base), jobs: jobs, ninja: t.Ninja != "", python: t.Python, watch: r.Watch, mapFlag: mapFlag}
 	for i, st := range c.Build {
 		var err error
 		switch {
@@ -945,16 +932,16 @@ func (r *Runner) buildTime(pj patchJSON) int64 {
 // failed while the root is nearly full counts as having filled it; a full cache is
 // Store.noSpace's to name.
 func (r *Runner) buildRootFull(err error) error {
-	var ns *NoSpaceError
+	var ns *disk.NoSpaceError
 	if r.Repro.Off || errors.As(err, &ns) {
 		return err
 	}
 	root := r.Repro.root()
-	free, full := fullDisk(root)
+	free, full := disk.FullDisk(root)
 	if !full {
 		return err
 	}
-	return &NoSpaceError{Op: "build in " + root, Path: root, Free: free, Fix: fixBuildRoot, Err: err}
+	return &disk.NoSpaceError{Op: "build in " + root, Path: root, Free: free, Fix: fixBuildRoot, Err: err}
 }
 
 // linkDependency makes work/deps/<name>/prefix and src point at a component's staged
@@ -1001,7 +988,7 @@ func newestFileTime(dir string) int64 {
 // storeRelative writes the components' staged prefixes, which lie in the cache, as the
 // paths they have in the artifact (<component>/...) in the check results the manifest
 // records: where the cache is is the machine's business.
-func storeRelative(rs []CheckResult, store string, prefixes map[string]string) []CheckResult {
+func storeRelative(rs []verify.CheckResult, store string, prefixes map[string]string) []verify.CheckResult {
 	var pairs []string
 	for _, name := range slices.Sorted(maps.Keys(prefixes)) {
 		if pre := prefixes[name]; pre != "" && strings.HasPrefix(pre, store+string(filepath.Separator)) {
@@ -1012,7 +999,7 @@ func storeRelative(rs []CheckResult, store string, prefixes map[string]string) [
 		return rs
 	}
 	rep := strings.NewReplacer(pairs...)
-	out := make([]CheckResult, len(rs))
+	out := make([]verify.CheckResult, len(rs))
 	for i, r := range rs {
 		for _, f := range []*string{&r.Read, &r.Expected, &r.Found, &r.Why, &r.Fix} {
 			*f = rep.Replace(*f)
@@ -1022,17 +1009,8 @@ func storeRelative(rs []CheckResult, store string, prefixes map[string]string) [
 	return out
 }
 
-func getenvFrom(env []string, k string) string {
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, k+"="); ok {
-			return v
-		}
-	}
-	return ""
-}
-
 // ArtifactName is <recipe>-<short plan key>.tar.zst.
-func ArtifactName(p *Plan) string { return p.Recipe + "-" + p.Key[:12] + ".tar.zst" }
+func ArtifactName(p *plan.Plan) string { return p.Recipe + "-" + p.Key[:12] + ".tar.zst" }
 
 // ReadSum returns the sha256 recorded beside an artifact (NAME.sha256), computing and
 // recording it if absent or unreadable (a sidecar that is not a small regular file is
@@ -1043,7 +1021,7 @@ func ReadSum(path string) (string, error) {
 			return strings.ToLower(f[0]), nil
 		}
 	}
-	sum, err := fileSHA256(path)
+	sum, err := disk.FileSHA256(path)
 	if err != nil {
 		return "", err
 	}
@@ -1060,26 +1038,18 @@ func hexString(s string) bool {
 	return true
 }
 
-func fileSHA256(path string) (string, error) {
-	sum, _, err := archive.HashFile(context.Background(), path, sha256.New(), make([]byte, 1<<20))
-	if err != nil {
-		return "", fmt.Errorf("hash %s: %w", path, err)
-	}
-	return sum, nil
-}
-
 // publishArtifact copies the stored artifact to dst atomically, unless dst already
 // holds the same bytes, and writes (or repairs) dst.sha256. The copy is hashed as it is
 // written: a store whose artifact and record disagree is not published.
 func publishArtifact(src, dst, sum string) error {
-	if got, err := fileSHA256(dst); err == nil && got == sum {
+	if got, err := disk.FileSHA256(dst); err == nil && got == sum {
 		return publishErr(writeSidecar(dst, sum), src, dst)
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return publishErr(err, src, dst)
 	}
 	tmp := dst + ".tmp-" + strconv.Itoa(os.Getpid())
-	got, err := copyHashed(src, tmp)
+	got, err := disk.CopyHashed(src, tmp)
 	if err == nil && got != sum {
 		err = fmt.Errorf("the stored artifact %s has sha256 %s, its record says %s: the cache is damaged; rebuild it with --force=package", src, got, sum)
 	}
@@ -1102,28 +1072,8 @@ func publishErr(err error, src, dst string) error {
 	if st, serr := os.Stat(src); serr == nil {
 		need = st.Size()
 	}
-	return noSpaceOr(fmt.Errorf("write artifact %s: %w", dst, err), "write artifact "+dst, filepath.Dir(dst), need,
+	return disk.NoSpaceOr(fmt.Errorf("write artifact %s: %w", dst, err), "write artifact "+dst, filepath.Dir(dst), need,
 		"free space there, or write the artifact elsewhere with -o DIR; the build itself is cached")
-}
-
-// copyHashed copies src to a new file dst (mode 0644) and returns the sha256 of what it
-// wrote.
-func copyHashed(src, dst string) (string, error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return "", err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	_, err = io.CopyBuffer(io.MultiWriter(out, h), in, make([]byte, 1<<20))
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	return hex.EncodeToString(h.Sum(nil)), err
 }
 
 // writeSidecar makes path.sha256 say sum, in sha256sum's format, replacing a missing or

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -24,7 +25,10 @@ import (
 	"github.com/charmbracelet/log"
 
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -66,9 +70,9 @@ func newShape(t *testing.T, repos map[string]map[string]string, body string) sha
 
 // runner is a Runner over a fresh cache with the probed toolchain, jobs cores (0: the
 // machine's), and the plan.
-func (s shape) runner(t *testing.T, jobs int) (*Runner, *Plan) {
+func (s shape) runner(t *testing.T, jobs int) (*Runner, *plan.Plan) {
 	t.Helper()
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +88,7 @@ func (s shape) runner(t *testing.T, jobs int) (*Runner, *Plan) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := OpenStore(c.Dir())
+	store, err := store.OpenStore(c.Dir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +99,7 @@ func (s shape) runner(t *testing.T, jobs int) (*Runner, *Plan) {
 			pkgs = append(pkgs, c.Source.Python.Package)
 		}
 	}
-	tc := (&Prober{Getenv: os.Getenv, Packages: pkgs}).Probe(context.Background())
+	tc := (&toolchain.Prober{Getenv: os.Getenv, Packages: pkgs}).Probe(context.Background())
 	if jobs > 0 {
 		tc.Jobs = jobs
 	}
@@ -175,7 +179,7 @@ func TestIndependentBuildsRunTogether(t *testing.T) {
 	s := forkShape(t)
 	r, p := s.runner(t, 16)
 	// the steps find the store through CTL/store
-	if err := os.Symlink(r.Store.dir, filepath.Join(s.ctl, "store")); err != nil {
+	if err := os.Symlink(r.Store.Dir(), filepath.Join(s.ctl, "store")); err != nil {
 		t.Fatal(err)
 	}
 	res, err := r.Run(context.Background(), p)
@@ -210,7 +214,7 @@ func TestIndependentBuildsRunTogether(t *testing.T) {
 	if err := os.Remove(filepath.Join(s.ctl, "store")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(r2.Store.dir, filepath.Join(s.ctl, "store")); err != nil {
+	if err := os.Symlink(r2.Store.Dir(), filepath.Join(s.ctl, "store")); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"long.started", "short.started"} {
@@ -244,7 +248,7 @@ func TestFirstBuildFailureStopsTheOthers(t *testing.T) {
 		if alive(pid) {
 			t.Errorf("the slow build's step (%d) outlived the run", pid)
 		}
-		logs, _ := filepath.Glob(filepath.Join(r.Store.dir, "logs", "build-*", "00-command.log"))
+		logs, _ := filepath.Glob(filepath.Join(r.Store.Dir(), "logs", "build-*", "00-command.log"))
 		kept := 0
 		for _, l := range logs {
 			if b, _ := os.ReadFile(l); strings.Contains(string(b), "slow is building") {
@@ -254,7 +258,7 @@ func TestFirstBuildFailureStopsTheOthers(t *testing.T) {
 		if kept != 1 {
 			t.Errorf("the slow build's log is not kept under the cache: %v", logs)
 		}
-		if des, _ := os.ReadDir(filepath.Join(r.Store.dir, "tmp")); len(des) != 0 {
+		if des, _ := os.ReadDir(filepath.Join(r.Store.Dir(), "tmp")); len(des) != 0 {
 			t.Errorf("temporary directories left: %v", des)
 		}
 		for _, c := range res.Components {
@@ -326,9 +330,9 @@ components:
 		name, cmake string
 		want        func(error) bool
 	}{
-		{"a tool missing", ">=999", func(err error) bool { var pe *PreflightError; return errors.As(err, &pe) }},
+		{"a tool missing", ">=999", func(err error) bool { var pe *toolchain.PreflightError; return errors.As(err, &pe) }},
 		{"none missing", ">=3", func(err error) bool {
-			var pe *PreflightError
+			var pe *toolchain.PreflightError
 			return err != nil && !errors.As(err, &pe) && strings.Contains(err.Error(), "1111111111")
 		}},
 	} {
@@ -457,10 +461,10 @@ components:
 		t.Run(tc.name, func(t *testing.T) {
 			s := newShape(t, repos, strings.Replace(body, "EXTRA", tc.extra, 1))
 			r, p := s.runner(t, 0)
-			r.Environ = append(os.Environ(), "WAITER_STORE="+r.Store.dir)
+			r.Environ = append(os.Environ(), "WAITER_STORE="+r.Store.Dir())
 			res, err := r.Run(context.Background(), p)
 			if tc.extra != "" {
-				var cf *ChecksFailed
+				var cf *verify.ChecksFailed
 				if !errors.As(err, &cf) {
 					t.Fatalf("want the failed check, got %v", err)
 				}
@@ -468,7 +472,7 @@ components:
 				if r.Store.Has("package", pk) {
 					t.Error("a package output was stored after a check failed")
 				}
-				if des, _ := os.ReadDir(filepath.Join(r.Store.dir, "tmp")); len(des) != 0 {
+				if des, _ := os.ReadDir(filepath.Join(r.Store.Dir(), "tmp")); len(des) != 0 {
 					t.Errorf("temporary directories left: %v", des)
 				}
 				if des, _ := os.ReadDir(r.OutDir); len(des) != 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/charmbracelet/log"
 
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -29,7 +30,7 @@ func demoRun(t testing.TB, dir, out string, force ...string) (*Result, error) {
 		t.Fatal(err)
 	}
 	res, err := j.Build(context.Background(), BuildOptions{OutDir: out, Version: "test", Force: force, Environ: os.Environ(), Getenv: os.Getenv})
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	if errors.As(err, &pe) {
 		t.Skipf("the demo cannot build here: %v", err)
 	}

@@ -8,8 +8,10 @@ import (
 	"github.com/charmbracelet/log"
 
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/embedded"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/patches"
 )
 
@@ -48,8 +50,8 @@ func (s *FetchSources) For(rawURL string) (*source.Fetcher, error) {
 	s.once.Do(func() {
 		dir := filepath.Join(s.cache.Dir(), "embedded", embedded.Digest())
 		if err := embedded.Ensure(dir); err != nil {
-			s.err = noSpaceIn(fmt.Errorf("lay out the embedded repositories in %s: %w", dir, err),
-				"lay out the embedded repositories", place{s.cache.Dir(), fixCacheSpace})
+			s.err = disk.NoSpaceIn(fmt.Errorf("lay out the embedded repositories in %s: %w", dir, err),
+				"lay out the embedded repositories", disk.Place{Dir: s.cache.Dir(), Fix: store.FixCacheSpace})
 			return
 		}
 		s.embedded, s.err = source.New(source.Options{Cache: s.cache, Mirror: dir, Logger: s.log})

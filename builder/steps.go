@@ -13,13 +13,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/procgroup"
 	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -59,6 +60,9 @@ func (e *BuildError) ExitCode() int {
 }
 func (e *BuildError) Unwrap() error { return e.Err }
 
+// StepLog is where the step's whole log is (the store reads it to tell a full disk).
+func (e *BuildError) StepLog() string { return e.Log }
+
 // Watcher shows a build step while one of its commands runs (builder/progress.Display
 // on the command line): since is when the step's first command started; done is called
 // when the command ends.
@@ -84,56 +88,6 @@ type stepEnv struct {
 	// mapFlag maps the source and build directories away in what host compilers write (repro.go); the
 	// environment's CFLAGS/CXXFLAGS carry it, and cmake's flags where the recipe sets them.
 	mapFlag string
-}
-
-var templRe = regexp.MustCompile(`\{\{\s*([^{}]*?)\s*\}\}`)
-
-// expand replaces {{...}} references from vars; an unknown one is an error (validation
-// catches them earlier, so this is a bug guard).
-func expand(s string, vars map[string]string) (string, error) {
-	var bad string
-	out := templRe.ReplaceAllStringFunc(s, func(m string) string {
-		k := templRe.FindStringSubmatch(m)[1]
-		v, ok := vars[k]
-		if !ok {
-			bad = k
-		}
-		return v
-	})
-	if bad != "" {
-		return "", fmt.Errorf("template {{%s}} has no value here", bad)
-	}
-	return out, nil
-}
-
-func expandMap(m map[string]string, vars map[string]string) (map[string]string, error) {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		e, err := expand(v, vars)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", k, err)
-		}
-		out[k] = e
-	}
-	return out, nil
-}
-
-// withEnv returns base with the pairs of m set (replacing existing names).
-func withEnv(base []string, m map[string]string) []string {
-	if len(m) == 0 {
-		return base
-	}
-	out := make([]string, 0, len(base)+len(m))
-	for _, kv := range base {
-		k, _, _ := strings.Cut(kv, "=")
-		if _, over := m[k]; !over {
-			out = append(out, kv)
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		out = append(out, k+"="+m[k])
-	}
-	return out
 }
 
 // run runs one command of a step with its output appended to the step's log file, in a
@@ -207,15 +161,15 @@ var errorLineRe = regexp.MustCompile(`(?i)(\berror\b|undefined reference|fatal)`
 // cmake configures, builds and installs into destdir+prefix. cmake runs without a
 // shell; each option is one -DKEY=VALUE argument (see cmakeValue).
 func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars map[string]string) error {
-	opts, err := expandMap(st.Options, vars)
+	opts, err := envsh.ExpandMap(st.Options, vars)
 	if err != nil {
 		return fmt.Errorf("build %s: cmake options: %w", s.component, err)
 	}
-	senv, err := expandMap(st.Env, vars)
+	senv, err := envsh.ExpandMap(st.Env, vars)
 	if err != nil {
 		return fmt.Errorf("build %s: cmake env: %w", s.component, err)
 	}
-	env := withEnv(s.env, senv)
+	env := envsh.WithEnv(s.env, senv)
 	srcDir, err := stepDir(s.src, st.Dir)
 	if err != nil {
 		return fmt.Errorf("build %s: cmake dir: %w", s.component, err)
@@ -236,7 +190,7 @@ func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars 
 	for _, k := range slices.Sorted(maps.Keys(opts)) {
 		v, err := cmakeValue(k, opts[k], s.ninja)
 		if err != nil {
-			var pe *PreflightError
+			var pe *toolchain.PreflightError
 			if errors.As(err, &pe) {
 				pe.Recipe = s.component
 				return pe
@@ -254,7 +208,7 @@ func (s *stepEnv) cmake(ctx context.Context, i int, st *recipes.CMakeStep, vars 
 	}
 	// DESTDIR keeps the final prefix path in installed files while the files themselves
 	// land in the stage's temporary directory.
-	return s.run(ctx, step, s.src, withEnv(env, map[string]string{"DESTDIR": s.destdir}), "cmake", "--install", bdir)
+	return s.run(ctx, step, s.src, envsh.WithEnv(env, map[string]string{"DESTDIR": s.destdir}), "cmake", "--install", bdir)
 }
 
 // flagPlain are the characters that mean themselves to sh, make and Ninja alike: a
@@ -286,7 +240,7 @@ func cmakeValue(key, val string, ninja bool) (string, error) {
 		parts := make([]string, len(words))
 		for i, w := range words {
 			if !ninja && strings.ContainsAny(w, `$\'`) {
-				return "", &PreflightError{Missing: []Missing{{What: "ninja",
+				return "", &toolchain.PreflightError{Missing: []toolchain.Missing{{What: "ninja",
 					Need:  fmt.Sprintf("the Ninja generator, to pass the %s flag %q literally (make and CMake's link scripts read $, \\ and ' in different ways)", key, w),
 					Found: "none on PATH", Fix: "install ninja (Debian: ninja-build), or drop those characters from the flag"}}}
 			}
@@ -301,33 +255,6 @@ func cmakeValue(key, val string, ninja bool) (string, error) {
 		val = "'" + val + "'"
 	}
 	return val, nil
-}
-
-// globInside is what a check's file pattern matches in prefix, sorted: nothing for a
-// pattern that leaves it, and no match that resolves outside it through a symlink
-// (validate refuses the first kind already; a plan read from an installed manifest is
-// checked again here).
-func globInside(prefix, pattern string) []string {
-	if !filepath.IsLocal(filepath.FromSlash(pattern)) {
-		return nil
-	}
-	m, _ := filepath.Glob(filepath.Join(globEscape(prefix), filepath.FromSlash(pattern)))
-	root, err := filepath.EvalSymlinks(prefix)
-	if err != nil {
-		return nil
-	}
-	out := m[:0]
-	for _, p := range m {
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil {
-			continue
-		}
-		if rel, err := filepath.Rel(root, real); err == nil && filepath.IsLocal(rel) {
-			out = append(out, p)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 // stepDir resolves a step's dir inside the tree root: a path that leaves it, lexically
@@ -360,7 +287,7 @@ func stepDir(root, dir string) (string, error) {
 // when the step asks for one. setup.py runs once, without a shell; the step's env
 // reaches it as it is. Nothing here needs the wheel or build modules.
 func (s *stepEnv) pythonExtension(ctx context.Context, i int, st *recipes.PythonExtensionStep, vars map[string]string) error {
-	senv, err := expandMap(st.Env, vars)
+	senv, err := envsh.ExpandMap(st.Env, vars)
 	if err != nil {
 		return fmt.Errorf("build %s: python-extension env: %w", s.component, err)
 	}
@@ -370,7 +297,7 @@ func (s *stepEnv) pythonExtension(ctx context.Context, i int, st *recipes.Python
 	if err := s.keepPythonCFLAGS(ctx, senv); err != nil {
 		return fmt.Errorf("build %s: %w", s.component, err)
 	}
-	env := withEnv(s.env, senv)
+	env := envsh.WithEnv(s.env, senv)
 	step := fmt.Sprintf("%02d-python-extension", i)
 	blib := filepath.Join(s.out, "pybuild-lib")
 	btmp := filepath.Join(s.out, "pybuild-tmp")
@@ -413,7 +340,7 @@ func (s *stepEnv) keepPythonCFLAGS(ctx context.Context, senv map[string]string) 
 	}
 	var todo []string
 	for _, k := range []string{"CFLAGS", "CXXFLAGS"} {
-		if _, set := senv[k]; !set && getenvFrom(s.env, k) == s.mapFlag {
+		if _, set := senv[k]; !set && toolchain.GetenvFrom(s.env, k) == s.mapFlag {
 			todo = append(todo, k)
 		}
 	}
@@ -485,13 +412,13 @@ func (s *stepEnv) logf(step, format string, args ...any) {
 // command runs a plain command in the tree, with PREFIX (final path), DESTDIR and SRC set:
 // the program itself, not a shell, so each argument arrives as written.
 func (s *stepEnv) command(ctx context.Context, i int, st *recipes.CommandStep, vars map[string]string) error {
-	senv, err := expandMap(st.Env, vars)
+	senv, err := envsh.ExpandMap(st.Env, vars)
 	if err != nil {
 		return fmt.Errorf("build %s: command env: %w", s.component, err)
 	}
 	args := make([]string, len(st.Run))
 	for j, a := range st.Run {
-		if args[j], err = expand(a, vars); err != nil {
+		if args[j], err = envsh.Expand(a, vars); err != nil {
 			return fmt.Errorf("build %s: command: %w", s.component, err)
 		}
 	}
@@ -500,7 +427,7 @@ func (s *stepEnv) command(ctx context.Context, i int, st *recipes.CommandStep, v
 	if err != nil {
 		return fmt.Errorf("build %s: command dir: %w", s.component, err)
 	}
-	return s.run(ctx, fmt.Sprintf("%02d-command", i), dir, withEnv(s.env, senv), args[0], args[1:]...)
+	return s.run(ctx, fmt.Sprintf("%02d-command", i), dir, envsh.WithEnv(s.env, senv), args[0], args[1:]...)
 }
 
 // copyTests copies the component's declared test files from its patched tree into

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/epbuild/epbuild/builder/verify"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -129,7 +132,7 @@ func TestCMakeValuesReachTheCompilerLiterally(t *testing.T) {
 	s := newTestStep(t, false)
 	st := &recipes.CMakeStep{Options: map[string]string{"CMAKE_C_FLAGS": shWord("-DX=$HOME")}}
 	err := s.cmake(context.Background(), 0, st, nil)
-	var pe *PreflightError
+	var pe *toolchain.PreflightError
 	if !errors.As(err, &pe) || pe.ExitCode() != 3 || !strings.Contains(err.Error(), "ninja") {
 		t.Fatalf("a $ flag without Ninja: %v", err)
 	}
@@ -222,10 +225,10 @@ func TestCheckFilesStayInThePrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	rel, _ := filepath.Rel(prefix, filepath.Join(outside, "secret"))
-	pc := &PlanComponent{Component: recipes.Component{Name: "c", Checks: []recipes.Check{
+	pc := &plan.PlanComponent{Component: recipes.Component{Name: "c", Checks: []recipes.Check{
 		{File: filepath.ToSlash(rel)}, {File: "/etc/passwd"}, {File: "lib/libescape.so"}, {File: "lib/libalias.so"}, {File: "lib/lib*.so"},
 	}}}
-	res := checkComponent(context.Background(), Checks(), check.Staged, &Subject{Component: pc, Root: prefix})
+	res := verify.CheckComponent(context.Background(), verify.Checks(), check.Staged, &verify.Subject{Component: pc, Root: prefix})
 	want := []string{"fail", "fail", "fail", "pass", "pass"}
 	if len(res) != len(want) {
 		t.Fatalf("results %+v", res)
@@ -285,5 +288,23 @@ func TestPythonStepKeepsInterpreterCFLAGS(t *testing.T) {
 				t.Errorf("setup.py saw CFLAGS, CXXFLAGS %q; want %q, %q", got, tc.want, sys+" "+mapFlag)
 			}
 		})
+	}
+}
+
+func TestTailFileNamesFirstErrors(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("nvcc -c internode.cu\n")
+	b.WriteString("nvlink error   : Undefined reference to 'nvshmemi_ibgda_device_state_d' in 'internode.o'\n")
+	for i := 0; i < 100; i++ {
+		b.WriteString("  File \"x.py\", line 1, in run\n")
+	}
+	b.WriteString("RuntimeError: Error compiling objects for extension\n")
+	p := filepath.Join(t.TempDir(), "log")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tail := tailFile(p, 40)
+	if !strings.Contains(tail, "Undefined reference to 'nvshmemi_ibgda_device_state_d'") || !strings.HasSuffix(tail, "Error compiling objects for extension") {
+		t.Errorf("tail lacks the cause or the end:\n%s", tail)
 	}
 }

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 	"github.com/epbuild/epbuild/recipes/lock"
 )
@@ -55,7 +58,7 @@ func TestBuildKeyHoldsTheTests(t *testing.T) {
 	key := func(tests *recipes.Tests) string {
 		cc := c
 		cc.Tests = tests
-		return (&Runner{Toolchain: &Toolchain{}}).keys(&Plan{Components: []lock.Component{cc}})["c"].build
+		return (&Runner{Toolchain: &toolchain.Toolchain{}}).keys(&plan.Plan{Components: []lock.Component{cc}})["c"].build
 	}
 	none := key(nil)
 	a := key(&recipes.Tests{Files: []string{"t.py"}, Run: []recipes.TestRun{{Name: "t", Argv: []string{"python3", "t.py"}, Timeout: "1m"}}})
@@ -63,7 +66,7 @@ func TestBuildKeyHoldsTheTests(t *testing.T) {
 	if none == "" || none == a || a == b {
 		t.Errorf("keys: none %s, a %s, b %s", none, a, b)
 	}
-	if want := Key(buildFormat, patchKey(&c), c.Version, c.Build, map[string]string{}, (&Toolchain{}).Fingerprint(), (&Runner{}).Repro.key(), ""); none != want {
+	if want := store.Key(buildFormat, patchKey(&c), c.Version, c.Build, map[string]string{}, (&toolchain.Toolchain{}).Fingerprint(), (&Runner{}).Repro.key(), ""); none != want {
 		t.Errorf("a component without tests changed its key: %s, was %s", none, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/charmbracelet/log"
 
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/patches"
 	"github.com/epbuild/epbuild/recipes"
@@ -33,7 +34,7 @@ func TestUpstreamRecipes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}

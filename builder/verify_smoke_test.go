@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/smoke"
-	"github.com/epbuild/epbuild/recipes"
 )
 
 // smokeStandIn prints what epbuild-nvshmem-smoke prints when every step passes (its
@@ -41,8 +42,8 @@ func TestVerifySmoke(t *testing.T) {
 	if rep := mustVerify(t, prefix); rep.Smoke != nil || hasSmokeRow(rep) {
 		t.Fatal("smoke rows without --smoke")
 	}
-	opts := VerifyOptions{Prefix: prefix, Smoke: true, SmokePEs: 2, SmokeTimeout: time.Minute}
-	rep, err := Verify(context.Background(), opts)
+	opts := verify.VerifyOptions{Prefix: prefix, Smoke: true, SmokePEs: 2, SmokeTimeout: time.Minute}
+	rep, err := verify.Verify(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,9 +61,9 @@ func TestVerifySmoke(t *testing.T) {
 	}
 	pinFile(t, prefix, filepath.Join("libdemo", "bin", smoke.Binary))
 	envDir := t.TempDir()
-	opts.Environ = append(CleanEnviron(os.Getenv), "SMOKE_ENV_DIR="+envDir)
+	opts.Environ = append(verify.CleanEnviron(os.Getenv), "SMOKE_ENV_DIR="+envDir)
 	opts.JobEnv = []string{"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo", "DEMO_LANE_MAPPING=9:9", "PYTHONPATH=/elsewhere", "FOO=bar"}
-	rep, err = Verify(context.Background(), opts)
+	rep, err = verify.Verify(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestVerifySmoke(t *testing.T) {
 	}
 }
 
-func hasSmokeRow(rep *VerifyReport) bool {
+func hasSmokeRow(rep *verify.VerifyReport) bool {
 	for _, c := range rep.Checks {
 		if strings.HasPrefix(c.ID, "smoke.") {
 			return true
@@ -110,48 +111,12 @@ func hasSmokeRow(rep *VerifyReport) bool {
 	return false
 }
 
-// What the build recorded is the version the ranks' NVSHMEM must have: the built
-// component's, or the wheel's from the build's toolchain.
-func TestSmokeExpect(t *testing.T) {
-	comp := func(src recipes.Source, version string) PlanComponent {
-		return PlanComponent{Component: recipes.Component{Name: "nvshmem", Version: version, Source: src}}
-	}
-	built := &verifier{m: &Manifest{Plan: &Plan{Components: []PlanComponent{
-		comp(recipes.Source{Git: &recipes.GitSource{URL: "https://github.com/NVIDIA/nvshmem"}}, "3.4.5-0")}}},
-		prefixes: map[string]string{"nvshmem": "/opt/deepep/nvshmem"}}
-	if e := built.smokeExpect(context.Background()); e.Version != "3.4.5-0" || e.LibDir != "/opt/deepep/nvshmem" {
-		t.Errorf("built NVSHMEM: %+v", e)
-	}
-	wheel := &verifier{m: &Manifest{Plan: &Plan{Components: []PlanComponent{
-		comp(recipes.Source{Python: &recipes.PythonSource{Package: "nvidia-nvshmem-cu13"}}, "")}},
-		Toolchain: &Toolchain{PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}}}},
-		prefixes: map[string]string{}, opts: VerifyOptions{Python: "python3"}}
-	if e := wheel.smokeExpect(context.Background()); e.Version != "3.4.5" || !strings.Contains(e.From, "nvidia-nvshmem-cu13") {
-		t.Errorf("wheel: %+v", e)
-	}
-	none := &verifier{m: &Manifest{Plan: &Plan{}}}
-	if e := none.smokeExpect(context.Background()); e != (smoke.Expect{}) {
-		t.Errorf("no nvshmem: %+v", e)
-	}
-}
-
-func TestSmokeEnv(t *testing.T) {
-	env, taken := smokeEnv([]string{"PATH=/bin", "NVSHMEM_DISABLE_CUDA_VMM=1", "LD_PRELOAD=/p/lib/x.so"},
-		[]string{"NVSHMEM_DISABLE_CUDA_VMM=1", "NVSHMEM_SYMMETRIC_SIZE=8G", "CUDA_VISIBLE_DEVICES=1", "LD_PRELOAD=/other.so", "FI_PROVIDER=efa"})
-	if strings.Join(taken, ",") != "CUDA_VISIBLE_DEVICES,FI_PROVIDER,NVSHMEM_SYMMETRIC_SIZE" {
-		t.Errorf("taken %v", taken)
-	}
-	if getenvFrom(env, "LD_PRELOAD") != "/p/lib/x.so" || getenvFrom(env, "NVSHMEM_SYMMETRIC_SIZE") != "8G" || getenvFrom(env, "PATH") != "/bin" {
-		t.Errorf("env %v", env)
-	}
-}
-
 // pinFile adds a file planted in an install to its manifest and the receipt's pin of the
 // manifest, as if the artifact had carried it: verify-install then runs the install's
 // programs (it runs none from a prefix whose files fail their checks).
 func pinFile(t *testing.T, prefix, rel string) {
 	t.Helper()
-	mp := filepath.Join(prefix, ManifestName)
+	mp := filepath.Join(prefix, manifest.ManifestName)
 	var m map[string]any
 	b, err := os.ReadFile(mp)
 	if err != nil {
@@ -179,7 +144,7 @@ func pinFile(t *testing.T, prefix, rel string) {
 		}
 	}
 	files = append(files, map[string]any{"path": filepath.ToSlash(rel), "type": "file", "mode": int(info.Mode().Perm()),
-		"size": len(data), "sha256": sha256Hex(data)})
+		"size": len(data), "sha256": manifest.SHA256Hex(data)})
 	sort.Slice(files, func(i, j int) bool {
 		return files[i].(map[string]any)["path"].(string) < files[j].(map[string]any)["path"].(string)
 	})
@@ -192,16 +157,16 @@ func pinFile(t *testing.T, prefix, rel string) {
 	if err := os.WriteFile(mp, nb, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := ReadReceipt(prefix)
+	r, err := manifest.ReadReceipt(prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.ManifestSHA256 = sha256Hex(nb)
+	r.ManifestSHA256 = manifest.SHA256Hex(nb)
 	rb, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(prefix, ReceiptName), append(rb, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(prefix, manifest.ReceiptName), append(rb, '\n'), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -17,9 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/verify"
+
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/embedded"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/patches/effect"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -32,9 +37,9 @@ func freshInstall(t *testing.T) string {
 	return prefix
 }
 
-func mustVerify(t *testing.T, prefix string) *VerifyReport {
+func mustVerify(t *testing.T, prefix string) *verify.VerifyReport {
 	t.Helper()
-	rep, err := Verify(context.Background(), VerifyOptions{Prefix: prefix})
+	rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: prefix})
 	if err != nil {
 		t.Fatalf("verify %s: %v", prefix, err)
 	}
@@ -42,7 +47,7 @@ func mustVerify(t *testing.T, prefix string) *VerifyReport {
 }
 
 // wantStatus fails the test unless each check has the given status.
-func wantStatus(t *testing.T, rep *VerifyReport, want map[string]string) {
+func wantStatus(t *testing.T, rep *verify.VerifyReport, want map[string]string) {
 	t.Helper()
 	for id, st := range want {
 		c, ok := rep.Check(id)
@@ -101,7 +106,7 @@ func TestVerifyDemoInstall(t *testing.T) {
 	}
 	// a job importing from the prefix writes bytecode caches into it: not a change
 	py := exec.Command("python3", "-c", "import pydemo.channel")
-	py.Env = append(CleanEnviron(os.Getenv), "PYTHONPATH="+filepath.Join(prefix, "pydemo", "python"))
+	py.Env = append(verify.CleanEnviron(os.Getenv), "PYTHONPATH="+filepath.Join(prefix, "pydemo", "python"))
 	if out, err := py.CombinedOutput(); err != nil {
 		t.Fatalf("import pydemo: %v\n%s", err, out)
 	}
@@ -181,7 +186,7 @@ func TestVerifyPlantedBytecode(t *testing.T) {
 			plant(t, prefix, cdir, c.mode)
 			// the planted file runs in a job that imports the module
 			py := exec.Command("python3", "-c", "import pydemo.channel")
-			py.Env = append(CleanEnviron(os.Getenv), "PYTHONPATH="+filepath.Join(prefix, "pydemo", "python"))
+			py.Env = append(verify.CleanEnviron(os.Getenv), "PYTHONPATH="+filepath.Join(prefix, "pydemo", "python"))
 			if out, err := py.CombinedOutput(); err != nil {
 				t.Fatalf("import pydemo: %v\n%s", err, out)
 			}
@@ -218,28 +223,6 @@ func TestVerifyPlantedBytecode(t *testing.T) {
 			t.Errorf("found %q", ch.Found)
 		}
 	})
-}
-
-func TestBytecodeSource(t *testing.T) {
-	for rel, want := range map[string]string{
-		"a/b/__pycache__/mod.cpython-312.pyc":       "a/b/mod.py cpython-312 0",
-		"a/__pycache__/mod.cpython-312.opt-2.pyc":   "a/mod.py cpython-312 2",
-		"__pycache__/top.pypy39.pyc":                "top.py pypy39 0",
-		"a/__pycache__/mod.pyc":                     "",
-		"a/__pycache__/mod.cpython-312.opt-x.pyc":   "",
-		"a/__pycache__/mod.cpython-312.opt-0.pyc":   "",
-		"a/__pycache__/.cpython-312.pyc":            "",
-		"a/__pycache__/a.b.cpython-312.opt-1.x.pyc": "",
-	} {
-		src, tag, opt, ok := bytecodeSource(rel)
-		got := ""
-		if ok {
-			got = fmt.Sprintf("%s %s %d", src, tag, opt)
-		}
-		if got != want {
-			t.Errorf("%s: %q, want %q", rel, got, want)
-		}
-	}
 }
 
 // Each kind of tampering shows as its own check, all in one report.
@@ -357,30 +340,30 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(prefix, rel), body, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		m, _, err := ReadInstalledManifest(prefix)
+		m, _, err := manifest.ReadInstalledManifest(prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range m.Files {
 			if m.Files[i].Path == rel {
-				m.Files[i].Size, m.Files[i].SHA256 = int64(len(body)), sha256Hex(body)
+				m.Files[i].Size, m.Files[i].SHA256 = int64(len(body)), manifest.SHA256Hex(body)
 			}
 		}
 		mb, _ := json.MarshalIndent(m, "", "  ")
-		if err := os.WriteFile(filepath.Join(prefix, ManifestName), mb, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(prefix, manifest.ManifestName), mb, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		wantStatus(t, mustVerify(t, prefix), map[string]string{"files": "pass", "install.receipt": "fail"})
 	})
 	t.Run("LD_PRELOAD from outside the prefix", func(t *testing.T) {
 		prefix := freshInstall(t)
-		b, err := os.ReadFile(filepath.Join(prefix, EnvName))
+		b, err := os.ReadFile(filepath.Join(prefix, manifest.EnvName))
 		if err != nil {
 			t.Fatal(err)
 		}
 		edit := fmt.Sprintf("export LD_PRELOAD='%s'\n", filepath.Join(t.TempDir(), "libnvshmem_host.so.3"))
-		b = []byte(strings.Replace(string(b), envTail, edit+envTail, 1))
-		if err := os.WriteFile(filepath.Join(prefix, EnvName), b, envMode); err != nil {
+		b = []byte(strings.Replace(string(b), envsh.EnvTail, edit+envsh.EnvTail, 1))
+		if err := os.WriteFile(filepath.Join(prefix, manifest.EnvName), b, envsh.EnvMode); err != nil {
 			t.Fatal(err)
 		}
 		rep := mustVerify(t, prefix)
@@ -420,7 +403,7 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 	}
 	editReceipt := func(field, value string) func(*testing.T, string) {
 		return func(t *testing.T, prefix string) {
-			p := filepath.Join(prefix, ReceiptName)
+			p := filepath.Join(prefix, manifest.ReceiptName)
 			var r map[string]any
 			b, _ := os.ReadFile(p)
 			if err := json.Unmarshal(b, &r); err != nil {
@@ -444,28 +427,28 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 		says   string // in the failing check's found or expected
 	}{
 		{"the receipt deleted", func(t *testing.T, p string) {
-			if err := os.Remove(filepath.Join(p, ReceiptName)); err != nil {
+			if err := os.Remove(filepath.Join(p, manifest.ReceiptName)); err != nil {
 				t.Fatal(err)
 			}
-		}, map[string]string{"install.receipt": "fail", "files.extra:bin": "fail"}, "no " + ReceiptName}, // the receipt records what install added
+		}, map[string]string{"install.receipt": "fail", "files.extra:bin": "fail"}, "no " + manifest.ReceiptName}, // the receipt records what install added
 		{"the receipt names another recipe", editReceipt("recipe", "other"), map[string]string{"install.receipt": "fail"}, `recipe "other"`},
 		{"the receipt names another epbuild", editReceipt("built_by", "v0.0.1"), map[string]string{"install.receipt": "fail"}, `built_by "v0.0.1"`},
 		{"the receipt lost its artifact", editReceipt("artifact", ""), map[string]string{"install.receipt": "fail"}, "not the receipt install writes"},
 		{"the receipt's sha256 is not one", editReceipt("sha256", "0123"), map[string]string{"install.receipt": "fail"}, `sha256 "0123" is not 64 hex digits`},
-		{"the receipt a link to a copy outside", func(t *testing.T, p string) { elsewhere(t, p, ReceiptName) },
-			map[string]string{"install.receipt": "fail", "files.type:" + ReceiptName: "fail"}, ReceiptName + " is a symlink"},
-		{"the manifest a link to a copy outside", func(t *testing.T, p string) { elsewhere(t, p, ManifestName) },
-			map[string]string{"install.manifest": "fail"}, ManifestName + " is a symlink"},
+		{"the receipt a link to a copy outside", func(t *testing.T, p string) { elsewhere(t, p, manifest.ReceiptName) },
+			map[string]string{"install.receipt": "fail", "files.type:" + manifest.ReceiptName: "fail"}, manifest.ReceiptName + " is a symlink"},
+		{"the manifest a link to a copy outside", func(t *testing.T, p string) { elsewhere(t, p, manifest.ManifestName) },
+			map[string]string{"install.manifest": "fail"}, manifest.ManifestName + " is a symlink"},
 		{"the receipt made executable", func(t *testing.T, p string) {
-			if err := os.Chmod(filepath.Join(p, ReceiptName), 0o755); err != nil {
+			if err := os.Chmod(filepath.Join(p, manifest.ReceiptName), 0o755); err != nil {
 				t.Fatal(err)
 			}
-		}, map[string]string{"install.receipt": "pass", "files.mode:" + ReceiptName: "fail"}, "mode 0755"},
+		}, map[string]string{"install.receipt": "pass", "files.mode:" + manifest.ReceiptName: "fail"}, "mode 0755"},
 		{"the manifest made group-writable", func(t *testing.T, p string) {
-			if err := os.Chmod(filepath.Join(p, ManifestName), 0o664); err != nil {
+			if err := os.Chmod(filepath.Join(p, manifest.ManifestName), 0o664); err != nil {
 				t.Fatal(err)
 			}
-		}, map[string]string{"install.manifest": "pass", "files.mode:" + ManifestName: "fail"}, "mode 0664"},
+		}, map[string]string{"install.manifest": "pass", "files.mode:" + manifest.ManifestName: "fail"}, "mode 0664"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			prefix := freshInstall(t)
@@ -474,7 +457,7 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 			wantStatus(t, rep, c.want)
 			said := false
 			for _, ch := range rep.Checks {
-				if ch.Status == "fail" && strings.Contains(ch.Found+" "+ch.Expected, c.says) && (strings.HasSuffix(ch.Read, ReceiptName) || strings.HasSuffix(ch.Read, ManifestName)) {
+				if ch.Status == "fail" && strings.Contains(ch.Found+" "+ch.Expected, c.says) && (strings.HasSuffix(ch.Read, manifest.ReceiptName) || strings.HasSuffix(ch.Read, manifest.ManifestName)) {
 					said = true
 				}
 			}
@@ -490,24 +473,24 @@ func TestVerifyManifestAndEnv(t *testing.T) {
 		if len(rep.Checks) != 1 {
 			t.Errorf("checks after a missing manifest: %+v", rep.Checks)
 		}
-		if _, err := Verify(context.Background(), VerifyOptions{Prefix: filepath.Join(prefix, "none")}); err == nil {
+		if _, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: filepath.Join(prefix, "none")}); err == nil {
 			t.Error("verify of a missing prefix gave no error")
 		}
 	})
 }
 
 func TestParseEnvScript(t *testing.T) {
-	p := &Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"A": "it's {{c.prefix}}/lib", "B": "{{c.prefix}}"}}
+	p := &plan.Plan{Recipe: "x", Key: strings.Repeat("a", 64), Env: map[string]string{"A": "it's {{c.prefix}}/lib", "B": "{{c.prefix}}"}}
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "c", "lib"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script, err := EnvScript(p, root, []string{"c"})
+	script, err := envsh.EnvScript(p, root, []string{"c"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	vars, order, baked, err := parseEnvScript(script, "/opt/x")
-	if err != nil || baked != (envBaked{}) {
+	vars, order, baked, err := envsh.ParseEnvScript(script, "/opt/x")
+	if err != nil || baked != (envsh.EnvBaked{}) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"EPBUILD_PREFIX": "/opt/x", "LD_LIBRARY_PATH": "/opt/x/c/lib", "A": "it's /opt/x/c/lib", "B": "/opt/x/c"}
@@ -520,14 +503,14 @@ func TestParseEnvScript(t *testing.T) {
 		t.Errorf("order %v", order)
 	}
 	for _, bad := range []string{"export A=$(rm -rf /)\n", "export A='open\n", "A=1\n", "source /etc/profile\n"} {
-		if _, _, _, err := parseEnvScript(bad, "/opt/x"); err == nil {
+		if _, _, _, err := envsh.ParseEnvScript(bad, "/opt/x"); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
 	}
 }
 
 func TestHostConfigFromPlans(t *testing.T) {
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,7 +536,7 @@ func TestHostConfigFromPlans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := HostConfig(p, nil, empty)
+		cfg, err := verify.HostConfig(p, nil, empty)
 		if err != nil || !tc.check(cfg) {
 			t.Errorf("%s: %+v, %v", tc.recipe, cfg, err)
 		}
@@ -564,7 +547,7 @@ func TestHostConfigFromPlans(t *testing.T) {
 	}
 	p.Env = maps.Clone(p.Env)
 	p.Env["NVSHMEM_IB_GID_INDEX"] = "three"
-	if _, err := HostConfig(p, nil, empty); err == nil {
+	if _, err := verify.HostConfig(p, nil, empty); err == nil {
 		t.Error("a GID index that is not a number gave no error")
 	}
 }
@@ -573,11 +556,11 @@ func TestHostConfigFromPlans(t *testing.T) {
 // of the demo install is detected, as exactly that problem at that path.
 func TestVerifyFilesRandomized(t *testing.T) {
 	prefix := freshInstall(t)
-	m, _, err := ReadInstalledManifest(prefix)
+	m, _, err := manifest.ReadInstalledManifest(prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Files = installedEntries(prefix, m.Files) // env.sh with the prefix install wrote in
+	m.Files = verify.InstalledEntries(prefix, m.Files) // env.sh with the prefix install wrote in
 	ctx := context.Background()
 	at := func(rel string) string { return filepath.Join(prefix, filepath.FromSlash(rel)) }
 	content := map[string][]byte{}
@@ -626,7 +609,7 @@ func TestVerifyFilesRandomized(t *testing.T) {
 	const trials = 1200
 	counts := map[string]int{}
 	for i := range trials {
-		var want []FileProblem
+		var want []manifest.FileProblem
 		var undo func()
 		switch kind := []string{"byte", "truncate", "delete", "add", "mode"}[rng.IntN(5)]; kind {
 		case "byte":
@@ -636,14 +619,14 @@ func TestVerifyFilesRandomized(t *testing.T) {
 			if err := os.WriteFile(at(e.Path), b, 0); err != nil {
 				t.Fatal(err)
 			}
-			want, undo = []FileProblem{{Path: e.Path, Kind: ProblemChanged}}, func() { _ = os.WriteFile(at(e.Path), content[e.Path], 0) }
+			want, undo = []manifest.FileProblem{{Path: e.Path, Kind: manifest.ProblemChanged}}, func() { _ = os.WriteFile(at(e.Path), content[e.Path], 0) }
 			counts[kind]++
 		case "truncate":
 			e := files[rng.IntN(len(files))]
 			if err := os.Truncate(at(e.Path), rng.Int64N(e.Size)); err != nil {
 				t.Fatal(err)
 			}
-			want, undo = []FileProblem{{Path: e.Path, Kind: ProblemChanged}}, func() { _ = os.WriteFile(at(e.Path), content[e.Path], 0) }
+			want, undo = []manifest.FileProblem{{Path: e.Path, Kind: manifest.ProblemChanged}}, func() { _ = os.WriteFile(at(e.Path), content[e.Path], 0) }
 			counts[kind]++
 		case "delete":
 			e := all[rng.IntN(len(all))]
@@ -652,7 +635,7 @@ func TestVerifyFilesRandomized(t *testing.T) {
 			}
 			for _, x := range m.Files {
 				if x.Path == e.Path || strings.HasPrefix(x.Path, e.Path+"/") {
-					want = append(want, FileProblem{Path: x.Path, Kind: ProblemMissing})
+					want = append(want, manifest.FileProblem{Path: x.Path, Kind: manifest.ProblemMissing})
 				}
 			}
 			undo = func() { restore(e.Path) }
@@ -672,7 +655,7 @@ func TestVerifyFilesRandomized(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, undo = []FileProblem{{Path: name, Kind: ProblemExtra}}, func() { _ = os.RemoveAll(at(name)) }
+			want, undo = []manifest.FileProblem{{Path: name, Kind: manifest.ProblemExtra}}, func() { _ = os.RemoveAll(at(name)) }
 			counts[kind]++
 		case "mode":
 			cands := append(slices.Clone(files), dirs...)
@@ -690,10 +673,10 @@ func TestVerifyFilesRandomized(t *testing.T) {
 			if err := os.Chmod(at(e.Path), mode); err != nil {
 				t.Fatal(err)
 			}
-			want, undo = []FileProblem{{Path: e.Path, Kind: ProblemMode}}, func() { _ = os.Chmod(at(e.Path), e.Mode) }
+			want, undo = []manifest.FileProblem{{Path: e.Path, Kind: manifest.ProblemMode}}, func() { _ = os.Chmod(at(e.Path), e.Mode) }
 			counts[kind]++
 		}
-		got, _, err := VerifyFiles(ctx, prefix, m.Files)
+		got, _, err := verify.VerifyFiles(ctx, prefix, m.Files)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -702,7 +685,7 @@ func TestVerifyFilesRandomized(t *testing.T) {
 		}
 		undo()
 		if i%100 == 99 {
-			if got, _, _ := VerifyFiles(ctx, prefix, m.Files); len(got) != 0 {
+			if got, _, _ := verify.VerifyFiles(ctx, prefix, m.Files); len(got) != 0 {
 				t.Fatalf("after trial %d the undo left %+v", i, got)
 			}
 		}
@@ -710,8 +693,8 @@ func TestVerifyFilesRandomized(t *testing.T) {
 	t.Logf("%d trials: %v", trials, counts)
 }
 
-func sameProblems(got, want []FileProblem) bool {
-	key := func(p FileProblem) string { return p.Kind + " " + p.Path }
+func sameProblems(got, want []manifest.FileProblem) bool {
+	key := func(p manifest.FileProblem) string { return p.Kind + " " + p.Path }
 	g, w := make([]string, len(got)), make([]string, len(want))
 	for i := range got {
 		g[i] = key(got[i])

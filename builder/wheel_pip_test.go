@@ -3,12 +3,16 @@ package builder
 import (
 	"errors"
 	"fmt"
+	"github.com/epbuild/epbuild/builder/verify"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -40,7 +44,7 @@ func TestWheelWithPip(t *testing.T) {
 
 	// the install's environment: pip show and importlib.metadata find the package there
 	prefix := freshInstall(t)
-	env, err := InstallEnv(prefix, CleanEnviron(os.Getenv))
+	env, err := envsh.InstallEnv(prefix, verify.CleanEnviron(os.Getenv))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +68,7 @@ func TestWheelWithPip(t *testing.T) {
 	wantStatus(t, mustVerify(t, prefix), map[string]string{"files": "pass"})
 
 	// the wheel beside the artifact, as vLLM and SGLang users install DeepEP
-	base := CleanEnviron(os.Getenv)
+	base := verify.CleanEnviron(os.Getenv)
 	if out, err := run(base, "-m", "pip", "install", "--no-deps", whl); err != nil {
 		t.Fatalf("pip install %s: %v\n%s", filepath.Base(whl), err, out)
 	}
@@ -83,7 +87,7 @@ func TestWheelWithPip(t *testing.T) {
 // build does, and nothing more (the wheel and build modules are not used); without
 // setuptools the preflight names it before any work (exit 3).
 func TestWheelPreflight(t *testing.T) {
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,13 +98,13 @@ func TestWheelPreflight(t *testing.T) {
 	if pc, _ := p.Component("pydemo"); !wantsWheel(pc) {
 		t.Fatal("the demo recipe asks for no wheel")
 	}
-	tc := &Toolchain{Python: "/usr/bin/python3", PythonVersion: "3.11.2", Setuptools: "65.5.0", GCC: "12.2.0", CMake: "3.25.1"}
-	if err := Preflight(p, tc); err != nil {
+	tc := &toolchain.Toolchain{Python: "/usr/bin/python3", PythonVersion: "3.11.2", Setuptools: "65.5.0", GCC: "12.2.0", CMake: "3.25.1"}
+	if err := toolchain.Preflight(p, tc); err != nil {
 		t.Errorf("setuptools without the wheel module: %v", err)
 	}
 	tc.Setuptools = ""
-	var pe *PreflightError
-	if err := Preflight(p, tc); !errors.As(err, &pe) || pe.ExitCode() != 3 || !strings.Contains(err.Error(), "python setuptools") {
+	var pe *toolchain.PreflightError
+	if err := toolchain.Preflight(p, tc); !errors.As(err, &pe) || pe.ExitCode() != 3 || !strings.Contains(err.Error(), "python setuptools") {
 		t.Errorf("no setuptools: %v", err)
 	}
 }

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/recipes"
 	"github.com/epbuild/epbuild/recipes/lock"
@@ -66,7 +69,7 @@ func wheelMetadata(t *testing.T, whl string) string {
 // component) requires each at the version the build recorded, so that pip refuses to
 // install it without them; the installed form is left as the build wrote it.
 func TestWheelRequiresWhatItWasBuiltAgainst(t *testing.T) {
-	res, err := NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +96,8 @@ func TestWheelRequiresWhatItWasBuiltAgainst(t *testing.T) {
 	installed := filepath.Join(prefix, "python", "pydemo-1.0.0.dist-info", "METADATA")
 	before, _ := os.ReadFile(installed)
 	out := t.TempDir()
-	pkgs := map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}, "nvidia-nccl-cu13": {Version: "2.28.9"}, "torch": {Version: "2.10.0"}}
-	wheels, err := packWheels(p, &Result{Components: []ComponentResult{{Name: "pydemo", Prefix: prefix}}}, out, 1700000000, pkgs)
+	pkgs := map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}, "nvidia-nccl-cu13": {Version: "2.28.9"}, "torch": {Version: "2.10.0"}}
+	wheels, err := packWheels(p, &Result{Components: []manifest.ComponentResult{{Name: "pydemo", Prefix: prefix}}}, out, 1700000000, pkgs)
 	if err != nil || len(wheels) != 1 {
 		t.Fatalf("packWheels: %v %v", wheels, err)
 	}
@@ -146,7 +149,7 @@ func TestWheelRequiresWhatItWasBuiltAgainst(t *testing.T) {
 	// a Python package whose version the build did not record is an error, not an
 	// unpinned requirement
 	delete(pkgs, "nvidia-nccl-cu13")
-	if _, err := packWheels(p, &Result{Components: []ComponentResult{{Name: "pydemo", Prefix: prefix}}}, t.TempDir(), 1700000000, pkgs); err == nil ||
+	if _, err := packWheels(p, &Result{Components: []manifest.ComponentResult{{Name: "pydemo", Prefix: prefix}}}, t.TempDir(), 1700000000, pkgs); err == nil ||
 		!strings.Contains(err.Error(), "nvidia-nccl-cu13") {
 		t.Errorf("an unrecorded version: %v", err)
 	}

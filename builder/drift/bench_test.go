@@ -17,6 +17,7 @@ import (
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/benchcmp"
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -39,7 +40,7 @@ func TestCompareDrift(t *testing.T) {
 		h := syntheticHistory(t, 251)
 		name, recipe, mirror, rev = "drift-synthetic", h.recipe, h.mirror, "main"
 	}
-	res, err := builder.NewResolver(lib)
+	res, err := plan.NewResolver(lib)
 	if err != nil {
 		t.Fatal(err)
 	}

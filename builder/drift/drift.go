@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/patches"
@@ -172,7 +173,7 @@ type Break struct {
 const unbounded = 1 << 30
 
 // Run tries every patch set of the plan's components on the commits opts chooses.
-func Run(ctx context.Context, p *builder.Plan, s builder.Sources, opts Options) (*Report, error) {
+func Run(ctx context.Context, p *plan.Plan, s builder.Sources, opts Options) (*Report, error) {
 	rep := &Report{Recipe: p.Recipe}
 	if _, ok := p.Component(opts.Component); opts.Component != "" && !ok {
 		return nil, &BadInput{Msg: fmt.Sprintf("--component %s: the recipe %s has no such component", opts.Component, p.Recipe)}
@@ -216,7 +217,7 @@ func (e *BadInput) Error() string { return e.Msg }
 // ExitCode marks bad input.
 func (e *BadInput) ExitCode() int { return 2 }
 
-func runComponent(ctx context.Context, c *builder.PlanComponent, url, pinned string, s builder.Sources, opts Options) (*Table, error) {
+func runComponent(ctx context.Context, c *plan.PlanComponent, url, pinned string, s builder.Sources, opts Options) (*Table, error) {
 	f, err := s.For(url)
 	if err != nil {
 		return nil, err

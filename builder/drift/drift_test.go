@@ -19,6 +19,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -191,7 +192,7 @@ patches:
 
 func (h *history) drift(t *testing.T, opts Options) *Report {
 	t.Helper()
-	res, err := builder.NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +309,7 @@ func TestDriftRanges(t *testing.T) {
 		t.Errorf("--every 4: %v", got)
 	}
 
-	res, _ := builder.NewResolver(recipes.NewLibrary())
+	res, _ := plan.NewResolver(recipes.NewLibrary())
 	plan, err := res.Resolve(h.recipe, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -332,7 +333,7 @@ func TestDriftRanges(t *testing.T) {
 // driftErr runs drift over h and returns its error.
 func (h *history) driftErr(t *testing.T, opts Options) error {
 	t.Helper()
-	res, _ := builder.NewResolver(recipes.NewLibrary())
+	res, _ := plan.NewResolver(recipes.NewLibrary())
 	plan, err := res.Resolve(h.recipe, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/verify"
 )
 
 // syntheticReport is a report of k checks, "c0".."c<k-1>", each passing, except those
@@ -190,7 +190,7 @@ func FuzzLoadReport(f *testing.F) {
 				t.Errorf("a check without id or status: %+v", c)
 			}
 		}
-		Compare([]Node{n, {Name: "mem", Report: builder.VerifyReport{Checks: []builder.VerifyCheck{{ID: "x", Status: "pass"}}}}}, Options{})
+		Compare([]Node{n, {Name: "mem", Report: verify.VerifyReport{Checks: []verify.VerifyCheck{{ID: "x", Status: "pass"}}}}}, Options{})
 	})
 }
 

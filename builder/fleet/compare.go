@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/builder/verify"
 )
 
 // Report is the fleet's comparison: one row per node that differs from the rest, on a
@@ -121,12 +121,12 @@ func facets(opt Options) []facet {
 		}, command: func(n *Node, _ string, ref *Node) string {
 			return installCommand(n, ref, opt.ArtifactDir)
 		}},
-		{name: "nvshmem", optional: true, value: checkValue("process.single-nvshmem", func(c builder.VerifyCheck) string { return c.Found }),
+		{name: "nvshmem", optional: true, value: checkValue("process.single-nvshmem", func(c verify.VerifyCheck) string { return c.Found }),
 			fix: func(n *Node, _, fleet string, _ *Node) string {
 				return fmt.Sprintf("make %s load the install's NVSHMEM (the fleet: %s): source the install's env.sh in the job (its LD_PRELOAD), "+
 					"and remove other NVSHMEM copies from its Python environment (pip uninstall nvidia-nvshmem-cu12/cu13 where the recipe builds its own)", n.Name, fleet)
 			}},
-		{name: "nccl", optional: true, value: checkValue("host.nccl.version", func(c builder.VerifyCheck) string { return c.Read }),
+		{name: "nccl", optional: true, value: checkValue("host.nccl.version", func(c verify.VerifyCheck) string { return c.Read }),
 			fix: func(n *Node, _, fleet string, _ *Node) string {
 				return fmt.Sprintf("give %s the fleet's NCCL (%s): install that version, or put it first on LD_LIBRARY_PATH", n.Name, fleet)
 			}},
@@ -213,7 +213,7 @@ func mappingOf(n *Node) string {
 }
 
 // checkValue reads a facet from one check; a skipped or absent check says nothing.
-func checkValue(id string, get func(builder.VerifyCheck) string) func(n *Node) string {
+func checkValue(id string, get func(verify.VerifyCheck) string) func(n *Node) string {
 	return func(n *Node) string {
 		c, ok := n.facts[id]
 		if !ok || c.Status == "skip" {
@@ -512,7 +512,7 @@ func compareChecks(nodes []Node, tab *table) ([]CheckSpread, []Difference, []Fle
 			}
 		}
 		if read {
-			err := n.stream(tab, nil, func(c builder.VerifyCheck) error {
+			err := n.stream(tab, nil, func(c verify.VerifyCheck) error {
 				id, ok := tab.ids[c.ID]
 				if !ok {
 					return fmt.Errorf("check %s appeared on a second read", c.ID)

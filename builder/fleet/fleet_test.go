@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/check"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +11,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
+	"github.com/epbuild/epbuild/builder/verify"
 
 	"github.com/charmbracelet/log"
 
@@ -56,7 +61,7 @@ func demoInstalls(t *testing.T) (good, missing string) {
 
 func installDemo(dir string) (string, string, error) {
 	ctx := context.Background()
-	res, err := builder.NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		return "", "", err
 	}
@@ -73,12 +78,12 @@ func installDemo(dir string) (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
-	store, err := builder.OpenStore(c.Dir())
+	st, err := store.OpenStore(c.Dir())
 	if err != nil {
 		return "", "", err
 	}
-	tc := (&builder.Prober{Getenv: os.Getenv}).Probe(ctx)
-	r := &builder.Runner{Store: store, Sources: src, Log: l, Toolchain: tc, Environ: os.Environ(), OutDir: filepath.Join(dir, "out"), Version: "test"}
+	tc := (&toolchain.Prober{Getenv: os.Getenv}).Probe(ctx)
+	r := &builder.Runner{Store: st, Sources: src, Log: l, Toolchain: tc, Environ: os.Environ(), OutDir: filepath.Join(dir, "out"), Version: "test"}
 	out, err := r.Run(ctx, p)
 	if err != nil {
 		return "", "", err
@@ -107,14 +112,14 @@ type nodeJSON struct {
 	Hostname       string `json:"hostname,omitempty"`
 	SchemaVersion  int    `json:"schema_version,omitempty"`
 	EpbuildVersion string `json:"epbuild_version,omitempty"`
-	*builder.VerifyReport
+	*verify.VerifyReport
 }
 
 // verifyNode runs the real verify-install (files, recipe checks, host checks on the
 // sysroot) and writes its JSON report to dir/file.
 func verifyNode(t *testing.T, dir, file, hostname, prefix, sysroot string) {
 	t.Helper()
-	rep, err := builder.Verify(context.Background(), builder.VerifyOptions{Prefix: prefix, Host: true, Sysroot: host.NewSysroot(sysroot)})
+	rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: prefix, Host: true, Sysroot: host.NewSysroot(sysroot)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,9 +223,9 @@ func dump(r *Report) string {
 // The facets that need a GPU node (NVSHMEM loaded in the process, NCCL at run time)
 // are compared the same way: reports made from the real types, one node changed.
 func TestFleetNCCLAndNVSHMEM(t *testing.T) {
-	base := func(nccl, nvshmem string) builder.VerifyReport {
-		return builder.VerifyReport{Prefix: "/opt/deepep", Recipe: "gcp-b200", PlanKey: strings.Repeat("ab", 32), Artifact: "gcp-b200-abababababab.tar.zst",
-			Checks: []builder.VerifyCheck{
+	base := func(nccl, nvshmem string) verify.VerifyReport {
+		return verify.VerifyReport{Prefix: "/opt/deepep", Recipe: "gcp-b200", PlanKey: strings.Repeat("ab", 32), Artifact: "gcp-b200-abababababab.tar.zst",
+			Checks: []verify.VerifyCheck{
 				{ID: "process.single-nvshmem", Status: "pass", Read: "/proc/self/maps", Found: nvshmem},
 				{ID: "host.nccl.version", Status: "pass", Read: nccl},
 			}}

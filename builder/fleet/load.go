@@ -24,9 +24,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/acceptance"
 	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/verify"
 )
 
 // Node is one node's report as read, or why there is none to read (Problem).
@@ -58,11 +58,11 @@ type Node struct {
 	testDoc   bool // the document read is an epbuild test one
 	// Report is the report's header (prefix, recipe, plan, artifact, mapping). Load leaves
 	// its Checks nil (they are read as a stream); a node built in memory may carry them.
-	Report builder.VerifyReport `json:"-"`
+	Report verify.VerifyReport `json:"-"`
 
 	tab      *table
-	checks   []idStatus                     // each check id once, in report order
-	facts    map[string]builder.VerifyCheck // the checks a facet reads
+	checks   []idStatus                    // each check id once, in report order
+	facts    map[string]verify.VerifyCheck // the checks a facet reads
 	counts   map[string]int
 	failed   bool
 	maxBytes int64
@@ -128,7 +128,7 @@ type reportFile struct {
 	SchemaVersion  json.RawMessage
 	EpbuildVersion string
 	ManifestSHA256 string
-	Report         builder.VerifyReport
+	Report         verify.VerifyReport
 	// Command and Tests are an epbuild test --json document's (command "test").
 	Command string
 	Tests   []acceptance.Result
@@ -379,14 +379,14 @@ func (c *countReader) Read(p []byte) (int, error) {
 // stream reads the node's report once: on the first read (hdr not nil) it records each
 // check's id and status in tab and the header in hdr; each, when not nil, gets every check
 // in report order. A node built in memory is streamed from its Report.Checks.
-func (n *Node) stream(tab *table, hdr *reportFile, each func(builder.VerifyCheck) error) error {
+func (n *Node) stream(tab *table, hdr *reportFile, each func(verify.VerifyCheck) error) error {
 	var seen map[int32]bool
 	if hdr != nil || n.tab != tab {
-		n.tab, n.checks, n.facts, n.counts, n.failed = tab, nil, map[string]builder.VerifyCheck{}, map[string]int{}, false
+		n.tab, n.checks, n.facts, n.counts, n.failed = tab, nil, map[string]verify.VerifyCheck{}, map[string]int{}, false
 		seen = map[int32]bool{}
 	}
 	i := 0
-	visit := func(c builder.VerifyCheck) error {
+	visit := func(c verify.VerifyCheck) error {
 		i++
 		tab.visits++
 		if c.ID == "" || c.Status == "" {
@@ -468,7 +468,7 @@ func (n *Node) stream(tab *table, hdr *reportFile, each func(builder.VerifyCheck
 // decodeReport reads a report from r as a stream of tokens: the header's fields into hdr
 // and each element of "checks", one at a time, to each. It returns the input offset where
 // it stopped, for an error's line and column.
-func decodeReport(r io.Reader, hdr *reportFile, each func(builder.VerifyCheck) error) (int64, error) {
+func decodeReport(r io.Reader, hdr *reportFile, each func(verify.VerifyCheck) error) (int64, error) {
 	dec := json.NewDecoder(r)
 	if err := expectDelim(dec, '{'); err != nil {
 		return dec.InputOffset(), err
@@ -529,7 +529,7 @@ func decodeReport(r io.Reader, hdr *reportFile, each func(builder.VerifyCheck) e
 	return dec.InputOffset(), nil
 }
 
-func decodeChecks(dec *json.Decoder, each func(builder.VerifyCheck) error) error {
+func decodeChecks(dec *json.Decoder, each func(verify.VerifyCheck) error) error {
 	t, err := dec.Token()
 	if err != nil || t == nil {
 		return err // null: no checks
@@ -538,7 +538,7 @@ func decodeChecks(dec *json.Decoder, each func(builder.VerifyCheck) error) error
 		return errors.New(`"checks" is not a list: not a verify-install --json report`)
 	}
 	for dec.More() {
-		var c builder.VerifyCheck
+		var c verify.VerifyCheck
 		if err := dec.Decode(&c); err != nil {
 			return err
 		}

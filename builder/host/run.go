@@ -48,7 +48,7 @@ func (r *Node) Pairs() []Pair { return r.pairs }
 // sysroot and yields one result; adding a host check is an entry here and its method.
 func Kinds() []check.Kind[*Node] {
 	// rules names the compatibility rule cases a check judges too: where both would
-	// report, the builder keeps this check's verdict (see builder.CheckHost).
+	// report, the builder keeps this check's verdict (see verify.CheckHost).
 	one := func(name, rules, explain string, f func(*Node) check.Result) check.Kind[*Node] {
 		return check.Kind[*Node]{Name: name, Targets: []check.Target{check.Host}, Explain: explain,
 			Run: func(_ context.Context, n *Node) []check.Result {

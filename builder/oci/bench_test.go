@@ -15,7 +15,9 @@ import (
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/benchcmp"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/oci/ocitest"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -53,7 +55,7 @@ func bigArtifact(t *testing.T, size int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := builder.NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +63,7 @@ func bigArtifact(t *testing.T, size int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := builder.Manifest{Format: builder.ManifestFormat, Epbuild: "bench", Recipe: p.Recipe, PlanKey: p.Key, Plan: p, SourceDateEpoch: 1700000000, Files: entries}
+	m := manifest.Manifest{Format: manifest.ManifestFormat, Epbuild: "bench", Recipe: p.Recipe, PlanKey: p.Key, Plan: p, SourceDateEpoch: 1700000000, Files: entries}
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +73,7 @@ func bigArtifact(t *testing.T, size int64) string {
 		t.Fatal(err)
 	}
 	if _, err := archive.PackFile(ctx, tree, art, archive.PackOptions{ModTime: time.Unix(m.SourceDateEpoch, 0),
-		Extra: []archive.File{{Name: builder.ManifestName, Mode: 0o644, Data: append(mb, '\n')}}}); err != nil {
+		Extra: []archive.File{{Name: manifest.ManifestName, Mode: 0o644, Data: append(mb, '\n')}}}); err != nil {
 		t.Fatal(err)
 	}
 	sum, err := hashFile(ctx, art)
@@ -129,7 +131,7 @@ func TestComparePushPull(t *testing.T) {
 	}
 	ctx := context.Background()
 	c := newClient(t, Options{PlainHTTP: true})
-	sum, _ := builder.SumBeside(art)
+	sum, _ := manifest.SumBeside(art)
 	run := func(name string, args ...string) benchcmp.Sample {
 		cmd := exec.Command(name, args...)
 		cmd.Dir = filepath.Dir(art)

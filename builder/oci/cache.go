@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/sign"
 )
 
@@ -37,7 +38,7 @@ func NewBuildCache(c *Client, ref string) (*BuildCache, error) {
 }
 
 // Fetch pulls the artifact of plan p into dir; nil when the repository has no tag p.Key.
-func (b *BuildCache) Fetch(ctx context.Context, p *builder.Plan, dir string) (*builder.CachedArtifact, error) {
+func (b *BuildCache) Fetch(ctx context.Context, p *plan.Plan, dir string) (*builder.CachedArtifact, error) {
 	res, err := b.Client.PullPlan(ctx, b.Repo, p.Key, dir)
 	var nf *NotFoundError
 	switch {

@@ -33,14 +33,14 @@
 //
 // Pull checks the artifact as it downloads: the download hands its buffers to two
 // goroutines (stream.go), one hashing the blob against its digest, one feeding
-// builder.CheckArtifactStream, which decompresses the archive once and hashes each entry
-// against the manifest without writing anything; push runs builder.CheckArtifact (the
+// manifest.CheckArtifactStream, which decompresses the archive once and hashes each entry
+// against the manifest without writing anything; push runs manifest.CheckArtifact (the
 // same check, reading the file once) beside the upload.
 //
 // Errors carry exit codes (ExitCode() int): *UnreachableError and *AuthError are 3 (the
 // environment lacks the registry or the credentials: a cache should log them and build
 // locally), *RefError, *PlainHTTPError, *NotFoundError, *ContentError and
-// builder.BadArtifactError are 2. A registry that is down fails at once (a refused
+// manifest.BadArtifactError are 2. A registry that is down fails at once (a refused
 // connection is not retried); 5xx and 429 are retried by oras-go's policy, timeouts are
 // not. Every exchange has a deadline (Deadlines: an answer within Response, a transfer
 // that never brings fewer than MinBytes within Window): *TimeoutError, exit 3. Every read

@@ -12,7 +12,10 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -59,7 +62,7 @@ func demoArtifact(t *testing.T) string {
 
 func buildDemo(dir string) (string, error) {
 	ctx := context.Background()
-	res, err := builder.NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		return "", err
 	}
@@ -76,12 +79,12 @@ func buildDemo(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	store, err := builder.OpenStore(c.Dir())
+	st, err := store.OpenStore(c.Dir())
 	if err != nil {
 		return "", err
 	}
-	tc := (&builder.Prober{Getenv: os.Getenv}).Probe(ctx)
-	r := &builder.Runner{Store: store, Sources: src, Log: l, Toolchain: tc, Environ: os.Environ(), OutDir: filepath.Join(dir, "out"), Version: "test"}
+	tc := (&toolchain.Prober{Getenv: os.Getenv}).Probe(ctx)
+	r := &builder.Runner{Store: st, Sources: src, Log: l, Toolchain: tc, Environ: os.Environ(), OutDir: filepath.Join(dir, "out"), Version: "test"}
 	out, err := r.Run(ctx, p)
 	if err != nil {
 		return "", err

@@ -20,6 +20,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/manifest"
 )
 
 // fakeRegistry is a misbehaving registry on 127.0.0.1: it serves one OCI manifest under
@@ -79,7 +80,7 @@ func (f *fakeRegistry) ref(t *testing.T) Ref {
 
 // demoKey is the demo artifact's plan key.
 func demoKey(t *testing.T) string {
-	m, _, _, err := builder.CheckArtifact(context.Background(), demoArtifact(t))
+	m, _, _, err := manifest.CheckArtifact(context.Background(), demoArtifact(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func demoKey(t *testing.T) string {
 func demoOCI(t *testing.T, change func([]ocispec.Descriptor)) *fakeRegistry {
 	t.Helper()
 	art := demoArtifact(t)
-	m, raw, _, err := builder.CheckArtifact(context.Background(), art)
+	m, raw, _, err := manifest.CheckArtifact(context.Background(), art)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/plan"
 )
 
 // ArtifactType is the OCI artifactType of an epbuild artifact's manifest (image-spec
@@ -82,7 +83,7 @@ type Pin struct {
 }
 
 // Pins lists the plan's sources and patch sets.
-func Pins(p *builder.Plan) []Pin {
+func Pins(p *plan.Plan) []Pin {
 	var out []Pin
 	for _, c := range p.Components {
 		pin := Pin{Component: c.Name, Version: c.Version, PatchSets: c.Patches}
@@ -99,7 +100,7 @@ func Pins(p *builder.Plan) []Pin {
 	return out
 }
 
-func pinsAnnotation(p *builder.Plan) (string, error) {
+func pinsAnnotation(p *plan.Plan) (string, error) {
 	b, err := json.Marshal(Pins(p))
 	if err != nil {
 		return "", fmt.Errorf("encode the pins of %s: %w", p.Recipe, err)

@@ -23,6 +23,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote/auth"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/oci/ocitest"
 )
 
@@ -132,7 +133,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 	if err := os.WriteFile(art+".cdx.json", sbom, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, raw, sum, err := builder.CheckArtifact(context.Background(), art)
+	m, raw, sum, err := manifest.CheckArtifact(context.Background(), art)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,12 +335,12 @@ func TestPullRunsInstallsChecks(t *testing.T) {
 	ref := mustRef(t, "oci://"+reg.Addr+"/epbuild/cache")
 
 	_, err := c.Push(ctx, bad, ref, PushOptions{})
-	var be *builder.BadArtifactError
+	var be *manifest.BadArtifactError
 	if !errors.As(err, &be) || exitCode(err) != 2 || !strings.Contains(err.Error(), "channel.py") {
 		t.Fatalf("push of an artifact that differs from its manifest: %v", err)
 	}
 
-	m, raw, _, err := builder.CheckArtifact(ctx, art)
+	m, raw, _, err := manifest.CheckArtifact(ctx, art)
 	if err != nil {
 		t.Fatal(err)
 	}

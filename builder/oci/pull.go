@@ -17,6 +17,8 @@ import (
 	"oras.land/oras-go/v2/registry/remote"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/recipes/userfile"
 )
@@ -39,7 +41,7 @@ type PullResult struct {
 	// (--allow-unsigned).
 	SignedBy string `json:"signed_by,omitempty"`
 	// Manifest is the artifact's manifest, as checked.
-	Manifest *builder.Manifest `json:"-"`
+	Manifest *manifest.Manifest `json:"-"`
 }
 
 // maxManifest bounds the OCI manifest read into memory; an epbuild one is about 2 KiB.
@@ -172,7 +174,7 @@ func isPlanKey(s string) bool {
 //
 // It checks the artifact before anything appears there: its signature (checkSignature),
 // every layer against its digest and the size the OCI manifest declares; the artifact,
-// as it downloads, with install's checks (builder.CheckArtifactStream: every entry
+// as it downloads, with install's checks (manifest.CheckArtifactStream: every entry
 // against the manifest the artifact carries, in one pass that writes nothing but the
 // download); the .sha256 against the artifact's digest, the manifest layer against the
 // manifest inside, each wheel against the manifest's record of it, and the annotations
@@ -263,7 +265,7 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (res *PullResult
 		suffixes = append(suffixes, l.Suffix)
 		res.Layers = append(res.Layers, layerResult(d, false))
 	}
-	sum, _ := builder.SumBeside(art)
+	sum, _ := manifest.SumBeside(art)
 	if sum != artDesc.Digest.Encoded() {
 		return nil, &ContentError{Ref: ref, What: name + ".sha256", Err: fmt.Errorf("says %q, the artifact layer is %s", sum, artDesc.Digest)}
 	}
@@ -331,14 +333,14 @@ const stagedArtifact = "artifact.tar.zst"
 
 // artifactNameOf is the file name of the artifact whose checked manifest is m, as
 // epbuild recipe names it: both parts must be usable in a file name.
-func artifactNameOf(m *builder.Manifest) (string, error) {
+func artifactNameOf(m *manifest.Manifest) (string, error) {
 	if err := quote.Name("recipe name in the artifact's manifest", m.Recipe); err != nil {
 		return "", err
 	}
 	if !isPlanKey(m.PlanKey) {
 		return "", fmt.Errorf("the plan key in the artifact's manifest, %q, is not 64 lowercase hex digits", m.PlanKey)
 	}
-	return builder.ArtifactName(&builder.Plan{Recipe: m.Recipe, Key: m.PlanKey}), nil
+	return builder.ArtifactName(&plan.Plan{Recipe: m.Recipe, Key: m.PlanKey}), nil
 }
 
 // mkdirAll is os.MkdirAll that says which directories it made, outermost first, so
@@ -363,14 +365,14 @@ func mkdirAll(dir string) ([]string, error) {
 
 // fetchArtifact downloads the artifact layer to path and checks it as it arrives: the
 // download hands what it reads to two goroutines beside it (fanOut), one hashing the
-// blob against its digest, one running install's checks (builder.CheckArtifactStream:
+// blob against its digest, one running install's checks (manifest.CheckArtifactStream:
 // every entry decompressed once and hashed against the manifest the artifact carries,
 // nothing written). The download reads at most the size the OCI manifest declares (and
 // one byte more, to see that there is no more); it stops as soon as the checks fail, so
 // that a registry streaming something else fills no disk. Its own verdict comes first,
 // then the digest's, then the checks': bytes other than the digest names are called
 // that, rather than a damaged archive. title names the layer in errors.
-func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref Ref, d ocispec.Descriptor, path, title string) (*builder.Manifest, []byte, error) {
+func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref Ref, d ocispec.Descriptor, path, title string) (*manifest.Manifest, []byte, error) {
 	if err := d.Digest.Validate(); err != nil {
 		return nil, nil, &ContentError{Ref: ref, What: "the OCI manifest", Err: fmt.Errorf("layer %s: %w", title, err)}
 	}
@@ -396,14 +398,14 @@ func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref
 		hashed <- err
 	}()
 	type verdict struct {
-		m   *builder.Manifest
+		m   *manifest.Manifest
 		raw []byte
 		err error
 	}
 	checked := make(chan verdict, 1)
 	go func() {
 		r := fan.reader(1)
-		m, raw, err := builder.CheckArtifactStream(ctx, r, title, d.Size)
+		m, raw, err := manifest.CheckArtifactStream(ctx, r, title, d.Size)
 		if err != nil {
 			stop(errCheckFailed)
 		}
@@ -428,7 +430,7 @@ func (c *Client) fetchArtifact(ctx context.Context, repo *remote.Repository, ref
 	if err != nil {
 		return nil, nil, blobError(ref, title, d, err)
 	}
-	var be *builder.BadArtifactError
+	var be *manifest.BadArtifactError
 	if errors.As(v.err, &be) {
 		return nil, nil, &ContentError{Ref: ref, What: title, Err: fmt.Errorf("the artifact is unusable%s: %w", stopped, be.Err)}
 	}
@@ -452,11 +454,11 @@ type stagedWheel struct {
 // against the manifest's record of that wheel (name, size, sha256); the file name is the
 // manifest's. A manifest wheel the OCI artifact does not carry is logged: the artifact
 // was pushed without it.
-func (c *Client) fetchWheels(ctx context.Context, repo *remote.Repository, ref Ref, f *fetched, m *builder.Manifest, tmp string) ([]stagedWheel, error) {
+func (c *Client) fetchWheels(ctx context.Context, repo *remote.Repository, ref Ref, f *fetched, m *manifest.Manifest, tmp string) ([]stagedWheel, error) {
 	if len(f.wheels) == 0 && len(m.Wheels) == 0 {
 		return nil, nil
 	}
-	want := map[string]builder.WheelFile{}
+	want := map[string]manifest.WheelFile{}
 	for _, w := range m.Wheels {
 		want[w.File] = w
 	}

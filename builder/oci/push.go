@@ -20,8 +20,8 @@ import (
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/registry/remote"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/sign"
 	"github.com/epbuild/epbuild/recipes/userfile"
 )
@@ -69,7 +69,7 @@ type LayerResult struct {
 // when beside it) and its .sha256, as one OCI artifact in ref's repository, tagged with
 // the plan key (and with ref's tag too, when it has one).
 //
-// The artifact gets install's checks (builder.CheckArtifact) while its blob uploads; the
+// The artifact gets install's checks (manifest.CheckArtifact) while its blob uploads; the
 // OCI manifest, which is what makes the upload visible under a tag, is pushed only when
 // both succeeded. A registry that already has a blob is not sent it again. The OCI
 // manifest is reproducible: its created time is SOURCE_DATE_EPOCH or the artifact's own.
@@ -79,18 +79,18 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 	}
 	art, err := filepath.Abs(path)
 	if err != nil {
-		return nil, &builder.BadArtifactError{Artifact: path, Err: err}
+		return nil, &manifest.BadArtifactError{Artifact: path, Err: err}
 	}
 	name := filepath.Base(art)
 	if !strings.HasSuffix(name, artifactSuffix) || !plainName(name) {
-		return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact name (<recipe>-<plan>%s)", artifactSuffix)}
+		return nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("not an epbuild artifact name (<recipe>-<plan>%s)", artifactSuffix)}
 	}
 	st, err := os.Stat(art)
 	if err != nil || !st.Mode().IsRegular() {
 		if err == nil {
 			err = errors.New("not a regular file")
 		}
-		return nil, &builder.BadArtifactError{Artifact: art, Err: err}
+		return nil, &manifest.BadArtifactError{Artifact: art, Err: err}
 	}
 	repo, err := c.repository(ref)
 	if err != nil {
@@ -101,7 +101,7 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 	// registry's (a damaged file is better named by its .sha256 than by DIGEST_INVALID).
 	var (
 		wg                 sync.WaitGroup
-		m                  *builder.Manifest
+		m                  *manifest.Manifest
 		raw                []byte
 		checkErr, upErr    error
 		artDesc            ocispec.Descriptor
@@ -112,7 +112,7 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 	defer stopUp()
 	defer stopChck()
 	wg.Go(func() {
-		m, raw, _, checkErr = builder.CheckArtifact(checkCtx, art)
+		m, raw, _, checkErr = manifest.CheckArtifact(checkCtx, art)
 		if checkErr != nil {
 			stopUp()
 		}
@@ -189,7 +189,7 @@ func (c *Client) Push(ctx context.Context, path string, ref Ref, opts PushOption
 		AnnotationArtifact:        name,
 	}
 	if !validTag(m.PlanKey) {
-		return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("its plan key %q cannot be an OCI tag", m.PlanKey)}
+		return nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("its plan key %q cannot be an OCI tag", m.PlanKey)}
 	}
 	desc, err := oras.PackManifest(ctx, tagPusher{Repository: repo, tag: m.PlanKey}, oras.PackManifestVersion1_1, ArtifactType,
 		oras.PackManifestOptions{Layers: layers, ManifestAnnotations: ann})
@@ -238,7 +238,7 @@ func layerResult(d ocispec.Descriptor, existed bool) LayerResult {
 // .sha256 when there is one (the registry verifies what it receives against it, and the
 // check beside this verifies the file against it), else the file's hash.
 func (c *Client) pushArtifactBlob(ctx context.Context, repo *remote.Repository, art string, size int64) (ocispec.Descriptor, bool, error) {
-	sum, err := builder.SumBeside(art) // an error is the check's to report
+	sum, err := manifest.SumBeside(art) // an error is the check's to report
 	if err != nil || sum == "" {
 		if sum, err = hashFile(ctx, art); err != nil {
 			return ocispec.Descriptor{}, false, err
@@ -275,7 +275,7 @@ const maxSidecar = 64 << 20
 
 // sidecar returns the bytes of layer l of the artifact at art: its file beside the
 // artifact, or what push generates; nil for an optional layer with no file.
-func (c *Client) sidecar(art string, l Layer, manifest []byte, sum digest.Digest) ([]byte, error) {
+func (c *Client) sidecar(art string, l Layer, manifestJSON []byte, sum digest.Digest) ([]byte, error) {
 	p := art + l.Suffix
 	limit := int64(maxSidecar)
 	if l.MediaType == MediaTypeSHA256 {
@@ -285,7 +285,7 @@ func (c *Client) sidecar(art string, l Layer, manifest []byte, sum digest.Digest
 	b, err := userfile.ReadFile(p, limit)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && l.MediaType == MediaTypeManifest:
-		return manifest, nil
+		return manifestJSON, nil
 	case errors.Is(err, fs.ErrNotExist) && l.MediaType == MediaTypeSHA256:
 		return []byte(sum.Encoded() + "  " + filepath.Base(art) + "\n"), nil
 	case errors.Is(err, fs.ErrNotExist):
@@ -295,16 +295,16 @@ func (c *Client) sidecar(art string, l Layer, manifest []byte, sum digest.Digest
 		if errors.As(err, &nr) {
 			nr.Fix = "push sends the file beside the artifact; remove it, or put the file itself there"
 		}
-		return nil, &builder.BadArtifactError{Artifact: art, Err: err}
+		return nil, &manifest.BadArtifactError{Artifact: art, Err: err}
 	}
 	switch l.MediaType {
 	case MediaTypeManifest:
-		if !bytes.Equal(b, manifest) {
-			return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("%s differs from the manifest.json inside the artifact: remove it or copy it again", filepath.Base(p))}
+		if !bytes.Equal(b, manifestJSON) {
+			return nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("%s differs from the manifest.json inside the artifact: remove it or copy it again", filepath.Base(p))}
 		}
 	case MediaTypeSBOM:
 		if !json.Valid(b) {
-			return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("%s is not JSON: regenerate the SBOM", filepath.Base(p))}
+			return nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("%s is not JSON: regenerate the SBOM", filepath.Base(p))}
 		}
 	}
 	return b, nil
@@ -320,14 +320,14 @@ type pushedWheel struct {
 // manifest's record (size and sha256) first. A wheel that is not there is logged and
 // left out: pull then says so, and a build cache builds rather than serve an artifact
 // without its wheels.
-func (c *Client) pushWheels(ctx context.Context, repo *remote.Repository, ref Ref, art string, m *builder.Manifest) ([]pushedWheel, error) {
+func (c *Client) pushWheels(ctx context.Context, repo *remote.Repository, ref Ref, art string, m *manifest.Manifest) ([]pushedWheel, error) {
 	name := filepath.Base(art)
 	var out []pushedWheel
 	for _, w := range m.Wheels {
 		title := wheelTitle(name, w.File)
 		p := filepath.Join(filepath.Dir(art), filepath.FromSlash(title))
 		if !plainName(w.File) {
-			return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("its manifest lists a wheel %q that is not a plain file name", w.File)}
+			return nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("its manifest lists a wheel %q that is not a plain file name", w.File)}
 		}
 		st, err := os.Stat(p)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -338,14 +338,14 @@ func (c *Client) pushWheels(ctx context.Context, repo *remote.Repository, ref Re
 			if err == nil {
 				err = errors.New("not a regular file")
 			}
-			return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("wheel %s: %w", title, err)}
+			return nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("wheel %s: %w", title, err)}
 		}
 		sum, err := hashFile(ctx, p)
 		if err != nil {
 			return nil, err
 		}
 		if sum != w.SHA256 || st.Size() != w.Size {
-			return nil, &builder.BadArtifactError{Artifact: art, Err: fmt.Errorf("wheel %s: %d bytes, sha256 %s; the manifest records %d bytes, sha256 %s: copy the wheel directory again with the artifact",
+			return nil, &manifest.BadArtifactError{Artifact: art, Err: fmt.Errorf("wheel %s: %d bytes, sha256 %s; the manifest records %d bytes, sha256 %s: copy the wheel directory again with the artifact",
 				title, st.Size(), sum, w.Size, w.SHA256)}
 		}
 		d := ocispec.Descriptor{MediaType: MediaTypeWheel, Digest: digest.NewDigestFromEncoded(digest.SHA256, sum), Size: w.Size,

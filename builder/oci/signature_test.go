@@ -12,8 +12,8 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/oci/ocitest"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/sign"
 )
 
@@ -78,7 +78,7 @@ func TestPullChecksSignatures(t *testing.T) {
 			assertNothingLeft(t, out)
 			// the build cache does not take it either
 			bc := &BuildCache{Client: strict, Repo: ref}
-			if got, err := bc.Fetch(ctx, &builder.Plan{Recipe: pushed.Recipe, Key: pushed.PlanKey}, t.TempDir()); got != nil || !errors.As(err, &se) {
+			if got, err := bc.Fetch(ctx, &plan.Plan{Recipe: pushed.Recipe, Key: pushed.PlanKey}, t.TempDir()); got != nil || !errors.As(err, &se) {
 				t.Errorf("the build cache took a %s artifact: %v %v", tc.name, got, err)
 			}
 			// --allow-unsigned takes it

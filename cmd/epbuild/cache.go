@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/cachegc"
 	"github.com/epbuild/epbuild/builder/quote"
 )
 
@@ -57,17 +57,17 @@ func newCacheLsCmd(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ents, err := builder.CacheList(dir)
+			ents, err := cachegc.CacheList(dir)
 			if err != nil {
 				return err
 			}
 			if asJSON {
 				if ents == nil {
-					ents = []builder.CacheEntry{}
+					ents = []cachegc.CacheEntry{}
 				}
 				return app.printJSON(nil, struct {
 					Dir     string               `json:"dir"`
-					Entries []builder.CacheEntry `json:"entries"`
+					Entries []cachegc.CacheEntry `json:"entries"`
 				}{dir, ents})
 			}
 			tw := tabwriter.NewWriter(app.Out, 0, 4, 2, ' ', 0)
@@ -96,7 +96,7 @@ and archives, stage outputs, temporary directories, log directories).`,
 			if err != nil {
 				return err
 			}
-			u, err := builder.CacheDU(dir)
+			u, err := cachegc.CacheDU(dir)
 			if err != nil {
 				return err
 			}
@@ -151,7 +151,7 @@ the locks of what it makes or fetches, and gc keeps those (listed as kept).
 			if err != nil {
 				return err
 			}
-			rep, err := builder.CacheGC(cmd.Context(), dir, builder.GCOptions{OlderThan: d, Now: timeNow()})
+			rep, err := cachegc.CacheGC(cmd.Context(), dir, cachegc.GCOptions{OlderThan: d, Now: timeNow()})
 			if err != nil {
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
@@ -60,7 +61,7 @@ nvshmem.header-version), which decide what the version label cannot.
 				return usageError{errors.New("compat check takes a RECIPE (with --set overrides) or --prefix DIR (an install), one of them")}
 			}
 			var (
-				plan    *builder.Plan
+				plan    *plan.Plan
 				fs      []compat.Finding
 				verdict error
 				stage   = compat.StagePlan

@@ -20,7 +20,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -251,13 +251,13 @@ func link(name, target string) tarEntry {
 // written outside the staging area and nothing left beside the prefix.
 func TestHostileInstallArchives(t *testing.T) {
 	good := readArtifact(t, demoArtifact(t))
-	var manifest []byte
+	var manifestJSON []byte
 	for _, e := range good {
-		if e.hdr.Name == builder.ManifestName {
-			manifest = e.data
+		if e.hdr.Name == manifest.ManifestName {
+			manifestJSON = e.data
 		}
 	}
-	if manifest == nil {
+	if manifestJSON == nil {
 		t.Fatal("the demo artifact has no manifest")
 	}
 	cn := newCanary(t)
@@ -286,7 +286,7 @@ func TestHostileInstallArchives(t *testing.T) {
 			return replaced("pydemo/python/pydemo/channel.py", make([]byte, 4<<20))
 		}, "it holds more than its manifest declares"},
 		{"a second, different manifest", func(string) []tarEntry {
-			return with(reg(builder.ManifestName, bytes.Replace(manifest, []byte(`"demo"`), []byte(`"dem0"`), 1)))
+			return with(reg(manifest.ManifestName, bytes.Replace(manifestJSON, []byte(`"demo"`), []byte(`"dem0"`), 1)))
 		}, "it holds more than one manifest.json"},
 		{"a path out of the tree", func(prefix string) []tarEntry {
 			return with(reg(canaryRel(filepath.Dir(prefix)), []byte("pwned\n")))
@@ -301,8 +301,8 @@ func TestHostileInstallArchives(t *testing.T) {
 		{"manifest.json is a symlink", func(string) []tarEntry {
 			out := append([]tarEntry{}, good...)
 			for i := range out {
-				if out[i].hdr.Name == builder.ManifestName {
-					out[i] = link(builder.ManifestName, cn.path)
+				if out[i].hdr.Name == manifest.ManifestName {
+					out[i] = link(manifest.ManifestName, cn.path)
 				}
 			}
 			return out
@@ -322,13 +322,13 @@ func TestHostileInstallArchives(t *testing.T) {
 			if code, o, e := run(t, env, "install", demoArtifact(t), "--prefix", prefix); code != 0 {
 				t.Fatalf("install the good artifact: exit %d\n%s%s", code, o, e)
 			}
-			receipt, _ := os.ReadFile(filepath.Join(prefix, builder.ReceiptName))
+			receipt, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName))
 			art := filepath.Join(t.TempDir(), filepath.Base(demoArtifact(t)))
 			writeTar(t, art, c.entries(prefix), false)
 			code, o, e := run(t, env, "install", art, "--prefix", prefix)
 			expect(t, "install", code, 2, o, e, c.want, "nothing was installed")
 			cn.intact(t)
-			if got, _ := os.ReadFile(filepath.Join(prefix, builder.ReceiptName)); !bytes.Equal(got, receipt) {
+			if got, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName)); !bytes.Equal(got, receipt) {
 				t.Errorf("the prefix's receipt changed")
 			}
 			if code, o, e := run(t, env, "verify-install", "--prefix", prefix); code != 0 {
@@ -470,25 +470,25 @@ func TestHostileInstalledTrees(t *testing.T) {
 			plantBytecode(t, filepath.Join(p, file), filepath.Join(p, pyc), pwned, "TIMESTAMP")
 		}, "FAIL files.bytecode:" + pyc, 0, []string{"its code is not what compiling the source gives"}},
 		{"the receipt deleted", func(t *testing.T, p string) {
-			if err := os.Remove(filepath.Join(p, builder.ReceiptName)); err != nil {
+			if err := os.Remove(filepath.Join(p, manifest.ReceiptName)); err != nil {
 				t.Fatal(err)
 			}
-		}, "FAIL install.receipt", 2, []string{"no " + builder.ReceiptName + " in PREFIX"}},
+		}, "FAIL install.receipt", 2, []string{"no " + manifest.ReceiptName + " in PREFIX"}},
 		{"the receipt edited", func(t *testing.T, p string) {
-			b, _ := os.ReadFile(filepath.Join(p, builder.ReceiptName))
-			if err := os.WriteFile(filepath.Join(p, builder.ReceiptName), bytes.Replace(b, []byte(`"recipe": "demo"`), []byte(`"recipe": "gcp-b200"`), 1), 0o644); err != nil {
+			b, _ := os.ReadFile(filepath.Join(p, manifest.ReceiptName))
+			if err := os.WriteFile(filepath.Join(p, manifest.ReceiptName), bytes.Replace(b, []byte(`"recipe": "demo"`), []byte(`"recipe": "gcp-b200"`), 1), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}, "FAIL install.receipt", 0, []string{`recipe "gcp-b200", the manifest's is "demo"`}},
-		{"the receipt a link to an identical copy outside", elsewhere(builder.ReceiptName),
-			"FAIL install.receipt", 2, []string{filepath.Join("PREFIX", builder.ReceiptName) + " is a symlink"}},
-		{"the manifest a link to an identical copy outside", elsewhere(builder.ManifestName),
-			"FAIL install.manifest", 2, []string{filepath.Join("PREFIX", builder.ManifestName) + " is a symlink"}},
-		{"the receipt made executable", chmod(builder.ReceiptName, 0o755), "FAIL files.mode:" + builder.ReceiptName, 0, []string{"chmod 0644 " + filepath.Join("PREFIX", builder.ReceiptName)}},
-		{"the manifest made executable", chmod(builder.ManifestName, 0o755), "FAIL files.mode:" + builder.ManifestName, 0, []string{"chmod 0644 " + filepath.Join("PREFIX", builder.ManifestName)}},
+		{"the receipt a link to an identical copy outside", elsewhere(manifest.ReceiptName),
+			"FAIL install.receipt", 2, []string{filepath.Join("PREFIX", manifest.ReceiptName) + " is a symlink"}},
+		{"the manifest a link to an identical copy outside", elsewhere(manifest.ManifestName),
+			"FAIL install.manifest", 2, []string{filepath.Join("PREFIX", manifest.ManifestName) + " is a symlink"}},
+		{"the receipt made executable", chmod(manifest.ReceiptName, 0o755), "FAIL files.mode:" + manifest.ReceiptName, 0, []string{"chmod 0644 " + filepath.Join("PREFIX", manifest.ReceiptName)}},
+		{"the manifest made executable", chmod(manifest.ManifestName, 0o755), "FAIL files.mode:" + manifest.ManifestName, 0, []string{"chmod 0644 " + filepath.Join("PREFIX", manifest.ManifestName)}},
 		{"the manifest edited", func(t *testing.T, p string) {
-			b, _ := os.ReadFile(filepath.Join(p, builder.ManifestName))
-			if err := os.WriteFile(filepath.Join(p, builder.ManifestName), bytes.Replace(b, []byte(`"demo"`), []byte(`"dem0"`), 1), 0o644); err != nil {
+			b, _ := os.ReadFile(filepath.Join(p, manifest.ManifestName))
+			if err := os.WriteFile(filepath.Join(p, manifest.ManifestName), bytes.Replace(b, []byte(`"demo"`), []byte(`"dem0"`), 1), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}, "FAIL install.receipt", 2, nil},

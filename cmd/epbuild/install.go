@@ -16,9 +16,14 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/smoke"
+	"github.com/epbuild/epbuild/builder/verify"
 )
 
 func newInstallCmd(app *App) *cobra.Command {
@@ -66,7 +71,7 @@ needed is named).`,
 			}
 			res, err := builder.Install(cmd.Context(), builder.InstallOptions{
 				Artifact: args[0], Prefix: prefix, KeepPrevious: keep, Version: version, Log: app.Log, Self: self,
-				Verify: builder.VerifyOptions{Python: python, Environ: builder.CleanEnviron(app.Getenv)},
+				Verify: verify.VerifyOptions{Python: python, Environ: verify.CleanEnviron(app.Getenv)},
 			})
 			var ve *builder.InstallVerifyError
 			if errors.As(err, &ve) && ve.Report != nil {
@@ -94,7 +99,7 @@ needed is named).`,
 			for _, n := range res.Notes {
 				fmt.Fprintf(app.Out, "note      %s\n", quote.Term(n))
 			}
-			envsh := quote.Shell(filepath.Join(res.Prefix, builder.EnvName))
+			envsh := quote.Shell(filepath.Join(res.Prefix, manifest.EnvName))
 			fmt.Fprintf(app.Out, "use it:   . %s\n", envsh)
 			fmt.Fprintf(app.Out, "on nodes: . %s && epbuild verify-install --host\n", envsh)
 			return nil
@@ -180,13 +185,13 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 			if err != nil {
 				self = "" // install.epbuild then says it did not compare
 			}
-			opts := builder.VerifyOptions{Prefix: prefix, Python: python, Environ: builder.CleanEnviron(app.Getenv), Self: self, Version: version,
+			opts := verify.VerifyOptions{Prefix: prefix, Python: python, Environ: verify.CleanEnviron(app.Getenv), Self: self, Version: version,
 				Host: hostOn, Sysroot: sys, JobEnv: os.Environ(), HostsFile: hosts,
 				Smoke: smokeOn, SmokePEs: pes, SmokeTimeout: timeout}
 			if traffic {
 				opts.Traffic = app.trafficCommand(prefix, args)
 			}
-			rep, err := builder.Verify(cmd.Context(), opts)
+			rep, err := verify.Verify(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
@@ -228,7 +233,7 @@ const maxSmokePEs = 256
 // on stderr so that stdout stays the report.
 func (app *App) trafficCommand(prefix string, args []string) func(context.Context) error {
 	return func(ctx context.Context) error {
-		env, err := builder.InstallEnv(prefix, os.Environ())
+		env, err := envsh.InstallEnv(prefix, os.Environ())
 		if err != nil {
 			return err
 		}
@@ -243,7 +248,7 @@ func (app *App) trafficCommand(prefix string, args []string) func(context.Contex
 	}
 }
 
-func verifySummary(r *builder.VerifyReport) string {
+func verifySummary(r *verify.VerifyReport) string {
 	n := r.Counts()
 	return fmt.Sprintf("%d pass, %d warn, %d fail, %d skip", n["pass"], n["warn"], n["fail"], n["skip"])
 }
@@ -253,7 +258,7 @@ const maxFound = 100
 
 // writeReport prints the checks as a table, then the details of each failure and warning,
 // then the mapping line the host checks computed.
-func writeReport(w io.Writer, r *builder.VerifyReport) {
+func writeReport(w io.Writer, r *verify.VerifyReport) {
 	fmt.Fprintf(w, "verify-install %s", r.Prefix)
 	if r.Recipe != "" {
 		fmt.Fprintf(w, " (recipe %s, plan %s)", r.Recipe, r.PlanKey[:min(12, len(r.PlanKey))])
@@ -332,7 +337,7 @@ same checks, the same results, without the node.`,
 			if err := host.Capture(cmd.Context(), sys, cfg, &buf); err != nil {
 				return err
 			}
-			if err := builder.WriteFileAtomic(args[0], buf.Bytes()); err != nil {
+			if err := disk.WriteFileAtomic(args[0], buf.Bytes()); err != nil {
 				return err
 			}
 			if capJSON {
@@ -372,7 +377,7 @@ recipe or host list that cannot be read.
 				return err
 			}
 			defer done()
-			rep, err := builder.CheckHost(cmd.Context(), opts)
+			rep, err := verify.CheckHost(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
@@ -417,7 +422,7 @@ func (f *hostFlags) add(cmd *cobra.Command) {
 
 // options says what the host checks ask of this host: the recipe's runtime settings
 // (--recipe), else the plan of the install at --prefix, else nothing recipe-specific.
-func (f *hostFlags) options(app *App) (opts builder.HostOptions, done func(), err error) {
+func (f *hostFlags) options(app *App) (opts verify.HostOptions, done func(), err error) {
 	sys, done, err := host.OpenSysroot(f.sysroot)
 	if err != nil {
 		return opts, done, err
@@ -427,14 +432,14 @@ func (f *hostFlags) options(app *App) (opts builder.HostOptions, done func(), er
 			done()
 		}
 	}()
-	opts = builder.HostOptions{Sysroot: sys, Env: builder.CleanEnviron(app.Getenv), JobEnv: os.Environ(), Mapped: -1, HostsFile: f.hosts}
+	opts = verify.HostOptions{Sysroot: sys, Env: verify.CleanEnviron(app.Getenv), JobEnv: os.Environ(), Mapped: -1, HostsFile: f.hosts}
 	prefix := f.prefix
 	if prefix == "" {
 		prefix = app.Getenv("EPBUILD_PREFIX")
 	}
 	switch {
 	case f.recipe != "":
-		res, rerr := builder.NewResolver(app.library())
+		res, rerr := plan.NewResolver(app.library())
 		if rerr != nil {
 			return opts, done, rerr
 		}
@@ -442,12 +447,12 @@ func (f *hostFlags) options(app *App) (opts builder.HostOptions, done func(), er
 			return opts, done, err
 		}
 	case prefix != "":
-		m, _, merr := builder.ReadInstalledManifest(prefix)
+		m, _, merr := manifest.ReadInstalledManifest(prefix)
 		if merr != nil {
 			return opts, done, usageError{merr}
 		}
 		opts.Plan, opts.Toolchain, opts.Build = m.Plan, m.Toolchain, m.BuildFacts
-		if env, err := builder.InstallEnv(prefix, opts.Env); err == nil {
+		if env, err := envsh.InstallEnv(prefix, opts.Env); err == nil {
 			opts.Env = env
 		}
 	}
@@ -460,7 +465,7 @@ func (f *hostFlags) config(ctx context.Context, app *App) (host.Sysroot, host.Co
 	if err != nil {
 		return opts.Sysroot, host.Config{}, done, err
 	}
-	cfg, err := builder.HostConfigFor(ctx, opts)
+	cfg, err := verify.HostConfigFor(ctx, opts)
 	if err != nil {
 		done()
 		return opts.Sysroot, cfg, func() {}, usageError{err}
@@ -474,7 +479,7 @@ func kindsHelp(targets ...check.Target) string {
 	var b strings.Builder
 	seen := map[string]bool{}
 	for _, t := range targets {
-		for _, k := range builder.Checks().Kinds() {
+		for _, k := range verify.Checks().Kinds() {
 			if !k.Applies(t) || seen[k.Name] {
 				continue
 			}

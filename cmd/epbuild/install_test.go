@@ -12,9 +12,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/embedded"
 	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/manifest"
 )
 
 // demoBuild is the demo recipe built through Main on first use, once per test binary;
@@ -194,12 +194,12 @@ func TestInstallCLIBadInput(t *testing.T) {
 	if err := os.WriteFile(bad, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	receipt, _ := os.ReadFile(filepath.Join(prefix, builder.ReceiptName))
+	receipt, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName))
 	code, _, errs := run(t, env, "install", bad, "--prefix", prefix)
 	if code != 2 || !strings.Contains(errs, "nothing was installed") {
 		t.Errorf("install of a corrupted artifact: exit %d, stderr %q", code, errs)
 	}
-	if got, _ := os.ReadFile(filepath.Join(prefix, builder.ReceiptName)); !bytes.Equal(got, receipt) {
+	if got, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName)); !bytes.Equal(got, receipt) {
 		t.Errorf("the corrupted artifact touched the prefix")
 	}
 	ents, _ := os.ReadDir(parent)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/modulefile"
 	"github.com/epbuild/epbuild/builder/quote"
 )
@@ -83,7 +84,7 @@ Exit codes: 0 done; 2 bad input (no install at the prefix, a bad --as or --forma
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 				return fmt.Errorf("module: %w", err)
 			}
-			if err := builder.WriteFileAtomic(path, b); err != nil {
+			if err := disk.WriteFileAtomic(path, b); err != nil {
 				return err
 			}
 			if err := os.Chmod(path, 0o644); err != nil {

@@ -17,6 +17,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/toolchain"
+	"github.com/epbuild/epbuild/builder/verify"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -162,16 +165,16 @@ type errorJSON struct {
 	// Details, by code: log, component and step (build_failed); errors, each with
 	// file, line, col (bad_recipe); findings (rules); missing (missing_tool); path, need
 	// and free (no_space).
-	Log       string            `json:"log,omitempty"`
-	Component string            `json:"component,omitempty"`
-	Step      string            `json:"step,omitempty"`
-	Kept      string            `json:"kept,omitempty"` // --keep-failed: the build directory
-	Errors    []*recipes.Error  `json:"errors,omitempty"`
-	Findings  []compat.Finding  `json:"findings,omitempty"`
-	Missing   []builder.Missing `json:"missing,omitempty"`
-	Path      string            `json:"path,omitempty"`
-	Need      int64             `json:"need,omitempty"`
-	Free      *int64            `json:"free,omitempty"`
+	Log       string              `json:"log,omitempty"`
+	Component string              `json:"component,omitempty"`
+	Step      string              `json:"step,omitempty"`
+	Kept      string              `json:"kept,omitempty"` // --keep-failed: the build directory
+	Errors    []*recipes.Error    `json:"errors,omitempty"`
+	Findings  []compat.Finding    `json:"findings,omitempty"`
+	Missing   []toolchain.Missing `json:"missing,omitempty"`
+	Path      string              `json:"path,omitempty"`
+	Need      int64               `json:"need,omitempty"`
+	Free      *int64              `json:"free,omitempty"`
 }
 
 // describeError is what a failed command says about err to machines.
@@ -181,10 +184,10 @@ func describeError(err error, code int) errorJSON {
 		intr *interrupted
 		be   *builder.BuildError
 		re   *builder.RulesError
-		pe   *builder.PreflightError
-		ns   *builder.NoSpaceError
+		pe   *toolchain.PreflightError
+		ns   *disk.NoSpaceError
 		pa   *builder.PatchError
-		cf   *builder.ChecksFailed
+		cf   *verify.ChecksFailed
 		rs   recipes.Errors
 		r1   *recipes.Error
 		ue   usageError

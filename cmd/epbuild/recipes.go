@@ -12,7 +12,8 @@ import (
 	"github.com/invopop/jsonschema"
 	"github.com/spf13/cobra"
 
-	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -23,7 +24,7 @@ func newListCmd(app *App) *cobra.Command {
 		Short: "List the recipes: name, cluster, description, pins",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := builder.NewResolver(app.library())
+			res, err := plan.NewResolver(app.library())
 			if err != nil {
 				return err
 			}
@@ -40,14 +41,14 @@ func newListCmd(app *App) *cobra.Command {
 			}
 			var rows []row
 			for _, n := range names {
-				plan, err := res.Resolve(n, nil)
+				pl, err := res.Resolve(n, nil)
 				if err != nil {
 					return fmt.Errorf("recipe %s: %w", n, err)
 				}
-				r := row{Name: n, Cluster: plan.Cluster, Pins: map[string]string{}, Patches: map[string][]string{}}
+				r := row{Name: n, Cluster: pl.Cluster, Pins: map[string]string{}, Patches: map[string][]string{}}
 				doc, _ := res.Library.Load(n)
 				r.Description = strings.TrimSpace(doc.Recipe.Description)
-				for _, c := range plan.Components {
+				for _, c := range pl.Components {
 					r.Pins[c.Name] = c.Source.Pin()
 					if len(c.Patches) > 0 {
 						r.Patches[c.Name] = c.Patches
@@ -91,22 +92,22 @@ func newShowCmd(app *App) *cobra.Command {
 		Long:              "Print a recipe resolved: overrides applied, patch sets expanded with their pins.\n\n--set keys: " + recipes.SetHelp,
 		Args:              cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := builder.NewResolver(app.library())
+			res, err := plan.NewResolver(app.library())
 			if err != nil {
 				return err
 			}
-			plan, err := res.Resolve(args[0], sets)
+			pl, err := res.Resolve(args[0], sets)
 			if err != nil {
 				return err
 			}
 			if asJSON {
 				// where each set was read from is not part of the plan (nor its key)
 				return app.printJSON(nil, struct {
-					*builder.Plan
+					*plan.Plan
 					Origins map[string]string `json:"patch-set-origins,omitempty"`
-				}{plan, plan.PatchSetOrigins()})
+				}{pl, pl.PatchSetOrigins()})
 			}
-			writePlan(app.Out, plan)
+			writePlan(app.Out, pl)
 			return nil
 		},
 	}
@@ -115,7 +116,7 @@ func newShowCmd(app *App) *cobra.Command {
 	return cmd
 }
 
-func writePlan(w io.Writer, p *builder.Plan) {
+func writePlan(w io.Writer, p *plan.Plan) {
 	fmt.Fprintf(w, "recipe   %s  (%s)\ncluster  %s\nplan     %s\n", p.Recipe, p.File, p.Cluster, p.Key[:16])
 	for _, o := range p.Overrides {
 		fmt.Fprintf(w, "set      %s\n", o)
@@ -200,7 +201,7 @@ exit 2 when a recipe is invalid. --json prints one object with a result per reci
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: app.completeRecipes(-1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := builder.NewResolver(app.library())
+			res, err := plan.NewResolver(app.library())
 			if err != nil {
 				return err
 			}
@@ -276,7 +277,7 @@ func newSchemaCmd(app *App) *cobra.Command {
 				_, err = app.Out.Write(b)
 				return err
 			}
-			return builder.WriteFileAtomic(out, b)
+			return disk.WriteFileAtomic(out, b)
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this file instead of stdout")

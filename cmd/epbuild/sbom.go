@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/disk"
 )
 
 func newSBOMCmd(app *App) *cobra.Command {
@@ -46,7 +47,7 @@ Exit codes: 0 done; 2 not an artifact or install (or a damaged one).`,
 				_, err = app.Out.Write(b)
 				return err
 			}
-			if err := builder.WriteOutput(out, b); err != nil {
+			if err := disk.WriteOutput(out, b); err != nil {
 				return err
 			}
 			fmt.Fprintf(app.Err, "wrote %s\n", out)

@@ -1,0 +1,33 @@
+// Package builder is the pipeline: Open makes a Job of a recipe, and the Job runs the
+// stages in their order (fetch, patch, build, check, package) with its policy (the
+// compatibility rules at each stage, the cache, the rebuild check), then install and
+// verify-install of what it made.
+//
+// The stages live in packages of their own, one floor per step, and imports run one way,
+// downward (layering_test.go keeps it so):
+//
+//	builder (Open, Job: order and policy; the runner, install, the matrix run, the mirror)
+//	  -> cachegc, verify      what a cache holds; what is checked of a build and an install
+//	  -> envsh                the environment of a build's products, env.sh
+//	  -> manifest             what a build and an install leave on record
+//	  -> toolchain            what the build host offers a plan
+//	  -> plan, store          what a build will be; where its stages are kept
+//	  -> disk, source, ...    leaves: files on disk, sources, archives, inspection, quoting
+//
+// Why these seams. A package above learns what a build did from what the build left on
+// record, never from the code that did it: verify reads the manifest, the install receipt
+// and env.sh (builder/manifest, builder/envsh) and never the runner or the store, so that
+// changing how an install is checked needs no reading of how a build runs. The check
+// kinds are one registry (builder/verify) because the build's check stage runs the same
+// checks on the staged prefix that verify-install runs on the installed one: the runner
+// imports verify, not the other way round. The toolchain sits under the manifest because
+// the manifest records it; the store under the toolchain because the probe is cached by
+// key. builder/disk holds how bytes reach a file system (atomic writes, renames, free
+// space), which every floor needs and none owns.
+//
+// Still at the root, to be moved the same way: the stage runner and its steps (run.go,
+// steps.go, repro*.go, jobs.go, sources.go), packaging and exports (artifact.go,
+// exports.go, compare.go, buildcache.go), install (install.go), the build facts
+// (facts.go), the matrix run and the mirror writer. forward.go keeps three names that
+// builder/sbom's tests reach at the root while that package changes beside this split.
+package builder

@@ -1,0 +1,48 @@
+package builder
+
+import (
+	"context"
+	"github.com/epbuild/epbuild/builder/verify"
+	"strings"
+	"testing"
+
+	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/host/hostfixture"
+)
+
+// verify-install --host runs the node's checks and the host rules on the install's plan.
+func TestVerifyHostWiring(t *testing.T) {
+	prefix := freshInstall(t)
+	root := hostfixture.GCPB200(t)
+	hostfixture.At(t, root).Kernel("6.8.0-1015-gcp")
+	rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: prefix, Host: true, Sysroot: host.NewSysroot(root)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"host.gpus", "host.ib.devices", "host.nccl.version", "files", "process.single-nvshmem"} {
+		result(t, rep.Checks, id)
+	}
+	if rep.Facts["kernel"] != "6.8.0" || rep.Facts["ib.driver"] != "mlx5_core" || rep.MappingLine == "" {
+		t.Errorf("facts %v, mapping %q", rep.Facts, rep.MappingLine)
+	}
+	for _, c := range rep.Checks {
+		if strings.HasPrefix(c.ID, "rule.") && c.Status == check.Fail {
+			t.Errorf("the demo recipe breaks a host rule: %+v", c)
+		}
+	}
+}
+
+// result returns the result with that id, failing the test when it is absent.
+func result(t *testing.T, rs []verify.CheckResult, id string) verify.CheckResult {
+	t.Helper()
+	r, ok := check.Find(rs, id)
+	if !ok {
+		var ids []string
+		for _, r := range rs {
+			ids = append(ids, r.ID)
+		}
+		t.Fatalf("no result %s among %s", id, strings.Join(ids, ", "))
+	}
+	return r
+}

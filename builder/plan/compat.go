@@ -1,0 +1,255 @@
+package plan
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/epbuild/epbuild/compat"
+	"github.com/epbuild/epbuild/recipes"
+)
+
+// FactsFromPlan gives the compat rules' view of a plan: each component's version,
+// repository, commit, source kind, patch sets, CMake options, build env, expected NVSHMEM
+// build variables and command steps; the toolchain as the recipe asks for it (versions
+// are constraints at plan stage); the runtime env. Host facts are left nil (no host).
+func FactsFromPlan(p *Plan) compat.Facts {
+	f := compat.Facts{
+		Recipe:  p.Recipe,
+		Cluster: p.Cluster,
+		Env:     maps.Clone(p.Env),
+		Toolchain: compat.Toolchain{
+			CUDA:    p.Toolchain.CUDA,
+			Torch:   p.Toolchain.Torch,
+			Python:  p.Toolchain.Python,
+			GCC:     p.Toolchain.GCC,
+			CMake:   p.Toolchain.CMake,
+			Arch:    slices.Clone(p.Toolchain.Arch),
+			Require: slices.Clone(p.Toolchain.Require),
+		},
+	}
+	f.Runtime = runtimeFacts(p.Runtime)
+	for _, c := range p.Components {
+		fc := compat.Component{
+			Name:    c.Name,
+			Version: c.Version,
+			Source:  c.Source.Kind(),
+			Patches: slices.Clone(c.Patches),
+		}
+		switch {
+		case c.Source.Git != nil:
+			fc.Repo, fc.Commit = c.Source.Git.URL, c.Source.Git.Commit
+		case c.Source.Archive != nil:
+			fc.Repo = c.Source.Archive.URL
+		case c.Source.Python != nil:
+			fc.Package = c.Source.Python.Package
+			if fc.Version == "" {
+				// the wheel's version is known at preflight; the recipe gives its constraint
+				fc.Version = c.Source.Python.Version
+			}
+		}
+		for _, st := range c.Build {
+			switch {
+			case st.CMake != nil:
+				fc.Options = mergeInto(fc.Options, st.CMake.Options)
+				fc.BuildEnv = mergeInto(fc.BuildEnv, st.CMake.Env)
+			case st.PythonExtension != nil:
+				fc.BuildEnv = mergeInto(fc.BuildEnv, st.PythonExtension.Env)
+			case st.Command != nil:
+				fc.BuildEnv = mergeInto(fc.BuildEnv, st.Command.Env)
+				fc.Commands = append(fc.Commands, slices.Clone(st.Command.Run))
+			}
+		}
+		for _, ch := range c.Checks {
+			fc.BuildVars = mergeInto(fc.BuildVars, ch.NVSHMEMBuildVars)
+		}
+		f.Components = append(f.Components, fc)
+	}
+	return f
+}
+
+// runtimeFacts are the recipe's runtime keys as the rules read them (compat.RuntimeKeys):
+// numbers in decimal, low-latency as 1 or 0; nil when the recipe declares none.
+func runtimeFacts(rt recipes.Runtime) map[string]string {
+	f := map[string]string{}
+	if rt.BufferBytes != nil {
+		f["buffer-bytes"] = strconv.FormatUint(*rt.BufferBytes, 10)
+	}
+	for k, v := range map[string]*uint32{"gpus-per-node": rt.GPUsPerNode, "ranks": rt.Ranks, "hidden": rt.Hidden} {
+		if v != nil {
+			f[k] = strconv.FormatUint(uint64(*v), 10)
+		}
+	}
+	if rt.LowLatency != nil {
+		f["low-latency"] = "0"
+		if *rt.LowLatency {
+			f["low-latency"] = "1"
+		}
+	}
+	if len(f) == 0 {
+		return nil
+	}
+	return f
+}
+
+func mergeInto(dst, src map[string]string) map[string]string {
+	if len(src) == 0 {
+		return dst
+	}
+	if dst == nil {
+		dst = map[string]string{}
+	}
+	maps.Copy(dst, src)
+	return dst
+}
+
+// ApplyCatalog resolves `--set COMPONENT.version=V` through the catalogue of known
+// releases. For each component whose version a --set changed, without a --set of its
+// commit, ref, url, sha256 or strip, the source is replaced by the catalogue's pin for V:
+// the pin of the component's current kind when the catalogue has one, else its preferred
+// pin (switching between git and archive). The version becomes the catalogue's spelling
+// ("3.5.19" → "3.5.19-1"). A component the catalogue does not list (deepep) keeps its
+// source, as does a component taken from the Python environment (its version names the
+// wheel's) unless it has build steps: then V is built from the catalogue's pin (NCCL
+// from NVIDIA/nccl at the release's tag instead of the one torch ships), and --set
+// C.source=python keeps it in the Python environment. A version the catalogue does not
+// know is an error: the old pin would build another release than the one asked for.
+//
+// Call it after doc.Apply(sets) and before doc.Validate.
+func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
+	versions := map[string]string{}
+	kinds := map[string]string{}
+	pinned := map[string]bool{}
+	for _, s := range sets {
+		key, val, ok := strings.Cut(s, "=")
+		if !ok {
+			continue
+		}
+		comp, field, ok := strings.Cut(key, ".")
+		if !ok {
+			continue
+		}
+		switch field {
+		case "version":
+			versions[comp] = val
+		case "source":
+			kinds[comp] = val
+		case "commit", "ref", "url", "sha256", "strip":
+			pinned[comp] = true
+		}
+	}
+	// --set C.source=git|archive without a version: the recipe's version, from the other kind
+	for name, kind := range kinds {
+		if kind == "python" {
+			continue // nothing to pin: the Python environment's
+		}
+		if _, ok := versions[name]; !ok {
+			if c, ok := doc.Recipe.Component(name); ok {
+				versions[name] = c.Version
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(versions)) {
+		c, ok := doc.Recipe.Component(name)
+		// a component from the Python environment keeps it unless it has steps to build a
+		// release (the NCCL torch ships, or NVIDIA/nccl at V), and source=python keeps it
+		if !ok || pinned[name] || !cat.Has(name) || c.Source.Python != nil && (len(c.Build) == 0 || kinds[name] == "python") {
+			continue
+		}
+		v := versions[name]
+		rel, ok := cat.Release(name, v)
+		if !ok {
+			return &recipes.Error{File: "--set " + name + ".version=" + v, Msg: fmt.Sprintf(
+				"%s %s is not in the catalogue of known releases (%s); pin it with --set %s.commit=<40-hex> or --set %s.url=… --set %s.sha256=…",
+				name, v, strings.Join(cat.Versions(name), ", "), name, name, name)}
+		}
+		kind, asked := kinds[name]
+		if !asked {
+			kind = c.Source.Kind()
+		}
+		if c.Source.Python != nil {
+			kind = "git" // a release built from source: its repository at the release's tag
+		}
+		pin, _ := cat.LookupKind(name, v, kind)
+		if asked && pin.Kind() != kind {
+			return &recipes.Error{File: "--set " + name + ".source=" + kind, Msg: fmt.Sprintf(
+				"the catalogue has no %s pin of %s %s (it has: %s); pin one with --set %s.commit=… or --set %s.url=… --set %s.sha256=…",
+				kind, name, rel.Version, strings.Join(pinKinds(rel), ", "), name, name, name)}
+		}
+		c.Version = rel.Version
+		switch {
+		case pin.Git != nil:
+			c.Source = recipes.Source{Git: &recipes.GitSource{URL: pin.Git.URL, Commit: pin.Git.Commit, Ref: pin.Git.Ref}}
+		case pin.Archive != nil:
+			c.Source = recipes.Source{Archive: &recipes.ArchiveSource{URL: pin.Archive.URL, SHA256: pin.Archive.SHA256, Strip: pin.Archive.Strip}}
+		}
+	}
+	return nil
+}
+
+// DeriveVersions gives each component whose commit a --set changed (without a --set of
+// its version) the version of that commit: the catalogue's release pinned at it, else the
+// highest version a tag pointing at it names (tags lists them: the mirror's and the
+// cache's; nil for none), else none at all, with a note. Never the recipe's old label:
+// the rules would judge the wrong release. recipe maps each component to the commit the
+// recipe itself pins (a --set of the same commit keeps the recipe's version).
+func DeriveVersions(doc *recipes.Doc, sets []string, recipe map[string]string, cat *compat.Catalog, tags func(repo, commit string) []string) {
+	versioned, committed := map[string]bool{}, map[string]bool{}
+	for _, s := range sets {
+		key, _, _ := strings.Cut(s, "=")
+		comp, field, _ := strings.Cut(key, ".")
+		switch field {
+		case "version":
+			versioned[comp] = true
+		case "commit":
+			committed[comp] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(committed)) {
+		c, ok := doc.Recipe.Component(name)
+		if !ok || versioned[name] || c.Source.Git == nil || c.Source.Git.Commit == recipe[name] || !recipes.IsFullCommit(c.Source.Git.Commit) {
+			continue // a short or malformed commit is validation's to report
+		}
+		g := c.Source.Git
+		if rel, ok := cat.ReleaseAt(name, g.URL, g.Commit); ok {
+			c.Version = rel.Version
+			continue
+		}
+		if tags != nil {
+			if v := tagVersion(tags(g.URL, g.Commit)); v != "" {
+				c.Version = v
+				continue
+			}
+		}
+		c.Version = ""
+		doc.Recipe.Notes = append(doc.Recipe.Notes, fmt.Sprintf(
+			"%s %s is no catalogued release and no tag at hand points at it: its version is unknown, and rules on it are undecided (--set %s.version=V names it; --mirror DIR with a clone that has its tags finds it)",
+			name, g.Commit[:12], name))
+	}
+}
+
+// tagVersion is the highest vendor version among tag names ("v3.4.5-0" → 3.4.5-0).
+func tagVersion(tags []string) string {
+	var best compat.Version
+	for _, t := range tags {
+		v, err := compat.ParseVersion(t)
+		if err == nil && (best.IsZero() || best.Less(v)) {
+			best = v
+		}
+	}
+	if best.IsZero() {
+		return ""
+	}
+	return strings.TrimPrefix(best.String(), "v")
+}
+
+// pinKinds names the source kinds a release is pinned by, in the catalogue's order.
+func pinKinds(r compat.Release) []string {
+	var out []string
+	for _, p := range r.Pins {
+		out = append(out, p.Kind())
+	}
+	return out
+}

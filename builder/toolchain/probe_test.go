@@ -1,0 +1,101 @@
+package toolchain
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A Python package the recipe asks for is found with its version and directory; the
+// probe's report survives a package whose import prints to stdout.
+func TestProbePythonPackage(t *testing.T) {
+	site := t.TempDir()
+	pkg := filepath.Join(site, "nvidia", "nvshmem")
+	if err := os.MkdirAll(filepath.Join(pkg, "lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dist := filepath.Join(site, "nvidia_nvshmem_cu13-3.4.5.dist-info")
+	if err := os.MkdirAll(dist, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dist, "METADATA"), []byte("Metadata-Version: 2.1\nName: nvidia-nvshmem-cu13\nVersion: 3.4.5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// a sitecustomize that prints JSON-looking noise, as some environments do
+	if err := os.WriteFile(filepath.Join(site, "sitecustomize.py"), []byte("print('{\"noise\": {\"a\": 1}}')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"PYTHONPATH": site, "PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME")}
+	getenv := func(k string) string { return env[k] }
+	t.Setenv("PYTHONPATH", site)
+	tc := (&Prober{Getenv: getenv, Packages: []string{"nvidia-nvshmem-cu13", "not-installed-xyz"}}).Probe(context.Background())
+	if tc.Python == "" {
+		t.Skip("no python3 here")
+	}
+	if tc.PythonVersion == "" {
+		t.Fatalf("python probe failed: %+v", tc)
+	}
+	got, ok := tc.PythonPackages["nvidia-nvshmem-cu13"]
+	if !ok || got.Version != "3.4.5" || !strings.HasSuffix(got.Dir, filepath.Join("nvidia", "nvshmem")) {
+		t.Fatalf("package not found right: %+v", tc.PythonPackages)
+	}
+	if _, ok := tc.PythonPackages["not-installed-xyz"]; ok {
+		t.Errorf("an absent package was reported")
+	}
+}
+
+// torch's version and CUDA come from its metadata when the version names the CUDA, so
+// the probe need not import torch (seconds on a cold disk).
+func TestProbeTorchFromMetadata(t *testing.T) {
+	t.Setenv("PYTHONPATH", writeSite(t, map[string]string{
+		"torch-2.11.0+cu130.dist-info/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\n",
+		// an importable torch that fails: the probe must not import it
+		"torch/__init__.py": "raise ImportError('imported')\n",
+	}))
+	tc := (&Prober{Getenv: os.Getenv, Torch: true}).Probe(context.Background())
+	if tc.Python == "" {
+		t.Skip("no python3 here")
+	}
+	if tc.Torch != "2.11.0+cu130" || tc.TorchCUDA != "13.0" {
+		t.Fatalf("torch %q cuda %q, want 2.11.0+cu130 and 13.0", tc.Torch, tc.TorchCUDA)
+	}
+}
+
+// A torch whose metadata does not name its CUDA (the GPU machine's says 2.11.0) is read
+// from torch/version.py, as torch.__version__ and torch.version.cuda would say, without
+// importing torch: importing it took 5 to 8 s there, before any build could start.
+func TestProbeTorchFromVersionFile(t *testing.T) {
+	files := map[string]string{
+		"torch-2.11.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\n",
+		"torch/__init__.py":               "raise ImportError('imported')\n",
+		// as torch's build writes it
+		"torch/version.py": "from typing import Optional\n\n__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip', 'xpu']\n" +
+			"__version__ = '2.11.0+cu130'\ndebug = False\ncuda: Optional[str] = '13.0'\ngit_version = '70d99e998b2bd0a5b6f1ab2b1bd3b9f1e6e0a3f4'\nhip: Optional[str] = None\nxpu: Optional[str] = None\n",
+	}
+	t.Setenv("PYTHONPATH", writeSite(t, files))
+	tc := (&Prober{Getenv: os.Getenv, Torch: true}).Probe(context.Background())
+	if tc.Python == "" {
+		t.Skip("no python3 here")
+	}
+	if tc.Torch != "2.11.0+cu130" || tc.TorchCUDA != "13.0" {
+		t.Fatalf("torch %q cuda %q, want 2.11.0+cu130 and 13.0 from torch/version.py", tc.Torch, tc.TorchCUDA)
+	}
+}
+
+// writeSite writes files (slash paths → content) into a new directory for PYTHONPATH.
+func writeSite(t *testing.T, files map[string]string) string {
+	t.Helper()
+	site := t.TempDir()
+	for name, body := range files {
+		p := filepath.Join(site, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return site
+}
