@@ -21,6 +21,8 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/sbom"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/patches"
@@ -80,7 +82,7 @@ func validate(t *testing.T, b []byte) error {
 }
 
 // inputFor is what a manifest of plan p would hold: every patch applied with a digest.
-func inputFor(p *builder.Plan) sbom.Input {
+func inputFor(p *plan.Plan) sbom.Input {
 	in := sbom.Input{Plan: p, Patches: map[string][]*patches.SetResult{}, Python: map[string]string{},
 		Artifact: p.Recipe + ".tar.zst", ArtifactSHA256: strings.Repeat("ab", 32), BuiltBy: "1.0.0", Tool: "1.0.1", SourceDateEpoch: 1700000000,
 		Toolchain:  []sbom.Tool{{Name: "gcc", Version: "13.3.0"}, {Name: "cuda", Version: "13.0", Path: "/usr/local/cuda/bin/nvcc"}, {Name: "torch", Version: "2.11.0+cu130", Package: true}},
@@ -109,7 +111,7 @@ func inputFor(p *builder.Plan) sbom.Input {
 // with each pin, patch digest and pedigree where the recipe has them.
 func TestRecipesSBOMValid(t *testing.T) {
 	lib := recipes.NewLibrary()
-	res, err := builder.NewResolver(lib)
+	res, err := plan.NewResolver(lib)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +178,7 @@ func TestRecipesSBOMValid(t *testing.T) {
 // TestGCPB200Pedigree: the PR #466 patch of gcp-b200 is a cherry-pick of DeepEP's own
 // pull request, with the diff's URL, the pull request and its digest.
 func TestGCPB200Pedigree(t *testing.T) {
-	res, err := builder.NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +225,7 @@ func TestGCPB200Pedigree(t *testing.T) {
 // TestSchemaCatchesMistakes: the validator fails what CycloneDX 1.6 forbids, so a pass
 // above means something.
 func TestSchemaCatchesMistakes(t *testing.T) {
-	res, err := builder.NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +309,7 @@ func TestDemoSBOM(t *testing.T) {
 	if _, err := builder.Install(ctx, builder.InstallOptions{Artifact: res.Artifact, Prefix: prefix, Version: "9.9.9-test"}); err != nil {
 		t.Fatal(err)
 	}
-	m, _, err := builder.ReadInstalledManifest(prefix)
+	m, _, err := manifest.ReadInstalledManifest(prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +395,7 @@ func TestDemoSBOM(t *testing.T) {
 // as it is, anything else base64), up to MaxDiffBytes; past that the BOM names the
 // patch by its digest alone. Valid CycloneDX 1.6 every way.
 func TestPatchDiffText(t *testing.T) {
-	res, err := builder.NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +544,7 @@ func TestPURLs(t *testing.T) {
 // stays valid CycloneDX 1.6 and reads back to the same strings, and the same input gives
 // the same bytes.
 func TestHostileStrings(t *testing.T) {
-	res, err := builder.NewResolver(recipes.NewLibrary())
+	res, err := plan.NewResolver(recipes.NewLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}

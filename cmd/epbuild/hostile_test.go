@@ -92,9 +92,9 @@ func TestHostileRecipes(t *testing.T) {
 		{"ref leaves refs/", "        ref: v1.0.0\n    patches: [demo-lib-lanes]", "        ref: ../../../etc/passwd\n    patches: [demo-lib-lanes]",
 			`ref "../../../etc/passwd" is not a valid git ref name`, ":18:14"},
 		{"env value with a newline", `  DEMO_LANE_MAPPING: "0:2,1:1"`, `  DEMO_LANE_MAPPING: "0:2\nexport LD_PRELOAD=/tmp/evil.so"`,
-			"holds a control character", ":47:22"},
+			"holds a control character", ":%d:22"}, // the line of DEMO_LANE_MAPPING in demo.yaml
 		{"LD_PRELOAD outside the install", `  DEMO_LANE_MAPPING: "0:2,1:1"`, `  LD_PRELOAD: "` + cn.path + `"`,
-			"is outside the install", ":47:15"},
+			"is outside the install", ":%d:15"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -105,8 +105,13 @@ func TestHostileRecipes(t *testing.T) {
 			if err := os.WriteFile(p, []byte(strings.Replace(string(base), c.from, c.to, 1)), 0o644); err != nil {
 				t.Fatal(err)
 			}
+			at := c.at
+			if strings.Contains(at, "%d") {
+				// the line the replaced text starts on, however the recipe above it grows
+				at = fmt.Sprintf(at, strings.Count(string(base)[:strings.Index(string(base), c.from)], "\n")+1)
+			}
 			code, out, errs := run(t, nil, "validate", p)
-			expect(t, "validate", code, 2, out, errs, c.want, p+c.at)
+			expect(t, "validate", code, 2, out, errs, c.want, p+at)
 			cn.intact(t)
 		})
 	}
