@@ -178,9 +178,19 @@ func run(ctx context.Context, t Test, o Options, r *Result) {
 	err = procgroup.Run(tctx, cmd)
 	r.Seconds = time.Since(start).Seconds()
 	pw.Close()
-	select {
-	case <-copied:
-	case <-time.After(drainWait): // a process that left the group still holds the pipe
+	// a process that left the group may still hold the pipe: stop reading once a whole
+	// drainWait passes with nothing read, never while output still arrives (a reader
+	// starved on a loaded machine would otherwise lose the last lines)
+	for read := sink.bytes(); ; {
+		select {
+		case <-copied:
+		case <-time.After(drainWait):
+			if now := sink.bytes(); now != read {
+				read = now
+				continue
+			}
+		}
+		break
 	}
 	pr.Close()
 	<-copied
@@ -263,6 +273,14 @@ type sink struct {
 	last    []string
 	keep    int
 	meter   *Meter
+	total   int64 // bytes written so far
+}
+
+// bytes is how much has been written so far.
+func (s *sink) bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total
 }
 
 func newSink(p []Pattern, keep int) *sink { return &sink{meter: NewMeter(p), keep: keep} }
@@ -271,6 +289,7 @@ func (s *sink) Write(b []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := len(b)
+	s.total += int64(n)
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
 		chunk := b
