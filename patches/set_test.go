@@ -100,7 +100,7 @@ func TestShippedSets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]Component{"deepep-pr466": DeepEP, "ibrc-dualport-nvshmem": NVSHMEM, "ibrc-dualport-deepep": DeepEP, "nvshmem-3.2-cuda13": NVSHMEM, "nvshmem-3.2-ibgda-no-gdrcopy": NVSHMEM}
+	want := map[string]Component{"deepep-pr466": DeepEP, "ibrc-dualport-nvshmem": NVSHMEM, "ibrc-dualport-deepep": DeepEP, "nvshmem-3.2-cuda13": NVSHMEM, "nvshmem-3.2-ibgda-no-gdrcopy": NVSHMEM, "deepep-a84a248-test-procs": DeepEP}
 	for name, comp := range want {
 		s, ok := c.Get(name)
 		if !ok {
