@@ -227,7 +227,7 @@ var efa = all(nvshmemVer("3.4.5-0"), option("NVSHMEM_IBGDA_SUPPORT", "0"), optio
 // ibrc is the ibrc-dualport stack: DeepEP a84a248, NVSHMEM 3.2.5-1 patched, GDRCopy.
 var ibrc = all(deepepAt(cA84a248), patches("deepep", "ibrc-dualport-deepep"), nvshmemArchive("3.2.5-1"),
 	patches("nvshmem", "ibrc-dualport-nvshmem"), option("NVSHMEM_USE_GDRCOPY", "1"), option("CMAKE_CUDA_ARCHITECTURES", "90"),
-	option("NVSHMEM_BUILD_PYTHON_LIB", ""), option("NVSHMEM_IBGDA_SUPPORT", "1"), buildEnv("deepep", "TORCH_CUDA_ARCH_LIST", "9.0"),
+	option("CMAKE_BUILD_TYPE", "release"), option("NVSHMEM_BUILD_PYTHON_LIB", ""), option("NVSHMEM_IBGDA_SUPPORT", "1"), buildEnv("deepep", "TORCH_CUDA_ARCH_LIST", "9.0"),
 	tool(func(t *Toolchain) { t.Arch = []string{"sm_90"}; t.Require = []string{"rdma-core", "gdrcopy"} }),
 	env("NVSHMEM_IB_ENABLE_IBGDA", ""), env("NVSHMEM_IBGDA_NIC_HANDLER", ""), env("NVSHMEM_HCA_PREFIX", ""),
 	env("NVSHMEM_IB_MAX_TRANSPORT_EP_COUNT", "2"), host("peermem.memory-peers", "present"), host("nvshmem.loaded-version", "3.2.5"))
@@ -772,6 +772,13 @@ func ruleTable() []ruleCase {
 		{"R51", "NVSHMEM's syntax", P, env("NVSHMEM_HCA_LIST", "mlx5_0:1,mlx5_1:1"), ""},
 		{"R51", "a virtual function in use", H, host("ib.vf", "yes"), "virtual-function/warn"},
 		{"R51", "physical functions", H, nil, ""},
+
+		{"R52", "3.2.5-1 from an archive, epbuild's Release", P, all(ibrc, option("CMAKE_BUILD_TYPE", "")), "/error"},
+		{"R52", "3.2.5-1 from git, Release", P, all(ibrc, option("CMAKE_BUILD_TYPE", "Release"), nvshmemGit("3.2.5-1", "https://github.com/valgur/NVSHMEM-archive", "6d8ab15b5d355d8d5fa5e9664962784de412dd9d")), "/error"},
+		{"R52", "3.2.5-1 from git with release", P, all(ibrc, nvshmemGit("3.2.5-1", "https://github.com/valgur/NVSHMEM-archive", "6d8ab15b5d355d8d5fa5e9664962784de412dd9d")), ""},
+		{"R52", "3.2.5-1 with release (ibrc-dualport)", P, all(ibrc, option("CMAKE_BUILD_TYPE", "release")), ""},
+		{"R52", "3.3.9 from an archive, Release", P, all(deepepAt(cB6ce310), nvshmemArchive("3.3.9")), ""},
+		{"R52", "the 3.2.5 wheel", P, all(single, nvshmemWheel("3.2.5")), ""},
 	}
 	// every hidden size 29d31c0 compiles: one row each, so that none drops from R48 unseen
 	for _, h := range []string{"2048", "2560", "3072", "4096", "5120", "6144", "7168", "8192"} {
