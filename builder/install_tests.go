@@ -67,7 +67,7 @@ func LoadInstallTests(prefix string, base []string, only []string) (*InstallTest
 				continue
 			}
 			matched[r.Name], matched[full] = true, true
-			t := acceptance.Test{Component: c.Name, Name: r.Name, Dir: filepath.Join(pre, TestsDir), Argv: r.Argv, Nodes: r.MinNodes()}
+			t := acceptance.Test{Component: c.Name, Name: r.Name, Dir: filepath.Join(pre, TestsDir), Argv: r.Argv, Nodes: r.MinNodes(), Needs: r.Needs}
 			// the manifest's plan was validated when built; a hand-edited one is refused here
 			if t.Timeout, err = time.ParseDuration(r.Timeout); err != nil || t.Timeout <= 0 {
 				return nil, &UsageError{Err: fmt.Errorf("%s: test %s: timeout %q is not a duration: the manifest was not written by epbuild", filepath.Join(abs, manifest.ManifestName), full, r.Timeout)}

@@ -121,12 +121,22 @@ type TestRun struct {
 	// only when `epbuild test --nodes N` says the job spans enough of them; otherwise it
 	// is reported as not run.
 	Nodes int `json:"nodes,omitempty" jsonschema:"minimum=1"`
+	// Needs names what the node must have for the test to mean anything; without it the
+	// test is reported as not run, with the reason. rdma: an RDMA device (a verbs NIC
+	// under /sys/class/infiniband), for a test whose traffic cannot take NVLink.
+	Needs []string `json:"needs,omitempty" jsonschema:"uniqueItems=true,enum=rdma"`
 	// Timeout bounds one run (a Go duration: 90s, 20m); its process group is killed then.
 	Timeout string `json:"timeout"`
 	// Bandwidth names regular expressions (Go syntax) read on each line of the test's
 	// output; each has a group named gbps, a number in GB/s.
 	Bandwidth map[string]string `json:"bandwidth,omitempty"`
 }
+
+// NeedRDMA is a test's need of an RDMA device on the node (TestRun.Needs).
+const NeedRDMA = "rdma"
+
+// TestNeeds are what a test may need of the node (TestRun.Needs).
+func TestNeeds() []string { return []string{NeedRDMA} }
 
 // MinNodes is how many nodes the test needs (Nodes, at least 1).
 func (t TestRun) MinNodes() int { return max(t.Nodes, 1) }

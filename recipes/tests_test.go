@@ -43,6 +43,9 @@ func TestTestsErrors(t *testing.T) {
 		{"no argv", "argv: [python3, test_internode.py]", "argv: []", []string{"argv needs the program first"}, 30},
 		{"negative nodes", "nodes: 2", "nodes: -2", []string{"nodes is how many nodes"}, 31},
 		{"misspelt field", "nodes: 2", "node: 2", []string{`unknown field "node"`}, 31},
+		{"needs rdma", "nodes: 2", "nodes: 2\n          needs: [rdma]", nil, 0},
+		{"unknown need", "nodes: 2", "nodes: 2\n          needs: [rdma, nic]", []string{`unknown need "nic"`, "can need rdma"}, 32},
+		{"need twice", "nodes: 2", "nodes: 2\n          needs: [rdma, rdma]", []string{"rdma is named twice"}, 32},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -582,6 +582,13 @@ func (d *Doc) validateTests(p string, c *Component, add func(string, string, ...
 		if r.Nodes < 0 {
 			add(rp+".nodes", "nodes is how many nodes the test needs, at least 1 (leave it out for one)")
 		}
+		for k, n := range r.Needs {
+			if !slices.Contains(TestNeeds(), n) {
+				add(fmt.Sprintf("%s.needs[%d]", rp, k), "unknown need %q: a test can need %s", n, strings.Join(TestNeeds(), ", "))
+			} else if slices.Index(r.Needs, n) != k {
+				add(fmt.Sprintf("%s.needs[%d]", rp, k), "%s is named twice", n)
+			}
+		}
 		if r.Timeout == "" {
 			add(rp, "missing timeout: how long one run may take (a duration like 90s or 20m); its processes are killed then")
 		} else if dt, err := time.ParseDuration(r.Timeout); err != nil || dt <= 0 {

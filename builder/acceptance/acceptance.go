@@ -48,7 +48,9 @@ type Test struct {
 	// Argv is the program and its arguments, {{procs}} not yet expanded.
 	Argv []string
 	// Nodes is how many nodes it needs (at least 1).
-	Nodes     int
+	Nodes int
+	// Needs names what the node must have (recipes.TestRun.Needs: rdma).
+	Needs     []string
 	Timeout   time.Duration
 	Bandwidth []Pattern
 }
@@ -65,6 +67,9 @@ type Options struct {
 	Timeout time.Duration
 	// TailLines is how many last lines of a test's output are kept (0: 20).
 	TailLines int
+	// Lacks says why this node cannot give a test what it needs ("" when it can); nil
+	// when nothing is known of the node, and then every test runs.
+	Lacks func(need string) string
 }
 
 // Result is how one test went.
@@ -117,12 +122,27 @@ func Run(ctx context.Context, tests []Test, o Options) []Result {
 		case max(t.Nodes, 1) > o.Nodes:
 			r.Status = NotRun
 			r.Reason = fmt.Sprintf("needs %d nodes (this run: %d; start epbuild test --nodes %d on each node of a job that spans them)", t.Nodes, o.Nodes, t.Nodes)
+		case lacks(t, o) != "":
+			r.Status, r.Reason = NotRun, lacks(t, o)
 		default:
 			run(ctx, t, o, &r)
 		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// lacks is why the node cannot run t ("" when it can).
+func lacks(t Test, o Options) string {
+	if o.Lacks == nil {
+		return ""
+	}
+	for _, n := range t.Needs {
+		if why := o.Lacks(n); why != "" {
+			return why
+		}
+	}
+	return ""
 }
 
 var procsRe = regexp.MustCompile(`\{\{\s*procs\s*\}\}`)

@@ -191,6 +191,21 @@ sleep 300 & echo $! > left.pid`)
 	if rs := Run(context.Background(), tests[3:4], Options{Nodes: 2, Env: env(dir)}); rs[0].Status != Fail || rs[0].ExitCode != 3 {
 		t.Errorf("multi with 2 nodes: %+v", rs[0])
 	}
+	// a test that needs what the node lacks is not run, with the node's reason; one the
+	// node can give it, or a run that knows nothing of the node, runs
+	needy := Test{Component: "c", Name: "ll", Dir: dir, Argv: []string{"fail.sh"}, Needs: []string{"rdma"}, Timeout: time.Minute}
+	none := func(need string) string { return "needs " + need + "; this node has none" }
+	if rs := Run(context.Background(), []Test{needy}, Options{Env: env(dir), Lacks: none}); rs[0].Status != NotRun || rs[0].Reason != "needs rdma; this node has none" {
+		t.Errorf("needs rdma on a node without: %+v", rs[0])
+	}
+	if rs := Run(context.Background(), tests[1:2], Options{Env: env(dir), Lacks: none}); rs[0].Status != Fail {
+		t.Errorf("a test that needs nothing on that node: %+v", rs[0])
+	}
+	for _, o := range []Options{{Env: env(dir), Lacks: func(string) string { return "" }}, {Env: env(dir)}} {
+		if rs := Run(context.Background(), []Test{needy}, o); rs[0].Status != Fail || rs[0].ExitCode != 3 {
+			t.Errorf("needs rdma where it may run: %+v", rs[0])
+		}
+	}
 	// a cancelled run runs nothing more
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -208,3 +208,14 @@ func describeDepth(depth int) string {
 	}
 	return "no common PCIe ancestor"
 }
+
+// RDMADevices names the RDMA devices of the node (under /sys/class/infiniband), none when
+// the directory is absent: what a test that needs a verbs NIC asks (`epbuild test`).
+func RDMADevices(sys Sysroot) ([]string, error) {
+	devs, err := findIBDevices(sys)
+	names := make([]string, 0, len(devs))
+	for _, d := range devs {
+		names = append(names, d.Name)
+	}
+	return names, err
+}

@@ -12,7 +12,9 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/acceptance"
+	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/recipes"
 )
 
 // testReport is what `epbuild test --json` prints after the envelope; fleet report
@@ -34,9 +36,10 @@ func newTestCmd(app *App) *cobra.Command {
 		asJSON       bool
 		only         []string
 		timeout      time.Duration
+		sysroot      string
 	)
 	cmd := &cobra.Command{
-		Use:   "test PREFIX [--procs N] [--nodes N] [--only NAME] [--timeout D] [--json]",
+		Use:   "test PREFIX [--procs N] [--nodes N] [--only NAME] [--timeout D] [--sysroot CAPTURE] [--json]",
 		Short: "Run the tests the install carries (the acceptance test after an install)",
 		Long: `Run the tests the recipe declares for its components (tests: in the recipe) and the
 artifact carries in COMPONENT/tests/ of the install at PREFIX: each in that directory, with
@@ -49,7 +52,9 @@ A test passes when it exits 0 in time.
 needs several nodes (DeepEP's internode test) is "not run: needs N nodes" unless --nodes N
 says the job spans that many; then start epbuild test on each node of the job, with the
 variables the test reads to meet its peers (DeepEP's: MASTER_ADDR, MASTER_PORT,
-WORLD_SIZE, RANK).
+WORLD_SIZE, RANK). A test that needs an RDMA device (needs: [rdma] in the recipe: DeepEP
+a84a248's low-latency test, whose NVSHMEM traffic cannot take NVLink) is "not run" on a
+node without one (read under /sys/class/infiniband, or --sysroot's capture).
 
 One table: each test, pass, fail or not-run, its seconds, the bandwidths it printed (the
 recipe's patterns: name=GB/s, the mean over the lines that matched) and for a failure the
@@ -78,7 +83,12 @@ is no install, --only names no test, a bad flag); 3 this node lacks a test's pro
 			if !cmd.Flags().Changed("procs") {
 				rep.Procs, rep.ProcsFrom = acceptance.GPUs(cmd.Context(), it.Env)
 			}
-			rep.Tests = acceptance.Run(cmd.Context(), it.Tests, acceptance.Options{Procs: rep.Procs, Nodes: nodes, Env: it.Env, Timeout: timeout})
+			sys, done, err := host.OpenSysroot(sysroot)
+			if err != nil {
+				return err
+			}
+			defer done()
+			rep.Tests = acceptance.Run(cmd.Context(), it.Tests, acceptance.Options{Procs: rep.Procs, Nodes: nodes, Env: it.Env, Timeout: timeout, Lacks: nodeLacks(sys)})
 			if rep.Tests == nil {
 				rep.Tests = []acceptance.Result{}
 			}
@@ -109,7 +119,26 @@ is no install, --only names no test, a bad flag); 3 this node lacks a test's pro
 	f.StringArrayVar(&only, "only", nil, "run only this test (NAME or COMPONENT/NAME; repeatable)")
 	f.DurationVar(&timeout, "timeout", 0, "each test's deadline, in place of the recipe's (90s, 20m)")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON (fleet report reads it)")
+	f.StringVar(&sysroot, "sysroot", "", "read the node's devices from this capture (CAPTURE.tar.zst or a directory) instead of /, for what a test needs")
 	return cmd
+}
+
+// nodeLacks says why the node read through sys cannot give a test what it needs.
+func nodeLacks(sys host.Sysroot) func(string) string {
+	return func(need string) string {
+		switch need {
+		case recipes.NeedRDMA:
+			devs, err := host.RDMADevices(sys)
+			switch {
+			case err != nil:
+				return fmt.Sprintf("needs an RDMA device, and the node's could not be read: %v", err)
+			case len(devs) == 0:
+				return "needs an RDMA device (a verbs NIC under /sys/class/infiniband); this node has none"
+			}
+			return ""
+		}
+		return fmt.Sprintf("needs %q, which this epbuild does not know (a newer epbuild wrote the recipe)", need)
+	}
 }
 
 // testFailure is the exit the results call for: 3 when a test's program is missing on

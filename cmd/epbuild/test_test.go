@@ -6,6 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/host/hostfixture"
+	"github.com/epbuild/epbuild/recipes"
 )
 
 // testPrefix installs the demo artifact (built once per test binary) at a prefix of the
@@ -142,5 +146,23 @@ func TestTestToFleetReport(t *testing.T) {
 	os.Remove(filepath.Join(dir, "gpu-c.json"))
 	if code, out, errs := run(t, nodeEnv(), "fleet", "report", dir, "--json"); code != 0 || !strings.Contains(out, `"median_gbps": 9.9`) {
 		t.Errorf("two agreeing nodes: exit %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// A test that needs an RDMA device is judged by the node's /sys/class/infiniband, read
+// through the sysroot: a node without one lacks it, a node with one does not.
+func TestNodeLacksRDMA(t *testing.T) {
+	f := hostfixture.New(t)
+	f.GPU("pci0000:00/0000:00:01.0", 0)
+	lacks := nodeLacks(host.NewSysroot(f.Root()))
+	if why := lacks(recipes.NeedRDMA); !strings.Contains(why, "needs an RDMA device") || !strings.Contains(why, "this node has none") {
+		t.Errorf("no RDMA device: %q", why)
+	}
+	if why := lacks("gpu-direct"); !strings.Contains(why, `needs "gpu-direct"`) {
+		t.Errorf("an unknown need: %q", why)
+	}
+	f.IBDevice("mlx5_0", "pci0000:00/0000:00:02.0", "mlx5_core", hostfixture.ActiveRoCE([4]byte{10, 0, 0, 1}))
+	if why := lacks(recipes.NeedRDMA); why != "" {
+		t.Errorf("with mlx5_0: %q", why)
 	}
 }
