@@ -29,26 +29,110 @@ const (
 	ibgdaHeader   = "device_host_transport/nvshmem_common_ibgda.h"
 	versionHeader = "non_abi/nvshmem_version.h"
 	maxHeaderSize = 4 << 20
+	// launchHeader is where a DeepEP v1 tree lists the hidden sizes it compiles.
+	launchHeader = "csrc/kernels/launch.cuh"
 )
 
 // buildFacts reads the build facts of a run's components: those of the nvshmem
 // component from its include directory (the built prefix, or the wheel's package
-// directory). facts holds what was read; notes says, by fact, why one is not recorded.
-// Both are nil for a plan without NVSHMEM, so its manifest keeps its bytes.
+// directory), the hidden sizes from the deepep component's patched tree. facts holds
+// what was read; notes says, by fact, why one is not recorded. Both are nil for a plan
+// without NVSHMEM or DeepEP, so its manifest keeps its bytes.
 func buildFacts(p *plan.Plan, comps []manifest.ComponentResult) (facts, notes map[string]string) {
+	facts, notes = map[string]string{}, map[string]string{}
 	for _, c := range comps {
-		if c.Name != "nvshmem" {
-			continue
-		}
 		if _, ok := p.Component(c.Name); !ok {
 			continue
 		}
-		if c.Prefix == "" {
-			return nil, map[string]string{manifest.FactRCLayout: "the nvshmem component installed no files", manifest.FactHeaderVersion: "the nvshmem component installed no files"}
+		switch c.Name {
+		case "nvshmem":
+			if c.Prefix == "" {
+				notes[manifest.FactRCLayout] = "the nvshmem component installed no files"
+				notes[manifest.FactHeaderVersion] = "the nvshmem component installed no files"
+				continue
+			}
+			f, n := NVSHMEMIncludeFacts(filepath.Join(c.Prefix, "include"))
+			maps.Copy(facts, f)
+			maps.Copy(notes, n)
+		case "deepep":
+			if c.Tree == "" {
+				continue // taken from the Python environment: no tree was compiled
+			}
+			if sizes, err := readHiddenSizes(filepath.Join(c.Tree, filepath.FromSlash(launchHeader))); err != nil {
+				notes[manifest.FactHiddenSizes] = err.Error()
+			} else {
+				facts[manifest.FactHiddenSizes] = sizes
+			}
 		}
-		return NVSHMEMIncludeFacts(filepath.Join(c.Prefix, "include"))
 	}
-	return nil, nil
+	if len(facts) == 0 {
+		facts = nil
+	}
+	if len(notes) == 0 {
+		notes = nil
+	}
+	return facts, notes
+}
+
+// readHiddenSizes reads the hidden sizes a DeepEP tree's launch.cuh compiles in.
+func readHiddenSizes(path string) (string, error) {
+	b, err := userfile.ReadFile(path, maxHeaderSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("no %s in the DeepEP tree: no SWITCH_HIDDEN list to read (DeepEP v1 keeps it there)", launchHeader)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the hidden sizes: %w", err)
+	}
+	sizes, err := ParseHiddenSizes(b)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", launchHeader, err)
+	}
+	return strings.Join(sizes, ","), nil
+}
+
+var (
+	switchHiddenRe = regexp.MustCompile(`(?m)^[ \t]*#[ \t]*define[ \t]+SWITCH_HIDDEN\b`)
+	hiddenCaseRe   = regexp.MustCompile(`\bcase\s+(\d+)\s*:`)
+)
+
+// ParseHiddenSizes reads the case labels of DeepEP's SWITCH_HIDDEN macro (the lines the
+// #define continues with backslashes), in the order the file lists them. No macro, two
+// of them (under #if and #else, say) or a macro without a numeric case is an error, never
+// a guess.
+func ParseHiddenSizes(src []byte) ([]string, error) {
+	code := stripCComments(src)
+	defs := switchHiddenRe.FindAllIndex(code, -1)
+	lineOf := func(off int) int { return bytes.Count(code[:off], []byte("\n")) + 1 }
+	switch len(defs) {
+	case 0:
+		return nil, errors.New("no #define SWITCH_HIDDEN")
+	case 1:
+	default:
+		return nil, fmt.Errorf("undecided: %d definitions of SWITCH_HIDDEN (lines %d and %d); the preprocessor picks one, this reader does not", len(defs), lineOf(defs[0][0]), lineOf(defs[1][0]))
+	}
+	start, end := defs[0][0], defs[0][0]
+	for end < len(code) {
+		nl := bytes.IndexByte(code[end:], '\n')
+		if nl < 0 {
+			end = len(code)
+			break
+		}
+		line := bytes.TrimRight(code[end:end+nl], " \t\r")
+		end += nl + 1
+		if !bytes.HasSuffix(line, []byte("\\")) {
+			break
+		}
+	}
+	var sizes []string
+	for _, m := range hiddenCaseRe.FindAllSubmatch(code[start:end], -1) {
+		if s := string(m[1]); !slices.Contains(sizes, s) {
+			sizes = append(sizes, s)
+		}
+	}
+	if len(sizes) == 0 {
+		return nil, fmt.Errorf("line %d: SWITCH_HIDDEN lists no numeric case", lineOf(start))
+	}
+	return sizes, nil
 }
 
 // NVSHMEMIncludeFacts reads the build facts of an NVSHMEM include directory: the RC-QP
@@ -232,7 +316,7 @@ func (e *AfterBuildError) Error() string {
 			kv = append(kv, k+"="+v)
 		}
 	}
-	return fmt.Sprintf("after the build, with what it read of the headers (%s): %v", strings.Join(kv, ", "), e.Err)
+	return fmt.Sprintf("after the build, with what it read of the headers and the tree it compiled (%s): %v", strings.Join(kv, ", "), e.Err)
 }
 
 func (e *AfterBuildError) Unwrap() error { return e.Err }

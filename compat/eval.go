@@ -244,6 +244,9 @@ func (ev *evaluator) eval(c *Cond) (tri, []string) {
 		if _, ok := ev.facts.Runtime[c.Runtime.Key]; !ok && !c.Runtime.Set && !c.Runtime.Unset {
 			return unknown, []string{"the recipe declares no runtime." + c.Runtime.Key}
 		}
+		if c.Runtime.InBuild != "" {
+			return ev.inBuild(c.Runtime)
+		}
 		return matchKey("runtime", ev.facts.Runtime, c.Runtime, false)
 	case c.Build != nil:
 		if _, ok := ev.facts.Build[c.Build.Key]; !ok && !c.Build.Set && !c.Build.Unset {
@@ -449,6 +452,21 @@ func matchKey(what string, m map[string]string, k *KeyCond, host bool) (tri, []s
 		return one(decideVersion("host "+k.Key, v, k.ver))
 	}
 	return unknown, []string{desc}
+}
+
+// inBuild decides whether a runtime value is one of a build fact's comma-separated
+// values; unknown before the build has recorded the fact.
+func (ev *evaluator) inBuild(k *KeyCond) (tri, []string) {
+	v := ev.facts.Runtime[k.Key]
+	list, ok := ev.facts.Build[k.InBuild]
+	if !ok {
+		return unknown, []string{"runtime " + k.Key + "=" + v, "build fact " + k.InBuild + " is not recorded (it is read from the built tree)"}
+	}
+	vals := strings.Split(list, ",")
+	for i := range vals {
+		vals[i] = strings.TrimSpace(vals[i])
+	}
+	return triOf(slices.Contains(vals, v)), []string{"runtime " + k.Key + "=" + v, "build " + k.InBuild + "=" + list}
 }
 
 // cmakeBool reads a value as CMake's if() does for the usual spellings.

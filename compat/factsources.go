@@ -23,6 +23,10 @@ func BuildFactSources() []FactSource {
 		{Key: "nvshmem.header-version", Read: "From the same include directory's non_abi/nvshmem_version.h " +
 			"(NVSHMEM_VENDOR_MAJOR/MINOR/PATCH_VERSION), as X.Y.Z: the version DeepEP was compiled against, which " +
 			"nvshmem.loaded-matches-build compares with the loaded library's (before the version label of the plan)."},
+		{Key: "deepep.hidden-sizes", Read: "From the patched DeepEP tree the build compiled, csrc/kernels/launch.cuh: the " +
+			"case labels of the SWITCH_HIDDEN macro, the hidden sizes its low-latency kernels are instantiated for, " +
+			"comma-separated in the order the file lists them (a patch set that adds a size is read with it). A tree " +
+			"without that file or macro (EPv2 main) records nothing (R48)."},
 	}
 }
 
@@ -42,8 +46,10 @@ func RuntimeFactSources() []FactSource {
 func (r Rule) BuildKeys() []string {
 	var out []string
 	r.eachCond(func(c *Cond) {
-		if c.Build != nil && !slices.Contains(out, c.Build.Key) {
-			out = append(out, c.Build.Key)
+		for _, k := range []string{keyOf(c.Build), inBuildOf(c.Runtime)} {
+			if k != "" && !slices.Contains(out, k) {
+				out = append(out, k)
+			}
 		}
 	})
 	return out
@@ -67,6 +73,13 @@ func keyOf(k *KeyCond) string {
 		return ""
 	}
 	return k.Key
+}
+
+func inBuildOf(k *KeyCond) string {
+	if k == nil {
+		return ""
+	}
+	return k.InBuild
 }
 
 func sizeBelow(s *SizeCond) string {

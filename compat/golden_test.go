@@ -167,6 +167,8 @@ func keyText(k *KeyCond) string {
 		return s + " ~ " + k.Matches
 	case k.Version != "":
 		return s + " version " + k.Version
+	case k.InBuild != "":
+		return s + " in build " + k.InBuild
 	}
 	return s + " ?"
 }

@@ -172,7 +172,7 @@ type Cond struct {
 // BuildKeys are the facts a build records about what it built (the install's manifest),
 // which a build condition may name. Before the build, and for an install that did not
 // record one, the fact is unknown.
-var BuildKeys = []string{"nvshmem.rc-layout", "nvshmem.header-version"}
+var BuildKeys = []string{"nvshmem.rc-layout", "nvshmem.header-version", "deepep.hidden-sizes"}
 
 // RuntimeKeys are the recipe's runtime settings a runtime condition may name: the bytes
 // DeepEP's buffer asks of each GPU, the GPUs a node gives a job, the ranks of the job,
@@ -243,6 +243,9 @@ type KeyCond struct {
 	Matches string `json:"matches,omitempty"`
 	// Version (host facts only) is a constraint on the fact read as a version.
 	Version string `json:"version,omitempty"`
+	// InBuild (runtime keys only) names a build fact that lists values, comma-separated:
+	// the runtime value is one of them (deepep.hidden-sizes: what the tree compiles in).
+	InBuild string `json:"in-build,omitempty"`
 	re      *regexp.Regexp
 	ver     Constraint
 }
@@ -608,6 +611,9 @@ func (d *yamlDoc) checkCond(p string, c *Cond) {
 			d.at(p+".runtime.key", "runtime key %q: one of %s", c.Runtime.Key, strings.Join(RuntimeKeys, ", "))
 		}
 		d.checkKey(p+".runtime", c.Runtime, false)
+		if c.Runtime.InBuild != "" && !slices.Contains(BuildKeys, c.Runtime.InBuild) {
+			d.at(p+".runtime.in-build", "in-build: names a build fact (%s), not %q", strings.Join(BuildKeys, ", "), c.Runtime.InBuild)
+		}
 	case c.Size != nil:
 		sc := c.Size
 		if !envKeyRe.MatchString(sc.Env) {
@@ -666,7 +672,7 @@ func (d *yamlDoc) checkKey(p string, k *KeyCond, host bool) {
 		d.at(p, "missing key:")
 	}
 	n := 0
-	for _, set := range []bool{k.Equals != nil, k.In != nil, k.Set, k.Unset, k.Is != "", k.Matches != "", k.Version != ""} {
+	for _, set := range []bool{k.Equals != nil, k.In != nil, k.Set, k.Unset, k.Is != "", k.Matches != "", k.Version != "", k.InBuild != ""} {
 		if set {
 			n++
 		}
@@ -683,6 +689,9 @@ func (d *yamlDoc) checkKey(p string, k *KeyCond, host bool) {
 			d.at(p+".matches", "%v", err)
 		}
 		k.re = re
+	}
+	if k.InBuild != "" && !strings.HasSuffix(p, ".runtime") {
+		d.at(p+".in-build", "in-build: is for runtime keys")
 	}
 	if k.Version != "" {
 		if !host {

@@ -255,6 +255,16 @@ func built(layout string) mut {
 	return func(f *Facts) { f.Build = map[string]string{"nvshmem.rc-layout": layout} }
 }
 
+// hiddenBuilt records the hidden sizes the build read from the DeepEP tree it compiled.
+func hiddenBuilt(list string) mut {
+	return func(f *Facts) {
+		if f.Build == nil {
+			f.Build = map[string]string{}
+		}
+		f.Build["deepep.hidden-sizes"] = list
+	}
+}
+
 // lowLatency declares the job's mode (1 low-latency, 0 normal) and its ranks.
 func lowLatency(mode, ranks string) mut {
 	return all(runtime("low-latency", mode), runtime("ranks", ranks))
@@ -748,9 +758,15 @@ func ruleTable() []ruleCase {
 		{"R47", "v1, the runtime says nothing", P, nil, ""},
 		{"R47", "EPv2 normal mode on 4-GPU nodes", P, all(epv2, lowLatency("0", "16"), runtime("gpus-per-node", "4")), ""},
 
-		{"R48", "29d31c0 low-latency, hidden 3000", P, all(lowLatency("1", "16"), runtime("hidden", "3000")), "/error"},
-		{"R48", "29d31c0 normal mode, hidden 3000", P, all(lowLatency("0", "16"), runtime("hidden", "3000")), ""},
-		{"R48", "29d31c0 low-latency, hidden not declared", P, lowLatency("1", "16"), ""},
+		{"R48", "29d31c0 without patch sets, low-latency, hidden 3000", P, all(patches("deepep"), lowLatency("1", "16"), runtime("hidden", "3000")), "by-commit/error"},
+		{"R48", "29d31c0 with PR 466, before the build: the build reads the list", P, all(lowLatency("1", "16"), runtime("hidden", "3000")), ""},
+		{"R48", "29d31c0 with PR 466, built: 3000 not compiled in", P, all(lowLatency("1", "16"), runtime("hidden", "3000"), hiddenBuilt("2048,2560,3072,4096,5120,6144,7168,8192")), "compiled/error"},
+		{"R48", "a patch set added 3000, built", P, all(lowLatency("1", "16"), runtime("hidden", "3000"), hiddenBuilt("2048,3000,7168")), ""},
+		{"R48", "29d31c0 without patch sets, built with 3000 in the list", P, all(patches("deepep"), lowLatency("1", "16"), runtime("hidden", "3000"), hiddenBuilt("2048, 3000")), ""},
+		{"R48", "29d31c0 without patch sets, built, normal mode", P, all(patches("deepep"), lowLatency("0", "16"), runtime("hidden", "3000"), hiddenBuilt("2048")), ""},
+		{"R48", "29d31c0 normal mode, hidden 3000", P, all(patches("deepep"), lowLatency("0", "16"), runtime("hidden", "3000")), ""},
+		{"R48", "29d31c0 low-latency, hidden not declared", P, all(patches("deepep"), lowLatency("1", "16")), ""},
+		{"R48", "built, low-latency, hidden not declared", P, all(lowLatency("1", "16"), hiddenBuilt("2048")), ""},
 		{"R48", "v1.2.1 (before 29d31c0) low-latency, hidden 3000", P, all(deepepAt(c9af0e0d), lowLatency("1", "16"), runtime("hidden", "3000")), ""},
 		{"R48", "EPv2 low-latency, hidden 3000", P, all(epv2, lowLatency("1", "16"), runtime("hidden", "3000")), ""},
 
@@ -782,7 +798,7 @@ func ruleTable() []ruleCase {
 	}
 	// every hidden size 29d31c0 compiles: one row each, so that none drops from R48 unseen
 	for _, h := range []string{"2048", "2560", "3072", "4096", "5120", "6144", "7168", "8192"} {
-		rows = append(rows, ruleCase{"R48", "29d31c0 low-latency, hidden " + h, P, all(lowLatency("1", "16"), runtime("hidden", h)), ""})
+		rows = append(rows, ruleCase{"R48", "29d31c0 low-latency, hidden " + h, P, all(patches("deepep"), lowLatency("1", "16"), runtime("hidden", h)), ""})
 	}
 	return rows
 }

@@ -135,4 +135,7 @@ const (
 	FactRCLayout = "nvshmem.rc-layout"
 	// FactHeaderVersion is the X.Y.Z of the NVSHMEM headers the build compiled against.
 	FactHeaderVersion = "nvshmem.header-version"
+	// FactHiddenSizes are the hidden sizes DeepEP's low-latency kernels are compiled for
+	// (SWITCH_HIDDEN of the patched tree), comma-separated.
+	FactHiddenSizes = "deepep.hidden-sizes"
 )
