@@ -44,8 +44,11 @@ func (p Pin) Kind() string {
 // Release is one known version of a component with its pins, preferred first.
 type Release struct {
 	Version string `json:"version"`
-	Pins    []Pin  `json:"pins"`
-	v       Version
+	// Devel marks a pinned tree that is no published release (a fork's devel branch): it
+	// resolves only by its whole version, and the release condition is false for it.
+	Devel bool  `json:"devel,omitempty"`
+	Pins  []Pin `json:"pins"`
+	v     Version
 }
 
 // Catalog holds the known releases of each component.
@@ -77,6 +80,9 @@ func ParseCatalog(file string, data []byte) (*Catalog, error) {
 				d.at(p+".version", "%v", err)
 			}
 			r.v = v
+			if r.Devel && v.local == "" {
+				d.at(p+".version", "%s %s: a devel tree needs a local part (3.5.20+devel.COMMIT), so that no release of that number resolves to it", name, r.Version)
+			}
 			for j := range i {
 				if err == nil && rels[j].v.Equal(v) {
 					d.at(p+".version", "%s %s is listed twice (also as %s)", name, r.Version, rels[j].Version)
@@ -161,7 +167,7 @@ func (c *Catalog) Release(component, version string) (Release, bool) {
 	}
 	var found []Release
 	for _, r := range rels {
-		if r.v.Core() == v.Core() {
+		if r.v.Core() == v.Core() && !r.Devel {
 			found = append(found, r)
 		}
 	}

@@ -269,8 +269,15 @@ func TestCatalog(t *testing.T) {
 	if p, ok := cat.Lookup("nccl", "2.22.3-1"); !ok || p.Git == nil || p.Git.Commit != "178b6b759074597777ce13438efb0e0ba625e429" {
 		t.Errorf("nccl 2.22.3-1: %+v", p)
 	}
+	// a devel tree resolves by its whole version only, never as "3.5.20"
+	if p, ok := cat.Lookup("nvshmem", "3.5.20+devel.b03fa74"); !ok || p.Git == nil || p.Git.URL != "https://github.com/a-szegel/NVSHMEM" {
+		t.Errorf("3.5.20+devel.b03fa74: %+v %v", p, ok)
+	}
+	if r, ok := cat.Release("nvshmem", "3.5.20"); ok {
+		t.Errorf("3.5.20 is no release, yet resolves to %s", r.Version)
+	}
 	vs := cat.Versions("nvshmem")
-	if !slices.IsSortedFunc(vs, func(a, b string) int { return MustVersion(a).Compare(MustVersion(b)) }) || len(vs) != 6 {
+	if !slices.IsSortedFunc(vs, func(a, b string) int { return MustVersion(a).Compare(MustVersion(b)) }) || len(vs) != 7 {
 		t.Errorf("versions not sorted oldest first: %v", vs)
 	}
 	if cat.Has("deepep") || !cat.Has("nccl") {
@@ -288,8 +295,13 @@ func TestParseCatalogErrors(t *testing.T) {
       pins:
         - archive: {url: http://example.com/x.tgz, sha256: abc}
 `
+	body += `    - version: 3.5.20
+      devel: true
+      pins:
+        - git: {url: https://github.com/a-szegel/NVSHMEM, commit: b03fa743a088ea358daa04effd3e990c8e61df17}
+`
 	_, err := ParseCatalog("catalog.yaml", []byte(body))
-	for _, want := range []string{"catalog.yaml:5:", "full 40-hex", "listed twice", "catalog.yaml:8:", "64-hex", "https URL"} {
+	for _, want := range []string{"catalog.yaml:5:", "full 40-hex", "listed twice", "catalog.yaml:8:", "64-hex", "https URL", "catalog.yaml:9:", "a devel tree needs a local part"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("want %q in %v", want, err)
 		}

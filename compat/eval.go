@@ -370,6 +370,9 @@ func (ev *evaluator) release(name string) (tri, []string) {
 			ev.cat = cat
 		}
 		if r, ok := ev.cat.ReleaseAt(comp.Name, comp.Repo, comp.Commit); ok && sameVersion(r.Version, comp.Version) {
+			if r.Devel {
+				return no, []string{fmt.Sprintf("%s %s is the devel tree %s the catalogue pins, no release", comp.Name, short(comp.Commit), r.Version)}
+			}
 			return yes, []string{fmt.Sprintf("%s %s is release %s", comp.Name, short(comp.Commit), r.Version)}
 		}
 		return no, []string{fmt.Sprintf("%s %s (version %s) is not a commit the catalogue pins for a release", comp.Name, short(comp.Commit), comp.Version)}

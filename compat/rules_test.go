@@ -615,6 +615,7 @@ func ruleTable() []ruleCase {
 		{"R3", "v1.2.1 on the 3.4.5 release tag", P, all(deepepAt(c9af0e0d), nvshmem345Tag), ""},
 		{"R3", "v1.2.1 on the 3.4.5 archive", P, all(deepepAt(c9af0e0d), nvshmemArchive("3.4.5")), ""},
 		{"R3", "v1.2.1 on NVSHMEM main (calls itself 3.5.0, has _v2): undecided before the build", P, all(deepepAt(c9af0e0d), nvshmemMain), "qp-layout/warn?"},
+		{"R3", "v1.2.1 on a-szegel's devel tree (3.5.20+devel, no release): undecided before the build", P, all(deepepAt(c9af0e0d), nvshmemGit("3.5.20+devel.b03fa74", "https://github.com/a-szegel/NVSHMEM", "b03fa743a088ea358daa04effd3e990c8e61df17")), "qp-layout/warn?"},
 		{"R3", "v1.2.1 on NVSHMEM main, the build read _v2", H, all(deepepAt(c9af0e0d), nvshmemMain, built("v2")), "qp-layout/error"},
 		{"R3", "v1.2.1 on NVSHMEM main, the build read _v1", H, all(deepepAt(c9af0e0d), nvshmemMain, built("v1")), ""},
 		{"R3", "v1.2.1 on the 3.5.19-1 release, the build read _v1: the header wins", H, all(deepepAt(c9af0e0d), built("v1")), ""},
