@@ -50,6 +50,10 @@ func FactsFromPlan(p *Plan) compat.Facts {
 				fc.Version = c.Source.Python.Version
 			}
 		}
+		if c.PythonWheel != nil && c.Source.Python == nil {
+			// built here and installed as that package (python-wheel): torch loads it
+			fc.Package = c.PythonWheel.Package
+		}
 		for _, st := range c.Build {
 			switch {
 			case st.CMake != nil:
