@@ -216,7 +216,8 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 		case len(c.Preload) > 0:
 			add(wp, "component %s has both preload and python-wheel: the wheel, once installed, is the library torch loads, and a preload beside it maps a second copy; keep one", c.Name)
 		}
-		if !distRe.MatchString(w.Package) {
+		// none with a python source: the build replaces that package (NameWheelPackages)
+		if (w.Package != "" || c.Source.Python == nil) && !distRe.MatchString(w.Package) {
 			add(wp+".package", "package %q is not a distribution name (letters, digits and . _ - between them, like nvidia-nccl-cu13); name the package the wheel replaces, or give the component a python source that names it", w.Package)
 		}
 		if w.Dir == "" || strings.ContainsAny(w.Dir, "*?[{}: ") || !localPath(w.Dir, false) || strings.HasSuffix(w.Dir, ".dist-info") {
