@@ -36,7 +36,9 @@ func processKinds() []check.Kind[*Subject] {
 				"with its nvshmemx_vendor_get_version_info): another copy fails (DeepEP's device code is of another NVSHMEM), torch bound to " +
 				"another copy than DeepEP is a warning, and a second file mapped that DeepEP does not bind to is said, not failed; torch's " +
 				"communicator calls the recipe's NCCL (the library libtorch_cuda's ncclCommInitRank* binds to, read with dlsym and its " +
-				"ncclGetVersion), and a second libnccl mapped is a warning"},
+				"ncclGetVersion), and a second libnccl mapped is a warning; for a NCCL built here and installed as torch's NCCL wheel " +
+				"(python-wheel) that library must be byte for byte the install's (sha256) and the only libnccl mapped, else it fails naming " +
+				"both files and the pip command that installs the wheel"},
 	}
 }
 
