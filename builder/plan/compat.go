@@ -123,6 +123,8 @@ func mergeInto(dst, src map[string]string) map[string]string {
 //
 // Call it after doc.Apply(sets) and before doc.Validate.
 func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
+	// a python-wheel names the package the source named before a switch replaces it
+	doc.NameWheelPackages()
 	versions := map[string]string{}
 	kinds := map[string]string{}
 	pinned := map[string]bool{}

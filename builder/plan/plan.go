@@ -70,7 +70,6 @@ func (r *Resolver) Load(name string, sets []string) (*recipes.Doc, error) {
 	if err := doc.Apply(sets); err != nil {
 		return nil, err
 	}
-	doc.NameWheelPackages()
 	if err := ApplyCatalog(doc, sets, r.Catalog); err != nil {
 		return nil, err
 	}
