@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -20,7 +22,9 @@ import (
 	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/builder/wheel"
+	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
+	"github.com/epbuild/epbuild/recipes"
 	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
@@ -72,16 +76,130 @@ func packWheels(p *plan.Plan, res *Result, dir string, sde int64, pkgs map[strin
 		}
 		out = append(out, manifest.WheelFile{Component: c.Name, Info: info})
 	}
+	for _, c := range res.Components {
+		pc, ok := p.Component(c.Name)
+		if !ok {
+			continue
+		}
+		name, version, ok, err := replacementWheel(p, pc)
+		if err != nil {
+			return nil, fmt.Errorf("package %s: %w", p.Recipe, err)
+		}
+		if !ok {
+			continue
+		}
+		wd := filepath.Join(dir, "wheels")
+		if err := os.MkdirAll(wd, 0o755); err != nil {
+			return nil, fmt.Errorf("package %s: %w", p.Recipe, err)
+		}
+		files, err := wheelLayout(c.Prefix, pc.PythonWheel)
+		if err != nil {
+			return nil, fmt.Errorf("package %s: the %s wheel of %s: %w", p.Recipe, name, c.Name, err)
+		}
+		info, err := wheel.PackLayout(wheel.Layout{Name: name, Version: version, Tag: platformTag(), Files: files,
+			Summary: fmt.Sprintf("%s %s built from source by epbuild (recipe %s), in place of %s", c.Name, pc.Version, p.Recipe, name)},
+			wd, time.Unix(sde, 0))
+		if err != nil {
+			return nil, fmt.Errorf("package %s: the %s wheel of %s: %w", p.Recipe, name, c.Name, err)
+		}
+		// the version the build's Python environment had: what puts it back
+		out = append(out, manifest.WheelFile{Component: c.Name, Info: info,
+			Replaces: &manifest.Replaced{Package: name, Version: pkgs[name].Version}})
+	}
 	if err := store.WriteJSON(dir, wheelsName, out); err != nil {
 		return nil, fmt.Errorf("package %s: %w", p.Recipe, err)
 	}
 	return out, nil
 }
 
+// replacementWheel is the name and version of the wheel a python-wheel component built
+// here is packed as: the package it replaces, at <release>+epbuild.<the plan key's first
+// 12>, a PEP 440 local version (pip orders it after the release it was built from, and
+// two plans of one release apart). ok is false for any other component.
+func replacementWheel(p *plan.Plan, pc *plan.PlanComponent) (name, version string, ok bool, err error) {
+	w := pc.PythonWheel
+	if w == nil || pc.Source.Python != nil || len(pc.Build) == 0 {
+		return "", "", false, nil
+	}
+	v, err := compat.ParseVersion(pc.Version)
+	if err != nil {
+		return "", "", false, fmt.Errorf("the %s wheel of %s needs the release it is built from (--set %s.version=V): %w", w.Package, pc.Name, pc.Name, err)
+	}
+	return w.Package, v.Core() + "+epbuild." + p.Key[:min(12, len(p.Key))], true, nil
+}
+
+// wheelLayout maps the files a python-wheel packs, each under w.Dir at its path in the
+// prefix, to the regular files they are read from: a symbolic link (lib/libnccl.so.2 →
+// libnccl.so.2.30.7) is packed as the file it names, which must lie in the prefix.
+func wheelLayout(prefix string, w *recipes.PythonWheel) (map[string]string, error) {
+	root, err := filepath.EvalSymlinks(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("read the staged prefix: %w", err)
+	}
+	files := map[string]string{}
+	add := func(rel, p string) error {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		if in, err := filepath.Rel(root, real); err != nil || !filepath.IsLocal(in) {
+			return fmt.Errorf("%s is a link to %s, outside the component's prefix", rel, real)
+		}
+		fi, err := os.Stat(real)
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() {
+			return fmt.Errorf("%s is a link to a directory (%s): name that directory instead", rel, real)
+		}
+		files[path.Join(w.Dir, filepath.ToSlash(rel))] = real
+		return nil
+	}
+	for _, f := range w.Files {
+		top := filepath.Join(prefix, filepath.FromSlash(f))
+		real, err := filepath.EvalSymlinks(top)
+		if err != nil {
+			return nil, fmt.Errorf("python-wheel file %s: the build installed no such file: %w", f, err)
+		}
+		fi, err := os.Stat(real)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.IsDir() {
+			if err := add(filepath.FromSlash(f), top); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		err = filepath.WalkDir(real, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			rel, _ := filepath.Rel(real, p)
+			return add(filepath.Join(filepath.FromSlash(f), rel), p)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("python-wheel files under %s: %w", f, err)
+		}
+	}
+	return files, nil
+}
+
+// platformTag is the wheel tag of a package of this machine's libraries and no Python
+// code: py3-none-linux_<machine>, as pip on Linux accepts it.
+func platformTag() string {
+	machine := map[string]string{"amd64": "x86_64", "arm64": "aarch64", "ppc64le": "ppc64le", "s390x": "s390x"}[runtime.GOARCH]
+	if machine == "" {
+		machine = runtime.GOARCH
+	}
+	return "py3-none-linux_" + machine
+}
+
 // wheelRequirements are the packages of the Python environment that c was built
 // against (the components it depends on, directly or not, whose source is a Python
 // package), each at the version the build recorded: a wheel built against NVSHMEM's
-// wheel 3.4.5 needs that NVSHMEM where it is installed, and pip should say so.
+// wheel 3.4.5 needs that NVSHMEM where it is installed, and pip should say so. A
+// component built here and packed as a package (python-wheel) is required as that wheel.
 func wheelRequirements(p *plan.Plan, c *plan.PlanComponent, pkgs map[string]toolchain.PythonPackage) ([]wheel.Requirement, error) {
 	var reqs []wheel.Requirement
 	seen := map[string]bool{c.Name: true}
@@ -98,6 +216,13 @@ func wheelRequirements(p *plan.Plan, c *plan.PlanComponent, pkgs map[string]tool
 			continue
 		}
 		queue = append(queue, d.Depends...)
+		// built here and packed in place of a package (python-wheel): that wheel
+		if name, version, ok, err := replacementWheel(p, d); err != nil {
+			return nil, err
+		} else if ok {
+			reqs = append(reqs, wheel.Requirement{Name: name, Version: version})
+			continue
+		}
 		if d.Source.Python == nil {
 			continue
 		}

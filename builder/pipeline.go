@@ -458,6 +458,10 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 		if comp.Source.Python != nil {
 			pkgs = append(pkgs, comp.Source.Python.Package)
 		}
+		// the package a python-wheel replaces: its version is what undoes the install
+		if w := comp.PythonWheel; w != nil && comp.Source.Python == nil && !slices.Contains(pkgs, w.Package) {
+			pkgs = append(pkgs, w.Package)
+		}
 	}
 	getenv := opts.Getenv
 	if getenv == nil {

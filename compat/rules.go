@@ -213,7 +213,8 @@ type SourceCond struct {
 }
 
 // PackageCond: the component is a package of the Python environment whose name matches
-// (the NVSHMEM wheel's name carries the CUDA major it was built for: -cu12, -cu13).
+// (the NVSHMEM wheel's name carries the CUDA major it was built for: -cu12, -cu13): taken
+// from there, or built here and installed there as that package (python-wheel).
 type PackageCond struct {
 	Component string `json:"component"`
 	Matches   string `json:"matches"`

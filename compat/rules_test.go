@@ -712,6 +712,7 @@ func ruleTable() []ruleCase {
 		// R41: the preloaded NCCL runs torch's communicator (measured)
 		{"R41", "NCCL 2.28.3-1 from git beside torch 2.11, not preloaded", F, all(ncclLib, nccl("2.28.3-1"), torch("2.11.0+cu130")), "/warn"},
 		{"R41", "NCCL 2.28.3-1 from git beside torch 2.11, preloaded (measured: torch calls it)", F, all(ncclLib, nccl("2.28.3-1"), torch("2.11.0+cu130"), env("LD_PRELOAD", "{{nccl.prefix}}/lib/libnccl.so.2")), ""},
+		{"R41", "NCCL 2.30.7-1 from git beside torch 2.11, installed as torch's wheel (python-wheel)", F, all(ncclLib, nccl("2.30.7-1"), torch("2.11.0+cu130"), pkg("nccl", "nvidia-nccl-cu13")), ""},
 		{"R41", "NCCL 2.28.3-1 from an archive beside torch 2.11", F, all(ncclLib, nccl("2.28.3-1"), ncclFrom("archive"), torch("2.11.0+cu130")), "/warn"},
 		{"R41", "torch's NCCL wheel, torch 2.11", F, all(ncclLib, nccl("2.28.9"), ncclFrom("python"), torch("2.11.0+cu130")), ""},
 		{"R41", "NCCL from git beside torch 2.10: not measured", F, all(ncclLib, nccl("2.28.3-1")), ""},

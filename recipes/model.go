@@ -86,8 +86,13 @@ type Component struct {
 	// Preload lists files of the component's prefix that env.sh puts in LD_PRELOAD when the
 	// component is built here (lib/libnccl.so.2): torch finds its own NCCL through
 	// DT_RPATH, which LD_LIBRARY_PATH cannot override. Nothing when it comes from the Python
-	// environment.
+	// environment, nor when python-wheel packs it as the package torch loads.
 	Preload []string `json:"preload,omitempty"`
+	// PythonWheel packs the component, when it is built here, as a wheel that takes the
+	// place of the Python environment's package (the NCCL torch ships): installed with
+	// pip, it becomes the library torch itself loads, so that one copy is mapped in a job
+	// (R41). A component with it is not preloaded.
+	PythonWheel *PythonWheel `json:"python-wheel,omitempty"`
 	// Tests are tests of the pinned tree that the artifact carries, for `epbuild test`
 	// on the nodes after an install.
 	Tests *Tests `json:"tests,omitempty"`
@@ -163,6 +168,25 @@ type ArchiveSource struct {
 	SHA256 string `json:"sha256" jsonschema:"pattern=^[0-9a-f]{64}$"`
 	// Strip drops this many leading directories (1 for nvshmem_src/).
 	Strip int `json:"strip,omitempty" jsonschema:"minimum=0"`
+}
+
+// PythonWheel says how a component built here is packed as the Python package it
+// replaces. It is a field of its own, not python-extension's wheel: true, because
+// nothing here is built by setup.py: the files are the component's prefix, laid out
+// where the replaced wheel keeps them, and the wheel's name and version are not the
+// component's own (NAME==<version>+epbuild.<plan>, a PEP 440 local version that pip
+// orders after the release it was built from).
+type PythonWheel struct {
+	// Package is the distribution replaced (nvidia-nccl-cu13); default: the package the
+	// recipe's python source names (after --set C.package), the one the build replaces.
+	Package string `json:"package,omitempty"`
+	// Dir is where the files go in the wheel, as the replaced wheel lays them out
+	// (nvidia/nccl).
+	Dir string `json:"dir"`
+	// Files are files or directories of the component's prefix, packed under Dir at the
+	// same relative path (lib/libnccl.so.2, include); a symbolic link is packed as the
+	// file it names (a wheel holds regular files).
+	Files []string `json:"files" jsonschema:"minItems=1"`
 }
 
 // PythonSource names a package of the Python environment and the version it must have.

@@ -10,7 +10,9 @@ func (d *Doc) ApplyPreloads() {
 	r := &d.Recipe
 	var add []string
 	for _, c := range r.Components {
-		if c.Source.Python != nil || len(c.Build) == 0 {
+		// a python-wheel component is the library torch loads once its wheel is installed:
+		// a preload beside it would map a second copy
+		if c.Source.Python != nil || len(c.Build) == 0 || c.PythonWheel != nil {
 			continue
 		}
 		for _, f := range c.Preload {
@@ -28,4 +30,16 @@ func (d *Doc) ApplyPreloads() {
 		add = append([]string{old}, add...)
 	}
 	r.Env["LD_PRELOAD"] = strings.Join(add, ":")
+}
+
+// NameWheelPackages gives each python-wheel without a package the package the
+// component's python source names: the one a build from source replaces. It runs after
+// the --set overrides (C.package) and before the catalogue switches the source.
+func (d *Doc) NameWheelPackages() {
+	for i := range d.Recipe.Components {
+		c := &d.Recipe.Components[i]
+		if w := c.PythonWheel; w != nil && w.Package == "" && c.Source.Python != nil {
+			w.Package = c.Source.Python.Package
+		}
+	}
 }

@@ -23,6 +23,8 @@ var (
 	hexRe      = regexp.MustCompile(`^[0-9a-fA-F]+$`)
 	archRe     = regexp.MustCompile(`^(sm|compute)_[0-9]{2,3}[af]?$`)
 	templateRe = regexp.MustCompile(`\{\{\s*([^{}]*?)\s*\}\}`)
+	// distRe is a distribution name (PEP 508), as the wheel writer checks it again
+	distRe = regexp.MustCompile(`^(?i:[a-z0-9]|[a-z0-9][a-z0-9._-]*[a-z0-9])$`)
 )
 
 // Requirements a toolchain may name, with what each means.
@@ -204,6 +206,30 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 	for j, f := range c.Preload {
 		if strings.ContainsAny(f, "*?[{}: ") || !localPath(f, false) {
 			add(fmt.Sprintf("%s.preload[%d]", p, j), "preload %q is not a file of the component's prefix (a relative path that stays in it, like lib/libnccl.so.2; no glob, blank or ':')", f)
+		}
+	}
+	if w := c.PythonWheel; w != nil {
+		wp := p + ".python-wheel"
+		switch {
+		case len(c.Build) == 0:
+			add(wp, "component %s has no build steps: python-wheel packs a component built here (from source, or with --set %s.version=V)", c.Name, c.Name)
+		case len(c.Preload) > 0:
+			add(wp, "component %s has both preload and python-wheel: the wheel, once installed, is the library torch loads, and a preload beside it maps a second copy; keep one", c.Name)
+		}
+		// none with a python source: the build replaces that package (NameWheelPackages)
+		if (w.Package != "" || c.Source.Python == nil) && !distRe.MatchString(w.Package) {
+			add(wp+".package", "package %q is not a distribution name (letters, digits and . _ - between them, like nvidia-nccl-cu13); name the package the wheel replaces, or give the component a python source that names it", w.Package)
+		}
+		if w.Dir == "" || strings.ContainsAny(w.Dir, "*?[{}: ") || !localPath(w.Dir, false) || strings.HasSuffix(w.Dir, ".dist-info") {
+			add(wp+".dir", "dir %q is not a directory of the wheel (a relative path that stays in it, like nvidia/nccl)", w.Dir)
+		}
+		for j, f := range w.Files {
+			if strings.ContainsAny(f, "*?[{}: ") || !localPath(f, false) {
+				add(fmt.Sprintf("%s.files[%d]", wp, j), "file %q is not a file or directory of the component's prefix (a relative path that stays in it, like lib/libnccl.so.2 or include)", f)
+			}
+		}
+		if len(w.Files) == 0 {
+			add(wp+".files", "python-wheel packs no files: name the files of the prefix the replaced wheel holds (lib/libnccl.so.2, include)")
 		}
 	}
 	for j, s := range c.Build {

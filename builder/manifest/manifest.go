@@ -10,6 +10,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/patches"
@@ -72,10 +73,30 @@ type ComponentResult struct {
 	Checks      []check.Result       `json:"checks,omitempty"`
 }
 
-// WheelFile is a wheel the package stage made of a component's python/ tree.
+// WheelFile is a wheel the package stage made of a component's python/ tree, or of a
+// component built here in the layout of the Python package it replaces (python-wheel).
 type WheelFile struct {
 	Component string `json:"component"`
 	wheel.Info
+	// Replaces is the package of the build's Python environment this wheel takes the place
+	// of, at the version the build saw there ("" when it had none): what undoes its install.
+	Replaces *Replaced `json:"replaces,omitempty"`
+}
+
+// Replaced is a Python package a wheel takes the place of.
+type Replaced struct {
+	Package string `json:"package"`
+	Version string `json:"version,omitempty"`
+}
+
+// Undo is the command that puts the replaced package back into a Python environment
+// (the package and version quoted for a POSIX shell), or removes the wheel's package
+// when the build's environment had none.
+func (r *Replaced) Undo() string {
+	if r.Version == "" {
+		return "pip uninstall -y " + quote.Shell(r.Package)
+	}
+	return "pip install --no-deps --force-reinstall " + quote.Shell(r.Package+"=="+r.Version)
 }
 
 // ReadInstalledManifest reads and decodes dir/manifest.json, returning its bytes too. It

@@ -50,6 +50,10 @@ func FactsFromPlan(p *Plan) compat.Facts {
 				fc.Version = c.Source.Python.Version
 			}
 		}
+		if c.PythonWheel != nil && c.Source.Python == nil {
+			// built here and installed as that package (python-wheel): torch loads it
+			fc.Package = c.PythonWheel.Package
+		}
 		for _, st := range c.Build {
 			switch {
 			case st.CMake != nil:
@@ -119,6 +123,8 @@ func mergeInto(dst, src map[string]string) map[string]string {
 //
 // Call it after doc.Apply(sets) and before doc.Validate.
 func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
+	// a python-wheel names the package the source named before a switch replaces it
+	doc.NameWheelPackages()
 	versions := map[string]string{}
 	kinds := map[string]string{}
 	pinned := map[string]bool{}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,7 +16,9 @@ import (
 	"github.com/epbuild/epbuild/builder/inspect"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/toolchain"
+	"github.com/epbuild/epbuild/builder/wheel"
 	"github.com/epbuild/epbuild/compat"
 )
 
@@ -33,7 +36,9 @@ func processKinds() []check.Kind[*Subject] {
 				"with its nvshmemx_vendor_get_version_info): another copy fails (DeepEP's device code is of another NVSHMEM), torch bound to " +
 				"another copy than DeepEP is a warning, and a second file mapped that DeepEP does not bind to is said, not failed; torch's " +
 				"communicator calls the recipe's NCCL (the library libtorch_cuda's ncclCommInitRank* binds to, read with dlsym and its " +
-				"ncclGetVersion), and a second libnccl mapped is a warning"},
+				"ncclGetVersion), and a second libnccl mapped is a warning; for a NCCL built here and installed as torch's NCCL wheel " +
+				"(python-wheel) that library must be byte for byte the install's (sha256) and the only libnccl mapped, else it fails naming " +
+				"both files and the pip command that installs the wheel"},
 	}
 }
 
@@ -178,6 +183,11 @@ func (v *verifier) judgeNCCL(ctx context.Context, c VerifyCheck, l oneLib, pc *p
 	} else if want := recordedNCCL(v.m.Toolchain); want != "" {
 		c.Expected = "torch's communicator calls NCCL " + want + ", as recorded at build"
 	}
+	route := wheelRoute(pc, l.pattern)
+	if route != nil {
+		c.Expected = "torch's communicator calls the " + route.pkg + " wheel built here: the only libnccl mapped, byte for byte the install's " +
+			filepath.ToSlash(route.lib) + " (sha256)"
+	}
 	n, err := inspect.NCCL(ctx, py, v.env, modules[1:]...)
 	switch {
 	case err == nil && strings.Contains(n.TorchError, "libcuda"):
@@ -192,6 +202,12 @@ func (v *verifier) judgeNCCL(ctx context.Context, c VerifyCheck, l oneLib, pc *p
 	if pc.Source.Python != nil {
 		fix = "run with the Python environment the install was built in, or install the NCCL it recorded there (pip install " +
 			pc.Source.Python.Package + "==" + recordedNCCL(v.m.Toolchain) + ")"
+	}
+	if route != nil {
+		fix = route.fix(v.m.Wheels, pc.Name, py)
+	}
+	if route != nil && err == nil && n.Bound != nil {
+		return v.judgeNCCLWheel(c, l, pc, route, n, fix)
 	}
 	if err != nil {
 		c.Status, c.Found, c.Fix = check.Fail, err.Error(), fix
@@ -226,6 +242,79 @@ func (v *verifier) judgeNCCL(ctx context.Context, c VerifyCheck, l oneLib, pc *p
 	default:
 		c.Status = check.Pass
 	}
+	return c
+}
+
+// ncclWheel is the route of a NCCL built here and packed as the Python package torch
+// loads (python-wheel): installed with pip, it replaces torch's own, and nothing preloads.
+type ncclWheel struct {
+	pkg string
+	// lib is the library in the component's prefix (lib/libnccl.so.2)
+	lib string
+}
+
+// wheelRoute is the python-wheel route of pc, nil when pc does not take it: pc is built
+// here and packs a file whose name matches pattern.
+func wheelRoute(pc *plan.PlanComponent, pattern string) *ncclWheel {
+	w := pc.PythonWheel
+	if w == nil || pc.Source.Python != nil {
+		return nil
+	}
+	re := regexp.MustCompile(pattern)
+	for _, f := range w.Files {
+		if re.MatchString(path.Base(f)) {
+			return &ncclWheel{pkg: w.Package, lib: filepath.FromSlash(f)}
+		}
+	}
+	return nil
+}
+
+// fix says how to make torch load the wheel: pip installs it into python's environment
+// without its dependencies, in place of the package it replaces.
+func (r *ncclWheel) fix(wheels []manifest.WheelFile, component, py string) string {
+	file := "the " + r.pkg + " wheel the build wrote beside the artifact (<recipe>-<plan>.wheels/)"
+	for _, w := range wheels {
+		if w.Component == component && w.Replaces != nil {
+			file = quote.Shell(w.File) + " (beside the artifact, in <recipe>-<plan>.wheels/)"
+		}
+	}
+	return "install the NCCL built here into the Python environment torch is imported from: " + quote.Shell(py) +
+		" -m pip install --no-deps --force-reinstall " + file + "; and preload no other libnccl (LD_PRELOAD)"
+}
+
+// judgeNCCLWheel judges the python-wheel route: torch's communicator must run the
+// library built here, installed as torch's own NCCL package, and it must be the only
+// libnccl mapped (DeepEP's EPv2 refuses to load otherwise): the file it binds to is byte
+// for byte the install's, and no second one is mapped.
+func (v *verifier) judgeNCCLWheel(c VerifyCheck, l oneLib, pc *plan.PlanComponent, route *ncclWheel, n inspect.NCCLProcess, fix string) VerifyCheck {
+	b := n.Bound
+	ours := filepath.Join(v.prefixes[pc.Name], route.lib)
+	c.Found = fmt.Sprintf("torch calls %s: NCCL %s (ncclGetVersion %d, read by %s)", b.Path, b.Version, b.Code, b.How)
+	var bad []string
+	want, _, err := wheel.HashFile(ours)
+	if err != nil {
+		bad = append(bad, "the install's library cannot be read: "+err.Error())
+	}
+	got, _, gerr := wheel.HashFile(b.Path)
+	switch {
+	case gerr != nil:
+		bad = append(bad, "the library torch calls cannot be read: "+gerr.Error())
+	case err == nil && got != want:
+		bad = append(bad, fmt.Sprintf("%s (sha256 %s) is not the install's %s (sha256 %s): the %s torch loads is not the wheel built here",
+			b.Path, got[:12], ours, want[:12], route.pkg))
+	case err == nil:
+		c.Found += fmt.Sprintf(", byte for byte the install's %s (sha256 %s)", ours, want[:12])
+	}
+	if mapped := matching(n.Mapped, l.pattern); len(mapped) > 1 {
+		bad = append(bad, fmt.Sprintf("%d libnccl files are mapped (%s): one NCCL per process, the wheel's", len(mapped), strings.Join(mapped, ", ")))
+	}
+	if len(bad) > 0 {
+		c.Status, c.Fix = check.Fail, fix
+		c.Found += " (" + strings.Join(bad, "; ") + ")"
+		return c
+	}
+	c.Status = check.Pass
+	c.Found += "; the only libnccl mapped"
 	return c
 }
 

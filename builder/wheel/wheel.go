@@ -540,12 +540,7 @@ func PackRequiring(root, dir string, mtime time.Time, reqs []Requirement) (Info,
 		metaBytes = m.bytes()
 	}
 
-	type file struct {
-		name string
-		path string
-		mode fs.FileMode
-	}
-	var files []file
+	var files []entry
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -570,12 +565,30 @@ func PackRequiring(root, dir string, mtime time.Time, reqs []Requirement) (Info,
 		if fi.Mode()&0o111 != 0 {
 			mode = 0o755
 		}
-		files = append(files, file{rel, p, mode})
+		e := entry{name: rel, path: p, mode: mode}
+		if rel == distInfo+"/METADATA" && metaBytes != nil {
+			e.data = metaBytes
+		}
+		files = append(files, e)
 		return nil
 	})
 	if err != nil {
 		return info, fmt.Errorf("pack a wheel of %s: %w", root, err)
 	}
+	return info, write(dir, &info, distInfo, files, mtime)
+}
+
+// entry is one file of a wheel: read from path, or data when set.
+type entry struct {
+	name string
+	path string
+	data []byte
+	mode fs.FileMode
+}
+
+// write writes the wheel info.File into dir from files (distInfo's among them), sorted
+// with the .dist-info last, and its RECORD the very last; it sets info's SHA256 and Size.
+func write(dir string, info *Info, distInfo string, files []entry, mtime time.Time) error {
 	inDist := func(n string) bool { return strings.HasPrefix(n, distInfo+"/") }
 	sort.Slice(files, func(i, j int) bool {
 		a, b := files[i], files[j]
@@ -588,7 +601,7 @@ func PackRequiring(root, dir string, mtime time.Time, reqs []Requirement) (Info,
 	out := filepath.Join(dir, info.File)
 	tmp, err := os.CreateTemp(dir, ".tmp-"+info.File+"-")
 	if err != nil {
-		return info, fmt.Errorf("pack %s: %w", info.File, err)
+		return fmt.Errorf("pack %s: %w", info.File, err)
 	}
 	defer os.Remove(tmp.Name())
 	if mtime.Before(zipEpoch) {
@@ -618,50 +631,50 @@ func PackRequiring(root, dir string, mtime time.Time, reqs []Requirement) (Info,
 		return nil
 	}
 	for _, f := range files {
-		if f.name == distInfo+"/METADATA" && metaBytes != nil {
-			if err := add(f.name, f.mode, bytes.NewReader(metaBytes)); err != nil {
-				return info, fmt.Errorf("pack %s: %s: %w", info.File, f.name, err)
+		if f.data != nil {
+			if err := add(f.name, f.mode, bytes.NewReader(f.data)); err != nil {
+				return fmt.Errorf("pack %s: %s: %w", info.File, f.name, err)
 			}
 			continue
 		}
 		r, err := os.Open(f.path)
 		if err != nil {
-			return info, fmt.Errorf("pack %s: %w", info.File, err)
+			return fmt.Errorf("pack %s: %w", info.File, err)
 		}
 		err = add(f.name, f.mode, r)
 		r.Close()
 		if err != nil {
-			return info, fmt.Errorf("pack %s: %s: %w", info.File, f.name, err)
+			return fmt.Errorf("pack %s: %s: %w", info.File, f.name, err)
 		}
 	}
 	if err := rw.Write([]string{distInfo + "/RECORD", "", ""}); err != nil {
-		return info, fmt.Errorf("pack %s: RECORD: %w", info.File, err)
+		return fmt.Errorf("pack %s: RECORD: %w", info.File, err)
 	}
 	if rw.Flush(); rw.Error() != nil {
-		return info, fmt.Errorf("pack %s: RECORD: %w", info.File, rw.Error())
+		return fmt.Errorf("pack %s: RECORD: %w", info.File, rw.Error())
 	}
 	if err := add(distInfo+"/RECORD", 0o644, &record); err != nil {
-		return info, fmt.Errorf("pack %s: RECORD: %w", info.File, err)
+		return fmt.Errorf("pack %s: RECORD: %w", info.File, err)
 	}
 	if err := zw.Close(); err != nil {
-		return info, fmt.Errorf("pack %s: %w", info.File, err)
+		return fmt.Errorf("pack %s: %w", info.File, err)
 	}
 	if err := bw.Flush(); err != nil {
-		return info, fmt.Errorf("pack %s: %w", info.File, err)
+		return fmt.Errorf("pack %s: %w", info.File, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return info, fmt.Errorf("pack %s: %w", info.File, err)
+		return fmt.Errorf("pack %s: %w", info.File, err)
 	}
 	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return info, err
+		return err
 	}
-	if info.SHA256, info.Size, err = hashFile(tmp.Name()); err != nil {
-		return info, err
+	if info.SHA256, info.Size, err = HashFile(tmp.Name()); err != nil {
+		return err
 	}
 	if err := os.Rename(tmp.Name(), out); err != nil {
-		return info, fmt.Errorf("pack %s: %w", info.File, err)
+		return fmt.Errorf("pack %s: %w", info.File, err)
 	}
-	return info, nil
+	return nil
 }
 
 // Requirement is a distribution at exactly one version: a package of the Python
@@ -755,7 +768,8 @@ func parseWheelFile(b []byte) (string, error) {
 	return tags[0], nil
 }
 
-func hashFile(p string) (string, int64, error) {
+// HashFile is the sha256 (hex) and size of the file at p.
+func HashFile(p string) (string, int64, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return "", 0, err
@@ -832,4 +846,59 @@ func Check(file string) error {
 		return fmt.Errorf("wheel %s: RECORD lists %d of its %d entries", file, listed, len(zr.File))
 	}
 	return nil
+}
+
+// Layout is a wheel laid out from files on disk rather than from an installed tree: a
+// component built here, packed as the Python package it takes the place of.
+type Layout struct {
+	Name, Version, Summary string
+	// Tag is the wheel's compatibility tag (py3-none-linux_x86_64).
+	Tag string
+	// Files maps each path in the wheel (slash-separated, outside any .dist-info) to the
+	// regular file it is read from.
+	Files map[string]string
+}
+
+// PackLayout writes the wheel of l into dir as reproducibly as Pack: its .dist-info
+// holds METADATA (Name, Version, Summary), WHEEL (Root-Is-Purelib false: the files are
+// a platform's) and RECORD, with every file's sha256.
+func PackLayout(l Layout, dir string, mtime time.Time) (Info, error) {
+	m := &metadata{Headers: []header{{"Metadata-Version", "2.1"}, {"Name", l.Name}, {"Version", l.Version}}}
+	if l.Summary != "" {
+		m.Headers = append(m.Headers, header{"Summary", l.Summary})
+	}
+	if err := m.check("the METADATA of " + l.Name); err != nil {
+		return Info{}, err
+	}
+	if !tagRe.MatchString(l.Tag) {
+		return Info{}, fmt.Errorf("the wheel tag %q of %s is not three tags of letters, digits, _ and . (PEP 425)", l.Tag, l.Name)
+	}
+	info := Info{Name: l.Name, Version: l.Version, Tag: l.Tag, File: FileName(l.Name, l.Version, l.Tag)}
+	distInfo := DistInfoName(l.Name, l.Version)
+	if len(l.Files) == 0 {
+		return info, fmt.Errorf("pack %s: no files", info.File)
+	}
+	var files []entry
+	for name, from := range l.Files {
+		first, _, _ := strings.Cut(name, "/")
+		if !filepath.IsLocal(filepath.FromSlash(name)) || strings.HasSuffix(first, ".dist-info") || strings.ContainsRune(name, '\\') {
+			return info, fmt.Errorf("pack %s: %q is not a path of the wheel outside its .dist-info", info.File, name)
+		}
+		fi, err := os.Lstat(from)
+		if err != nil {
+			return info, fmt.Errorf("pack %s: %w", info.File, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return info, fmt.Errorf("pack %s: %s (for %s) is a %s; a wheel holds regular files only", info.File, from, name, fi.Mode().Type())
+		}
+		mode := fs.FileMode(0o644)
+		if fi.Mode()&0o111 != 0 {
+			mode = 0o755
+		}
+		files = append(files, entry{name: name, path: from, mode: mode})
+	}
+	files = append(files,
+		entry{name: distInfo + "/METADATA", data: m.bytes(), mode: 0o644},
+		entry{name: distInfo + "/WHEEL", data: []byte("Wheel-Version: 1.0\nGenerator: epbuild\nRoot-Is-Purelib: false\nTag: " + l.Tag + "\n"), mode: 0o644})
+	return info, write(dir, &info, distInfo, files, mtime)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -177,6 +178,10 @@ func writePlan(w io.Writer, p *plan.Plan) {
 			for _, k := range slices.Sorted(maps.Keys(kv)) {
 				fmt.Fprintf(w, "    -D%s=%s\n", k, kv[k])
 			}
+		}
+		if pw := c.PythonWheel; pw != nil && c.Source.Python == nil {
+			fmt.Fprintf(w, "  wheel   %s in place of the Python environment's (%s under %s/): pip install --no-deps --force-reinstall it from <recipe>-<plan>.wheels/; the manifest's wheels[].replaces names the version that puts it back (pip install --no-deps --force-reinstall %s==VERSION)\n",
+				quote.Term(pw.Package), quote.Term(strings.Join(pw.Files, ", ")), quote.Term(pw.Dir), quote.Term(pw.Package))
 		}
 	}
 	if len(p.Env) > 0 {
