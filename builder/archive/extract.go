@@ -195,6 +195,12 @@ func ReadMember(ctx context.Context, archivePath, member string, maxSize int64, 
 		return nil, x.ioErr("", err)
 	}
 	defer f.Close()
+	return x.readMember(f, member, maxSize)
+}
+
+// readMember is ReadMember of the open archive f: of a seekable one (artifact format 2)
+// it decompresses the frames up to the member's end only.
+func (x *extractor) readMember(f io.Reader, member string, maxSize int64) ([]byte, error) {
 	r, closeFn, err := x.decompressor(f)
 	if err != nil {
 		return nil, err
@@ -327,8 +333,36 @@ func (x *extractor) tarReader(f io.Reader) error {
 // the largest window a real source or artifact uses; the library's default is 512 MiB.
 const maxZstdWindow = 128 << 20
 
-// decompressor wraps f in the archive's decompressor.
+// seekableFile is an archive that is a file, not a stream: a seek table at its end can
+// be read before its frames.
+type seekableFile interface {
+	io.Reader
+	io.ReaderAt
+	Stat() (fs.FileInfo, error)
+}
+
+// decompressor wraps f in the archive's decompressor. A tar.zst file with a seek table
+// (artifact format 2) is decompressed frame by frame on every core; one without (format
+// 1, any other zstd archive) or a stream is read by one streaming decoder, which reads
+// format 2 as well (it skips the seek table).
 func (x *extractor) decompressor(f io.Reader) (io.Reader, func(), error) {
+	if sf, ok := f.(seekableFile); ok && x.opts.Format == FormatTarZst {
+		st, err := sf.Stat()
+		if err != nil {
+			return nil, nil, x.ioErr("", err)
+		}
+		frames, err := readSeekTable(sf, st.Size())
+		if err != nil {
+			return nil, nil, x.errf("", ErrCorrupt, fixCorrupt, "read the seek table: %w", err)
+		}
+		if frames != nil {
+			fr, err := newFrameReader(x.ctx, sf, frames, 0)
+			if err != nil {
+				return nil, nil, x.errf("", ErrCorrupt, fixCorrupt, "start zstd decoder: %w", err)
+			}
+			return fr, fr.Close, nil
+		}
+	}
 	br := bufio.NewReaderSize(f, 256<<10)
 	switch x.opts.Format {
 	case FormatTarGz:
