@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -23,12 +24,13 @@ import (
 
 // frameSize is the uncompressed tar bytes in each frame but the last. The bytes do not
 // depend on the number of workers: a frame is a pure function of its input and the level.
-// 4 MiB keeps two cores busy on the smallest artifacts worth packing in parallel (the
-// demo's is a few MiB; more frames than cores from 8 MiB on), costs the artifact 0.1% to
-// 0.3% of its size over one stream (each frame starts with an empty window: measured on
-// the demo artifact and on the 570 MB generated install tree of the package comparison;
-// docs/reproducible.md has the numbers), and bounds what a reader holds per frame in flight.
-const frameSize = 4 << 20
+// Each frame starts with an empty window, which costs size; smaller frames cost more:
+// on the 575 MB generated install tree of the package comparison, over one stream at the
+// same level, 1 MiB frames grow the artifact by 5.0%, 2 MiB by 2.3%, 4 MiB by 1.1%,
+// 8 MiB by 0.57% (the demo artifact, 54 KB of tar, is one frame and the 25-byte seek
+// table: 0.28%). 8 MiB keeps two cores busy from a 16 MiB tar on (a real artifact is
+// hundreds of MB) and bounds what a reader holds per frame in flight.
+const frameSize = 8 << 20
 
 // Seek table constants of the format's specification.
 const (
@@ -61,6 +63,7 @@ type frameWriter struct {
 	size  int
 	buf   []byte
 	free  chan []byte         // input buffers
+	outs  chan []byte         // output buffers written, for the workers to reuse
 	jobs  chan frameJob       // to the workers
 	order chan chan frameDone // one per frame, in order, to the writing goroutine
 	done  chan struct{}       // the writing goroutine has returned
@@ -94,6 +97,7 @@ func newFrameWriter(w io.Writer, level zstd.EncoderLevel, workers, size int) (*f
 	fw := &frameWriter{
 		w: w, enc: enc, size: size,
 		free:  make(chan []byte, workers+2),
+		outs:  make(chan []byte, workers+2),
 		jobs:  make(chan frameJob),
 		order: make(chan chan frameDone, workers+1),
 		done:  make(chan struct{}),
@@ -105,11 +109,13 @@ func newFrameWriter(w io.Writer, level zstd.EncoderLevel, workers, size int) (*f
 	fw.buf = make([]byte, 0, size)
 	for range workers {
 		fw.wg.Go(func() {
-			var out []byte
 			for j := range fw.jobs {
-				out = enc.EncodeAll(j.in, out[:0])
-				j.out <- frameDone{in: j.in, out: out}
-				out = make([]byte, 0, cap(out))
+				var out []byte
+				select {
+				case out = <-fw.outs:
+				default:
+				}
+				j.out <- frameDone{in: j.in, out: enc.EncodeAll(j.in, out)}
 			}
 		})
 	}
@@ -131,6 +137,10 @@ func (fw *frameWriter) writeFrames() {
 			fw.sizes = append(fw.sizes, [2]uint32{uint32(len(d.out)), uint32(len(d.in))})
 		}
 		fw.free <- d.in[:0]
+		select {
+		case fw.outs <- d.out[:0]:
+		default:
+		}
 	}
 }
 
@@ -275,22 +285,42 @@ type frameReader struct {
 	given   int                // frames handed to the reader so far
 	queue   []chan frameResult // started, in order
 	cur     []byte
+	curBuf  []byte   // the buffer cur is in
+	spareIn [][]byte // buffers of frames read out: their input
+	spare   [][]byte // and their decompressed bytes
 	err     error
 	wg      sync.WaitGroup
 }
 
 type frameResult struct {
-	data []byte
-	err  error
+	data, in []byte
+	err      error
+}
+
+// buffer is a buffer of spare of at least n bytes, or a new one: a reader holds as
+// many as frames in flight, not one per frame.
+func buffer(spare *[][]byte, n int64) []byte {
+	for i, b := range *spare {
+		if int64(cap(b)) >= n {
+			*spare = slices.Delete(*spare, i, i+1)
+			return b[:0]
+		}
+	}
+	return make([]byte, 0, n)
 }
 
 // errFrame marks a frame that does not hold what the seek table says: the archive is
 // damaged (the extractor gives it ErrCorrupt).
 var errFrame = errors.New("zstd frame")
 
+// maxReadWorkers caps the frames a reader decompresses at once, and so its memory
+// (frameSize each): more cores than that outrun the one goroutine that checks, hashes
+// and writes the entries.
+const maxReadWorkers = 8
+
 func newFrameReader(ctx context.Context, r io.ReaderAt, frames []seekFrame, workers int) (*frameReader, error) {
 	if workers <= 0 {
-		workers = runtime.NumCPU()
+		workers = min(runtime.NumCPU(), maxReadWorkers)
 	}
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(workers), zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderMaxMemory(maxFrameDecoded))
 	if err != nil {
@@ -306,12 +336,12 @@ func (fr *frameReader) start() {
 	fr.next++
 	ch := make(chan frameResult, 1)
 	fr.queue = append(fr.queue, ch)
+	in, out := buffer(&fr.spareIn, f.size)[:f.size], buffer(&fr.spare, f.dSize)
 	fr.wg.Go(func() {
 		if err := fr.ctx.Err(); err != nil {
 			ch <- frameResult{err: err}
 			return
 		}
-		in := make([]byte, f.size)
 		if _, err := fr.r.ReadAt(in, f.off); err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
@@ -319,14 +349,14 @@ func (fr *frameReader) start() {
 			ch <- frameResult{err: err}
 			return
 		}
-		out, err := fr.dec.DecodeAll(in, make([]byte, 0, f.dSize))
+		out, err := fr.dec.DecodeAll(in, out)
 		switch {
 		case err != nil:
 			err = fmt.Errorf("%w at offset %d: %w", errFrame, f.off, err)
 		case int64(len(out)) != f.dSize:
 			err = fmt.Errorf("%w at offset %d: %d bytes, its seek table says %d", errFrame, f.off, len(out), f.dSize)
 		}
-		ch <- frameResult{data: out, err: err}
+		ch <- frameResult{data: out, in: in, err: err}
 	})
 }
 
@@ -339,9 +369,13 @@ func (fr *frameReader) Read(p []byte) (int, error) {
 			fr.err = io.EOF
 			return 0, io.EOF
 		}
-		// ahead: as many frames as were read so far, up to one per worker and one more
-		for fr.next < len(fr.frames) && fr.next-fr.given < min(fr.given+1, fr.workers+1) {
+		// ahead: as many frames as were read so far, up to one per worker
+		for fr.next < len(fr.frames) && fr.next-fr.given < min(fr.given+1, fr.workers) {
 			fr.start()
+		}
+		if fr.curBuf != nil {
+			fr.spare = append(fr.spare, fr.curBuf)
+			fr.curBuf = nil
 		}
 		res := <-fr.queue[0]
 		fr.queue = fr.queue[1:]
@@ -350,7 +384,8 @@ func (fr *frameReader) Read(p []byte) (int, error) {
 			fr.err = res.err
 			return 0, res.err
 		}
-		fr.cur = res.data
+		fr.spareIn = append(fr.spareIn, res.in)
+		fr.cur, fr.curBuf = res.data, res.data
 	}
 	n := copy(p, fr.cur)
 	fr.cur = fr.cur[n:]
