@@ -114,6 +114,7 @@ func newFrameWriter(w io.Writer, level zstd.EncoderLevel, workers, size int) (*f
 				select {
 				case out = <-fw.outs:
 				default:
+					out = make([]byte, 0, enc.MaxEncodedSize(fw.size))
 				}
 				j.out <- frameDone{in: j.in, out: enc.EncodeAll(j.in, out)}
 			}
