@@ -394,9 +394,9 @@ func (o *outWriter) Close() error {
 
 // streamer feeds the items to the archive writer: one goroutine reads (and hashes) files
 // ahead of the writer, passing chunks through a fixed pool of buffers, while the caller's
-// writer (tar+zstd, the slow part) runs in the caller's goroutine. With a late file, the
-// files after it are hashed first on every core, so that its content can be made when the
-// archive reaches it.
+// writer (tar, cut into frames that workers compress) runs in the caller's goroutine.
+// With a late file (the first entry), the files after it are hashed first on every core,
+// so that its content can be made when the archive reaches it.
 type streamer struct {
 	items    []item
 	late     int // index of the late file; -1: none
