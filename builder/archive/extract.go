@@ -377,7 +377,7 @@ func (x *extractor) decompressor(f io.Reader) (io.Reader, func(), error) {
 		}
 		frames, err := readSeekTable(sf, st.Size())
 		if err != nil {
-			return nil, nil, x.errf("", ErrCorrupt, fixCorrupt, "read the seek table: %w", err)
+			return nil, nil, x.ioErr("", fmt.Errorf("read the seek table: %w", err))
 		}
 		if frames != nil {
 			fr, err := newFrameReader(x.ctx, sf, frames, 0)

@@ -146,6 +146,9 @@ func (fw *frameWriter) writeFrames() {
 }
 
 func (fw *frameWriter) Write(p []byte) (int, error) {
+	if fw.buf == nil {
+		return 0, fw.writeErr() // a flush failed
+	}
 	n := len(p)
 	for len(p) > 0 {
 		k := copy(fw.buf[len(fw.buf):fw.size], p)

@@ -316,3 +316,32 @@ func TestFramesDamaged(t *testing.T) {
 		absent(t, dest)
 	}
 }
+
+// failAfter fails every write once n bytes were written.
+type failAfter struct{ n int }
+
+var errDiskFull = errors.New("disk full")
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	if len(p) > f.n {
+		k := f.n
+		f.n = 0
+		return k, errDiskFull
+	}
+	f.n -= len(p)
+	return len(p), nil
+}
+
+// TestFramesWriteFails: a write of the frames that fails fails the pack with its error,
+// wherever it happens, and stops the workers.
+func TestFramesWriteFails(t *testing.T) {
+	tree := filepath.Join(t.TempDir(), "tree")
+	artifactTree(t, tree)
+	for _, n := range []int{0, 100 << 10, 2 << 20} {
+		_, err := Pack(context.Background(), tree, &failAfter{n: n}, PackOptions{Workers: 2, frameSize: 64 << 10,
+			Late: &LateFile{Name: "manifest.json", Mode: 0o644, Data: manifestOf}})
+		if !errors.Is(err, errDiskFull) {
+			t.Errorf("failing after %d bytes: got %v, want the write's error", n, err)
+		}
+	}
+}
