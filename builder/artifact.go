@@ -51,9 +51,9 @@ func (r *Runner) packageStage(ctx context.Context, p *plan.Plan, res *Result, di
 }
 
 // pack is packageStage with the components' results as the manifest records them
-// coming from checked, which pack calls when it reaches the manifest, after the files
-// before it: Run packs the prefixes while the checks run. An error from checked stops
-// the pack; res's components give the prefixes and times.
+// coming from checked, which pack calls when every file is hashed: Run hashes the
+// prefixes while the checks run, and the manifest, the artifact's first entry, is written
+// then. An error from checked stops the pack; res's components give the prefixes and times.
 func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string, checked func() ([]manifest.ComponentResult, error)) error {
 	sde, err := r.sourceDateEpoch(res)
 	if err != nil {
@@ -89,8 +89,9 @@ func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string
 	if err != nil {
 		return fmt.Errorf("package %s: %w", p.Recipe, err)
 	}
-	// One pass: the manifest, which holds every file's hash, is made from the hashes Pack
-	// computes as it reads the tree, and the artifact's own sha256 as it is written.
+	// The manifest, which holds every file's hash, is made from the hashes Pack computes
+	// on every core before it compresses (the manifest comes first: artifact format 2),
+	// and the artifact's own sha256 as it is written.
 	rep, err := archive.Pack(ctx, "", f, archive.PackOptions{
 		Mounts:  mounts,
 		ModTime: time.Unix(sde, 0),

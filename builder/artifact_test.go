@@ -21,7 +21,8 @@ import (
 )
 
 // twoPassPackage is the package stage as it was before it packed in one pass: lay out,
-// HashTree for the manifest, Pack with the manifest and env.sh as extra files.
+// HashTree for the manifest, Pack with env.sh as an extra file and the manifest made
+// beforehand.
 func twoPassPackage(t *testing.T, r *Runner, p *plan.Plan, res *Result) []byte {
 	t.Helper()
 	ctx := context.Background()
@@ -59,10 +60,9 @@ func twoPassPackage(t *testing.T, r *Runner, p *plan.Plan, res *Result) []byte {
 	if _, err := archive.Pack(ctx, tree, &buf, archive.PackOptions{
 		ModTime: time.Unix(sde, 0),
 		Level:   zstdLevel,
-		Extra: []archive.File{
-			{Name: manifest.ManifestName, Mode: 0o644, Data: append(mb, '\n')},
-			{Name: manifest.EnvName, Mode: envsh.EnvMode, Data: []byte(script)},
-		},
+		Extra:   []archive.File{{Name: manifest.EnvName, Mode: envsh.EnvMode, Data: []byte(script)}},
+		// the manifest made above, where the package stage puts it: first
+		Late: &archive.LateFile{Name: manifest.ManifestName, Mode: 0o644, Data: func([]archive.Entry) ([]byte, error) { return append(mb, '\n'), nil }},
 	}); err != nil {
 		t.Fatal(err)
 	}

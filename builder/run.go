@@ -44,7 +44,7 @@ const (
 	patchFormat   = "patch/2"   // 2: the newest file time of an archive source
 	buildFormat   = "build/4"   // 2: CMAKE_*FLAGS quoted for the shell Ninja and make use; 3: python/ holds a .dist-info; 4: reproducible (repro.go)
 	checkFormat   = "check/3"   // 2: check files that resolve outside the prefix match nothing; 3: no store paths in results
-	packageFormat = "package/4" // 2: wheels and the SBOM beside the artifact; 3: epbuild's version left the key and the manifest; 4: a wheel requires the Python packages it was built against
+	packageFormat = "package/5" // 2: wheels and the SBOM beside the artifact; 3: epbuild's version left the key and the manifest; 4: a wheel requires the Python packages it was built against; 5: artifact format 2 (zstd seekable frames, the manifest first)
 )
 
 // Sources picks the fetcher for a URL (the embedded repositories have their own).

@@ -125,6 +125,10 @@ func ExtractFile(ctx context.Context, archivePath, dest string, opts ExtractOpti
 	} else {
 		err = x.tarFile(archivePath)
 	}
+	// whatever happened, no writer writes into tmp once this returns
+	if werr := x.closeWriters(); err == nil {
+		err = werr
+	}
 	if err == nil {
 		err = x.finish()
 	}
@@ -195,6 +199,12 @@ func ReadMember(ctx context.Context, archivePath, member string, maxSize int64, 
 		return nil, x.ioErr("", err)
 	}
 	defer f.Close()
+	return x.readMember(f, member, maxSize)
+}
+
+// readMember is ReadMember of the open archive f: of a seekable one (artifact format 2)
+// it decompresses the frames up to the member's end only.
+func (x *extractor) readMember(f io.Reader, member string, maxSize int64) ([]byte, error) {
 	r, closeFn, err := x.decompressor(f)
 	if err != nil {
 		return nil, err
@@ -274,6 +284,26 @@ type extractor struct {
 	rep     ExtractReport
 	sum     hash.Hash // with Hash: reset for each regular file
 	member  memberState
+	writers *fileWriters // small files' writing, with root; nil until the first
+}
+
+// settle waits for the files handed to the writers: before a name is touched on disk
+// again and before the directories get their modes and times.
+func (x *extractor) settle() error {
+	if x.writers == nil {
+		return nil
+	}
+	return x.writers.settle()
+}
+
+// closeWriters settles and stops the writers; nothing is written after it returns.
+func (x *extractor) closeWriters() error {
+	if x.writers == nil {
+		return nil
+	}
+	w := x.writers
+	x.writers = nil
+	return w.close()
 }
 
 func (x *extractor) errf(entry string, kind error, fix, format string, args ...any) error {
@@ -327,8 +357,36 @@ func (x *extractor) tarReader(f io.Reader) error {
 // the largest window a real source or artifact uses; the library's default is 512 MiB.
 const maxZstdWindow = 128 << 20
 
-// decompressor wraps f in the archive's decompressor.
+// seekableFile is an archive that is a file, not a stream: a seek table at its end can
+// be read before its frames.
+type seekableFile interface {
+	io.Reader
+	io.ReaderAt
+	Stat() (fs.FileInfo, error)
+}
+
+// decompressor wraps f in the archive's decompressor. A tar.zst file with a seek table
+// (artifact format 2) is decompressed frame by frame on every core; one without (format
+// 1, any other zstd archive) or a stream is read by one streaming decoder, which reads
+// format 2 as well (it skips the seek table).
 func (x *extractor) decompressor(f io.Reader) (io.Reader, func(), error) {
+	if sf, ok := f.(seekableFile); ok && x.opts.Format == FormatTarZst {
+		st, err := sf.Stat()
+		if err != nil {
+			return nil, nil, x.ioErr("", err)
+		}
+		frames, err := readSeekTable(sf, st.Size())
+		if err != nil {
+			return nil, nil, x.ioErr("", fmt.Errorf("read the seek table: %w", err))
+		}
+		if frames != nil {
+			fr, err := newFrameReader(x.ctx, sf, frames, 0)
+			if err != nil {
+				return nil, nil, x.errf("", ErrCorrupt, fixCorrupt, "start zstd decoder: %w", err)
+			}
+			return fr, fr.Close, nil
+		}
+	}
 	br := bufio.NewReaderSize(f, 256<<10)
 	switch x.opts.Format {
 	case FormatTarGz:
@@ -620,6 +678,9 @@ func (x *extractor) prepare(h *header, rel string) (bool, error) {
 	// A later entry of the same name wins, as with tar; unlink first so a symlink is
 	// replaced, not followed.
 	if x.root != nil {
+		if err := x.settle(); err != nil {
+			return false, err
+		}
 		if err := x.root.Remove(rel); err != nil {
 			return false, x.ioErr(h.name, err)
 		}
@@ -657,6 +718,9 @@ func (x *extractor) writeFile(h *header, rel string, data io.Reader) error {
 		return err
 	}
 	mode := (h.perm & 0o755) | 0o600
+	if x.root != nil && h.size <= asyncMax {
+		return x.writeFileAsync(h, rel, mode, data)
+	}
 	var (
 		w io.Writer = io.Discard
 		f *os.File
@@ -713,6 +777,61 @@ func (x *extractor) writeFile(h *header, rel string, data io.Reader) error {
 	x.rep.Files++
 	x.rep.Bytes += n
 	return x.memberRead(h)
+}
+
+// writeFileAsync is writeFile of a small file: its bytes are read (and hashed) here,
+// then created and written on disk by the writers.
+func (x *extractor) writeFileAsync(h *header, rel string, mode fs.FileMode, data io.Reader) error {
+	if x.writers == nil {
+		x.writers = newFileWriters(x.root)
+	}
+	buf := &appendWriter{b: x.writers.buffer(int(h.size) + 1)}
+	var w io.Writer = buf
+	x.tree[rel] = node{kind: nodeFile, mode: mode}
+	if x.opts.Hash {
+		if x.sum == nil {
+			x.sum = sha256.New()
+		}
+		x.sum.Reset()
+		w = teeWriter(w, x.sum)
+	}
+	if x.member.reading {
+		w = teeWriter(w, &x.member.data)
+	}
+	if want := min(copyBufSize, max(h.size+1, 32<<10)); int64(len(x.buf)) < want {
+		x.buf = make([]byte, want)
+	}
+	n, rerr, werr := x.copyData(w, io.LimitReader(data, h.size+1))
+	job := fileJob{name: h.name, rel: rel, mode: mode, mtime: h.mtime, data: buf.b, fail: x.ioErr}
+	switch {
+	case werr != nil:
+		rerr = x.ioErr(h.name, werr) // a cancellation: copyData checks ctx
+	case rerr != nil:
+		rerr = x.errf(h.name, ErrCorrupt, fixCorrupt, "read data at byte %d of %d: %w", n, h.size, rerr)
+	case n != h.size:
+		rerr = x.errf(h.name, ErrCorrupt, fixCorrupt, "data is %d bytes, the header says %d", n, h.size)
+	}
+	if rerr != nil {
+		x.writers.free <- buf.b[:0]
+		return rerr
+	}
+	if err := x.writers.submit(job); err != nil {
+		return err
+	}
+	if x.opts.Hash {
+		x.tree[rel] = node{kind: nodeFile, mode: mode, size: n, sum: hex.EncodeToString(x.sum.Sum(nil))}
+	}
+	x.rep.Files++
+	x.rep.Bytes += n
+	return x.memberRead(h)
+}
+
+// appendWriter appends what it is given to b.
+type appendWriter struct{ b []byte }
+
+func (a *appendWriter) Write(p []byte) (int, error) {
+	a.b = append(a.b, p...)
+	return len(p), nil
 }
 
 // copyData copies r to w through the extractor's buffer, checking for cancellation between
@@ -795,6 +914,9 @@ func (x *extractor) hardlink(h *header, rel string) error {
 		return err
 	}
 	if x.root != nil {
+		if err := x.settle(); err != nil {
+			return err
+		}
 		if err := x.root.Link(target, rel); err != nil {
 			return x.ioErr(h.name, err)
 		}
@@ -823,6 +945,9 @@ func (x *extractor) finish() error {
 	}
 	if x.root == nil {
 		return nil
+	}
+	if err := x.settle(); err != nil {
+		return err
 	}
 	dirs := make([]string, 0, len(x.dirs))
 	for p := range x.dirs {

@@ -49,6 +49,11 @@ type PackOptions struct {
 	// they had been copied there: the package stage packs each component's staged prefix
 	// under the component's name without laying out a tree first.
 	Mounts []Mount
+	// Workers is how many frames are compressed at once (0: runtime.NumCPU()). It is not
+	// part of the output's identity: any number gives the same bytes.
+	Workers int
+	// frameSize replaces frameSize, for tests that want many frames of a small tree.
+	frameSize int
 }
 
 // Mount is a directory packed under Name, one path component.
@@ -58,9 +63,9 @@ type Mount struct {
 }
 
 // LateFile is a generated file whose content depends on the other entries and their
-// hashes. Pack hashes the files that come after it in the archive first, on every core,
-// and asks for its content when the archive reaches it; the files before it are hashed in
-// the same read that compresses them.
+// hashes (the manifest). It is the archive's first entry (after its parent directories),
+// so that a reader finds it in the first frame(s) without decompressing the rest: Pack
+// hashes every file first, on every core, then asks for its content.
 type LateFile struct {
 	Name string
 	Mode fs.FileMode
@@ -103,17 +108,17 @@ type item struct {
 }
 
 // Pack writes the tree at srcDir (empty: none) with opts.Mounts as a reproducible tar.zst
-// to w: entries sorted by path in byte order, directories included, owner 0:0 without
-// names, one mtime, modes reduced to 0755/0644, symlinks kept verbatim (absolute or
-// escaping targets refused). Each byte of the tree is
+// to w: entries sorted by path in byte order (but opts.Late, which comes first),
+// directories included, owner 0:0 without names, one mtime, modes reduced to 0755/0644,
+// symlinks kept verbatim (absolute or escaping targets refused). Each byte of the tree is
 // read once where it can be: a file's sha256 is computed in the read that feeds the
 // archive, a reader runs ahead of the compressor, and the sha256 of the output is computed
-// as it is written. (Files after opts.Late in the archive are hashed first and read again,
-// from the page cache, when the archive reaches them: see LateFile.)
+// as it is written. (With opts.Late, the files are hashed first and read again, from the
+// page cache, when the archive reaches them: see LateFile.)
 //
-// zstd runs one encoder, its block matching and its entropy coding on two goroutines; that
-// pipelining does not change the bytes, which depend on the level and the input alone, not
-// on the machine.
+// The tar stream is compressed in the zstd seekable format (see frameSize): frames of a
+// fixed size compressed on opts.Workers cores, then the seek table. The bytes depend on
+// the level and the input alone, not on the machine or the number of workers.
 func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*PackReport, error) {
 	prefix, err := cleanName(opts.Prefix)
 	if err != nil {
@@ -136,11 +141,14 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 		return nil, fmt.Errorf("pack %s: %w", srcDir, err)
 	}
 
-	// zstd writes each block (about 30 KB) as it is done, from its entropy coder's
-	// goroutine: gather them into big writes, hashed and written on a goroutine of their
-	// own, so that neither the write nor the artifact's sha256 holds up the encoder.
+	// The frames are hashed and written on a goroutine of their own, so that neither the
+	// write nor the artifact's sha256 holds up the encoders.
 	cw := newOutWriter(w, sha256.New())
-	zw, err := zstd.NewWriter(cw, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(zstdPipeline))
+	size := opts.frameSize
+	if size <= 0 {
+		size = frameSize
+	}
+	zw, err := newFrameWriter(cw, level, opts.Workers, size)
 	if err != nil {
 		cw.Close()
 		return nil, fmt.Errorf("pack %s: start zstd encoder: %w", srcDir, err)
@@ -203,6 +211,7 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 		rep.Entries[i] = items[i].Entry
 		rep.Bytes += items[i].Size
 	}
+	slices.SortFunc(rep.Entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
 	return rep, nil
 }
 
@@ -246,15 +255,31 @@ func packItems(ctx context.Context, srcDir *string, opts PackOptions) ([]item, i
 		name, _ := cleanName(opts.Late.Name) // mergeExtra checked it
 		late = slices.IndexFunc(items, func(it item) bool { return it.Path == name && it.src == "" && it.Type == TypeFile })
 		items[late].late = true
+		items, late = lateFirst(items, late)
 	}
 	return items, late, nil
 }
 
-// zstdPipeline is the zstd encoder's concurrency: with 2 it matches one block while it
-// entropy-codes and writes the one before, on a single encoder state, so the output is
-// the one a single goroutine makes (TestArtifactBytesUnchanged). More would not add to
-// that pipeline; the library's concurrent-blocks mode, which would, changes the bytes.
-const zstdPipeline = 2
+// lateFirst moves the late file, items[late], and its parent directories to the front,
+// the directories first, and returns its new index.
+func lateFirst(items []item, late int) ([]item, int) {
+	var front []int
+	for d := path.Dir(items[late].Path); d != "."; d = path.Dir(d) {
+		front = append(front, slices.IndexFunc(items, func(it item) bool { return it.Path == d }))
+	}
+	slices.Sort(front) // a parent sorts before its children
+	front = append(front, late)
+	out := make([]item, 0, len(items))
+	for _, i := range front {
+		out = append(out, items[i])
+	}
+	for i := range items {
+		if !slices.Contains(front, i) {
+			out = append(out, items[i])
+		}
+	}
+	return out, len(front) - 1
+}
 
 // PackFile packs srcDir into the file dest (the artifact, e.g. deepep-<hash>.tar.zst),
 // writing a temporary sibling that is synced and renamed into place only when complete, so a
@@ -369,9 +394,9 @@ func (o *outWriter) Close() error {
 
 // streamer feeds the items to the archive writer: one goroutine reads (and hashes) files
 // ahead of the writer, passing chunks through a fixed pool of buffers, while the caller's
-// writer (tar+zstd, the slow part) runs in the caller's goroutine. With a late file, the
-// files after it are hashed first on every core, so that its content can be made when the
-// archive reaches it.
+// writer (tar, cut into frames that workers compress) runs in the caller's goroutine.
+// With a late file (the first entry), the files after it are hashed first on every core,
+// so that its content can be made when the archive reaches it.
 type streamer struct {
 	items    []item
 	late     int // index of the late file; -1: none
@@ -512,6 +537,7 @@ func (s *streamer) makeLate(it *item) error {
 			entries = append(entries, s.items[j].Entry)
 		}
 	}
+	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
 	data, err := s.lateData(entries)
 	if err != nil {
 		return fmt.Errorf("entry %q: %w", it.Path, err)
