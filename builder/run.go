@@ -9,7 +9,9 @@ import (
 	"math"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -510,6 +512,42 @@ func (r *Runner) buildAll(ctx context.Context, p *plan.Plan, outs []patchOut, co
 	}
 }
 
+// stagedCheckEnv is the env of c's checks on the build host: the runtime env, with the
+// shared libraries of each python-wheel component c depends on preloaded (their wheel
+// is not installed here, so torch would load the Python environment's copy without
+// them) and c's check-env on top. env.sh never gets either.
+func stagedCheckEnv(p *plan.Plan, c *plan.PlanComponent, env []string, prefixes map[string]string) []string {
+	var pre []string
+	for _, d := range dependencies(p, c) {
+		dc, ok := p.Component(d)
+		if !ok || dc.PythonWheel == nil || dc.Source.Python != nil || prefixes[d] == "" {
+			continue
+		}
+		for _, f := range dc.PythonWheel.Files {
+			if sharedLibRe.MatchString(path.Base(f)) {
+				pre = append(pre, filepath.Join(prefixes[d], filepath.FromSlash(f)))
+			}
+		}
+	}
+	add := maps.Clone(c.CheckEnv)
+	if len(pre) > 0 {
+		if add == nil {
+			add = map[string]string{}
+		}
+		if old := envsh.Lookup(env, "LD_PRELOAD"); old != "" {
+			pre = append([]string{old}, pre...)
+		}
+		add["LD_PRELOAD"] = strings.Join(pre, ":")
+	}
+	if len(add) == 0 {
+		return env
+	}
+	return envsh.WithEnv(env, add)
+}
+
+// sharedLibRe is a shared library's file name: libnccl.so, libnccl.so.2, libnccl.so.2.30.7.
+var sharedLibRe = regexp.MustCompile(`\.so(\.[0-9]+)*$`)
+
 // dependencies lists the components c depends on, directly or not, in plan order.
 func dependencies(p *plan.Plan, c *plan.PlanComponent) []string {
 	want := map[string]bool{}
@@ -551,10 +589,11 @@ func (r *Runner) checkAll(ctx context.Context, p *plan.Plan, comps []manifest.Co
 			continue
 		}
 		pc, _ := p.Component(cr.Name)
+		cenv := stagedCheckEnv(p, pc, env, prefixes)
 		wg.Go(func() {
 			var cj checkJSON
 			errs[i] = r.stage(ctx, rec, "check", cr.Name, cr.CheckKey, func(dir string) error {
-				s := &verify.Subject{Plan: p, Component: pc, Root: cr.Prefix, Prefixes: prefixes, Env: env, Python: r.Toolchain.Python}
+				s := &verify.Subject{Plan: p, Component: pc, Root: cr.Prefix, Prefixes: prefixes, Env: cenv, Python: r.Toolchain.Python}
 				results := storeRelative(verify.CheckComponent(ctx, reg, check.Staged, s), r.Store.Dir(), prefixes)
 				for _, x := range results {
 					if !x.OK() {

@@ -93,6 +93,12 @@ type Component struct {
 	// pip, it becomes the library torch itself loads, so that one copy is mapped in a job
 	// (R41). A component with it is not preloaded.
 	PythonWheel *PythonWheel `json:"python-wheel,omitempty"`
+	// CheckEnv is added to the runtime env of this component's checks on the build host
+	// (after the build, before packing), never to env.sh: what a node has and the build
+	// host lacks. A python-wheel library the component depends on is preloaded there too,
+	// since its wheel is not installed yet (deepep-v2 sets DeepEP's EP_SUPPRESS_NCCL_CHECK:
+	// torch's own NCCL is mapped beside it on the build host; the node checks the real one).
+	CheckEnv map[string]string `json:"check-env,omitempty"`
 	// Tests are tests of the pinned tree that the artifact carries, for `epbuild test`
 	// on the nodes after an install.
 	Tests *Tests `json:"tests,omitempty"`

@@ -91,3 +91,26 @@ func TestTestsNeedABuiltComponent(t *testing.T) {
 		t.Fatalf("error %v, want one saying the component builds nothing", err)
 	}
 }
+
+// check-env holds plain values for the build host's checks: a bad name, an LD_PRELOAD or
+// a template is refused at its line.
+func TestCheckEnvErrors(t *testing.T) {
+	for _, c := range []struct {
+		entry string
+		want  string
+	}{
+		{`EP_SUPPRESS_NCCL_CHECK: "1"`, ""},
+		{`LD_PRELOAD: /x.so`, "no LD_PRELOAD and no templates"},
+		{`X: "{{nvshmem.prefix}}"`, "no LD_PRELOAD and no templates"},
+		{`1X: "1"`, `environment variable name "1X" is not valid`},
+	} {
+		body := goodRecipe + "    check-env:\n      " + c.entry + "\n"
+		err := loadAndValidate(t, body)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.entry, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), ":22:")):
+			t.Errorf("%s: got %v, want %q at line 22", c.entry, err, c.want)
+		}
+	}
+}

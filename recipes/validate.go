@@ -203,6 +203,15 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 		// switches it to source; with no release to switch to they would never run
 		add(p+".build", "component %s comes from the Python environment and has nothing to build (build steps there are for --set %s.version=V of a release the catalogue knows, and it knows none of %s)", c.Name, c.Name, c.Name)
 	}
+	for _, k := range slices.Sorted(maps.Keys(c.CheckEnv)) {
+		if !envRe.MatchString(k) {
+			add(p+".check-env", "environment variable name %q is not valid (letters, digits, '_', not starting with a digit)", k)
+		}
+		checkValue(p+".check-env."+k, "environment variable "+k, c.CheckEnv[k], add)
+		if k == "LD_PRELOAD" || templateRe.MatchString(c.CheckEnv[k]) {
+			add(p+".check-env."+k, "check-env holds plain values for the build host's checks, no LD_PRELOAD and no templates (a python-wheel library a component depends on is preloaded there already)")
+		}
+	}
 	for j, f := range c.Preload {
 		if strings.ContainsAny(f, "*?[{}: ") || !localPath(f, false) {
 			add(fmt.Sprintf("%s.preload[%d]", p, j), "preload %q is not a file of the component's prefix (a relative path that stays in it, like lib/libnccl.so.2; no glob, blank or ':')", f)

@@ -148,3 +148,15 @@ func SplitPaths(k, v string) []string {
 	sep := func(r rune) bool { return r == ':' || (k == "LD_PRELOAD" && r == ' ') }
 	return strings.FieldsFunc(v, sep)
 }
+
+// Lookup gives the value of name in env (KEY=VALUE pairs), the last one where it is set
+// twice, as exec does; "" when it is not set.
+func Lookup(env []string, name string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == name {
+			v = val
+		}
+	}
+	return v
+}
