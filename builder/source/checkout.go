@@ -19,6 +19,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/index"
 
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/source/dirhandle"
 	"github.com/epbuild/epbuild/builder/source/gitobj"
 )
 
@@ -340,13 +341,13 @@ func (w *wtWriter) fail(err error) { w.failed.CompareAndSwap(nil, &err) }
 
 // run fills the directory d, which its parent's worker made.
 func (w *wtWriter) run(src blobSource, d *wtDir) error {
-	dh, err := openDirHandle(d.abs)
+	dh, err := dirhandle.Open(d.abs)
 	if err != nil {
 		return err
 	}
-	defer dh.close()
+	defer dh.Close()
 	for _, s := range d.subdirs {
-		if err := dh.mkdir(s.name); err != nil {
+		if err := dh.Mkdir(s.name); err != nil {
 			return fmt.Errorf("%s: %w", s.rel, err)
 		}
 		w.push(s)
@@ -361,14 +362,14 @@ func (w *wtWriter) run(src blobSource, d *wtDir) error {
 
 // writeItem writes one file, symlink or (empty, as git leaves one that is not
 // initialised) submodule directory into d and fills its index entry.
-func writeItem(src blobSource, d dirHandle, it wtItem) error {
+func writeItem(src blobSource, d dirhandle.Dir, it wtItem) error {
 	e := it.entry
 	switch e.Mode {
 	case filemode.Submodule:
-		if err := d.mkdir(it.name); err != nil {
+		if err := d.Mkdir(it.name); err != nil {
 			return err
 		}
-		return d.lstat(it.name, e)
+		return d.Lstat(it.name, e)
 	case filemode.Symlink:
 		target, rd, err := src.blob(e.Hash)
 		if err == nil && rd != nil {
@@ -377,7 +378,7 @@ func writeItem(src blobSource, d dirHandle, it wtItem) error {
 		if err != nil {
 			return err
 		}
-		return d.symlink(string(target), it.name, e)
+		return d.Symlink(string(target), it.name, e)
 	}
 	perm := uint32(0o644)
 	if e.Mode == filemode.Executable {
@@ -387,7 +388,7 @@ func writeItem(src blobSource, d dirHandle, it wtItem) error {
 	if err != nil {
 		return err
 	}
-	return d.writeFile(it.name, perm, data, rd, e)
+	return d.WriteFile(it.name, perm, data, rd, e)
 }
 
 func readBlob(r *gitobj.Reader, h plumbing.Hash) ([]byte, error) {
