@@ -13,7 +13,7 @@ import (
 // capture (sysroot.Root.WriteCapture). sysroot.Open reads the archive as a sysroot (so
 // does a directory it was extracted into with tar --zstd -xf or sysroot.Extract).
 func Capture(ctx context.Context, sys sysroot.Root, cfg Config, w io.Writer) error {
-	rec := sys.NewRecord() // a fresh record, the same programs
+	rec := sysroot.New(sys.Dir()).WithRunner(sys.Runner()) // a fresh record, the same programs
 	Run(ctx, rec, cfg)
 	if cfg.Validate() == nil {
 		NewNode(rec, cfg).Facts(ctx) // what the rules ask of the node

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -65,7 +64,7 @@ func (r *recorder) snapshot() map[string]entry {
 }
 
 // Root is the root under which /sys, /proc and /dev are read: "" is the real root, a
-// directory is a capture. It records every path read (see Paths), which is what WriteCapture
+// directory is a capture. It records every path read, which is what WriteCapture
 // archives. Copies share the record.
 type Root struct {
 	dir string
@@ -84,18 +83,15 @@ func New(dir string) Root {
 	return Root{dir: dir, rec: &recorder{entries: map[string]entry{}}, run: execRunner}
 }
 
-// NewRecord returns a Root reading what s reads, running programs as s runs them, with
-// an empty record of its own: what one capture archives, and nothing read before it.
-func (s Root) NewRecord() Root {
-	return Root{dir: s.dir, rec: &recorder{entries: map[string]entry{}}, run: s.run}
-}
-
 // WithRunner returns the Root running programs with r (on the real root; a capture
 // never runs one). The copy shares the record.
 func (s Root) WithRunner(r Runner) Root {
 	s.run = r
 	return s
 }
+
+// Runner is what s runs programs with.
+func (s Root) Runner() Runner { return s.run }
 
 // commandTimeout bounds one program: nvidia-smi can hang on a GPU that has fallen off the bus.
 const commandTimeout = 60 * time.Second
@@ -188,17 +184,6 @@ func (s Root) IsExecutable(p string) (bool, error) {
 
 // Dir is the directory the Root reads under ("" for the real root).
 func (s Root) Dir() string { return s.dir }
-
-// Paths lists, sorted, every host path read so far (files, listed directories, symlinks).
-func (s Root) Paths() []string {
-	snap := s.record()
-	out := make([]string, 0, len(snap))
-	for p := range snap {
-		out = append(out, p)
-	}
-	sort.Strings(out)
-	return out
-}
 
 func (s Root) record() map[string]entry {
 	if s.rec == nil {
