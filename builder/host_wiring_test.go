@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/check"
-	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/builder/host/hostfixture"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 )
 
 // verify-install --host runs the node's checks and the host rules on the install's plan.
@@ -16,7 +16,7 @@ func TestVerifyHostWiring(t *testing.T) {
 	prefix := freshInstall(t)
 	root := hostfixture.GCPB200(t)
 	hostfixture.At(t, root).Kernel("6.8.0-1015-gcp")
-	rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: prefix, Host: true, Sysroot: host.NewSysroot(root)})
+	rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: prefix, Host: true, Sysroot: sysroot.New(root)})
 	if err != nil {
 		t.Fatal(err)
 	}

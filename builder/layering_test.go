@@ -1,7 +1,10 @@
 package builder
 
 import (
+	"bytes"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -12,7 +15,7 @@ import (
 var layers = [][]string{
 	// leaves: one job each, no other package of builder but the leaves before them
 	{"quote", "check", "procgroup", "progress", "sha256x2", "sign", "embedded", "wheel",
-		"benchcmp", "netbench", "host/hostfixture", "oci/ocitest"},
+		"benchcmp", "netbench", "host/hostfixture", "oci/ocitest", "source/gitobj", "source/dirhandle", "host/sysroot"},
 	{"archive", "cache", "inspect", "host", "smoke", "acceptance", "modulefile"},
 	{"disk", "diff", "sbom", "source"},
 	// what a build will be, and where its stages are kept
@@ -79,4 +82,57 @@ func TestImportsRunOneWay(t *testing.T) {
 			}
 		}
 	}
+}
+
+// maxPackageLines bounds the hand-written Go of one package of builder: past it, a package
+// holds more than one room, and the next one that stands alone moves out (as the git
+// object store left builder/source for builder/source/gitobj).
+const maxPackageLines = 3000
+
+// TestPackagesStaySmall fails when a package under builder has more than maxPackageLines
+// lines of Go, its tests and generated files not counted, files for other systems counted
+// (they are the package's code too). The root package is not held to it yet: doc.go lists
+// what is still to move out of it.
+func TestPackagesStaySmall(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}|{{.Dir}}|{{join .GoFiles ","}},{{join .CgoFiles ","}},{{join .IgnoredGoFiles ","}}`, module+"/builder/...").Output()
+	if err != nil {
+		t.Fatalf("go list the packages of builder: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, rest, _ := strings.Cut(line, "|")
+		dir, files, _ := strings.Cut(rest, "|")
+		if pkg == module+"/builder" {
+			continue
+		}
+		n := 0
+		for _, f := range strings.Split(files, ",") {
+			if !strings.HasSuffix(f, ".go") || strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				t.Fatalf("%s: %v", pkg, err)
+			}
+			if isGenerated(b) {
+				continue
+			}
+			n += bytes.Count(b, []byte("\n"))
+		}
+		if n > maxPackageLines {
+			t.Errorf("%s has %d lines of Go (tests and generated files aside), more than %d: move the next room that stands alone into a package of its own, its doc saying what it owns and may not touch", strings.TrimPrefix(pkg, module+"/"), n, maxPackageLines)
+		}
+	}
+}
+
+// isGenerated says whether a Go file says it is generated, as go generate marks one.
+func isGenerated(b []byte) bool {
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "package ") {
+			return false
+		}
+		if strings.HasPrefix(l, "// Code generated ") && strings.HasSuffix(strings.TrimSpace(l), " DO NOT EDIT.") {
+			return true
+		}
+	}
+	return false
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 	"github.com/epbuild/epbuild/builder/verify"
 
 	"github.com/epbuild/epbuild/builder/archive"
@@ -514,7 +515,7 @@ func TestHostConfigFromPlans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	empty := host.NewSysroot(t.TempDir()) // no /sys: no RDMA devices
+	empty := sysroot.New(t.TempDir()) // no /sys: no RDMA devices
 	cases := []struct {
 		recipe string
 		check  func(host.Config) bool

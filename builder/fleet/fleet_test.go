@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/builder/toolchain"
@@ -23,7 +24,6 @@ import (
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/embedded"
-	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -116,10 +116,10 @@ type nodeJSON struct {
 }
 
 // verifyNode runs the real verify-install (files, recipe checks, host checks on the
-// sysroot) and writes its JSON report to dir/file.
-func verifyNode(t *testing.T, dir, file, hostname, prefix, sysroot string) {
+// root) and writes its JSON report to dir/file.
+func verifyNode(t *testing.T, dir, file, hostname, prefix, root string) {
 	t.Helper()
-	rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: prefix, Host: true, Sysroot: host.NewSysroot(sysroot)})
+	rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: prefix, Host: true, Sysroot: sysroot.New(root)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,13 +4,14 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"github.com/epbuild/epbuild/builder/host/hostfixture"
 	"io"
-	"os"
 	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/host/hostfixture"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -37,7 +38,7 @@ func listCapture(t *testing.T, b []byte) map[string]*tar.Header {
 	}
 }
 
-func capture(t *testing.T, sys Sysroot, cfg Config) []byte {
+func capture(t *testing.T, sys sysroot.Root, cfg Config) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := Capture(context.Background(), sys, cfg, &buf); err != nil {
@@ -51,14 +52,14 @@ func TestCaptureRoundTripKeepsEveryResult(t *testing.T) {
 	root := hostfixture.GCPB200(t)
 	cfg := gcpB200Config()
 	cfg.Mapping = "0:mlx5_0:1,1:mlx5_0:1" // a failing pairing must fail the same way from the capture
-	want := Run(context.Background(), NewSysroot(root), cfg)
-	b := capture(t, NewSysroot(root), cfg)
+	want := Run(context.Background(), sysroot.New(root), cfg)
+	b := capture(t, sysroot.New(root), cfg)
 
 	dir := t.TempDir()
-	if err := ExtractCapture(bytes.NewReader(b), dir); err != nil {
+	if err := sysroot.Extract(bytes.NewReader(b), dir); err != nil {
 		t.Fatal(err)
 	}
-	if got := Run(context.Background(), NewSysroot(dir), cfg); !reflect.DeepEqual(got, want) {
+	if got := Run(context.Background(), sysroot.New(dir), cfg); !reflect.DeepEqual(got, want) {
 		t.Errorf("from the capture:\n%+v\nfrom the fixture:\n%+v", got, want)
 	}
 
@@ -91,7 +92,7 @@ func TestCaptureRoundTripKeepsEveryResult(t *testing.T) {
 			}
 		}
 	}
-	if again := capture(t, NewSysroot(root), cfg); !bytes.Equal(again, b) {
+	if again := capture(t, sysroot.New(root), cfg); !bytes.Equal(again, b) {
 		t.Error("two captures of the same state differ")
 	}
 }
@@ -107,15 +108,15 @@ func TestCaptureExtractsWithGNUTar(t *testing.T) {
 	}
 	root := hostfixture.AWSP5(t)
 	cfg := awsP5Config()
-	want := Run(context.Background(), NewSysroot(root), cfg)
-	b := capture(t, NewSysroot(root), cfg)
+	want := Run(context.Background(), sysroot.New(root), cfg)
+	b := capture(t, sysroot.New(root), cfg)
 	dir := t.TempDir()
 	cmd := exec.Command("tar", "--zstd", "-xf", "-", "-C", dir)
 	cmd.Stdin = bytes.NewReader(b)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("tar: %v\n%s", err, out)
 	}
-	got := Run(context.Background(), NewSysroot(dir), cfg)
+	got := Run(context.Background(), sysroot.New(dir), cfg)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("from the capture:\n%+v\nfrom the fixture:\n%+v", got, want)
 	}
@@ -129,89 +130,15 @@ func TestCaptureExtractsWithGNUTar(t *testing.T) {
 func TestCaptureRealRoot(t *testing.T) {
 	t.Parallel()
 	cfg := gcpB200Config()
-	want := Run(context.Background(), NewSysroot(""), cfg)
-	b := capture(t, NewSysroot(""), cfg)
+	want := Run(context.Background(), sysroot.New(""), cfg)
+	b := capture(t, sysroot.New(""), cfg)
 	dir := t.TempDir()
-	if err := ExtractCapture(bytes.NewReader(b), dir); err != nil {
+	if err := sysroot.Extract(bytes.NewReader(b), dir); err != nil {
 		t.Fatal(err)
 	}
-	got := Run(context.Background(), NewSysroot(dir), cfg)
+	got := Run(context.Background(), sysroot.New(dir), cfg)
 	assertStructure(t, got)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("from the capture:\n%+v\nfrom the real root:\n%+v", got, want)
-	}
-}
-
-func writeTarZst(t *testing.T, hdrs ...*tar.Header) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw, err := zstd.NewWriter(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tw := tar.NewWriter(zw)
-	for _, h := range hdrs {
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-func TestExtractRefusesToLeaveTheDirectory(t *testing.T) {
-	t.Parallel()
-	for _, h := range []*tar.Header{
-		{Name: "sys/class/infiniband/x", Typeflag: tar.TypeSymlink, Linkname: "../../../../etc"},
-		{Name: "sys/x", Typeflag: tar.TypeSymlink, Linkname: "/etc"},
-		{Name: "../x", Typeflag: tar.TypeReg},
-		{Name: "dev/gdrdrv", Typeflag: tar.TypeChar},
-	} {
-		dir := t.TempDir()
-		if err := ExtractCapture(bytes.NewReader(writeTarZst(t, h)), dir); err == nil {
-			t.Errorf("%s → %q extracted", h.Name, h.Linkname)
-		}
-	}
-	// A link that stays inside is fine.
-	dir := t.TempDir()
-	ok := &tar.Header{Name: "sys/class/infiniband/x", Typeflag: tar.TypeSymlink, Linkname: "../../devices/x"}
-	if err := ExtractCapture(bytes.NewReader(writeTarZst(t, ok)), dir); err != nil {
-		t.Error(err)
-	}
-}
-
-func TestSysrootKeepsLinksInsideAndRecordsThem(t *testing.T) {
-	t.Parallel()
-	f := hostfixture.New(t)
-	f.Write("/sys/devices/virtual/x/value", "42\n")
-	// An absolute link must resolve inside the sysroot, not on this machine.
-	if err := os.MkdirAll(f.Disk("/sys/class/demo"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("/sys/devices/virtual/x", f.Disk("/sys/class/demo/abs")); err != nil {
-		t.Fatal(err)
-	}
-	f.Link("/sys/class/demo/a", "/sys/class/demo/b")
-	f.Link("/sys/class/demo/b", "/sys/class/demo/a")
-	sys := NewSysroot(f.Root())
-	if v, err := sys.ReadString("/sys/class/demo/abs/value"); err != nil || v != "42" {
-		t.Errorf("through an absolute link: %q %v", v, err)
-	}
-	if _, err := sys.ReadFile("/sys/class/demo/a/value"); err == nil || !strings.Contains(err.Error(), "too many levels of symbolic links") {
-		t.Errorf("loop: %v", err)
-	}
-	if _, err := sys.ReadFile("/sys/nothing"); err == nil || strings.Contains(err.Error(), f.Root()) {
-		t.Errorf("error must name the host path only: %v", err)
-	}
-	paths := strings.Join(sys.Paths(), " ")
-	for _, want := range []string{"/sys/class/demo/abs", "/sys/devices/virtual/x/value"} {
-		if !strings.Contains(paths, want) {
-			t.Errorf("record lacks %s: %s", want, paths)
-		}
 	}
 }

@@ -165,7 +165,7 @@ var (
 func (r *Node) presence(paths ...string) string {
 	unread := false
 	for _, p := range paths {
-		ok, err := r.sys.exists(p)
+		ok, err := r.sys.Exists(p)
 		if ok {
 			return "present"
 		}

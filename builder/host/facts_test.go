@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/host/hostfixture"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 	"github.com/epbuild/epbuild/compat"
 )
 
@@ -51,7 +52,7 @@ func TestFactsOfTheFixtureNodes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	root, cfg := gcpNode(t)
-	got := NewNode(NewSysroot(root), cfg).Facts(ctx)
+	got := NewNode(sysroot.New(root), cfg).Facts(ctx)
 	want := map[string]string{
 		"kernel": "6.14.0", "doca-ofed": "3.0.0", "ib.link-layer": "Ethernet", "ib.driver": "mlx5_core",
 		"ib.name-prefix": "mlx5", "ib.gid-type": "RoCE v2", "ib.roce-v2-ipv4-gid": "yes", "gdrdrv": "absent",
@@ -83,12 +84,12 @@ func TestFactsOfTheFixtureNodes(t *testing.T) {
 
 	// a capture holds the facts, only the package's stanza of the dpkg database, nvcc
 	// without its bytes, and of nvidia-smi -q only the GPUs' fabric
-	b := capture(t, NewSysroot(root), cfg)
+	b := capture(t, sysroot.New(root), cfg)
 	dir := t.TempDir()
-	if err := ExtractCapture(bytes.NewReader(b), dir); err != nil {
+	if err := sysroot.Extract(bytes.NewReader(b), dir); err != nil {
 		t.Fatal(err)
 	}
-	if again := NewNode(NewSysroot(dir), cfg).Facts(ctx); !maps.Equal(again, got) {
+	if again := NewNode(sysroot.New(dir), cfg).Facts(ctx); !maps.Equal(again, got) {
 		t.Errorf("facts from the capture:\n%v\nfrom the node:\n%v", again, got)
 	}
 	ents := listCapture(t, b)
@@ -98,7 +99,7 @@ func TestFactsOfTheFixtureNodes(t *testing.T) {
 	if h := ents["usr/local/cuda-12.9/bin/nvcc"]; h == nil || h.Mode != 0o555 || h.Size != 0 {
 		t.Errorf("the capture's nvcc: %+v", h)
 	}
-	smi := ents[strings.TrimPrefix(CommandPath("nvidia-smi", "-q"), "/")]
+	smi := ents[strings.TrimPrefix(sysroot.CommandPath("nvidia-smi", "-q"), "/")]
 	if smi == nil || smi.Size == 0 || smi.Size > 2500 {
 		t.Errorf("the capture's nvidia-smi -q: %+v", smi)
 	}
@@ -106,17 +107,17 @@ func TestFactsOfTheFixtureNodes(t *testing.T) {
 	// GCP's own names, and an EFA node
 	rocep := hostfixture.GCPB200With(t, hostfixture.NodeOpts{NICName: hostfixture.RoCEName})
 	cfg.HCAPrefix = ""
-	if f := NewNode(NewSysroot(rocep), cfg).Facts(ctx); f["ib.name-prefix"] != "rocep" || f["peermem.module"] != "absent" || hasKey(f, "kernel") || hasKey(f, "doca-ofed") || hasKey(f, "dmabuf") {
+	if f := NewNode(sysroot.New(rocep), cfg).Facts(ctx); f["ib.name-prefix"] != "rocep" || f["peermem.module"] != "absent" || hasKey(f, "kernel") || hasKey(f, "doca-ofed") || hasKey(f, "dmabuf") {
 		t.Errorf("rocep node: %v", f)
 	}
-	if f := NewNode(NewSysroot(hostfixture.AWSP5(t)), awsP5Config()).Facts(ctx); f["ib.driver"] != "efa" || f["ib.link-layer"] != "Unknown" || f["gdrdrv"] != "loaded" || hasKey(f, "ib.roce-v2-ipv4-gid") {
+	if f := NewNode(sysroot.New(hostfixture.AWSP5(t)), awsP5Config()).Facts(ctx); f["ib.driver"] != "efa" || f["ib.link-layer"] != "Unknown" || f["gdrdrv"] != "loaded" || hasKey(f, "ib.roce-v2-ipv4-gid") {
 		t.Errorf("p5 node: %v", f)
 	}
 	// a package that is only configured, not installed, has no version; a node without
 	// RDMA devices has link layer none
 	g := hostfixture.New(t)
 	g.Write("/var/lib/dpkg/status", "Package: doca-ofed\nStatus: deinstall ok config-files\nVersion: 3.2.1-044000\n\n")
-	if f := NewNode(NewSysroot(g.Root()), Config{Transport: TransportNone, GIDIndex: -1}).Facts(ctx); f["doca-ofed"] != "none" || f["ib.link-layer"] != "none" || hasKey(f, "ib.driver") {
+	if f := NewNode(sysroot.New(g.Root()), Config{Transport: TransportNone, GIDIndex: -1}).Facts(ctx); f["doca-ofed"] != "none" || f["ib.link-layer"] != "none" || hasKey(f, "ib.driver") {
 		t.Errorf("a removed package: %v", f)
 	}
 }
@@ -129,7 +130,7 @@ func hasKey(m map[string]string, k string) bool {
 // factsOf reads the facts of root under cfg.
 func factsOf(t *testing.T, root string, cfg Config) map[string]string {
 	t.Helper()
-	return NewNode(NewSysroot(root), cfg).Facts(context.Background())
+	return NewNode(sysroot.New(root), cfg).Facts(context.Background())
 }
 
 // R31: the GID at the configured index; and the RoCE v2 IPv4 GID NVSHMEM picks when

@@ -11,6 +11,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/host/hostfixture"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 )
 
 // gpuNode is a node with one GPU and nothing else, for the checks that ask nvidia-smi.
@@ -21,7 +22,7 @@ func gpuNode(t *testing.T) *hostfixture.Fixture {
 	return f
 }
 
-func freeMemory(t *testing.T, sys Sysroot, cfg Config) check.Result {
+func freeMemory(t *testing.T, sys sysroot.Root, cfg Config) check.Result {
 	t.Helper()
 	return mustCheck(t, Run(context.Background(), sys, cfg), "host.gpu.free-memory")
 }
@@ -33,31 +34,31 @@ func TestFreeGPUMemory(t *testing.T) {
 	f := gpuNode(t)
 	f.FreeMemory("81004", "81004", "1500", "81004")
 	cfg := Config{Transport: TransportNone, GIDIndex: -1, BufferBytes: 2146961792}
-	c := freeMemory(t, NewSysroot(f.Root()), cfg)
+	c := freeMemory(t, sysroot.New(f.Root()), cfg)
 	if c.Status != check.Fail || !strings.Contains(c.Read, "GPU 2 1572864000 (1.46 GiB)") || !strings.Contains(c.Read, "need 2146961792 (1.99 GiB) bytes on each GPU: runtime.buffer-bytes") ||
 		!strings.Contains(c.Fix, "free memory on GPU 2 ") || strings.Contains(c.Fix, "GPU 0") {
 		t.Errorf("one GPU short: %+v", c)
 	}
 	// the fixed heap is what a job takes once VMM is off and it is larger than the buffer
 	f.FreeMemory("81004", "81004", "3000", "81004")
-	if c := freeMemory(t, NewSysroot(f.Root()), cfg); c.Status != check.Pass {
+	if c := freeMemory(t, sysroot.New(f.Root()), cfg); c.Status != check.Pass {
 		t.Errorf("3000 MiB for a 2 GiB buffer: %+v", c)
 	}
 	cfg.FixedHeapBytes = 4 << 30
-	if c := freeMemory(t, NewSysroot(f.Root()), cfg); c.Status != check.Fail || !strings.Contains(c.Read, "the fixed symmetric heap") {
+	if c := freeMemory(t, sysroot.New(f.Root()), cfg); c.Status != check.Fail || !strings.Contains(c.Read, "the fixed symmetric heap") {
 		t.Errorf("3000 MiB for a 4 GiB fixed heap: %+v", c)
 	}
 	// nothing declared and VMM on: nothing to compare
-	if c := freeMemory(t, NewSysroot(f.Root()), Config{Transport: TransportNone, GIDIndex: -1}); c.Status != check.Skip {
+	if c := freeMemory(t, sysroot.New(f.Root()), Config{Transport: TransportNone, GIDIndex: -1}); c.Status != check.Skip {
 		t.Errorf("no buffer: %+v", c)
 	}
 	// MIG: the driver cannot say
 	f.FreeMemory("[N/A]", "81004", "81004", "81004")
-	if c := freeMemory(t, NewSysroot(f.Root()), cfg); c.Status != check.Warn || !strings.Contains(c.Read, "GPU 0: [N/A]") {
+	if c := freeMemory(t, sysroot.New(f.Root()), cfg); c.Status != check.Warn || !strings.Contains(c.Read, "GPU 0: [N/A]") {
 		t.Errorf("N/A: %+v", c)
 	}
 	// a capture without the query: unknown, a warning
-	if c := freeMemory(t, NewSysroot(gpuNode(t).Root()), cfg); c.Status != check.Warn {
+	if c := freeMemory(t, sysroot.New(gpuNode(t).Root()), cfg); c.Status != check.Warn {
 		t.Errorf("nothing captured: %+v", c)
 	}
 }
@@ -66,7 +67,7 @@ func TestFreeGPUMemory(t *testing.T) {
 // which then stands in for it. A missing nvidia-smi says how to get one.
 func TestCommandRunnerAndItsCapture(t *testing.T) {
 	t.Parallel()
-	if got, want := CommandPath(freeMemoryQuery...), hostfixture.CommandFile(freeMemoryQuery...); got != want {
+	if got, want := sysroot.CommandPath(freeMemoryQuery...), hostfixture.CommandFile(freeMemoryQuery...); got != want {
 		t.Fatalf("the fixture's command file %q is not the capture's %q", want, got)
 	}
 	var ran []string
@@ -78,13 +79,13 @@ func TestCommandRunnerAndItsCapture(t *testing.T) {
 		return []byte("0, 50000\n1, 60000\n"), nil
 	}
 	cfg := Config{Transport: TransportNone, GIDIndex: -1, BufferBytes: 2146961792}
-	live := NewSysroot("").WithRunner(smi)
+	live := sysroot.New("").WithRunner(smi)
 	want := freeMemory(t, live, cfg)
 	if want.Status != check.Pass || !strings.Contains(want.Read, "GPU 1 62914560000") {
 		t.Fatalf("live: %+v", want)
 	}
 	var buf bytes.Buffer
-	if err := Capture(context.Background(), NewSysroot("").WithRunner(smi), cfg, &buf); err != nil {
+	if err := Capture(context.Background(), sysroot.New("").WithRunner(smi), cfg, &buf); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(strings.Join(ran, ";"), "nvidia-smi --query-gpu=index,memory.free --format=csv,noheader,nounits") ||
@@ -92,17 +93,17 @@ func TestCommandRunnerAndItsCapture(t *testing.T) {
 		t.Errorf("ran %q", ran)
 	}
 	dir := t.TempDir()
-	if err := ExtractCapture(bytes.NewReader(buf.Bytes()), dir); err != nil {
+	if err := sysroot.Extract(bytes.NewReader(buf.Bytes()), dir); err != nil {
 		t.Fatal(err)
 	}
-	replay := NewSysroot(dir).WithRunner(func(context.Context, string, ...string) ([]byte, error) {
+	replay := sysroot.New(dir).WithRunner(func(context.Context, string, ...string) ([]byte, error) {
 		t.Error("a capture ran a program")
 		return nil, errors.New("no")
 	})
 	if got := freeMemory(t, replay, cfg); got.Status != want.Status || got.Read != want.Read {
 		t.Errorf("from the capture %+v, live %+v", got, want)
 	}
-	missing := NewSysroot("").WithRunner(func(_ context.Context, name string, _ ...string) ([]byte, error) {
+	missing := sysroot.New("").WithRunner(func(_ context.Context, name string, _ ...string) ([]byte, error) {
 		return nil, fmt.Errorf("exec: %q: %w", name, exec.ErrNotFound)
 	})
 	if c := freeMemory(t, missing, cfg); c.Status != check.Warn || !strings.Contains(c.Fix, "install the NVIDIA driver's utilities") {

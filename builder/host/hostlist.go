@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 )
 
 // maxHosts and maxHostname bound an expanded host list: a typo like node[0-99999999]
@@ -172,7 +173,7 @@ func ReadHostsFile(file string) ([]string, error) {
 // else the Slurm allocation (SLURM_JOB_NODELIST, or SLURM_NODELIST of older Slurm)
 // expanded by `scontrol show hostnames` where scontrol runs, by ExpandHostlist otherwise.
 // No file and no allocation: no hosts, no error.
-func JobHosts(ctx context.Context, sys Sysroot, file string, env map[string]string) (hosts []string, from string, err error) {
+func JobHosts(ctx context.Context, sys sysroot.Root, file string, env map[string]string) (hosts []string, from string, err error) {
 	if file != "" {
 		hosts, err := ReadHostsFile(file)
 		return hosts, file, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/host/hostfixture"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 )
 
 // Slurm's compressed host lists, expanded as scontrol show hostnames prints them.
@@ -58,34 +59,34 @@ func TestJobHosts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	file := writeHosts(t, "# the job's nodes\nnode01 slots=8\nnode02  slots=8 # rack 2\n\nnode[03-04]\n")
-	hosts, from, err := JobHosts(ctx, NewSysroot(t.TempDir()), file, map[string]string{"SLURM_JOB_NODELIST": "x[1-9]"})
+	hosts, from, err := JobHosts(ctx, sysroot.New(t.TempDir()), file, map[string]string{"SLURM_JOB_NODELIST": "x[1-9]"})
 	if err != nil || from != file || strings.Join(hosts, " ") != "node01 node02 node03 node04" {
 		t.Errorf("file: %q %q %v", hosts, from, err)
 	}
-	if _, _, err := JobHosts(ctx, NewSysroot(t.TempDir()), writeHosts(t, "node[01-\n"), nil); err == nil || !strings.Contains(err.Error(), "hosts:1:") {
+	if _, _, err := JobHosts(ctx, sysroot.New(t.TempDir()), writeHosts(t, "node[01-\n"), nil); err == nil || !strings.Contains(err.Error(), "hosts:1:") {
 		t.Errorf("a bad line: %v", err)
 	}
-	if _, _, err := JobHosts(ctx, NewSysroot(t.TempDir()), writeHosts(t, "# nobody\n"), nil); err == nil || !strings.Contains(err.Error(), "no host listed") {
+	if _, _, err := JobHosts(ctx, sysroot.New(t.TempDir()), writeHosts(t, "# nobody\n"), nil); err == nil || !strings.Contains(err.Error(), "no host listed") {
 		t.Errorf("an empty file: %v", err)
 	}
-	if _, _, err := JobHosts(ctx, NewSysroot(t.TempDir()), filepath.Join(t.TempDir(), "absent"), nil); err == nil {
+	if _, _, err := JobHosts(ctx, sysroot.New(t.TempDir()), filepath.Join(t.TempDir(), "absent"), nil); err == nil {
 		t.Error("a missing file")
 	}
 	env := map[string]string{"SLURM_JOB_NODELIST": "a4-[0-1]"}
-	hosts, from, err = JobHosts(ctx, NewSysroot(t.TempDir()), "", env)
+	hosts, from, err = JobHosts(ctx, sysroot.New(t.TempDir()), "", env)
 	if err != nil || from != "SLURM_JOB_NODELIST" || !slices.Equal(hosts, []string{"a4-0", "a4-1"}) {
 		t.Errorf("Slurm, our parser: %q %q %v", hosts, from, err)
 	}
 	f := hostfixture.New(t)
 	f.Command("a4-0\na4-1\n", "scontrol", "show", "hostnames", "a4-[0-1]")
-	hosts, from, err = JobHosts(ctx, NewSysroot(f.Root()), "", env)
+	hosts, from, err = JobHosts(ctx, sysroot.New(f.Root()), "", env)
 	if err != nil || from != "SLURM_JOB_NODELIST (scontrol show hostnames)" || !slices.Equal(hosts, []string{"a4-0", "a4-1"}) {
 		t.Errorf("Slurm, scontrol: %q %q %v", hosts, from, err)
 	}
-	if hosts, _, err := JobHosts(ctx, NewSysroot(t.TempDir()), "", map[string]string{"SLURM_NODELIST": "old[1-2]"}); err != nil || len(hosts) != 2 {
+	if hosts, _, err := JobHosts(ctx, sysroot.New(t.TempDir()), "", map[string]string{"SLURM_NODELIST": "old[1-2]"}); err != nil || len(hosts) != 2 {
 		t.Errorf("older Slurm: %q %v", hosts, err)
 	}
-	if hosts, from, err := JobHosts(ctx, NewSysroot(t.TempDir()), "", nil); hosts != nil || from != "" || err != nil {
+	if hosts, from, err := JobHosts(ctx, sysroot.New(t.TempDir()), "", nil); hosts != nil || from != "" || err != nil {
 		t.Errorf("no list: %q %q %v", hosts, from, err)
 	}
 }
@@ -97,7 +98,7 @@ func TestHostnamesCheck(t *testing.T) {
 	f.Hostname("vm")
 	run := func(hosts ...string) check.Result {
 		cfg := Config{Transport: TransportNone, GIDIndex: -1, Hosts: hosts, HostsFrom: "SLURM_JOB_NODELIST"}
-		return mustCheck(t, Run(context.Background(), NewSysroot(f.Root()), cfg), "host.hostnames")
+		return mustCheck(t, Run(context.Background(), sysroot.New(f.Root()), cfg), "host.hostnames")
 	}
 	if c := run(); c.Status != check.Skip {
 		t.Errorf("no list: %+v", c)
@@ -122,7 +123,7 @@ func TestHostnamesCheck(t *testing.T) {
 	g := hostfixture.New(t)
 	g.Hostname("node02.cluster")
 	cfg := Config{Transport: TransportNone, GIDIndex: -1, Hosts: []string{"node01", "node02"}, HostsFrom: "hosts"}
-	if c := mustCheck(t, Run(context.Background(), NewSysroot(g.Root()), cfg), "host.hostnames"); c.Status != check.Pass {
+	if c := mustCheck(t, Run(context.Background(), sysroot.New(g.Root()), cfg), "host.hostnames"); c.Status != check.Pass {
 		t.Errorf("node02.cluster among node01, node02: %+v", c)
 	}
 	if !sameHost("Node01", "node01") || sameHost("node01.a", "node01.b") || sameHost("node0", "node01") {

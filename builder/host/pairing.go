@@ -2,9 +2,10 @@ package host
 
 import (
 	"fmt"
-	"github.com/epbuild/epbuild/builder/check"
 	"sort"
 	"strings"
+
+	"github.com/epbuild/epbuild/builder/check"
 )
 
 // pairGPUs finds, for each GPU, the NICs nearest to it in the PCIe tree (deepest common

@@ -9,13 +9,14 @@ import (
 	"strings"
 
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 )
 
 // Node is the host being checked: the sysroot it is read through, what the recipe asks
 // of it, and what several checks share (the GPUs and RDMA devices, found once, and the
 // GPU↔NIC pairing once computed).
 type Node struct {
-	sys Sysroot
+	sys sysroot.Root
 	cfg Config
 
 	gpus     []pciDevice
@@ -27,7 +28,7 @@ type Node struct {
 }
 
 // NewNode reads the GPUs and RDMA devices of sys. cfg must be valid (Config.Validate).
-func NewNode(sys Sysroot, cfg Config) *Node {
+func NewNode(sys sysroot.Root, cfg Config) *Node {
 	r := &Node{sys: sys, cfg: cfg}
 	r.gpus, r.gpuErr = findGPUs(sys)
 	r.devs, r.devErr = findIBDevices(sys)
@@ -39,7 +40,7 @@ func NewNode(sys Sysroot, cfg Config) *Node {
 func (r *Node) Config() Config { return r.cfg }
 
 // Sysroot is where the node is read.
-func (r *Node) Sysroot() Sysroot { return r.sys }
+func (r *Node) Sysroot() sysroot.Root { return r.sys }
 
 // Pairs is the GPU↔NIC pairing, once the pairing check has run.
 func (r *Node) Pairs() []Pair { return r.pairs }
@@ -80,7 +81,7 @@ func Kinds() []check.Kind[*Node] {
 
 // Run makes every host check against sys under cfg. It never stops early: a check that
 // cannot read what it needs says so in its own result.
-func Run(ctx context.Context, sys Sysroot, cfg Config) Report {
+func Run(ctx context.Context, sys sysroot.Root, cfg Config) Report {
 	if err := cfg.Validate(); err != nil {
 		return Report{Checks: []check.Result{ConfigError(err)}}
 	}

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/check"
-	"github.com/epbuild/epbuild/builder/host/hostfixture"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/host/hostfixture"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 )
 
 func statuses(r Report) map[string]check.Status {
@@ -48,7 +50,7 @@ func mustCheck(t *testing.T, r Report, id string) check.Result {
 
 func TestGCPB200PassesAndImpliesTheMapping(t *testing.T) {
 	t.Parallel()
-	rep := Run(context.Background(), NewSysroot(hostfixture.GCPB200(t)), gcpB200Config())
+	rep := Run(context.Background(), sysroot.New(hostfixture.GCPB200(t)), gcpB200Config())
 	wantStatuses(t, rep, map[string]check.Status{
 		"host.gpus": check.Pass, "host.ib.devices": check.Pass, "host.ib.port-state": check.Pass, "host.ib.link-layer": check.Pass,
 		"host.pcie.gpu-nic-pairing": check.Pass, "host.gdrdrv": check.Skip, "host.memlock": check.Pass, "host.nccl.version": check.Pass,
@@ -81,7 +83,7 @@ func TestPairingFollowsThePCIeTreeNotTheNames(t *testing.T) {
 	root := hostfixture.GCPB200With(t, hostfixture.NodeOpts{Peermem: true, StreamMemOps: 1, RegistryDwords: "PeerMappingOverride=1;",
 		NICName: func(i int, _ string) string { return fmt.Sprintf("mlx5_%d", perm[i]) }})
 	cfg := gcpB200Config()
-	rep := Run(context.Background(), NewSysroot(root), cfg)
+	rep := Run(context.Background(), sysroot.New(root), cfg)
 	want := "0:mlx5_3:1,1:mlx5_7:1,2:mlx5_1:1,3:mlx5_5:1,4:mlx5_0:1,5:mlx5_4:1,6:mlx5_2:1,7:mlx5_6:1"
 	if got := rep.MappingValue(); got != want {
 		t.Errorf("mapping %q, want %q", got, want)
@@ -104,7 +106,7 @@ func TestMisconfiguredMappingEveryGPUOnMlx5_0Fails(t *testing.T) {
 		items = append(items, fmt.Sprintf("%d:mlx5_0:1", i))
 	}
 	cfg.Mapping = strings.Join(items, ",")
-	rep := Run(context.Background(), NewSysroot(hostfixture.GCPB200(t)), cfg)
+	rep := Run(context.Background(), sysroot.New(hostfixture.GCPB200(t)), cfg)
 	c := mustCheck(t, rep, "host.pcie.gpu-nic-pairing")
 	if c.Status != check.Fail {
 		t.Fatalf("pairing status %s, want fail", c.Status)
@@ -124,7 +126,7 @@ func TestMappingWithMissingGPUOrUnknownHCAFails(t *testing.T) {
 	t.Parallel()
 	cfg := gcpB200Config()
 	cfg.Mapping = "0:mlx5_0:1,1:mlx5_9:1,2:mlx5_2:2"
-	c := mustCheck(t, Run(context.Background(), NewSysroot(hostfixture.GCPB200(t)), cfg), "host.pcie.gpu-nic-pairing")
+	c := mustCheck(t, Run(context.Background(), sysroot.New(hostfixture.GCPB200(t)), cfg), "host.pcie.gpu-nic-pairing")
 	for _, want := range []string{
 		"GPU 1: the mapping says mlx5_9, which is not a usable RDMA device",
 		"GPU 2: the mapping says mlx5_2 port 2, which is not an ACTIVE port",
@@ -145,7 +147,7 @@ func TestPortDownFails(t *testing.T) {
 			}
 			return "4: ACTIVE"
 		}})
-	c := mustCheck(t, Run(context.Background(), NewSysroot(root), gcpB200Config()), "host.ib.port-state")
+	c := mustCheck(t, Run(context.Background(), sysroot.New(root), gcpB200Config()), "host.ib.port-state")
 	if c.Status != check.Fail || c.Read != "mlx5_5 port 1: 1: DOWN" {
 		t.Errorf("port state: %s %q", c.Status, c.Read)
 	}
@@ -157,13 +159,13 @@ func TestUnrenamedGCPDevicesNeedHCAPrefix(t *testing.T) {
 	root := hostfixture.GCPB200With(t, hostfixture.NodeOpts{Peermem: true, StreamMemOps: 1, RegistryDwords: "PeerMappingOverride=1;", NICName: hostfixture.RoCEName})
 	cfg := gcpB200Config()
 	cfg.HCAPrefix, cfg.Mapping = "", ""
-	rep := Run(context.Background(), NewSysroot(root), cfg)
+	rep := Run(context.Background(), sysroot.New(root), cfg)
 	c := mustCheck(t, rep, "host.ib.devices")
 	if c.Status != check.Fail || !strings.Contains(c.Fix, "NVSHMEM_HCA_PREFIX=rocep") {
 		t.Errorf("devices: %s fix %q", c.Status, c.Fix)
 	}
 	cfg.HCAPrefix = "rocep"
-	rep = Run(context.Background(), NewSysroot(root), cfg)
+	rep = Run(context.Background(), sysroot.New(root), cfg)
 	if s := mustCheck(t, rep, "host.ib.devices").Status; s != check.Pass {
 		t.Errorf("with the prefix: %s", s)
 	}
@@ -174,7 +176,7 @@ func TestUnrenamedGCPDevicesNeedHCAPrefix(t *testing.T) {
 
 func TestAWSP5PairsEachH100WithItsFourEFAs(t *testing.T) {
 	t.Parallel()
-	rep := Run(context.Background(), NewSysroot(hostfixture.AWSP5(t)), awsP5Config())
+	rep := Run(context.Background(), sysroot.New(hostfixture.AWSP5(t)), awsP5Config())
 	wantStatuses(t, rep, map[string]check.Status{
 		"host.gpus": check.Pass, "host.ib.devices": check.Pass, "host.ib.port-state": check.Pass, "host.ib.link-layer": check.Pass,
 		"host.pcie.gpu-nic-pairing": check.Pass, "host.gdrdrv": check.Pass, "host.memlock": check.Pass, "host.nccl.version": check.Skip,
@@ -211,12 +213,12 @@ func TestAWSP5PairsEachH100WithItsFourEFAs(t *testing.T) {
 	if err := removeAll(f.Disk("/dev/gdrdrv")); err != nil {
 		t.Fatal(err)
 	}
-	c := mustCheck(t, Run(context.Background(), NewSysroot(root), awsP5Config()), "host.gdrdrv")
+	c := mustCheck(t, Run(context.Background(), sysroot.New(root), awsP5Config()), "host.gdrdrv")
 	if c.Status != check.Fail || c.Read != "/dev/gdrdrv: absent" {
 		t.Errorf("gdrdrv: %s %q", c.Status, c.Read)
 	}
 	ibrc := Config{Transport: TransportIBRC, NeedGDRCopy: true, GIDIndex: -1}
-	if c := mustCheck(t, Run(context.Background(), NewSysroot(root), ibrc), "host.gdrdrv"); c.Status != check.Warn || !strings.Contains(c.Read, "GDRCopy open call failed") {
+	if c := mustCheck(t, Run(context.Background(), sysroot.New(root), ibrc), "host.gdrdrv"); c.Status != check.Warn || !strings.Contains(c.Read, "GDRCopy open call failed") {
 		t.Errorf("gdrdrv for IBRC: %s %q", c.Status, c.Read)
 	}
 }
@@ -233,7 +235,7 @@ func TestGPUsSharingANICWarn(t *testing.T) {
 	f.PCI(nic, "0x15b3", "0x020700", 0, "mlx5_core")
 	f.IBDevice("mlx5_0", nic, "mlx5_core", hostfixture.Port{State: "4: ACTIVE", LinkLayer: "InfiniBand",
 		GIDs: map[int]hostfixture.GID{0: {Type: "IB/RoCE v1", Addr: "fe80:0000:0000:0000:b83f:d203:00a1:b2c4"}}})
-	rep := Run(context.Background(), NewSysroot(f.Root()), Config{Transport: TransportIBRC})
+	rep := Run(context.Background(), sysroot.New(f.Root()), Config{Transport: TransportIBRC})
 	c := mustCheck(t, rep, "host.pcie.gpu-nic-pairing")
 	if c.Status != check.Warn || !strings.Contains(c.Read, "GPU 1 shares mlx5_0 with GPU 0") {
 		t.Errorf("pairing: %s %q", c.Status, c.Read)
@@ -250,7 +252,7 @@ func TestMemlockAndNCCL(t *testing.T) {
 	f.Limits("8388608", "8388608")
 	cfg := gcpB200Config()
 	cfg.NCCLRuntimeVersion = "2.21.5"
-	rep := Run(context.Background(), NewSysroot(root), cfg)
+	rep := Run(context.Background(), sysroot.New(root), cfg)
 	if c := mustCheck(t, rep, "host.memlock"); c.Status != check.Fail || c.Read != "/proc/self/limits: Max locked memory (soft) 8388608" {
 		t.Errorf("memlock: %s %q", c.Status, c.Read)
 	}
@@ -259,7 +261,7 @@ func TestMemlockAndNCCL(t *testing.T) {
 	}
 	cfg.MinMemlockBytes = 8 << 20
 	cfg.NCCLRuntimeVersion, cfg.NCCLSameVersion = "2.28.3-1", true
-	rep = Run(context.Background(), NewSysroot(root), cfg)
+	rep = Run(context.Background(), sysroot.New(root), cfg)
 	if s := mustCheck(t, rep, "host.memlock").Status; s != check.Pass {
 		t.Errorf("memlock 8 MiB against a minimum of 8 MiB: %s", s)
 	}
@@ -274,7 +276,7 @@ func TestRealRootStructure(t *testing.T) {
 	t.Parallel()
 	cfg := gcpB200Config()
 	cfg.NeedGDRCopy = true
-	rep := Run(context.Background(), NewSysroot(""), cfg)
+	rep := Run(context.Background(), sysroot.New(""), cfg)
 	assertStructure(t, rep)
 	if _, ok := rep.Check("host.memlock"); !ok {
 		t.Error("no memlock check")
@@ -321,7 +323,7 @@ func TestConfigValidation(t *testing.T) {
 		{Transport: TransportIBGDA, Mapping: "a:mlx5_0"},
 		{Transport: TransportIBGDA, Mapping: "0:mlx5_0:0"},
 	} {
-		rep := Run(context.Background(), NewSysroot(t.TempDir()), cfg)
+		rep := Run(context.Background(), sysroot.New(t.TempDir()), cfg)
 		if len(rep.Checks) != 1 || rep.Checks[0].ID != "host.config" || !rep.Failed() {
 			t.Errorf("%+v: %+v", cfg, rep.Checks)
 		}
@@ -332,7 +334,7 @@ func TestCancelledRunStops(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	rep := Run(ctx, NewSysroot(hostfixture.GCPB200(t)), gcpB200Config())
+	rep := Run(ctx, sysroot.New(hostfixture.GCPB200(t)), gcpB200Config())
 	if len(rep.Checks) != 1 || rep.Checks[0].ID != "host.cancelled" {
 		t.Errorf("%+v", rep.Checks)
 	}
@@ -344,7 +346,7 @@ func TestWriteTableAndJSON(t *testing.T) {
 	cfg.BufferBytes = 2146961792
 	root := hostfixture.GCPB200(t)
 	hostfixture.At(t, root).FreeMemory("81004", "81004", "1024", "81004", "81004", "81004", "81004", "81004")
-	rep := Run(context.Background(), NewSysroot(root), cfg)
+	rep := Run(context.Background(), sysroot.New(root), cfg)
 	var buf bytes.Buffer
 	if err := WriteTable(&buf, rep); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 )
 
 // Documented sysfs locations (Documentation/ABI/testing/sysfs-bus-pci,
@@ -87,7 +89,7 @@ func pciKey(addr string) (uint64, bool) {
 	return dom<<16 | bus<<8 | dev<<3 | fn, true
 }
 
-func readNUMA(sys Sysroot, devDir string) int {
+func readNUMA(sys sysroot.Root, devDir string) int {
 	s, err := sys.ReadString(devDir + "/numa_node")
 	if err != nil {
 		return -1
@@ -103,7 +105,7 @@ func readNUMA(sys Sysroot, devDir string) int {
 // NVSwitches are class 0x0680xx and are left out), sorted by PCI address: the CUDA device
 // order under CUDA_DEVICE_ORDER=PCI_BUS_ID, which is also CUDA's default order on nodes
 // of identical GPUs.
-func findGPUs(sys Sysroot) ([]pciDevice, error) {
+func findGPUs(sys sysroot.Root) ([]pciDevice, error) {
 	names, err := sys.Names(pciDevicesDir)
 	if err != nil {
 		return nil, fmt.Errorf("find GPUs: %w", err)
@@ -139,7 +141,7 @@ func findGPUs(sys Sysroot) ([]pciDevice, error) {
 
 // findIBDevices lists /sys/class/infiniband with each device's driver, PCI function and
 // ports. A missing class directory (no RDMA core loaded) is no devices, not an error.
-func findIBDevices(sys Sysroot) ([]ibDevice, error) {
+func findIBDevices(sys sysroot.Root) ([]ibDevice, error) {
 	names, err := sys.Names(ibClassDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -189,8 +191,8 @@ func findIBDevices(sys Sysroot) ([]ibDevice, error) {
 // 0 none (different root complexes), 1 the root complex ("pci0000:00"), 2 a root port,
 // ≥3 a switch port below it.
 func treeDepth(a, b string) (depth int, via string) {
-	pa := splitPath(strings.TrimPrefix(a, sysDevicesDir))
-	pb := splitPath(strings.TrimPrefix(b, sysDevicesDir))
+	pa := sysroot.SplitPath(strings.TrimPrefix(a, sysDevicesDir))
+	pb := sysroot.SplitPath(strings.TrimPrefix(b, sysDevicesDir))
 	for depth < len(pa) && depth < len(pb) && pa[depth] == pb[depth] {
 		via = pa[depth]
 		depth++
@@ -211,7 +213,7 @@ func describeDepth(depth int) string {
 
 // RDMADevices names the RDMA devices of the node (under /sys/class/infiniband), none when
 // the directory is absent: what a test that needs a verbs NIC asks (`epbuild test`).
-func RDMADevices(sys Sysroot) ([]string, error) {
+func RDMADevices(sys sysroot.Root) ([]string, error) {
 	devs, err := findIBDevices(sys)
 	names := make([]string, 0, len(devs))
 	for _, d := range devs {

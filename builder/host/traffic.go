@@ -3,10 +3,12 @@ package host
 import (
 	"context"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/check"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 )
 
 type trafficCounter struct {
@@ -52,7 +54,7 @@ type counterSample struct {
 }
 
 // readCounters reads the transmit counter of every port of every RDMA device.
-func readCounters(sys Sysroot) (map[string][]counterSample, []string, error) {
+func readCounters(sys sysroot.Root) (map[string][]counterSample, []string, error) {
 	devs, err := findIBDevices(sys)
 	if err != nil {
 		return nil, nil, err
@@ -85,7 +87,7 @@ func readCounters(sys Sysroot) (map[string][]counterSample, []string, error) {
 // SampleTraffic reads every RDMA device's transmit counters, calls run, reads them again
 // and reports how the bytes spread over the NICs. An error from run is returned with the
 // report of what was sent until then.
-func SampleTraffic(ctx context.Context, sys Sysroot, run func(context.Context) error) (TrafficReport, error) {
+func SampleTraffic(ctx context.Context, sys sysroot.Root, run func(context.Context) error) (TrafficReport, error) {
 	before, _, err := readCounters(sys)
 	if err != nil {
 		return TrafficReport{}, fmt.Errorf("sample NIC traffic: before the run: %w", err)

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/check"
-	"github.com/epbuild/epbuild/builder/host/hostfixture"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/host/hostfixture"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 )
 
 // addCounter adds n to a counter file the way the NIC would, through the class symlink.
@@ -35,7 +37,7 @@ const xmit = "counters/port_xmit_data"
 func TestTrafficSpread(t *testing.T) {
 	t.Parallel()
 	root := hostfixture.GCPB200(t)
-	sys := NewSysroot(root)
+	sys := sysroot.New(root)
 	ctx := context.Background()
 	sample := func(per func(i int) uint64) TrafficReport {
 		t.Helper()
@@ -114,7 +116,7 @@ func TestTrafficSpread(t *testing.T) {
 func TestTrafficOnEFAUsesTxBytes(t *testing.T) {
 	t.Parallel()
 	root := hostfixture.AWSP5(t)
-	rep, err := SampleTraffic(context.Background(), NewSysroot(root), func(context.Context) error {
+	rep, err := SampleTraffic(context.Background(), sysroot.New(root), func(context.Context) error {
 		for _, d := range []string{"rdmap4s0", "rdmap5s0", "rdmap6s0", "rdmap7s0"} {
 			addCounter(t, root, d, "hw_counters/tx_bytes", 1000)
 		}
@@ -139,7 +141,7 @@ func TestTrafficWithOneNICIsNotJudged(t *testing.T) {
 	nic := sw.Endpoint()
 	f.PCI(nic, "0x15b3", "0x020000", 0, "mlx5_core")
 	f.IBDevice("mlx5_0", nic, "mlx5_core", hostfixture.ActiveRoCE([4]byte{10, 0, 0, 1}))
-	rep, err := SampleTraffic(context.Background(), NewSysroot(f.Root()), func(context.Context) error {
+	rep, err := SampleTraffic(context.Background(), sysroot.New(f.Root()), func(context.Context) error {
 		addCounter(t, f.Root(), "mlx5_0", xmit, 5)
 		return nil
 	})

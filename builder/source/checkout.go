@@ -19,6 +19,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/index"
 
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/source/dirhandle"
+	"github.com/epbuild/epbuild/builder/source/gitobj"
 )
 
 // CheckoutGit makes dest a git checkout of the pinned commit: a .git directory with the
@@ -128,16 +130,16 @@ func (f *Fetcher) linkObjects(ctx context.Context, p *gitPin, gitDir, root strin
 
 // writeWorktree writes commit's tree into root and the matching index into gitDir.
 func writeWorktree(ctx context.Context, gitDir, root string, commit plumbing.Hash) error {
-	db, err := openObjectDB(filepath.Join(gitDir, "objects"))
+	db, err := gitobj.Open(filepath.Join(gitDir, "objects"))
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	w, err := planWorktree(ctx, db.reader(), root, commit)
+	w, err := planWorktree(ctx, db.Reader(), root, commit)
 	if err != nil {
 		return err
 	}
-	if err := w.write(ctx, func() blobSource { return dbSource{db.reader()} }); err != nil {
+	if err := w.write(ctx, func() blobSource { return dbSource{db.Reader()} }); err != nil {
 		return err
 	}
 	return w.writeIndex(gitDir)
@@ -155,15 +157,15 @@ type worktree struct {
 
 // planWorktree reads the trees of commit (a bad tree fails before anything is written)
 // and plans the checkout into root.
-func planWorktree(ctx context.Context, r *objReader, root string, commit plumbing.Hash) (*worktree, error) {
-	t, data, err := r.read(commit)
+func planWorktree(ctx context.Context, r *gitobj.Reader, root string, commit plumbing.Hash) (*worktree, error) {
+	t, data, err := r.Read(commit)
 	if err == nil && t != plumbing.CommitObject {
 		err = fmt.Errorf("a %s, not a commit", t)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read commit %s: %w", commit, err)
 	}
-	treeHash, err := commitTree(data)
+	treeHash, err := gitobj.CommitTree(data)
 	if err != nil {
 		return nil, fmt.Errorf("read commit %s: %w", commit, err)
 	}
@@ -179,31 +181,31 @@ func planWorktree(ctx context.Context, r *objReader, root string, commit plumbin
 			seenTree[h] = true
 			w.trees = append(w.trees, h)
 		}
-		t, data, err := r.read(h)
+		t, data, err := r.Read(h)
 		if err == nil && t != plumbing.TreeObject {
 			err = fmt.Errorf("a %s, not a tree", t)
 		}
 		if err != nil {
 			return fmt.Errorf("read tree %s of %q: %w", h, d.rel, err)
 		}
-		es, err := parseTree(data)
+		es, err := gitobj.ParseTree(data)
 		if err != nil {
 			return fmt.Errorf("read tree %s of %q: %w", h, d.rel, err)
 		}
 		for _, e := range es {
 			// A tree is data from upstream: refuse names that would leave the tree or touch .git.
-			if e.name == "" || e.name == "." || e.name == ".." || strings.ContainsAny(e.name, "/\x00") ||
-				strings.EqualFold(e.name, ".git") {
-				return fmt.Errorf("tree %s: refusing entry %q in %q", h, e.name, d.rel)
+			if e.Name == "" || e.Name == "." || e.Name == ".." || strings.ContainsAny(e.Name, "/\x00") ||
+				strings.EqualFold(e.Name, ".git") {
+				return fmt.Errorf("tree %s: refusing entry %q in %q", h, e.Name, d.rel)
 			}
-			rel := path.Join(d.rel, e.name)
-			ie := &index.Entry{Name: rel, Hash: e.hash, Mode: e.mode}
-			switch e.mode {
+			rel := path.Join(d.rel, e.Name)
+			ie := &index.Entry{Name: rel, Hash: e.Hash, Mode: e.Mode}
+			switch e.Mode {
 			case filemode.Dir:
-				sub := &wtDir{rel: rel, abs: filepath.Join(d.abs, e.name), name: e.name}
+				sub := &wtDir{rel: rel, abs: filepath.Join(d.abs, e.Name), name: e.Name}
 				d.subdirs = append(d.subdirs, sub)
 				w.dirs++
-				if err := walk(e.hash, sub); err != nil {
+				if err := walk(e.Hash, sub); err != nil {
 					return err
 				}
 				continue
@@ -211,13 +213,13 @@ func planWorktree(ctx context.Context, r *objReader, root string, commit plumbin
 				ie.Mode = filemode.Regular
 			case filemode.Executable, filemode.Symlink, filemode.Submodule:
 			default:
-				return fmt.Errorf("tree %s: entry %q has unknown mode %o", h, rel, e.mode)
+				return fmt.Errorf("tree %s: entry %q has unknown mode %o", h, rel, e.Mode)
 			}
-			if e.mode != filemode.Submodule && !seenBlob[e.hash] {
-				seenBlob[e.hash] = true
+			if e.Mode != filemode.Submodule && !seenBlob[e.Hash] {
+				seenBlob[e.Hash] = true
 				w.blobs++
 			}
-			d.items = append(d.items, wtItem{name: e.name, entry: ie})
+			d.items = append(d.items, wtItem{name: e.Name, entry: ie})
 			w.entries = append(w.entries, ie)
 		}
 		return nil
@@ -293,11 +295,11 @@ type blobSource interface {
 }
 
 // dbSource reads blobs from an object database.
-type dbSource struct{ r *objReader }
+type dbSource struct{ r *gitobj.Reader }
 
 func (s dbSource) blob(h plumbing.Hash) ([]byte, io.Reader, error) {
-	if size, ok := s.r.wholeSize(h); ok && size > inlineLimit {
-		t, _, rd, err := s.r.stream(h)
+	if size, ok := s.r.WholeSize(h); ok && size > gitobj.InlineLimit {
+		t, _, rd, err := s.r.Stream(h)
 		if err == nil && t != plumbing.BlobObject {
 			err = fmt.Errorf("object %s is a %s, not a blob", h, t)
 		}
@@ -309,10 +311,6 @@ func (s dbSource) blob(h plumbing.Hash) ([]byte, io.Reader, error) {
 
 // checkoutWorkers is how many goroutines write a checkout.
 const checkoutWorkers = 4
-
-// inlineLimit: objects up to this size are read whole; larger ones are streamed, to bound
-// memory.
-const inlineLimit = 4 << 20
 
 // wtDir is a directory of a checkout with what goes in it.
 type wtDir struct {
@@ -343,13 +341,13 @@ func (w *wtWriter) fail(err error) { w.failed.CompareAndSwap(nil, &err) }
 
 // run fills the directory d, which its parent's worker made.
 func (w *wtWriter) run(src blobSource, d *wtDir) error {
-	dh, err := openDirHandle(d.abs)
+	dh, err := dirhandle.Open(d.abs)
 	if err != nil {
 		return err
 	}
-	defer dh.close()
+	defer dh.Close()
 	for _, s := range d.subdirs {
-		if err := dh.mkdir(s.name); err != nil {
+		if err := dh.Mkdir(s.name); err != nil {
 			return fmt.Errorf("%s: %w", s.rel, err)
 		}
 		w.push(s)
@@ -364,14 +362,14 @@ func (w *wtWriter) run(src blobSource, d *wtDir) error {
 
 // writeItem writes one file, symlink or (empty, as git leaves one that is not
 // initialised) submodule directory into d and fills its index entry.
-func writeItem(src blobSource, d dirHandle, it wtItem) error {
+func writeItem(src blobSource, d dirhandle.Dir, it wtItem) error {
 	e := it.entry
 	switch e.Mode {
 	case filemode.Submodule:
-		if err := d.mkdir(it.name); err != nil {
+		if err := d.Mkdir(it.name); err != nil {
 			return err
 		}
-		return d.lstat(it.name, e)
+		return d.Lstat(it.name, e)
 	case filemode.Symlink:
 		target, rd, err := src.blob(e.Hash)
 		if err == nil && rd != nil {
@@ -380,7 +378,7 @@ func writeItem(src blobSource, d dirHandle, it wtItem) error {
 		if err != nil {
 			return err
 		}
-		return d.symlink(string(target), it.name, e)
+		return d.Symlink(string(target), it.name, e)
 	}
 	perm := uint32(0o644)
 	if e.Mode == filemode.Executable {
@@ -390,11 +388,11 @@ func writeItem(src blobSource, d dirHandle, it wtItem) error {
 	if err != nil {
 		return err
 	}
-	return d.writeFile(it.name, perm, data, rd, e)
+	return d.WriteFile(it.name, perm, data, rd, e)
 }
 
-func readBlob(r *objReader, h plumbing.Hash) ([]byte, error) {
-	t, data, err := r.read(h)
+func readBlob(r *gitobj.Reader, h plumbing.Hash) ([]byte, error) {
+	t, data, err := r.Read(h)
 	if err == nil && t != plumbing.BlobObject {
 		err = fmt.Errorf("object %s is a %s, not a blob", h, t)
 	}

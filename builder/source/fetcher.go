@@ -1,7 +1,3 @@
-// Package source brings pinned sources into the cache and out into workspaces: git commits
-// fetched shallowly by SHA (go-git), archives checked against their sha256, both served
-// from a mirror directory instead of the network when one is set, so that an air-gapped
-// site builds exactly what a connected one builds.
 package source
 
 import (

@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/epbuild/epbuild/builder/source/gitobj"
 	"github.com/go-git/go-git/v5/plumbing"
 )
 
@@ -15,47 +16,47 @@ import (
 // new pack in packDir and written to its files. A blob stored as a delta on another object
 // of the new pack is copied as that delta, not compressed again. Blobs that cached has are read from it
 // and not copied; the blobs of other roots that the checkout does not use are copied
-// after it. Blobs over inlineLimit, streamed rather than held, are inflated a second time
+// after it. Blobs over gitobj.InlineLimit, streamed rather than held, are inflated a second time
 // to be written.
 //
 // It returns the shallow commits, as copyObjects does, and the written worktree, whose
 // index entries hold the files' stat data.
-func copyCheckout(ctx context.Context, src, cached *objectDB, packDir string, roots []plumbing.Hash, commit plumbing.Hash, root string, m *meter) ([]plumbing.Hash, *worktree, error) {
+func copyCheckout(ctx context.Context, src, cached *gitobj.DB, packDir string, roots []plumbing.Hash, commit plumbing.Hash, root string, m *meter) ([]plumbing.Hash, *worktree, error) {
 	defer m.done()
-	blobs := newHashQueue()
-	walked, err := walkObjects(ctx, src.reader(), roots, nil, cached.packed, blobs)
-	blobs.close()
+	blobs := gitobj.NewQueue()
+	walked, err := gitobj.Walk(ctx, src.Reader(), roots, nil, cached.Packed, blobs)
+	blobs.Close()
 	if err != nil {
 		return nil, nil, err
 	}
-	wt, err := planWorktree(ctx, src.reader(), root, commit)
+	wt, err := planWorktree(ctx, src.Reader(), root, commit)
 	if err != nil {
 		return nil, nil, err
 	}
-	m.set(0, int64(walked.total))
+	m.set(0, int64(walked.Total))
 	pending := make(map[plumbing.Hash]bool) // blobs to copy, until one is taken
 	packed := make(map[plumbing.Hash]bool)  // what the new pack holds: deltas on them are kept
-	for _, j := range walked.head {
-		packed[j.h] = true
+	for _, j := range walked.Head {
+		packed[j.Hash] = true
 	}
-	for h, ok := blobs.pop(); ok; h, ok = blobs.pop() {
+	for h, ok := blobs.Pop(); ok; h, ok = blobs.Pop() {
 		pending[h], packed[h] = true, true
 	}
 	inPack := func(h plumbing.Hash) bool { return packed[h] }
-	reader := func() *objReader {
-		r := src.reader()
-		r.inPack = inPack
+	reader := func() *gitobj.Reader {
+		r := src.Reader()
+		r.KeepDeltas(inPack)
 		return r
 	}
 
-	pw, err := newPackWriter(packDir, walked.total)
+	pw, err := gitobj.NewPackWriter(packDir, walked.Total)
 	if err != nil {
 		return nil, nil, err
 	}
 	sink := &packSink{pw: pw, m: m}
-	for _, j := range walked.head {
+	for _, j := range walked.Head {
 		if err := sink.add(j); err != nil {
-			pw.abort()
+			pw.Abort()
 			return nil, nil, err
 		}
 	}
@@ -70,7 +71,7 @@ func copyCheckout(ctx context.Context, src, cached *objectDB, packDir string, ro
 		return false
 	}
 	err = wt.write(ctx, func() blobSource {
-		return &copySource{src: reader(), cached: dbSource{cached.reader()}, take: take, sink: sink}
+		return &copySource{src: reader(), cached: dbSource{cached.Reader()}, take: take, sink: sink}
 	})
 	if err == nil {
 		// The blobs of other roots (extra refs), not in the checkout.
@@ -82,13 +83,13 @@ func copyCheckout(ctx context.Context, src, cached *objectDB, packDir string, ro
 		}
 	}
 	if err != nil {
-		pw.abort()
+		pw.Abort()
 		return nil, nil, err
 	}
-	if _, _, err := pw.finish(); err != nil {
+	if _, _, err := pw.Finish(); err != nil {
 		return nil, nil, err
 	}
-	return walked.commits, wt, nil
+	return walked.Commits, wt, nil
 }
 
 // packSink appends the objects that a checkout's workers read to one pack, each in the
@@ -96,16 +97,16 @@ func copyCheckout(ctx context.Context, src, cached *objectDB, packDir string, ro
 // more than appending it (a copy, a CRC and the pack's SHA-1 over its packed bytes).
 type packSink struct {
 	mu  sync.Mutex
-	pw  *packWriter
+	pw  *gitobj.PackWriter
 	m   *meter
 	err error // the first failure; the pack is then abandoned
 }
 
-func (s *packSink) add(j packJob) error {
+func (s *packSink) add(j gitobj.Job) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {
-		s.err = s.pw.addJob(j)
+		s.err = s.pw.Add(j)
 		s.m.set(s.m.cur.Load()+1, -1)
 	}
 	return s.err
@@ -116,28 +117,31 @@ func (s *packSink) add(j packJob) error {
 // cached one is read from the cache; one taken already (two paths, one content) is read
 // again.
 type copySource struct {
-	src    *objReader
+	src    *gitobj.Reader
 	cached dbSource
 	take   func(plumbing.Hash) bool
 	sink   *packSink
 }
 
 func (s *copySource) blob(h plumbing.Hash) ([]byte, io.Reader, error) {
-	if s.cached.r != nil && s.cached.r.db.packed(h) {
+	if s.cached.r != nil && s.cached.r.DB().Packed(h) {
 		return s.cached.blob(h)
 	}
 	if !s.take(h) {
 		return dbSource{s.src}.blob(h)
 	}
-	if size, ok := s.src.wholeSize(h); ok && size > inlineLimit {
-		if err := s.copy(h); err != nil {
+	if j, ok, err := s.src.StreamJob(h); ok {
+		if err == nil {
+			err = s.sink.add(j)
+		}
+		if err != nil {
 			return nil, nil, err
 		}
 		return dbSource{s.src}.blob(h)
 	}
-	j, data, err := s.src.packJob(h)
-	if err == nil && j.t != plumbing.BlobObject {
-		err = fmt.Errorf("a %s, not a blob", j.t)
+	j, data, err := s.src.Job(h)
+	if err == nil && j.Type != plumbing.BlobObject {
+		err = fmt.Errorf("a %s, not a blob", j.Type)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("object %s: %w", h, err)
@@ -150,15 +154,13 @@ func (s *copySource) blob(h plumbing.Hash) ([]byte, io.Reader, error) {
 
 // copy appends the blob h to the pack, streaming it when it is large.
 func (s *copySource) copy(h plumbing.Hash) error {
-	if size, ok := s.src.wholeSize(h); ok && size > inlineLimit {
-		// Large: streamed into the writer, which hashes it on the way.
-		t, size, rd, err := s.src.stream(h)
+	if j, ok, err := s.src.StreamJob(h); ok {
 		if err != nil {
-			return fmt.Errorf("object %s: %w", h, err)
+			return err
 		}
-		return s.sink.add(packJob{h: h, t: t, size: size, r: rd})
+		return s.sink.add(j)
 	}
-	j, _, err := s.src.packJob(h)
+	j, _, err := s.src.Job(h)
 	if err != nil {
 		return fmt.Errorf("object %s: %w", h, err)
 	}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,11 +20,11 @@ import (
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	gitcache "github.com/go-git/go-git/v5/plumbing/cache"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/source/gitobj"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -170,7 +169,7 @@ func (f *Fetcher) fetchGitInto(ctx context.Context, p *gitPin, root string) (*wo
 	defer os.RemoveAll(tmp)
 	// What the cache holds already (a pull request's base, fetched before its head) is not
 	// copied again.
-	cached, err := openPacks(filepath.Join(dir, "objects", "pack"))
+	cached, err := gitobj.OpenPacks(filepath.Join(dir, "objects", "pack"))
 	if err != nil {
 		return nil, fetchErr(err, "fetch %s: read the cache %s", p, dir)
 	}
@@ -222,7 +221,7 @@ func (f *Fetcher) haveGit(dir string, p *gitPin) bool {
 	}
 	st := openStorage(dir)
 	defer st.Close()
-	db, err := openObjectDB(filepath.Join(dir, "objects"))
+	db, err := gitobj.Open(filepath.Join(dir, "objects"))
 	if err != nil {
 		return false
 	}
@@ -244,7 +243,7 @@ func openStorage(dir string) *filesystem.Storage {
 }
 
 // resolveRef finds r in refs and checks that it peels to r.want (tags read from db).
-func resolveRef(refs storer.ReferenceStorer, db *objectDB, r *refPin) error {
+func resolveRef(refs storer.ReferenceStorer, db *gitobj.DB, r *refPin) error {
 	for _, name := range candidates(r.name) {
 		ref, err := storer.ResolveReference(refs, name)
 		if err != nil {
@@ -266,17 +265,17 @@ func resolveRef(refs storer.ReferenceStorer, db *objectDB, r *refPin) error {
 var errRefNotFound = errors.New("ref not found")
 
 // peel follows annotated tags to what they finally name.
-func peel(db *objectDB, h plumbing.Hash) (plumbing.Hash, error) {
-	r := db.reader()
+func peel(db *gitobj.DB, h plumbing.Hash) (plumbing.Hash, error) {
+	r := db.Reader()
 	for i := 0; i < 10; i++ {
-		t, data, err := r.read(h)
+		t, data, err := r.Read(h)
 		if err != nil {
 			return h, err
 		}
 		if t != plumbing.TagObject {
 			return h, nil
 		}
-		tgt, err := tagTarget(data)
+		tgt, err := gitobj.TagTarget(data)
 		if err != nil {
 			return h, fmt.Errorf("tag %s: %w", h, err)
 		}
@@ -396,12 +395,12 @@ func (f *Fetcher) mirrorDir(key string) string {
 // packDir, in process: the objects of each pinned commit (its whole tree, no history) are
 // read straight from the mirror's packs, but for those cached has. Given root, it writes
 // the tree of p's commit there in the same pass (copyCheckout).
-func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, packDir string, cached *objectDB, root string) ([]plumbing.Hash, *worktree, error) {
+func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, packDir string, cached *gitobj.DB, root string) ([]plumbing.Hash, *worktree, error) {
 	mdir := f.mirrorDir(p.key)
 	if _, err := os.Stat(filepath.Join(mdir, "objects")); err != nil {
 		return nil, nil, fetchErr(nil, "fetch %s: no mirror entry for %s: looked for the bare repository %s (write one with `epbuild mirror`)", p, p.url, mdir)
 	}
-	db, err := openObjectDB(filepath.Join(mdir, "objects"))
+	db, err := gitobj.Open(filepath.Join(mdir, "objects"))
 	if err != nil {
 		return nil, nil, fetchErr(err, "fetch %s: open the mirror %s", p, mdir)
 	}
@@ -425,7 +424,7 @@ func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, packDir string
 	}
 	roots := p.commits()
 	for _, h := range roots {
-		if !db.has(h) {
+		if !db.Has(h) {
 			return nil, nil, fetchErr(nil, "fetch %s: commit %s not in the mirror %s", p, h, mdir)
 		}
 	}
@@ -438,7 +437,8 @@ func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, packDir string
 	var shallow []plumbing.Hash
 	var w *worktree
 	if root == "" {
-		shallow, err = copyObjects(ctx, db, packDir, roots, nil, cached.packed, m)
+		shallow, err = gitobj.Copy(ctx, db, packDir, roots, nil, cached.Packed, m.set)
+		m.done()
 	} else {
 		shallow, w, err = copyCheckout(ctx, db, cached, packDir, roots, p.commit, root, m)
 	}
@@ -448,357 +448,30 @@ func (f *Fetcher) fetchFromMirror(ctx context.Context, p *gitPin, packDir string
 	return shallow, w, nil
 }
 
-// copyObjects packs the closure of roots (tags, commits with their whole trees but no
-// parents) from src into a new pack in packDir and returns the commits, which are the
-// shallow boundary of the repository the pack goes to. Tags and commits for which skip is
-// true are taken as present already, closure included; so are trees and blobs for which
-// have is true (the destination holds whole closures: the cache does, a partial clone
-// serving as a mirror does not).
-//
-// Objects stored whole in src's packs are copied as they are packed there (their content
-// inflated and hashed to check it, but not compressed again); others (deltas, loose
-// objects) are written whole. This goroutine walks the trees and hands the blobs it finds
-// to copyReaders goroutines as it goes; one writer appends to the pack what they send,
-// holding it until the walk has counted the objects for the pack's header.
-func copyObjects(ctx context.Context, src *objectDB, packDir string, roots []plumbing.Hash, skip, have func(plumbing.Hash) bool, m *meter) ([]plumbing.Hash, error) {
-	defer m.done()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	jobs := make(chan packJob, 64)
-	walked := make(chan walkResult, 1)
-	var pw *packWriter // the writer's until werr is received
-	werr := make(chan error, 1)
-	go func() {
-		var err error
-		var held []packJob // what the readers sent before the walk ended
-		heldBytes := 0
-		add := func(j packJob) { // or drop it, once the walk has failed
-			if err == nil && pw != nil {
-				err = pw.addJob(j)
-				m.set(m.cur.Load()+1, -1)
-			}
-			if j.done != nil {
-				close(j.done) // a reader waits on it, whether j was written or not
-			}
-		}
-		open, walkc := true, walked
-		for open || walkc != nil {
-			var in chan packJob // nil, not read, while enough is held and the walk goes on
-			if open && (walkc == nil || heldBytes <= copyHoldBytes) {
-				in = jobs
-			}
-			select {
-			case w := <-walkc:
-				walkc = nil
-				if w.total > 0 {
-					if pw, err = newPackWriter(packDir, w.total); err != nil {
-						cancel()
-					}
-				}
-				for _, j := range append(w.head, held...) {
-					add(j)
-				}
-				held = nil
-			case j, ok := <-in:
-				switch {
-				case !ok:
-					open = false
-				case walkc != nil:
-					held = append(held, j)
-					heldBytes += len(j.raw)
-				default:
-					add(j)
-				}
-			}
-		}
-		werr <- err
-	}()
-	blobs := newHashQueue()
-	rerrs := make([]error, copyReaders)
-	var wg sync.WaitGroup
-	for i := 0; i < copyReaders; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			if rerrs[i] = readBlobs(ctx, src.reader(), blobs, jobs); rerrs[i] != nil {
-				cancel()
-			}
-		}(i)
-	}
-	w, err := walkObjects(ctx, src.reader(), roots, skip, have, blobs)
-	blobs.close()
-	if err != nil {
-		cancel()
-		w = walkResult{}
-	}
-	m.set(0, int64(w.total))
-	walked <- w
-	wg.Wait()
-	close(jobs)
-	if err := firstErr(append([]error{<-werr, err}, rerrs...)); err != nil {
-		if pw != nil {
-			pw.abort()
-		}
-		return nil, err
-	}
-	if pw == nil {
-		return nil, nil
-	}
-	if _, _, err := pw.finish(); err != nil {
-		return nil, err
-	}
-	return w.commits, nil
-}
-
-// copyHoldBytes bounds what a copy's writer holds in memory while the walk goes on.
-const copyHoldBytes = 32 << 20
-
-// walkResult is what walkObjects found: the tags, commits and trees to pack, the commits,
-// and how many objects in all (blobs included).
-type walkResult struct {
-	head    []packJob
-	commits []plumbing.Hash
-	total   int
-	had     int // objects left out: the destination has them
-}
-
-// firstErr returns the first error that is not a cancellation, or else the first error:
-// one goroutine's failure cancels the others.
-func firstErr(errs []error) error {
-	var first error
-	for _, e := range errs {
-		if e != nil && !errors.Is(e, context.Canceled) {
-			return e
-		}
-		if first == nil {
-			first = e
-		}
-	}
-	return first
-}
-
-// walkObjects reads the tags, commits and trees of the closure of roots (see copyObjects)
-// and hands their blobs to blobs.
-func walkObjects(ctx context.Context, r *objReader, roots []plumbing.Hash, skip, have func(plumbing.Hash) bool, blobs *hashQueue) (walkResult, error) {
-	var w walkResult
-	seen := make(map[plumbing.Hash]bool)
-	var walkTree func(h plumbing.Hash) error
-	walkTree = func(h plumbing.Hash) error {
-		if seen[h] {
-			return nil
-		}
-		seen[h] = true
-		if have != nil && have(h) {
-			w.had++
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		j, data, err := r.packJob(h)
-		if err == nil && j.t != plumbing.TreeObject {
-			err = fmt.Errorf("a %s, not a tree", j.t)
-		}
-		if err != nil {
-			return fmt.Errorf("tree %s: %w", h, err)
-		}
-		w.head = append(w.head, j)
-		entries, err := parseTree(data)
-		if err != nil {
-			return fmt.Errorf("tree %s: %w", h, err)
-		}
-		for _, e := range entries {
-			switch e.mode {
-			case filemode.Dir:
-				if err := walkTree(e.hash); err != nil {
-					return err
-				}
-			case filemode.Submodule: // a commit of another repository
-			default:
-				if !seen[e.hash] {
-					seen[e.hash] = true
-					if have != nil && have(e.hash) {
-						w.had++
-						continue
-					}
-					blobs.push(e.hash)
-				}
-			}
-		}
-		return nil
-	}
-	for _, h := range roots {
-		for i := 0; ; i++ {
-			if skip != nil && skip(h) {
-				break
-			}
-			j, data, err := r.packJob(h)
-			if err != nil {
-				return walkResult{}, fmt.Errorf("object %s: %w", h, err)
-			}
-			if j.t == plumbing.TagObject && i < 10 {
-				if !seen[h] {
-					seen[h] = true
-					w.head = append(w.head, j)
-				}
-				tgt, err := tagTarget(data)
-				if err != nil {
-					return walkResult{}, fmt.Errorf("tag %s: %w", h, err)
-				}
-				h = tgt
-				continue
-			}
-			if j.t != plumbing.CommitObject {
-				return walkResult{}, fmt.Errorf("object %s is a %s, not a commit", h, j.t)
-			}
-			if seen[h] {
-				break
-			}
-			seen[h] = true
-			w.head = append(w.head, j)
-			tree, err := commitTree(data)
-			if err != nil {
-				return walkResult{}, fmt.Errorf("commit %s: %w", h, err)
-			}
-			w.commits = append(w.commits, h)
-			if err := walkTree(tree); err != nil {
-				return walkResult{}, err
-			}
-			break
-		}
-	}
-	w.total = len(seen) - w.had
-	return w, nil
-}
-
-// hashQueue hands object ids from one producer to several consumers; pushing never blocks.
-type hashQueue struct {
-	mu     sync.Mutex
-	cond   sync.Cond
-	items  []plumbing.Hash
-	closed bool
-}
-
-func newHashQueue() *hashQueue {
-	q := &hashQueue{}
-	q.cond.L = &q.mu
-	return q
-}
-
-func (q *hashQueue) push(h plumbing.Hash) {
-	q.mu.Lock()
-	q.items = append(q.items, h)
-	q.mu.Unlock()
-	q.cond.Signal()
-}
-
-func (q *hashQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.cond.Broadcast()
-}
-
-// pop waits for the next id; false once the queue is closed and empty.
-func (q *hashQueue) pop() (plumbing.Hash, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for len(q.items) == 0 && !q.closed {
-		q.cond.Wait()
-	}
-	if len(q.items) == 0 {
-		return plumbing.ZeroHash, false
-	}
-	h := q.items[0]
-	q.items = q.items[1:]
-	return h, true
-}
-
-// copyReaders is how many goroutines read blobs for a copy.
-const copyReaders = 2
-
-// packJob is one object on its way into a pack: its packed bytes in raw or, when large,
-// its content in r (then done is closed once r has been read, before the reader goes on).
-type packJob struct {
-	h    plumbing.Hash
-	t    plumbing.ObjectType
-	size int64
-	raw  []byte
-	r    io.Reader
-	done chan struct{}
-}
-
-// addJob appends j to the pack; streamed content is hashed as it goes and checked.
-func (w *packWriter) addJob(j packJob) error {
-	if j.r == nil {
-		w.addRaw(j.h, j.raw)
-		return nil
-	}
-	return w.add(j.h, j.t, j.size, j.r)
-}
-
-// packJob reads h for a copy, and returns its content too (valid until the next call on r).
-func (r *objReader) packJob(h plumbing.Hash) (packJob, []byte, error) {
-	t, data, raw, err := r.rawObject(h)
-	if err != nil {
-		return packJob{}, nil, err
-	}
-	return packJob{h: h, t: t, size: int64(len(data)), raw: raw}, data, nil
-}
-
-// readBlobs reads the blobs the queue hands it until it is closed and sends them on.
-func readBlobs(ctx context.Context, r *objReader, blobs *hashQueue, jobs chan<- packJob) error {
-	for {
-		h, ok := blobs.pop()
-		if !ok {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if size, ok := r.wholeSize(h); ok && size > inlineLimit {
-			// Large: streamed into the writer, which hashes it on the way.
-			t, size, rd, err := r.stream(h)
-			if err != nil {
-				return fmt.Errorf("object %s: %w", h, err)
-			}
-			j := packJob{h: h, t: t, size: size, r: rd, done: make(chan struct{})}
-			jobs <- j
-			<-j.done
-			continue
-		}
-		j, _, err := r.packJob(h)
-		if err != nil {
-			return fmt.Errorf("object %s: %w", h, err)
-		}
-		jobs <- j
-	}
-}
-
 // checkCommits makes sure the fetched packs (in packDir) hold each pinned commit, and they
 // or the cached ones its tree.
-func checkCommits(packDir string, cached *objectDB, p *gitPin) error {
-	db, err := openPacks(packDir)
+func checkCommits(packDir string, cached *gitobj.DB, p *gitPin) error {
+	db, err := gitobj.OpenPacks(packDir)
 	if err != nil {
 		return fetchErr(err, "fetch %s: read the fetched objects", p)
 	}
 	defer db.Close()
 	// A tree may be in the cache already, from another commit.
-	all := &objectDB{packs: append(slices.Clone(db.packs), cached.packs...), bases: db.bases}
-	r := all.reader()
+	all := gitobj.Union(db, cached)
+	r := all.Reader()
 	for _, h := range p.commits() {
-		t, data, err := r.read(h)
+		t, data, err := r.Read(h)
 		if err != nil {
 			return fetchErr(err, "fetch %s: commit %s missing after the fetch", p, h)
 		}
 		if t != plumbing.CommitObject {
 			return badPin(nil, "fetch %s: %s is a %s, not a commit: pin the commit it names", p, h, t)
 		}
-		tree, err := commitTree(data)
+		tree, err := gitobj.CommitTree(data)
 		if err != nil {
 			return fetchErr(err, "fetch %s: commit %s is corrupt", p, h)
 		}
-		if !all.has(tree) {
+		if !all.Has(tree) {
 			return fetchErr(nil, "fetch %s: the tree of commit %s is missing", p, h)
 		}
 	}

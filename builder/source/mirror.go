@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/source/gitobj"
 )
 
 // WriteMirror writes into dir exactly what the given sources need, laid out by URL, for
@@ -83,12 +84,12 @@ func (f *Fetcher) mirrorGit(ctx context.Context, dir string, p *gitPin) error {
 			return fmt.Errorf("mirror %s into %s: %w", p, mdir, err)
 		}
 	}
-	src, err := openObjectDB(filepath.Join(f.cache.GitDir(p.key), "objects"))
+	src, err := gitobj.Open(filepath.Join(f.cache.GitDir(p.key), "objects"))
 	if err != nil {
 		return fmt.Errorf("mirror %s: %w", p, err)
 	}
 	defer src.Close()
-	have, err := openObjectDB(filepath.Join(mdir, "objects"))
+	have, err := gitobj.Open(filepath.Join(mdir, "objects"))
 	if err != nil {
 		return fmt.Errorf("mirror %s into %s: %w", p, mdir, err)
 	}
@@ -104,7 +105,9 @@ func (f *Fetcher) mirrorGit(ctx context.Context, dir string, p *gitPin) error {
 			roots = append(roots, r.obj)
 		}
 	}
-	shallow, err := copyObjects(ctx, src, tmp, roots, have.has, nil, newMeter(f.progress, f.log, p.url, "objects", 0))
+	m := newMeter(f.progress, f.log, p.url, "objects", 0)
+	shallow, err := gitobj.Copy(ctx, src, tmp, roots, have.Has, nil, m.set)
+	m.done()
 	if err != nil {
 		return fmt.Errorf("mirror %s into %s: %w", p, mdir, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/source/gitobj"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/storer"
@@ -22,7 +23,7 @@ import (
 // history comes from a mirror.
 type Repository struct {
 	dir  string
-	db   *objectDB
+	db   *gitobj.DB
 	refs *filesystem.Storage
 }
 
@@ -31,7 +32,7 @@ func OpenRepository(dir string) (*Repository, error) {
 	if _, err := os.Stat(filepath.Join(dir, "objects")); err != nil {
 		return nil, fetchErr(err, "open repository %s", dir)
 	}
-	db, err := openObjectDB(filepath.Join(dir, "objects"))
+	db, err := gitobj.Open(filepath.Join(dir, "objects"))
 	if err != nil {
 		return nil, fetchErr(err, "open repository %s", dir)
 	}
@@ -69,7 +70,7 @@ func (r *Repository) Close() error {
 func (r *Repository) Resolve(rev string) (string, error) {
 	if len(rev) == 40 && hexRE.MatchString(rev) {
 		h := plumbing.NewHash(strings.ToLower(rev))
-		if !r.db.has(h) {
+		if !r.db.Has(h) {
 			return "", fetchErr(nil, "commit %s is not in %s", h, r.dir)
 		}
 		return h.String(), nil
@@ -117,7 +118,7 @@ func (r *Repository) Tags() ([]Tag, error) {
 		if err != nil {
 			return nil // a tag whose object is missing names nothing here
 		}
-		if t, _, err := r.db.reader().read(h); err != nil || t != plumbing.CommitObject {
+		if t, _, err := r.db.Reader().Read(h); err != nil || t != plumbing.CommitObject {
 			return nil
 		}
 		out = append(out, Tag{Name: ref.Name().Short(), Commit: h.String()})
@@ -145,20 +146,20 @@ var ErrNoObject = errors.New("object not in the repository")
 
 // Reader reads commits, trees and blobs; one goroutine uses one Reader.
 type Reader struct {
-	r     *objReader
-	trees map[plumbing.Hash][]treeEntry
+	r     *gitobj.Reader
+	trees map[plumbing.Hash][]gitobj.TreeEntry
 }
 
 // Reader returns a new Reader over the repository.
 func (r *Repository) Reader() *Reader {
-	return &Reader{r: r.db.reader(), trees: map[plumbing.Hash][]treeEntry{}}
+	return &Reader{r: r.db.Reader(), trees: map[plumbing.Hash][]gitobj.TreeEntry{}}
 }
 
 func (rd *Reader) read(h plumbing.Hash, want plumbing.ObjectType) ([]byte, error) {
-	if !rd.r.db.has(h) {
+	if !rd.r.DB().Has(h) {
 		return nil, fmt.Errorf("%s %s: %w", want, h, ErrNoObject)
 	}
-	t, data, err := rd.r.read(h)
+	t, data, err := rd.r.Read(h)
 	if err != nil {
 		return nil, fmt.Errorf("read %s %s: %w", want, h, err)
 	}
@@ -250,9 +251,9 @@ func (rd *Reader) Lookup(tree, p string) (Entry, error) {
 		if err != nil {
 			return Entry{}, err
 		}
-		var found *treeEntry
+		var found *gitobj.TreeEntry
 		for j := range entries {
-			if entries[j].name == name {
+			if entries[j].Name == name {
 				found = &entries[j]
 				break
 			}
@@ -260,8 +261,8 @@ func (rd *Reader) Lookup(tree, p string) (Entry, error) {
 		if found == nil {
 			return Entry{Kind: EntryNone}, nil
 		}
-		e := Entry{ID: found.hash.String()}
-		switch found.mode {
+		e := Entry{ID: found.Hash.String()}
+		switch found.Mode {
 		case filemode.Dir:
 			e.Kind = EntryDir
 		case filemode.Regular, filemode.Deprecated:
@@ -273,7 +274,7 @@ func (rd *Reader) Lookup(tree, p string) (Entry, error) {
 		case filemode.Submodule:
 			e.Kind = EntrySubmodule
 		default:
-			return Entry{}, fmt.Errorf("tree %s: %s has mode %s", h, name, found.mode)
+			return Entry{}, fmt.Errorf("tree %s: %s has mode %s", h, name, found.Mode)
 		}
 		if i == len(parts)-1 {
 			return e, nil
@@ -281,12 +282,12 @@ func (rd *Reader) Lookup(tree, p string) (Entry, error) {
 		if e.Kind != EntryDir {
 			return Entry{Kind: EntryNone}, nil
 		}
-		h = found.hash
+		h = found.Hash
 	}
 	return Entry{Kind: EntryNone}, nil
 }
 
-func (rd *Reader) tree(h plumbing.Hash) ([]treeEntry, error) {
+func (rd *Reader) tree(h plumbing.Hash) ([]gitobj.TreeEntry, error) {
 	if t, ok := rd.trees[h]; ok {
 		return t, nil
 	}
@@ -294,7 +295,7 @@ func (rd *Reader) tree(h plumbing.Hash) ([]treeEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := parseTree(data)
+	t, err := gitobj.ParseTree(data)
 	if err != nil {
 		return nil, fmt.Errorf("tree %s: %w", h, err)
 	}
@@ -315,10 +316,10 @@ func (rd *Reader) Blob(id string) ([]byte, error) {
 // bounds what it holds in memory refuses a huge blob before reading it.
 func (rd *Reader) BlobSize(id string) (int64, error) {
 	h := plumbing.NewHash(id)
-	if !rd.r.db.has(h) {
+	if !rd.r.DB().Has(h) {
 		return 0, fmt.Errorf("blob %s: %w", h, ErrNoObject)
 	}
-	n, err := rd.r.size(h)
+	n, err := rd.r.Size(h)
 	if err != nil {
 		return 0, fmt.Errorf("read the size of blob %s: %w", h, err)
 	}
@@ -335,16 +336,16 @@ func (rd *Reader) Walk(tree string, fn func(p string, e Entry) bool) error {
 			return false, err
 		}
 		for _, te := range entries {
-			p := prefix + te.name
-			if te.mode == filemode.Dir {
-				more, err := walk(te.hash, p+"/")
+			p := prefix + te.Name
+			if te.Mode == filemode.Dir {
+				more, err := walk(te.Hash, p+"/")
 				if err != nil || !more {
 					return more, err
 				}
 				continue
 			}
 			k := EntryFile
-			switch te.mode {
+			switch te.Mode {
 			case filemode.Executable:
 				k = EntryExec
 			case filemode.Symlink:
@@ -352,7 +353,7 @@ func (rd *Reader) Walk(tree string, fn func(p string, e Entry) bool) error {
 			case filemode.Submodule:
 				k = EntrySubmodule
 			}
-			if !fn(p, Entry{Kind: k, ID: te.hash.String()}) {
+			if !fn(p, Entry{Kind: k, ID: te.Hash.String()}) {
 				return false, nil
 			}
 		}

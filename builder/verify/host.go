@@ -11,6 +11,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
@@ -44,7 +45,7 @@ func hostKinds() []check.Kind[*Subject] {
 
 // HostOptions says which node to check, and for what.
 type HostOptions struct {
-	Sysroot host.Sysroot
+	Sysroot sysroot.Root
 	// Plan is the recipe's (nil: nothing recipe-specific); Toolchain the build's, from the
 	// manifest (nil: unknown), for the versions the build used.
 	Plan      *plan.Plan
@@ -389,7 +390,7 @@ func (v *verifier) host(ctx context.Context) {
 // and options. p may be nil (no recipe): then the transport is ibrc when the host has
 // RDMA devices, else none. tc (may be nil) gives the version of a pip NVSHMEM. The job's
 // own environment and node list are HostConfigFor's.
-func HostConfig(p *plan.Plan, tc *toolchain.Toolchain, sys host.Sysroot) (host.Config, error) {
+func HostConfig(p *plan.Plan, tc *toolchain.Toolchain, sys sysroot.Root) (host.Config, error) {
 	var env map[string]string
 	if p != nil {
 		env = maps.Clone(p.Env)
@@ -410,7 +411,7 @@ func HostConfigFor(ctx context.Context, opts HostOptions) (host.Config, error) {
 	return cfg, err
 }
 
-func hostConfig(p *plan.Plan, tc *toolchain.Toolchain, sys host.Sysroot, env map[string]string) (host.Config, error) {
+func hostConfig(p *plan.Plan, tc *toolchain.Toolchain, sys sysroot.Root, env map[string]string) (host.Config, error) {
 	cfg := host.Config{Transport: host.TransportNone, GIDIndex: -1, Env: env}
 	if devs, err := sys.Names("/sys/class/infiniband"); err == nil && len(devs) > 0 {
 		cfg.Transport = host.TransportIBRC
@@ -495,7 +496,7 @@ func (v *verifier) traffic(ctx context.Context) {
 
 // SampleTraffic runs run while sampling the NIC counters and reports two checks:
 // host.traffic.run (the command's outcome) and host.traffic.spread (how the bytes spread).
-func SampleTraffic(ctx context.Context, sys host.Sysroot, run func(context.Context) error) (*host.TrafficReport, []VerifyCheck) {
+func SampleTraffic(ctx context.Context, sys sysroot.Root, run func(context.Context) error) (*host.TrafficReport, []VerifyCheck) {
 	ran := false
 	var runErr error
 	tr, err := host.SampleTraffic(ctx, sys, func(ctx context.Context) error {

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/check"
-	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/builder/host/hostfixture"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
@@ -49,7 +49,7 @@ func checkHost(t *testing.T, opts HostOptions) *HostReport {
 // R13 on a captured RoCE node: link layer Ethernet, IBGDA, NVSHMEM 3.4.5.
 func TestHostRuleR13OnARoCENode(t *testing.T) {
 	root := hostfixture.GCPB200(t)
-	rep := checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: hostPlan(t, "gcp-b200", "nvshmem.version=3.4.5"), Mapped: -1})
+	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "gcp-b200", "nvshmem.version=3.4.5"), Mapped: -1})
 	r := result(t, rep.Checks, "rule.R13")
 	if r.Status != check.Warn || r.Rule != "R13" || !strings.Contains(r.Read, "host ib.link-layer=Ethernet") ||
 		!strings.Contains(r.Fix, "--set nvshmem.version=3.5.19-1") || !strings.Contains(r.Why, "ibv_create_ah") {
@@ -59,7 +59,7 @@ func TestHostRuleR13OnARoCENode(t *testing.T) {
 		t.Errorf("facts %v", rep.Facts)
 	}
 	// the recipe as shipped (3.5.19-1) does not break R13
-	rep = checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: hostPlan(t, "gcp-b200"), Mapped: -1})
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "gcp-b200"), Mapped: -1})
 	if _, ok := check.Find(rep.Checks, "rule.R13"); ok {
 		t.Error("R13 on NVSHMEM 3.5.19-1")
 	}
@@ -79,7 +79,7 @@ func TestHostRuleR15KernelAndDOCAOFED(t *testing.T) {
 			pkgs["doca-ofed"] = tc.doca
 		}
 		f.DpkgPackages(pkgs)
-		rep := checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: hostPlan(t, "gcp-b200"), Mapped: -1})
+		rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "gcp-b200"), Mapped: -1})
 		r, ok := check.Find(rep.Checks, "rule.R15")
 		if ok != tc.fire {
 			t.Fatalf("DOCA-OFED %s: R15 %v (%+v), want %v", tc.doca, ok, r, tc.fire)
@@ -149,7 +149,7 @@ func TestHostRuleR18FromTheRuntimeNCCL(t *testing.T) {
 	plan := hostPlan(t, "ibrc-dualport") // nccl: the nvidia-nccl-cu12 wheel, 2.21.5-1 at build
 	tc := &toolchain.Toolchain{PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nccl-cu12": {Version: "2.21.5"}}}
 	env := append(CleanEnviron(os.Getenv), "PYTHONPATH="+pythonSite(t, "2.22.3"))
-	rep := checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: plan, Toolchain: tc, Python: "python3", Env: env, Mapped: -1})
+	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Toolchain: tc, Python: "python3", Env: env, Mapped: -1})
 	r := result(t, rep.Checks, "rule.R18/runtime-connect")
 	if r.Status != check.Warn || !strings.Contains(r.Fix, "NCCL_RUNTIME_CONNECT=0") || !strings.Contains(r.Read, "nccl 2.22.3") {
 		t.Errorf("R18: %+v", r)
@@ -160,14 +160,14 @@ func TestHostRuleR18FromTheRuntimeNCCL(t *testing.T) {
 	if c := result(t, rep.Checks, "host.nccl.version"); c.Status != check.Pass || c.Read != "NCCL runtime 2.22.3, built against 2.21.5" {
 		t.Errorf("host.nccl.version: %+v", c)
 	}
-	rep = checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: plan, Toolchain: tc, Python: "python3", Env: env,
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Toolchain: tc, Python: "python3", Env: env,
 		JobEnv: []string{"NCCL_RUNTIME_CONNECT=0"}, Mapped: -1})
 	if _, ok := check.Find(rep.Checks, "rule.R18/runtime-connect"); ok {
 		t.Error("R18 with NCCL_RUNTIME_CONNECT=0 in the job's environment")
 	}
 	// a runtime older than the build fails the node check
 	old := append(CleanEnviron(os.Getenv), "PYTHONPATH="+pythonSite(t, "2.19.3"))
-	rep = checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: plan, Toolchain: tc, Python: "python3", Env: old, Mapped: -1})
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Toolchain: tc, Python: "python3", Env: old, Mapped: -1})
 	if c := result(t, rep.Checks, "host.nccl.version"); c.Status != check.Fail {
 		t.Errorf("NCCL 2.19.3 against 2.21.5: %+v", c)
 	}
@@ -177,7 +177,7 @@ func TestHostRuleR18FromTheRuntimeNCCL(t *testing.T) {
 // check's, which names the rule; a rule stricter than the check stays.
 func TestHostChecksAndRulesGiveOneVerdict(t *testing.T) {
 	root := hostfixture.GCPB200With(t, hostfixture.NodeOpts{Peermem: true, StreamMemOps: 1, RegistryDwords: "PeerMappingOverride=1;", NICName: hostfixture.RoCEName})
-	rep := checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: hostPlan(t, "gcp-b200", "env.NVSHMEM_HCA_PREFIX="), Mapped: -1})
+	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "gcp-b200", "env.NVSHMEM_HCA_PREFIX="), Mapped: -1})
 	if c := result(t, rep.Checks, "host.ib.devices"); c.Status != check.Fail || !strings.Contains(c.Rule, "R14/host-names") {
 		t.Errorf("host.ib.devices: %+v", c)
 	}
@@ -215,7 +215,7 @@ func TestHostRulesJudgePeerMemoryAndRegkeys(t *testing.T) {
 	f.Kernel("6.8.0-1015-gcp")
 	f.NvidiaVersion(false)
 	plan := hostPlan(t, "gcp-b200")
-	rep := checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: plan, Mapped: -1})
+	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1})
 	for id, st := range map[string]check.Status{"rule.R34": check.Fail, "rule.R16/peer-mapping-override": check.Fail, "rule.R16/stream-memops": check.Warn} {
 		if r := result(t, rep.Checks, id); r.Status != st {
 			t.Errorf("%s: %+v", id, r)
@@ -230,12 +230,12 @@ func TestHostRulesJudgePeerMemoryAndRegkeys(t *testing.T) {
 		}
 	}
 	f.NvidiaVersion(true)
-	rep = checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: plan, Mapped: -1})
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1})
 	if r, ok := check.Find(rep.Checks, "rule.R34"); ok {
 		t.Errorf("dma-buf with the open modules: %+v", r)
 	}
 	// NVSHMEM_IB_DISABLE_DMABUF in the job's environment takes it away again
-	rep = checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: plan, Mapped: -1, JobEnv: []string{"NVSHMEM_IB_DISABLE_DMABUF=1"}})
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1, JobEnv: []string{"NVSHMEM_IB_DISABLE_DMABUF=1"}})
 	if r := result(t, rep.Checks, "rule.R34"); r.Status != check.Fail {
 		t.Errorf("dma-buf disabled by the job: %+v", r)
 	}
@@ -247,7 +247,7 @@ func TestHostRulesJudgePeerMemoryAndRegkeys(t *testing.T) {
 func TestHostGIDAutoSelect(t *testing.T) {
 	root := hostfixture.GCPB200(t)
 	plan := hostPlan(t, "gcp-b200", "env.NVSHMEM_IB_GID_INDEX=")
-	rep := checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: plan, Mapped: -1})
+	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1})
 	for _, c := range rep.Checks {
 		if strings.HasPrefix(c.ID, "rule.R31") {
 			t.Errorf("a healthy RoCE node, GID index unset: %+v", c)
@@ -257,7 +257,7 @@ func TestHostGIDAutoSelect(t *testing.T) {
 		t.Errorf("config %+v, facts %v", rep.Config, rep.Facts)
 	}
 	// index 0 named explicitly is IB/RoCE v1 there
-	rep = checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: plan, Mapped: -1, JobEnv: []string{"NVSHMEM_IB_GID_INDEX=0"}})
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1, JobEnv: []string{"NVSHMEM_IB_GID_INDEX=0"}})
 	if r := result(t, rep.Checks, "rule.R31/index-not-roce-v2"); r.Status != check.Fail || !strings.Contains(r.Read, "host ib.gid-type=IB/RoCE v1") {
 		t.Errorf("index 0: %+v", r)
 	}
@@ -268,7 +268,7 @@ func TestHostGIDAutoSelect(t *testing.T) {
 			hostfixture.At(t, root).Write(p, "0000:0000:0000:0000:0000:0000:0000:0000\n")
 		}
 	}
-	rep = checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: plan, Mapped: -1})
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1})
 	if r := result(t, rep.Checks, "rule.R31/auto-select"); r.Status != check.Fail {
 		t.Errorf("no IPv4 GID: %+v", r)
 	}
@@ -282,7 +282,7 @@ func TestHostBootstrapInterface(t *testing.T) {
 	f.Netdev("enp0s20", "down", "0x1002")
 	plan := hostPlan(t, "gcp-b200")
 	for ifname, fire := range map[string]bool{"enp0s19": false, "enp0s20": true, "eth0": true} {
-		rep := checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: plan, Mapped: -1, JobEnv: []string{"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=" + ifname}})
+		rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1, JobEnv: []string{"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=" + ifname}})
 		r, ok := check.Find(rep.Checks, "rule.R28/interface-down")
 		if ok != fire || ok && r.Status != check.Fail {
 			t.Errorf("%s: %+v (fires %v, want %v)", ifname, r, ok, fire)
@@ -297,14 +297,14 @@ func TestHostFixedHeapAndFreeMemory(t *testing.T) {
 	f := hostfixture.At(t, root)
 	f.FreeMemory("81004", "81004", "81004", "81004", "81004", "81004", "3500", "81004")
 	plan := hostPlan(t, "gcp-b200")
-	rep := checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: plan, Mapped: -1, JobEnv: []string{"NVSHMEM_SYMMETRIC_SIZE=1G"}})
+	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1, JobEnv: []string{"NVSHMEM_SYMMETRIC_SIZE=1G"}})
 	if r := result(t, rep.Checks, "rule.R32/too-small"); r.Status != check.Fail {
 		t.Errorf("1G: %+v", r)
 	}
 	if c := result(t, rep.Checks, "host.gpu.free-memory"); c.Status != check.Pass || !strings.Contains(c.Read, "runtime.buffer-bytes") {
 		t.Errorf("free memory for the 2 GiB buffer: %+v", c)
 	}
-	rep = checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: plan, Mapped: -1, JobEnv: []string{"NVSHMEM_SYMMETRIC_SIZE=4G"}})
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1, JobEnv: []string{"NVSHMEM_SYMMETRIC_SIZE=4G"}})
 	if r, ok := check.Find(rep.Checks, "rule.R32/too-small"); ok {
 		t.Errorf("4G: %+v", r)
 	}
@@ -317,7 +317,7 @@ func TestHostFixedHeapAndFreeMemory(t *testing.T) {
 func TestHostJobNodes(t *testing.T) {
 	root := hostfixture.GCPB200(t)
 	hostfixture.At(t, root).Hostname("vm")
-	opts := HostOptions{Sysroot: host.NewSysroot(root), Plan: hostPlan(t, "gcp-b200"), Mapped: -1, JobEnv: []string{"SLURM_JOB_NODELIST=node[01-02]"}}
+	opts := HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "gcp-b200"), Mapped: -1, JobEnv: []string{"SLURM_JOB_NODELIST=node[01-02]"}}
 	rep := checkHost(t, opts)
 	if c := result(t, rep.Checks, "host.hostnames"); c.Status != check.Warn || !strings.Contains(c.Read, "SLURM_JOB_NODELIST: 2 hosts") {
 		t.Errorf("Slurm: %+v", c)
@@ -387,7 +387,7 @@ func TestLoadedNVSHMEMVersion(t *testing.T) {
 		t.Errorf("single-node built %q", v)
 	}
 	// on the node: gcp-b200 built 3.5.19-1, the process maps the wheel's 3.4.5
-	rep := checkHost(t, HostOptions{Sysroot: host.NewSysroot(hostfixture.GCPB200(t)), Plan: hostPlan(t, "gcp-b200"), Mapped: 1, Loaded: []string{lib}})
+	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(hostfixture.GCPB200(t)), Plan: hostPlan(t, "gcp-b200"), Mapped: 1, Loaded: []string{lib}})
 	if r := result(t, rep.Checks, "rule.R10/loaded-version"); r.Status != check.Fail {
 		t.Errorf("R10: %+v", r)
 	}
@@ -401,7 +401,7 @@ func TestLoadedNVSHMEMVersion(t *testing.T) {
 // recipe on the same node fails host.gpus as before.
 func TestHostChecksScopedToTheRecipe(t *testing.T) {
 	root := hostfixture.New(t).Root()
-	rep := checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: hostPlan(t, "demo"), Mapped: -1})
+	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "demo"), Mapped: -1})
 	gpus := result(t, rep.Checks, "host.gpus")
 	if gpus.Status != check.Skip || !strings.Contains(gpus.Found, "the recipe demo uses no GPU") {
 		t.Errorf("host.gpus for the demo: %+v", gpus)
@@ -411,12 +411,12 @@ func TestHostChecksScopedToTheRecipe(t *testing.T) {
 			t.Errorf("the demo on a CPU node: %s %s: %s", r.ID, r.Status, r.Found)
 		}
 	}
-	rep = checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Plan: hostPlan(t, "gcp-b200"), Mapped: -1})
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "gcp-b200"), Mapped: -1})
 	if r := result(t, rep.Checks, "host.gpus"); r.Status != check.Fail {
 		t.Errorf("host.gpus for gcp-b200 on a node without GPUs: %+v", r)
 	}
 	// without a recipe every check applies
-	rep = checkHost(t, HostOptions{Sysroot: host.NewSysroot(root), Mapped: -1})
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Mapped: -1})
 	if r := result(t, rep.Checks, "host.gpus"); r.Status != check.Fail {
 		t.Errorf("host.gpus without a recipe on a node without GPUs: %+v", r)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 	"github.com/epbuild/epbuild/builder/inspect"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
@@ -88,7 +89,7 @@ type VerifyOptions struct {
 	// Host adds the node's checks and the compatibility rules of the host stage, reading
 	// /sys, /proc and /dev under Sysroot.
 	Host    bool
-	Sysroot host.Sysroot
+	Sysroot sysroot.Root
 	// JobEnv is the environment jobs run with (the caller's, after sourcing env.sh): it
 	// overrides the recipe's runtime env where the host rules read variables, and gives
 	// NCCL_HOME. Nil: the recipe's runtime env alone.

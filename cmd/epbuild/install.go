@@ -19,6 +19,7 @@ import (
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
@@ -114,16 +115,16 @@ needed is named).`,
 
 func newVerifyInstallCmd(app *App) *cobra.Command {
 	var (
-		prefix  string
-		asJSON  bool
-		python  string
-		hostOn  bool
-		sysroot string
-		hosts   string
-		traffic bool
-		smokeOn bool
-		pes     int
-		timeout time.Duration
+		prefix     string
+		asJSON     bool
+		python     string
+		hostOn     bool
+		sysrootArg string
+		hosts      string
+		traffic    bool
+		smokeOn    bool
+		pes        int
+		timeout    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "verify-install [--prefix DIR] [--json] [--host [--sysroot CAPTURE.tar.zst|DIR] [--hosts FILE]] [--smoke [--smoke-pes N] [--smoke-timeout D]] [--traffic -- CMD ARGS...]",
@@ -176,7 +177,7 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 			if hosts != "" && !hostOn {
 				return usageError{errors.New("--hosts names the job's nodes for the host checks: give --host too")}
 			}
-			sys, done, err := host.OpenSysroot(sysroot)
+			sys, done, err := sysroot.Open(sysrootArg)
 			if err != nil {
 				return err
 			}
@@ -217,7 +218,7 @@ matters and the fix. Exit codes: 0 no check failed; 1 a check failed; 2 bad inpu
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON: one object per check, with stable IDs")
 	f.StringVar(&python, "python", "", "interpreter for the import checks (default: the build's, if here, else python3)")
 	f.BoolVar(&hostOn, "host", false, "also check this host: peer memory, RDMA devices, GPU↔NIC pairing, ...")
-	f.StringVar(&sysroot, "sysroot", "", "read /sys, /proc and /dev from a capture of epbuild host capture (OUT.tar.zst, or the directory it was unpacked into)")
+	f.StringVar(&sysrootArg, "sysroot", "", "read /sys, /proc and /dev from a capture of epbuild host capture (OUT.tar.zst, or the directory it was unpacked into)")
 	f.StringVar(&hosts, "hosts", "", "the job's nodes, one host a line (default: the Slurm allocation), for the hostname check")
 	f.BoolVar(&traffic, "traffic", false, "run the command after -- and report how its NIC traffic spread")
 	f.BoolVar(&smokeOn, "smoke", false, "also run the install's NVSHMEM smoke test on this node (unique-ID init, malloc, put, barrier, team split)")
@@ -423,7 +424,7 @@ func (f *hostFlags) add(cmd *cobra.Command) {
 // options says what the host checks ask of this host: the recipe's runtime settings
 // (--recipe), else the plan of the install at --prefix, else nothing recipe-specific.
 func (f *hostFlags) options(app *App) (opts verify.HostOptions, done func(), err error) {
-	sys, done, err := host.OpenSysroot(f.sysroot)
+	sys, done, err := sysroot.Open(f.sysroot)
 	if err != nil {
 		return opts, done, err
 	}
@@ -460,7 +461,7 @@ func (f *hostFlags) options(app *App) (opts verify.HostOptions, done func(), err
 }
 
 // config is what the host checks ask for; done removes an unpacked capture.
-func (f *hostFlags) config(ctx context.Context, app *App) (host.Sysroot, host.Config, func(), error) {
+func (f *hostFlags) config(ctx context.Context, app *App) (sysroot.Root, host.Config, func(), error) {
 	opts, done, err := f.options(app)
 	if err != nil {
 		return opts.Sysroot, host.Config{}, done, err

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/embedded"
-	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 	"github.com/epbuild/epbuild/builder/manifest"
 )
 
@@ -252,7 +252,7 @@ func TestHostCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	if err := host.ExtractCapture(f, root); err != nil {
+	if err := sysroot.Extract(f, root); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()

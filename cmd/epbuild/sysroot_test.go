@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 )
 
 // TestSysrootCaptureArchive: --sysroot takes the archive host capture wrote as it is:
@@ -25,7 +25,7 @@ func TestSysrootCaptureArchive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = host.ExtractCapture(f, root)
+	err = sysroot.Extract(f, root)
 	f.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/acceptance"
 	"github.com/epbuild/epbuild/builder/host"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -36,7 +37,7 @@ func newTestCmd(app *App) *cobra.Command {
 		asJSON       bool
 		only         []string
 		timeout      time.Duration
-		sysroot      string
+		sysrootArg   string
 	)
 	cmd := &cobra.Command{
 		Use:   "test PREFIX [--procs N] [--nodes N] [--only NAME] [--timeout D] [--sysroot CAPTURE] [--json]",
@@ -83,7 +84,7 @@ is no install, --only names no test, a bad flag); 3 this node lacks a test's pro
 			if !cmd.Flags().Changed("procs") {
 				rep.Procs, rep.ProcsFrom = acceptance.GPUs(cmd.Context(), it.Env)
 			}
-			sys, done, err := host.OpenSysroot(sysroot)
+			sys, done, err := sysroot.Open(sysrootArg)
 			if err != nil {
 				return err
 			}
@@ -119,12 +120,12 @@ is no install, --only names no test, a bad flag); 3 this node lacks a test's pro
 	f.StringArrayVar(&only, "only", nil, "run only this test (NAME or COMPONENT/NAME; repeatable)")
 	f.DurationVar(&timeout, "timeout", 0, "each test's deadline, in place of the recipe's (90s, 20m)")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON (fleet report reads it)")
-	f.StringVar(&sysroot, "sysroot", "", "read the node's devices from this capture (CAPTURE.tar.zst or a directory) instead of /, for what a test needs")
+	f.StringVar(&sysrootArg, "sysroot", "", "read the node's devices from this capture (CAPTURE.tar.zst or a directory) instead of /, for what a test needs")
 	return cmd
 }
 
 // nodeLacks says why the node read through sys cannot give a test what it needs.
-func nodeLacks(sys host.Sysroot) func(string) string {
+func nodeLacks(sys sysroot.Root) func(string) string {
 	return func(need string) string {
 		switch need {
 		case recipes.NeedRDMA:

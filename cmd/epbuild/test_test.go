@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/builder/host/hostfixture"
+	"github.com/epbuild/epbuild/builder/host/sysroot"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -154,7 +154,7 @@ func TestTestToFleetReport(t *testing.T) {
 func TestNodeLacksRDMA(t *testing.T) {
 	f := hostfixture.New(t)
 	f.GPU("pci0000:00/0000:00:01.0", 0)
-	lacks := nodeLacks(host.NewSysroot(f.Root()))
+	lacks := nodeLacks(sysroot.New(f.Root()))
 	if why := lacks(recipes.NeedRDMA); !strings.Contains(why, "needs an RDMA device") || !strings.Contains(why, "this node has none") {
 		t.Errorf("no RDMA device: %q", why)
 	}

@@ -1,4 +1,4 @@
-package source
+package gitobj
 
 import (
 	"bufio"
@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -20,13 +21,13 @@ import (
 	"github.com/klauspost/compress/zlib"
 )
 
-// objectDB reads objects straight from a git object directory: its packs (version 2
+// DB reads objects straight from a git object directory: its packs (version 2
 // indexes, read by binary search, nothing decoded up front), loose objects and
 // alternates. go-git decodes every pack index into maps and resolves each object through
 // a scanner, which made reading one commit's tree out of a long history several times
 // slower than git. It is safe for concurrent use; each goroutine reads through its own
-// objReader.
-type objectDB struct {
+// Reader.
+type DB struct {
 	packs []*packFile
 	loose []string // object directories, searched for loose objects
 	bases *baseCache
@@ -59,12 +60,16 @@ const (
 // crafted pack cannot recurse forever.
 const maxDeltaChain = 10000
 
+// InlineLimit: objects up to this size are read whole; larger ones are streamed, to bound
+// memory.
+const InlineLimit = 4 << 20
+
 // baseCacheBytes is how much resolved content the delta base cache keeps.
 const baseCacheBytes = 32 << 20
 
-// openObjectDB opens the object directory dir (a repository's "objects").
-func openObjectDB(dir string) (*objectDB, error) {
-	db := &objectDB{bases: newBaseCache(baseCacheBytes)}
+// Open opens the object directory dir (a repository's "objects").
+func Open(dir string) (*DB, error) {
+	db := &DB{bases: newBaseCache(baseCacheBytes)}
 	if err := db.add(dir, 0); err != nil {
 		db.Close()
 		return nil, err
@@ -72,9 +77,9 @@ func openObjectDB(dir string) (*objectDB, error) {
 	return db, nil
 }
 
-// openPacks opens the packs in packDir alone.
-func openPacks(packDir string) (*objectDB, error) {
-	db := &objectDB{bases: newBaseCache(baseCacheBytes)}
+// OpenPacks opens the packs in packDir alone.
+func OpenPacks(packDir string) (*DB, error) {
+	db := &DB{bases: newBaseCache(baseCacheBytes)}
 	if err := db.addPacks(packDir); err != nil {
 		db.Close()
 		return nil, err
@@ -82,7 +87,13 @@ func openPacks(packDir string) (*objectDB, error) {
 	return db, nil
 }
 
-func (db *objectDB) addPacks(packDir string) error {
+// Union reads the objects of a and b as one database, a's first; it shares their open
+// packs, so it is not closed itself: close a and b once done with it.
+func Union(a, b *DB) *DB {
+	return &DB{packs: append(slices.Clone(a.packs), b.packs...), loose: append(slices.Clone(a.loose), b.loose...), bases: a.bases}
+}
+
+func (db *DB) addPacks(packDir string) error {
 	packs, err := filepath.Glob(filepath.Join(packDir, "pack-*.pack"))
 	if err != nil {
 		return err
@@ -100,7 +111,7 @@ func (db *objectDB) addPacks(packDir string) error {
 	return nil
 }
 
-func (db *objectDB) add(dir string, depth int) error {
+func (db *DB) add(dir string, depth int) error {
 	if depth > 5 {
 		return fmt.Errorf("objects %s: alternates nested too deep", dir)
 	}
@@ -130,7 +141,7 @@ func (db *objectDB) add(dir string, depth int) error {
 }
 
 // Close closes the packs.
-func (db *objectDB) Close() error {
+func (db *DB) Close() error {
 	var errs []error
 	for _, p := range db.packs {
 		errs = append(errs, unmapPack(p.data), p.f.Close())
@@ -250,7 +261,7 @@ func (p *packFile) hashAt(off int64) (plumbing.Hash, bool) {
 }
 
 // find says where h is packed (nil: not in a pack).
-func (db *objectDB) find(h plumbing.Hash) (*packFile, int) {
+func (db *DB) find(h plumbing.Hash) (*packFile, int) {
 	for _, p := range db.packs {
 		if i := p.lookup(h); i >= 0 {
 			return p, i
@@ -259,14 +270,14 @@ func (db *objectDB) find(h plumbing.Hash) (*packFile, int) {
 	return nil, -1
 }
 
-// packed says whether the object h is in one of db's packs.
-func (db *objectDB) packed(h plumbing.Hash) bool {
+// Packed says whether the object h is in one of db's packs.
+func (db *DB) Packed(h plumbing.Hash) bool {
 	p, _ := db.find(h)
 	return p != nil
 }
 
-// has says whether the object h is in db.
-func (db *objectDB) has(h plumbing.Hash) bool {
+// Has says whether the object h is in db.
+func (db *DB) Has(h plumbing.Hash) bool {
 	if p, _ := db.find(h); p != nil {
 		return true
 	}
@@ -283,10 +294,10 @@ func loosePath(dir string, h plumbing.Hash) string {
 	return filepath.Join(dir, s[:2], s[2:])
 }
 
-// objReader reads objects out of an objectDB for one goroutine at a time, reusing its
+// Reader reads objects out of a DB for one goroutine at a time, reusing its
 // inflater and buffers.
-type objReader struct {
-	db      *objectDB
+type Reader struct {
+	db      *DB
 	zr      io.ReadCloser
 	zw      *zlib.Writer
 	br      bytes.Reader
@@ -302,7 +313,15 @@ type objReader struct {
 	inPack func(plumbing.Hash) bool
 }
 
-func (db *objectDB) reader() *objReader { return &objReader{db: db} }
+// Reader returns a new Reader of db, for one goroutine.
+func (db *DB) Reader() *Reader { return &Reader{db: db} }
+
+// DB is the database r reads.
+func (r *Reader) DB() *DB { return r.db }
+
+// KeepDeltas makes r read objects for a pack that holds those for which inPack is true: a
+// delta whose base goes there too is copied as it is, not resolved and compressed again.
+func (r *Reader) KeepDeltas(inPack func(plumbing.Hash) bool) { r.inPack = inPack }
 
 // packEntry is an object's header in a pack.
 type packEntry struct {
@@ -315,7 +334,7 @@ type packEntry struct {
 	ref  plumbing.Hash
 }
 
-func (r *objReader) entry(p *packFile, off int64) (e packEntry, err error) {
+func (r *Reader) entry(p *packFile, off int64) (e packEntry, err error) {
 	e.off = off
 	b := &e.hdr
 	if off < 12 || off >= p.size-20 {
@@ -376,7 +395,7 @@ func (r *objReader) entry(p *packFile, off int64) (e packEntry, err error) {
 	return e, nil
 }
 
-func (r *objReader) inflater(src io.Reader) (io.Reader, error) {
+func (r *Reader) inflater(src io.Reader) (io.Reader, error) {
 	if r.zr == nil {
 		zr, err := zlib.NewReader(src)
 		if err != nil {
@@ -393,7 +412,7 @@ func (r *objReader) inflater(src io.Reader) (io.Reader, error) {
 
 // inflate reads the zlib stream at off that holds size bytes and returns them (in dst when
 // it has room), and where the stream ends (the zlib checksum checked).
-func (r *objReader) inflate(p *packFile, off, size int64, dst []byte) ([]byte, int64, error) {
+func (r *Reader) inflate(p *packFile, off, size int64, dst []byte) ([]byte, int64, error) {
 	avail := p.size - 20 - off
 	if p.data != nil {
 		if avail <= 0 {
@@ -435,7 +454,7 @@ func (r *objReader) inflate(p *packFile, off, size int64, dst []byte) ([]byte, i
 
 // inflateFrom inflates the zlib stream at the start of buf that holds size bytes (into dst
 // when it has room) and checks that it ends there; r.br is left past its end.
-func (r *objReader) inflateFrom(buf []byte, size int64, dst []byte) ([]byte, error) {
+func (r *Reader) inflateFrom(buf []byte, size int64, dst []byte) ([]byte, error) {
 	r.br.Reset(buf)
 	data := dst[:0]
 	if int64(cap(dst)) < size {
@@ -457,9 +476,9 @@ func (r *objReader) inflateFrom(buf []byte, size int64, dst []byte) ([]byte, err
 	return data, err
 }
 
-// read returns the type and content of the object h. The content is valid until the next
+// Read returns the type and content of the object h. The content is valid until the next
 // call on r.
-func (r *objReader) read(h plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+func (r *Reader) Read(h plumbing.Hash) (plumbing.ObjectType, []byte, error) {
 	if p, i := r.db.find(h); p != nil {
 		off, err := p.offset(i)
 		if err != nil {
@@ -471,8 +490,8 @@ func (r *objReader) read(h plumbing.Hash) (plumbing.ObjectType, []byte, error) {
 }
 
 // scratchFor returns r's scratch buffer, grown to hold size bytes when that is not large.
-func (r *objReader) scratchFor(size int64) []byte {
-	if int64(cap(r.scratch)) < size && size <= inlineLimit {
+func (r *Reader) scratchFor(size int64) []byte {
+	if int64(cap(r.scratch)) < size && size <= InlineLimit {
 		r.scratch = make([]byte, size)
 	}
 	return r.scratch
@@ -480,7 +499,7 @@ func (r *objReader) scratchFor(size int64) []byte {
 
 // readAt returns the object at off in p, its deltas resolved; in r's scratch buffer unless
 // keep.
-func (r *objReader) readAt(p *packFile, off int64, depth int, keep bool) (plumbing.ObjectType, []byte, error) {
+func (r *Reader) readAt(p *packFile, off int64, depth int, keep bool) (plumbing.ObjectType, []byte, error) {
 	e, err := r.entry(p, off)
 	if err != nil {
 		return 0, nil, err
@@ -524,7 +543,7 @@ func (r *objReader) readAt(p *packFile, off int64, depth int, keep bool) (plumbi
 	if depth == 0 {
 		r.deltaEnd = dend
 	}
-	if cap(delta) <= inlineLimit {
+	if cap(delta) <= InlineLimit {
 		r.delta = delta
 	}
 	var dst []byte
@@ -535,13 +554,13 @@ func (r *objReader) readAt(p *packFile, off int64, depth int, keep bool) (plumbi
 	if err != nil {
 		return 0, nil, fmt.Errorf("pack %s: delta at %d: %w", p.path, off, err)
 	}
-	if !keep && cap(data) <= inlineLimit {
+	if !keep && cap(data) <= InlineLimit {
 		r.scratch = data
 	}
 	return bt, data, nil
 }
 
-func (r *objReader) readLoose(h plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+func (r *Reader) readLoose(h plumbing.Hash) (plumbing.ObjectType, []byte, error) {
 	for _, d := range r.db.loose {
 		f, err := os.Open(loosePath(d, h))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -569,7 +588,7 @@ func (r *objReader) readLoose(h plumbing.Hash) (plumbing.ObjectType, []byte, err
 
 // looseHeader reads the header of the loose object h in f ("blob 123\x00"): its type and
 // size, and the reader of its content that follows.
-func (r *objReader) looseHeader(f *os.File, h plumbing.Hash) (plumbing.ObjectType, int64, *bufio.Reader, error) {
+func (r *Reader) looseHeader(f *os.File, h plumbing.Hash) (plumbing.ObjectType, int64, *bufio.Reader, error) {
 	zr, err := r.inflater(bufio.NewReader(f))
 	if err != nil {
 		return 0, 0, nil, fmt.Errorf("loose object %s: %w", h, err)
@@ -592,11 +611,11 @@ func (r *objReader) looseHeader(f *os.File, h plumbing.Hash) (plumbing.ObjectTyp
 	return t, size, br, nil
 }
 
-// size returns the size of the content of h from its headers alone: a pack entry's, the
+// Size returns the size of the content of h from its headers alone: a pack entry's, the
 // two sizes a delta's stream begins with (the base's and its result's), a loose object's
 // header. Nothing past them is inflated, so a huge object can be refused before it is
 // read.
-func (r *objReader) size(h plumbing.Hash) (int64, error) {
+func (r *Reader) Size(h plumbing.Hash) (int64, error) {
 	p, i := r.db.find(h)
 	if p == nil {
 		for _, d := range r.db.loose {
@@ -662,9 +681,9 @@ func (r *objReader) size(h plumbing.Hash) (int64, error) {
 	return int64(size), nil
 }
 
-// stream opens the content of h for reading without holding it in memory when it is
+// Stream opens the content of h for reading without holding it in memory when it is
 // stored whole in a pack; otherwise it reads it all.
-func (r *objReader) stream(h plumbing.Hash) (plumbing.ObjectType, int64, io.Reader, error) {
+func (r *Reader) Stream(h plumbing.Hash) (plumbing.ObjectType, int64, io.Reader, error) {
 	if p, i := r.db.find(h); p != nil {
 		off, err := p.offset(i)
 		if err != nil {
@@ -686,7 +705,7 @@ func (r *objReader) stream(h plumbing.Hash) (plumbing.ObjectType, int64, io.Read
 			return e.typ, e.size, &exactReader{r: zr, left: e.size, what: h}, nil
 		}
 	}
-	t, data, err := r.read(h)
+	t, data, err := r.Read(h)
 	if err != nil {
 		return 0, 0, nil, err
 	}
@@ -725,12 +744,12 @@ func (e *exactReader) Read(b []byte) (int, error) {
 }
 
 // rawObject reads the object h for copying into another pack: raw is what to append to
-// that pack (fresh memory, or the mapped pack's: valid while the objectDB is open), data
+// that pack (fresh memory, or the mapped pack's: valid while the DB is open), data
 // the content (valid until the next call on r), checked to hash to h. An object stored
 // whole in a pack is copied as it is packed (its bytes checked against the index's CRC
 // too), and so is a delta on an object of the other pack (see rawDelta); others (deltas,
 // loose objects) are compressed again, whole.
-func (r *objReader) rawObject(h plumbing.Hash) (t plumbing.ObjectType, data, raw []byte, err error) {
+func (r *Reader) rawObject(h plumbing.Hash) (t plumbing.ObjectType, data, raw []byte, err error) {
 	p, i := r.db.find(h)
 	if p == nil {
 		t, data, err = r.readLoose(h)
@@ -782,7 +801,7 @@ func (r *objReader) rawObject(h plumbing.Hash) (t plumbing.ObjectType, data, raw
 // its base goes into that pack from the very entry the delta names; nil otherwise. Only
 // mapped packs: the stream is read where it lies. A base in that pack from elsewhere (the
 // same object in another source pack) could close a cycle of deltas.
-func (r *objReader) rawDelta(p *packFile, i int, e packEntry) ([]byte, error) {
+func (r *Reader) rawDelta(p *packFile, i int, e packEntry) ([]byte, error) {
 	if r.inPack == nil || p.data == nil {
 		return nil, nil
 	}
@@ -818,7 +837,7 @@ func (r *objReader) rawDelta(p *packFile, i int, e packEntry) ([]byte, error) {
 }
 
 // deflate packs content whole: the pack header and a fast zlib stream.
-func (r *objReader) deflate(t plumbing.ObjectType, data []byte) []byte {
+func (r *Reader) deflate(t plumbing.ObjectType, data []byte) []byte {
 	b := bytes.NewBuffer(make([]byte, 0, len(data)/2+64))
 	b.Write(packHeader(t, int64(len(data))))
 	if r.zw == nil {
@@ -969,8 +988,8 @@ func (c *baseCache) put(p *packFile, off int64, t plumbing.ObjectType, data []by
 	c.used += len(data)
 }
 
-// wholeSize returns the size of h when it is stored whole in a pack.
-func (r *objReader) wholeSize(h plumbing.Hash) (int64, bool) {
+// WholeSize returns the size of h when it is stored whole in a pack.
+func (r *Reader) WholeSize(h plumbing.Hash) (int64, bool) {
 	p, i := r.db.find(h)
 	if p == nil {
 		return 0, false
@@ -986,16 +1005,16 @@ func (r *objReader) wholeSize(h plumbing.Hash) (int64, bool) {
 	return e.size, true
 }
 
-// treeEntry is one entry of a tree object.
-type treeEntry struct {
-	name string
-	mode filemode.FileMode
-	hash plumbing.Hash
+// TreeEntry is one entry of a tree object.
+type TreeEntry struct {
+	Name string
+	Mode filemode.FileMode
+	Hash plumbing.Hash
 }
 
-// parseTree parses a tree object's content.
-func parseTree(data []byte) ([]treeEntry, error) {
-	var out []treeEntry
+// ParseTree parses a tree object's content.
+func ParseTree(data []byte) ([]TreeEntry, error) {
+	var out []TreeEntry
 	for len(data) > 0 {
 		sp := bytes.IndexByte(data, ' ')
 		if sp < 0 {
@@ -1010,29 +1029,38 @@ func parseTree(data []byte) ([]treeEntry, error) {
 		if nul < 0 || len(data) < nul+1+20 {
 			return nil, errors.New("malformed tree")
 		}
-		e := treeEntry{name: string(data[:nul]), mode: mode}
-		copy(e.hash[:], data[nul+1:])
+		e := TreeEntry{Name: string(data[:nul]), Mode: mode}
+		copy(e.Hash[:], data[nul+1:])
 		out = append(out, e)
 		data = data[nul+1+20:]
 	}
 	return out, nil
 }
 
-// commitTree returns the tree a commit's content names.
-func commitTree(data []byte) (plumbing.Hash, error) {
+// CommitTree returns the tree a commit's content names.
+func CommitTree(data []byte) (plumbing.Hash, error) {
 	return headerHash(data, "tree ")
 }
 
-// tagTarget returns the object an annotated tag's content names.
-func tagTarget(data []byte) (plumbing.Hash, error) {
+// TagTarget returns the object an annotated tag's content names.
+func TagTarget(data []byte) (plumbing.Hash, error) {
 	return headerHash(data, "object ")
 }
 
 // headerHash reads the id on the first line of a commit or tag, which git writes first.
 func headerHash(data []byte, key string) (plumbing.Hash, error) {
 	l, _, ok := bytes.Cut(data, []byte{'\n'})
-	if !ok || !bytes.HasPrefix(l, []byte(key)) || len(l) != len(key)+40 || !hexRE.Match(l[len(key):]) {
+	if !ok || !bytes.HasPrefix(l, []byte(key)) || len(l) != len(key)+40 || !isHex(l[len(key):]) {
 		return plumbing.ZeroHash, fmt.Errorf("malformed object: no %q line first", strings.TrimSpace(key))
 	}
 	return plumbing.NewHash(string(l[len(key):])), nil
+}
+
+func isHex(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package source
+package dirhandle
 
 import (
 	"io"
@@ -12,25 +12,25 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/index"
 )
 
-// dirHandle is a directory of a checkout, by its path, off Linux.
-type dirHandle string
+// Dir is a directory of a checkout, by its path, off Linux.
+type Dir string
 
-func openDirHandle(abs string) (dirHandle, error) { return dirHandle(abs), nil }
+func Open(abs string) (Dir, error) { return Dir(abs), nil }
 
-func (d dirHandle) close() {}
+func (d Dir) Close() {}
 
-func (d dirHandle) mkdir(name string) error {
+func (d Dir) Mkdir(name string) error {
 	return os.Mkdir(filepath.Join(string(d), name), 0o755)
 }
 
-func (d dirHandle) symlink(target, name string, e *index.Entry) error {
+func (d Dir) Symlink(target, name string, e *index.Entry) error {
 	if err := os.Symlink(target, filepath.Join(string(d), name)); err != nil {
 		return err
 	}
-	return d.lstat(name, e)
+	return d.Lstat(name, e)
 }
 
-func (d dirHandle) lstat(name string, e *index.Entry) error {
+func (d Dir) Lstat(name string, e *index.Entry) error {
 	fi, err := os.Lstat(filepath.Join(string(d), name))
 	if err != nil {
 		return err
@@ -39,7 +39,7 @@ func (d dirHandle) lstat(name string, e *index.Entry) error {
 	return nil
 }
 
-func (d dirHandle) writeFile(name string, perm uint32, data []byte, rd io.Reader, e *index.Entry) error {
+func (d Dir) WriteFile(name string, perm uint32, data []byte, rd io.Reader, e *index.Entry) error {
 	f, err := os.OpenFile(filepath.Join(string(d), name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, fs.FileMode(perm))
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package source
+package dirhandle
 
 import (
 	"io"
@@ -10,41 +10,43 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dirHandle is an open directory of a checkout: its entries are made relative to it, so
+// Dir is an open directory of a checkout: its entries are made relative to it, so
 // the kernel resolves one name per file, not the whole path, and a name cannot lead
 // outside it. Files are written with plain system calls: os.OpenFile adds four fcntl
 // calls and a failed epoll registration to each regular file, more than the open, write,
 // fstat and close a checkout needs.
-type dirHandle int
+type Dir int
 
-// openDirHandle opens the directory abs, which the checkout made (not a symlink).
-func openDirHandle(abs string) (dirHandle, error) {
+// Open opens the directory abs, which the checkout made (not a symlink).
+func Open(abs string) (Dir, error) {
 	fd, err := unix.Open(abs, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, &fs.PathError{Op: "open", Path: abs, Err: err}
 	}
-	return dirHandle(fd), nil
+	return Dir(fd), nil
 }
 
-func (d dirHandle) close() { unix.Close(int(d)) }
+// Close closes the directory.
+func (d Dir) Close() { unix.Close(int(d)) }
 
-func (d dirHandle) mkdir(name string) error {
+// Mkdir makes the directory name in d.
+func (d Dir) Mkdir(name string) error {
 	if err := unix.Mkdirat(int(d), name, 0o755); err != nil {
 		return &fs.PathError{Op: "mkdir", Path: name, Err: err}
 	}
 	return nil
 }
 
-// symlink makes name a symlink to target and fills e's stat data.
-func (d dirHandle) symlink(target, name string, e *index.Entry) error {
+// Symlink makes name a symlink to target and fills e's stat data.
+func (d Dir) Symlink(target, name string, e *index.Entry) error {
 	if err := unix.Symlinkat(target, int(d), name); err != nil {
 		return &fs.PathError{Op: "symlink", Path: name, Err: err}
 	}
-	return d.lstat(name, e)
+	return d.Lstat(name, e)
 }
 
-// lstat fills e's stat data from name.
-func (d dirHandle) lstat(name string, e *index.Entry) error {
+// Lstat fills e's stat data from name.
+func (d Dir) Lstat(name string, e *index.Entry) error {
 	var st unix.Stat_t
 	if err := unix.Fstatat(int(d), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return &fs.PathError{Op: "stat", Path: name, Err: err}
@@ -53,9 +55,9 @@ func (d dirHandle) lstat(name string, e *index.Entry) error {
 	return nil
 }
 
-// writeFile creates name (it must not exist) with perm, writes data, or what rd holds when
+// WriteFile creates name (it must not exist) with perm, writes data, or what rd holds when
 // data is nil, and fills e's stat data.
-func (d dirHandle) writeFile(name string, perm uint32, data []byte, rd io.Reader, e *index.Entry) (err error) {
+func (d Dir) WriteFile(name string, perm uint32, data []byte, rd io.Reader, e *index.Entry) (err error) {
 	fd, err := unix.Openat(int(d), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: name, Err: err}

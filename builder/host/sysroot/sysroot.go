@@ -1,11 +1,4 @@
-// Package host checks that a node is fit to run DeepEP + NVSHMEM: RDMA devices, GPU↔NIC
-// pairing from the PCIe tree, gdrdrv, locked memory, NCCL version, free GPU memory,
-// distinct hostnames across a job's nodes and NIC traffic spread; and it reads the facts
-// the compatibility rules judge a node by (peer memory and dma-buf, the driver's regkeys,
-// RoCE GIDs, the bootstrap interface, nvcc, IMEX channels, ...). Every read of /sys, /proc
-// and /dev, and every program run (nvidia-smi, scontrol), goes through a Sysroot, so the
-// same checks run against the real root or against a capture.
-package host
+package sysroot
 
 import (
 	"bytes"
@@ -18,7 +11,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,7 +37,7 @@ type entry struct {
 	target string // kindLink: the link text, as readlink returned it
 }
 
-// recorder remembers every path read through a Sysroot, keyed by its resolved host path
+// recorder remembers every path read through a Root, keyed by its resolved host path
 // ("/sys/devices/..."); symlinks are recorded where they sit, so a capture keeps them.
 type recorder struct {
 	mu      sync.Mutex
@@ -71,10 +63,10 @@ func (r *recorder) snapshot() map[string]entry {
 	return out
 }
 
-// Sysroot is the root under which /sys, /proc and /dev are read: "" is the real root, a
-// directory is a capture. It records every path read (see Paths), which is what Capture
+// Root is the root under which /sys, /proc and /dev are read: "" is the real root, a
+// directory is a capture. It records every path read, which is what WriteCapture
 // archives. Copies share the record.
-type Sysroot struct {
+type Root struct {
 	dir string
 	rec *recorder
 	run Runner
@@ -84,19 +76,22 @@ type Sysroot struct {
 // error satisfying errors.Is(err, exec.ErrNotFound) means the program is not there.
 type Runner func(ctx context.Context, name string, args ...string) ([]byte, error)
 
-// NewSysroot returns a Sysroot reading under dir ("" for the real root) with an empty record.
+// New returns a Root reading under dir ("" for the real root) with an empty record.
 // On the real root it runs programs with os/exec; under a capture their recorded output
 // stands in for them.
-func NewSysroot(dir string) Sysroot {
-	return Sysroot{dir: dir, rec: &recorder{entries: map[string]entry{}}, run: execRunner}
+func New(dir string) Root {
+	return Root{dir: dir, rec: &recorder{entries: map[string]entry{}}, run: execRunner}
 }
 
-// WithRunner returns the Sysroot running programs with r (on the real root; a capture
+// WithRunner returns the Root running programs with r (on the real root; a capture
 // never runs one). The copy shares the record.
-func (s Sysroot) WithRunner(r Runner) Sysroot {
+func (s Root) WithRunner(r Runner) Root {
 	s.run = r
 	return s
 }
+
+// Runner is what s runs programs with.
+func (s Root) Runner() Runner { return s.run }
 
 // commandTimeout bounds one program: nvidia-smi can hang on a GPU that has fallen off the bus.
 const commandTimeout = 60 * time.Second
@@ -136,13 +131,13 @@ func CommandPath(argv ...string) string {
 // records the output for a capture. A program that is not there, or that fails, is an
 // error; under a capture that lacks the command, the error satisfies
 // errors.Is(err, fs.ErrNotExist).
-func (s Sysroot) Output(ctx context.Context, argv ...string) ([]byte, error) {
+func (s Root) Output(ctx context.Context, argv ...string) ([]byte, error) {
 	return s.OutputKeeping(ctx, func(b []byte) []byte { return b }, argv...)
 }
 
 // OutputKeeping is Output recording only keep(the output), for a long output of which
 // the checks use a part.
-func (s Sysroot) OutputKeeping(ctx context.Context, keep func([]byte) []byte, argv ...string) ([]byte, error) {
+func (s Root) OutputKeeping(ctx context.Context, keep func([]byte) []byte, argv ...string) ([]byte, error) {
 	p := CommandPath(argv...)
 	if s.dir != "" {
 		b, err := os.ReadFile(s.onDisk(p))
@@ -166,7 +161,7 @@ func (s Sysroot) OutputKeeping(ctx context.Context, keep func([]byte) []byte, ar
 
 // IsExecutable reports whether p (symlinks followed) is a regular file someone may
 // execute, and records it without its bytes (an nvcc is tens of megabytes).
-func (s Sysroot) IsExecutable(p string) (bool, error) {
+func (s Root) IsExecutable(p string) (bool, error) {
 	r, err := s.resolve(p, true)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
@@ -187,35 +182,24 @@ func (s Sysroot) IsExecutable(p string) (bool, error) {
 	return true, nil
 }
 
-// Dir is the directory the Sysroot reads under ("" for the real root).
-func (s Sysroot) Dir() string { return s.dir }
+// Dir is the directory the Root reads under ("" for the real root).
+func (s Root) Dir() string { return s.dir }
 
-// Paths lists, sorted, every host path read so far (files, listed directories, symlinks).
-func (s Sysroot) Paths() []string {
-	snap := s.record()
-	out := make([]string, 0, len(snap))
-	for p := range snap {
-		out = append(out, p)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func (s Sysroot) record() map[string]entry {
+func (s Root) record() map[string]entry {
 	if s.rec == nil {
 		return nil
 	}
 	return s.rec.snapshot()
 }
 
-func (s Sysroot) add(p string, e entry) {
+func (s Root) add(p string, e entry) {
 	if s.rec != nil {
 		s.rec.add(p, e)
 	}
 }
 
 // onDisk maps a host path ("/sys/...") to where it lies on this machine.
-func (s Sysroot) onDisk(p string) string {
+func (s Root) onDisk(p string) string {
 	if s.dir == "" {
 		return filepath.FromSlash(p)
 	}
@@ -226,11 +210,11 @@ func (s Sysroot) onDisk(p string) string {
 // sysroot, so an absolute link target never escapes a capture and every link the answer
 // depended on ends up in the capture. With followLast false the last component is not
 // followed (readlink, lstat).
-func (s Sysroot) resolve(p string, followLast bool) (string, error) {
+func (s Root) resolve(p string, followLast bool) (string, error) {
 	if !path.IsAbs(p) {
 		return "", fmt.Errorf("resolve %q: not an absolute host path", p)
 	}
-	rest := splitPath(p)
+	rest := SplitPath(p)
 	cur := "/"
 	hops := 0
 	for len(rest) > 0 {
@@ -262,7 +246,7 @@ func (s Sysroot) resolve(p string, followLast bool) (string, error) {
 		if !path.IsAbs(target) {
 			joined = path.Join(cur, target)
 		}
-		rest = append(splitPath(joined), rest...)
+		rest = append(SplitPath(joined), rest...)
 		cur = "/"
 	}
 	return cur, nil
@@ -278,7 +262,8 @@ func hostErr(op, p string, err error) error {
 	return fmt.Errorf("%s %s: %w", op, p, err)
 }
 
-func splitPath(p string) []string {
+// SplitPath returns the components of the host path p, cleaned.
+func SplitPath(p string) []string {
 	var out []string
 	for _, c := range strings.Split(path.Clean(p), "/") {
 		if c != "" {
@@ -289,7 +274,7 @@ func splitPath(p string) []string {
 }
 
 // Resolve returns p with every symlink followed, as a host path ("/sys/devices/...").
-func (s Sysroot) Resolve(p string) (string, error) {
+func (s Root) Resolve(p string) (string, error) {
 	r, err := s.resolve(p, true)
 	if err != nil {
 		return "", hostErr("resolve", p, err)
@@ -298,13 +283,13 @@ func (s Sysroot) Resolve(p string) (string, error) {
 }
 
 // ReadFile reads a host file through the sysroot and records its bytes.
-func (s Sysroot) ReadFile(p string) ([]byte, error) {
+func (s Root) ReadFile(p string) ([]byte, error) {
 	return s.ReadFileKeeping(p, func(b []byte) []byte { return b })
 }
 
 // ReadFileKeeping reads a host file whole but records only keep(its bytes): for a large
 // file (the dpkg database) of which the checks use a part, so a capture stays small.
-func (s Sysroot) ReadFileKeeping(p string, keep func([]byte) []byte) ([]byte, error) {
+func (s Root) ReadFileKeeping(p string, keep func([]byte) []byte) ([]byte, error) {
 	r, err := s.resolve(p, true)
 	if err != nil {
 		return nil, hostErr("read", p, err)
@@ -318,13 +303,13 @@ func (s Sysroot) ReadFileKeeping(p string, keep func([]byte) []byte) ([]byte, er
 }
 
 // ReadString is ReadFile with surrounding white space trimmed (sysfs values end in "\n").
-func (s Sysroot) ReadString(p string) (string, error) {
+func (s Root) ReadString(p string) (string, error) {
 	b, err := s.ReadFile(p)
 	return strings.TrimSpace(string(b)), err
 }
 
 // Readlink returns the text of the symlink p (its parents are followed) and records it.
-func (s Sysroot) Readlink(p string) (string, error) {
+func (s Root) Readlink(p string) (string, error) {
 	r, err := s.resolve(p, false)
 	if err != nil {
 		return "", hostErr("readlink", p, err)
@@ -340,7 +325,7 @@ func (s Sysroot) Readlink(p string) (string, error) {
 // ReadDir lists a host directory, sorted by name, and records the directory with its
 // symlink and directory entries (regular files are recorded only when read: the checks
 // never use a file's name without reading it).
-func (s Sysroot) ReadDir(p string) ([]fs.DirEntry, error) {
+func (s Root) ReadDir(p string) ([]fs.DirEntry, error) {
 	r, err := s.resolve(p, true)
 	if err != nil {
 		return nil, hostErr("list", p, err)
@@ -365,7 +350,7 @@ func (s Sysroot) ReadDir(p string) ([]fs.DirEntry, error) {
 }
 
 // Names lists a directory's entry names, sorted.
-func (s Sysroot) Names(p string) ([]string, error) {
+func (s Root) Names(p string) ([]string, error) {
 	ents, err := s.ReadDir(p)
 	if err != nil {
 		return nil, err
@@ -379,7 +364,7 @@ func (s Sysroot) Names(p string) ([]string, error) {
 
 // Stat follows p and records what it found (a directory, a device node, or a file with its
 // bytes). A missing path returns an error satisfying errors.Is(err, fs.ErrNotExist).
-func (s Sysroot) Stat(p string) (fs.FileInfo, error) {
+func (s Root) Stat(p string) (fs.FileInfo, error) {
 	r, err := s.resolve(p, true)
 	if err != nil {
 		return nil, hostErr("stat", p, err)
@@ -401,9 +386,9 @@ func (s Sysroot) Stat(p string) (fs.FileInfo, error) {
 	return fi, nil
 }
 
-// exists reports whether p exists; any error other than "not there" counts as absent too,
+// Exists reports whether p exists; any error other than "not there" counts as absent too,
 // and is returned for the report.
-func (s Sysroot) exists(p string) (bool, error) {
+func (s Root) Exists(p string) (bool, error) {
 	_, err := s.Stat(p)
 	if err == nil {
 		return true, nil

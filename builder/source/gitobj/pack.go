@@ -1,4 +1,4 @@
-package source
+package gitobj
 
 import (
 	"bufio"
@@ -16,12 +16,12 @@ import (
 	"github.com/klauspost/compress/zlib"
 )
 
-// packWriter writes a git pack and its index in one pass: every object whole (no deltas),
+// PackWriter writes a git pack and its index in one pass: every object whole (no deltas),
 // fast zlib, each object's id checked against its content as it is written, and the index
 // built from the offsets and CRCs as they go by, so nothing is read back. go-git's encoder
 // plus its PackWriter compress at the default level and then inflate and hash everything
 // again to index it, which made a copy from a mirror several times slower than git clone.
-type packWriter struct {
+type PackWriter struct {
 	dir  string
 	f    *os.File
 	bw   *bufio.Writer
@@ -34,12 +34,13 @@ type packWriter struct {
 	want uint32
 }
 
-func newPackWriter(dir string, count int) (*packWriter, error) {
+// NewPackWriter starts a pack of count objects in a temp file in dir.
+func NewPackWriter(dir string, count int) (*PackWriter, error) {
 	f, err := os.CreateTemp(dir, "tmp_pack_")
 	if err != nil {
 		return nil, err
 	}
-	w := &packWriter{dir: dir, f: f, bw: bufio.NewWriterSize(f, 256<<10), sum: sha1.New(), crc: crc32.NewIEEE(), want: uint32(count)}
+	w := &PackWriter{dir: dir, f: f, bw: bufio.NewWriterSize(f, 256<<10), sum: sha1.New(), crc: crc32.NewIEEE(), want: uint32(count)}
 	w.zw, _ = zlib.NewWriterLevel(io.Discard, zlib.BestSpeed)
 	var hdr [12]byte
 	copy(hdr[:], "PACK")
@@ -51,18 +52,21 @@ func newPackWriter(dir string, count int) (*packWriter, error) {
 }
 
 // write sends b to the file, the pack hash and the current object's CRC.
-func (w *packWriter) write(b []byte) {
+func (w *PackWriter) write(b []byte) {
 	w.bw.Write(b)
 	w.sum.Write(b)
 	w.crc.Write(b)
 	w.off += int64(len(b))
 }
 
-func (w *packWriter) Write(b []byte) (int, error) { w.write(b); return len(b), nil }
+// packOut is w as the io.Writer its zlib stream goes to, not exported with w.
+type packOut PackWriter
+
+func (o *packOut) Write(b []byte) (int, error) { (*PackWriter)(o).write(b); return len(b), nil }
 
 // addRaw appends one object as packed elsewhere: its header and zlib stream, unchanged
 // (the caller has checked them).
-func (w *packWriter) addRaw(h plumbing.Hash, raw []byte) {
+func (w *PackWriter) addRaw(h plumbing.Hash, raw []byte) {
 	pos := w.off
 	w.crc.Reset()
 	w.write(raw)
@@ -70,13 +74,13 @@ func (w *packWriter) addRaw(h plumbing.Hash, raw []byte) {
 	w.n++
 }
 
-// add appends one object read from r (size bytes) and checks that it hashes to h.
-func (w *packWriter) add(h plumbing.Hash, t plumbing.ObjectType, size int64, r io.Reader) error {
+// addStream appends one object read from r (size bytes) and checks that it hashes to h.
+func (w *PackWriter) addStream(h plumbing.Hash, t plumbing.ObjectType, size int64, r io.Reader) error {
 	pos := w.off
 	w.crc.Reset()
 	w.write(packHeader(t, size))
 	oh := plumbing.NewHasher(t, size)
-	w.zw.Reset(w)
+	w.zw.Reset((*packOut)(w))
 	n, err := io.Copy(io.MultiWriter(w.zw, &oh), r)
 	if err != nil {
 		return fmt.Errorf("object %s: %w", h, err)
@@ -92,12 +96,13 @@ func (w *packWriter) add(h plumbing.Hash, t plumbing.ObjectType, size int64, r i
 	return nil
 }
 
-// finish writes the trailer and the index and returns their paths (named pack-<checksum>,
-// as git names packs). It does not fsync them: publish does, before they become visible.
-func (w *packWriter) finish() (pack, idx string, err error) {
+// Finish writes the trailer and the index and returns their paths (named pack-<checksum>,
+// as git names packs). It does not fsync them: the caller does, before they become
+// visible. A failed Finish removes what it wrote.
+func (w *PackWriter) Finish() (pack, idx string, err error) {
 	defer func() {
 		if err != nil {
-			w.abort()
+			w.Abort()
 		}
 	}()
 	if w.n != w.want {
@@ -142,7 +147,8 @@ func (w *packWriter) finish() (pack, idx string, err error) {
 	return base + ".pack", base + ".idx", nil
 }
 
-func (w *packWriter) abort() {
+// Abort abandons the pack and removes its temp file.
+func (w *PackWriter) Abort() {
 	w.f.Close()
 	os.Remove(w.f.Name())
 }
