@@ -27,8 +27,8 @@
 //
 // A package under builder holds one room: past 3,000 lines of Go (layering_test.go) the
 // next part that stands alone moves into a package of its own, as the git object store
-// (source/gitobj), a checkout's system calls (source/dirhandle) and the node's sysroot
-// (host/sysroot) did.
+// (source/gitobj), a checkout's system calls (source/dirhandle), the node's sysroot
+// (host/sysroot) and the zstd seekable format of artifact format 2 (archive/seekable) did.
 //
 // Still at the root, to be moved the same way: the stage runner and its steps (run.go,
 // steps.go, repro*.go, jobs.go, sources.go), packaging and exports (artifact.go,

@@ -15,7 +15,7 @@ import (
 var layers = [][]string{
 	// leaves: one job each, no other package of builder but the leaves before them
 	{"quote", "check", "procgroup", "progress", "sha256x2", "sign", "embedded", "wheel",
-		"benchcmp", "netbench", "host/hostfixture", "oci/ocitest", "source/gitobj", "source/dirhandle", "host/sysroot"},
+		"benchcmp", "netbench", "host/hostfixture", "oci/ocitest", "source/gitobj", "source/dirhandle", "host/sysroot", "archive/seekable"},
 	{"archive", "cache", "inspect", "host", "smoke", "acceptance", "modulefile"},
 	{"disk", "diff", "sbom", "source"},
 	// what a build will be, and where its stages are kept

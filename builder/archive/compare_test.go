@@ -1,6 +1,8 @@
 package archive
 
 import (
+	"github.com/epbuild/epbuild/builder/archive/seekable"
+
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -64,7 +66,7 @@ func TestCompareEncoder(t *testing.T) {
 			defer f.Close()
 			// Pack's own writer: big writes, on a goroutine of their own.
 			cw := newOutWriter(f, sha256.New())
-			zw, err := newFrameWriter(cw, zstd.SpeedDefault, 0, frameSize)
+			zw, err := seekable.NewWriter(cw, zstd.SpeedDefault, 0, seekable.FrameSize)
 			if err != nil {
 				cw.Close()
 				return err
@@ -156,7 +158,7 @@ func BenchmarkEncoder(b *testing.B) {
 	}
 	b.SetBytes(int64(len(raw)))
 	for b.Loop() {
-		zw, err := newFrameWriter(io.Discard, zstd.SpeedDefault, 0, frameSize)
+		zw, err := seekable.NewWriter(io.Discard, zstd.SpeedDefault, 0, seekable.FrameSize)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,6 +1,8 @@
 package archive
 
 import (
+	"github.com/epbuild/epbuild/builder/archive/seekable"
+
 	"archive/tar"
 	"archive/zip"
 	"bufio"
@@ -353,10 +355,6 @@ func (x *extractor) tarReader(f io.Reader) error {
 	return nil
 }
 
-// maxZstdWindow bounds the memory a zstd frame may ask for: zstd --long=27 (128 MiB) is
-// the largest window a real source or artifact uses; the library's default is 512 MiB.
-const maxZstdWindow = 128 << 20
-
 // seekableFile is an archive that is a file, not a stream: a seek table at its end can
 // be read before its frames.
 type seekableFile interface {
@@ -375,12 +373,12 @@ func (x *extractor) decompressor(f io.Reader) (io.Reader, func(), error) {
 		if err != nil {
 			return nil, nil, x.ioErr("", err)
 		}
-		frames, err := readSeekTable(sf, st.Size())
+		frames, err := seekable.ReadTable(sf, st.Size())
 		if err != nil {
 			return nil, nil, x.ioErr("", fmt.Errorf("read the seek table: %w", err))
 		}
 		if frames != nil {
-			fr, err := newFrameReader(x.ctx, sf, frames, 0)
+			fr, err := seekable.NewReader(x.ctx, sf, frames, 0)
 			if err != nil {
 				return nil, nil, x.errf("", ErrCorrupt, fixCorrupt, "start zstd decoder: %w", err)
 			}
@@ -402,7 +400,7 @@ func (x *extractor) decompressor(f io.Reader) (io.Reader, func(), error) {
 		}
 		return zr, func() {}, nil
 	case FormatTarZst:
-		zr, err := zstd.NewReader(br, zstd.WithDecoderMaxWindow(maxZstdWindow))
+		zr, err := zstd.NewReader(br, zstd.WithDecoderMaxWindow(seekable.MaxWindow))
 		if err != nil {
 			return nil, nil, x.errf("", ErrCorrupt, fixCorrupt, "start zstd decoder: %w", err)
 		}

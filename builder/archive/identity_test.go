@@ -100,7 +100,7 @@ func twoPassArtifact(t testing.TB, tree string, env []byte, mtime time.Time) []b
 }
 
 // goldenArtifact is the sha256 of the artifact that epbuild's package stage makes of
-// artifactTree (format 2: the manifest first, frames of frameSize and a seek table).
+// artifactTree (format 2: the manifest first, frames of seekable.FrameSize and a seek table).
 // Packing must keep giving these bytes: an artifact is named and pinned by its hash, and
 // the same tree must give the same artifact across epbuild versions and machines. (A new
 // zstd library version that changes its output changes this too: that is a change of

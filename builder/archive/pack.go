@@ -1,6 +1,8 @@
 package archive
 
 import (
+	"github.com/epbuild/epbuild/builder/archive/seekable"
+
 	"archive/tar"
 	"context"
 	"crypto/sha256"
@@ -52,7 +54,7 @@ type PackOptions struct {
 	// Workers is how many frames are compressed at once (0: runtime.NumCPU()). It is not
 	// part of the output's identity: any number gives the same bytes.
 	Workers int
-	// frameSize replaces frameSize, for tests that want many frames of a small tree.
+	// frameSize replaces seekable.FrameSize, for tests that want many frames of a small tree.
 	frameSize int
 }
 
@@ -116,7 +118,7 @@ type item struct {
 // as it is written. (With opts.Late, the files are hashed first and read again, from the
 // page cache, when the archive reaches them: see LateFile.)
 //
-// The tar stream is compressed in the zstd seekable format (see frameSize): frames of a
+// The tar stream is compressed in the zstd seekable format (see seekable.FrameSize): frames of a
 // fixed size compressed on opts.Workers cores, then the seek table. The bytes depend on
 // the level and the input alone, not on the machine or the number of workers.
 func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*PackReport, error) {
@@ -146,9 +148,9 @@ func Pack(ctx context.Context, srcDir string, w io.Writer, opts PackOptions) (*P
 	cw := newOutWriter(w, sha256.New())
 	size := opts.frameSize
 	if size <= 0 {
-		size = frameSize
+		size = seekable.FrameSize
 	}
-	zw, err := newFrameWriter(cw, level, opts.Workers, size)
+	zw, err := seekable.NewWriter(cw, level, opts.Workers, size)
 	if err != nil {
 		cw.Close()
 		return nil, fmt.Errorf("pack %s: start zstd encoder: %w", srcDir, err)

@@ -1,6 +1,8 @@
 package archive
 
 import (
+	"github.com/epbuild/epbuild/builder/archive/seekable"
+
 	"archive/tar"
 	"bytes"
 	"context"
@@ -79,7 +81,7 @@ func TestFramesSameBytesAnyWorkers(t *testing.T) {
 // specification lays it out: a skippable frame (magic 0x184D2A5E, its size), one entry of
 // compressed and decompressed size per frame, the footer (frame count, descriptor,
 // magic 0x8F92EAB1). Each frame decompresses on its own to its decompressed size, every
-// frame but the last holds frameSize bytes, and the frames are the whole archive before
+// frame but the last holds seekable.FrameSize bytes, and the frames are the whole archive before
 // the table.
 func TestSeekTableLayout(t *testing.T) {
 	tree := filepath.Join(t.TempDir(), "tree")
@@ -194,7 +196,7 @@ func TestManifestFromFirstFrame(t *testing.T) {
 	if err := os.WriteFile(art, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	frames, err := readSeekTable(bytes.NewReader(b), int64(len(b)))
+	frames, err := seekable.ReadTable(bytes.NewReader(b), int64(len(b)))
 	if err != nil || len(frames) < 20 {
 		t.Fatalf("seek table: %d frames (%v)", len(frames), err)
 	}
@@ -215,8 +217,8 @@ func TestManifestFromFirstFrame(t *testing.T) {
 	if len(mb) < 1000 || len(mb) > size-1024 {
 		t.Fatalf("manifest: %d bytes, want one that fits the first frame", len(mb))
 	}
-	tableLen := int64(len(b)) - frames[len(frames)-1].off - frames[len(frames)-1].size
-	if max := frames[0].size + tableLen + seekFooterSize; cf.n > max {
+	tableLen := int64(len(b)) - frames[len(frames)-1].Off - frames[len(frames)-1].Size
+	if max := frames[0].Size + tableLen + seekable.FooterSize; cf.n > max {
 		t.Errorf("read %d bytes of %d for the manifest, want at most %d (the table and the first frame)", cf.n, len(b), max)
 	}
 }
@@ -249,7 +251,7 @@ func TestOneReaderBothFormats(t *testing.T) {
 	}
 	notTable := bytes.Clone(v2)
 	notTable[len(notTable)-5] |= 0x04
-	if f, _ := readSeekTable(bytes.NewReader(notTable), int64(len(notTable))); f != nil {
+	if f, _ := seekable.ReadTable(bytes.NewReader(notTable), int64(len(notTable))); f != nil {
 		t.Fatal("a seek table with a reserved bit set was taken")
 	}
 	ctx := context.Background()
@@ -290,14 +292,14 @@ func TestFramesDamaged(t *testing.T) {
 	tree := filepath.Join(tmp, "tree")
 	artifactTree(t, tree)
 	good := packFramed(t, tree, 128<<10, 2)
-	frames, err := readSeekTable(bytes.NewReader(good), int64(len(good)))
+	frames, err := seekable.ReadTable(bytes.NewReader(good), int64(len(good)))
 	if err != nil || len(frames) < 8 {
 		t.Fatalf("seek table: %d frames (%v)", len(frames), err)
 	}
 	flipped := bytes.Clone(good)
-	flipped[frames[5].off+frames[5].size/2] ^= 0x55
+	flipped[frames[5].Off+frames[5].Size/2] ^= 0x55
 	resized := bytes.Clone(good)
-	tableOff := frames[len(frames)-1].off + frames[len(frames)-1].size
+	tableOff := frames[len(frames)-1].Off + frames[len(frames)-1].Size
 	entry := resized[tableOff+8+8*6+4:] // frame 6's decompressed size
 	binary.LittleEndian.PutUint32(entry, binary.LittleEndian.Uint32(entry)-512)
 	for _, c := range []struct {

@@ -1,4 +1,9 @@
-package archive
+// Package seekable writes and reads the zstd seekable format (facebook/zstd,
+// contrib/seekable_format/zstd_seekable_compression_format.md), artifact format 2's
+// compression: independent frames compressed and decompressed on every core, and a seek
+// table in a skippable frame. It owns the frames and the table, nothing of tar or of the
+// artifact's entries (builder/archive packs and reads those through it).
+package seekable
 
 import (
 	"context"
@@ -15,14 +20,14 @@ import (
 
 // Artifact format 2 is the zstd seekable format (facebook/zstd,
 // contrib/seekable_format/zstd_seekable_compression_format.md): the tar stream cut into
-// frames of frameSize uncompressed bytes each, every frame compressed on its own, then a
+// frames of FrameSize uncompressed bytes each, every frame compressed on its own, then a
 // skippable frame holding the seek table, which gives each frame's compressed and
 // decompressed size. It is one valid zstd stream (a decoder skips the table), so
 // `tar --zstd -xf` and `zstd -d` read it as they read format 1, one zstd frame. Frames
 // are compressed on every core and decompressed on every core; a reader that wants the
 // manifest, the first entry, decompresses the first frame(s) only.
 
-// frameSize is the uncompressed tar bytes in each frame but the last. The bytes do not
+// FrameSize is the uncompressed tar bytes in each frame but the last. The bytes do not
 // depend on the number of workers: a frame is a pure function of its input and the level.
 // Each frame starts with an empty window, which costs size; smaller frames cost more:
 // on the 575 MB generated install tree of the package comparison, over one stream at the
@@ -30,34 +35,38 @@ import (
 // 8 MiB by 0.57% (the demo artifact, 54 KB of tar, is one frame and the 25-byte seek
 // table: 0.28%). 8 MiB keeps two cores busy from a 16 MiB tar on (a real artifact is
 // hundreds of MB) and bounds what a reader holds per frame in flight.
-const frameSize = 8 << 20
+const FrameSize = 8 << 20
+
+// MaxWindow bounds the memory a zstd frame may ask for: zstd --long=27 (128 MiB) is
+// the largest window a real source or artifact uses; the library's default is 512 MiB.
+const MaxWindow = 128 << 20
 
 // Seek table constants of the format's specification.
 const (
 	seekTableMagic     = 0x184D2A5E // the skippable frame's magic: 0x184D2A50 | 0xE
 	seekableMagic      = 0x8F92EAB1 // the last 4 bytes of the table's footer
-	seekFooterSize     = 9          // Number_Of_Frames, Seek_Table_Descriptor, Seekable_Magic_Number
+	FooterSize         = 9          // Number_Of_Frames, Seek_Table_Descriptor, Seekable_Magic_Number
 	seekChecksumFlag   = 0x80       // entries carry a 4-byte checksum
 	seekReservedBits   = 0x7c       // must be zero
 	skippableHeaderLen = 8
 )
 
 // maxFrameDecoded bounds the decompressed size of one frame a reader accepts from a seek
-// table, and so the memory a frame in flight may take: far above frameSize (other writers
+// table, and so the memory a frame in flight may take: far above FrameSize (other writers
 // of the format cut bigger frames), far below a bomb. A table that asks for more is not
 // used: the archive is then read as one stream.
 const maxFrameDecoded = 64 << 20
 
-// seekFrame is one entry of a seek table, with its offsets.
-type seekFrame struct {
-	off, size   int64 // compressed
-	dOff, dSize int64 // decompressed
+// Frame is one entry of a seek table, with its offsets.
+type Frame struct {
+	Off, Size   int64 // compressed
+	DOff, DSize int64 // decompressed
 }
 
-// frameWriter compresses what it is given in frames of frameSize bytes, each on its own
+// Writer compresses what it is given in frames of FrameSize bytes, each on its own
 // on one of workers goroutines, writes them to w in order and, at Close, the seek table.
 // Write and Close are called from one goroutine.
-type frameWriter struct {
+type Writer struct {
 	w     io.Writer
 	enc   *zstd.Encoder
 	size  int
@@ -82,9 +91,9 @@ type frameDone struct {
 	in, out []byte
 }
 
-// newFrameWriter starts workers encoders at level (0 or less: runtime.NumCPU()), with
+// NewWriter starts workers encoders at level (0 or less: runtime.NumCPU()), with
 // frames of size bytes.
-func newFrameWriter(w io.Writer, level zstd.EncoderLevel, workers, size int) (*frameWriter, error) {
+func NewWriter(w io.Writer, level zstd.EncoderLevel, workers, size int) (*Writer, error) {
 	if workers <= 0 {
 		workers = runtime.NumCPU()
 	}
@@ -94,7 +103,7 @@ func newFrameWriter(w io.Writer, level zstd.EncoderLevel, workers, size int) (*f
 	if err != nil {
 		return nil, err
 	}
-	fw := &frameWriter{
+	fw := &Writer{
 		w: w, enc: enc, size: size,
 		free:  make(chan []byte, workers+2),
 		outs:  make(chan []byte, workers+2),
@@ -126,7 +135,7 @@ func newFrameWriter(w io.Writer, level zstd.EncoderLevel, workers, size int) (*f
 
 // writeFrames writes the frames in order as they are done, and gives their input
 // buffers back.
-func (fw *frameWriter) writeFrames() {
+func (fw *Writer) writeFrames() {
 	defer close(fw.done)
 	for ch := range fw.order {
 		d := <-ch
@@ -145,7 +154,7 @@ func (fw *frameWriter) writeFrames() {
 	}
 }
 
-func (fw *frameWriter) Write(p []byte) (int, error) {
+func (fw *Writer) Write(p []byte) (int, error) {
 	if fw.buf == nil {
 		return 0, fw.writeErr() // a flush failed
 	}
@@ -163,7 +172,7 @@ func (fw *frameWriter) Write(p []byte) (int, error) {
 }
 
 // flush hands the buffer to a worker as the next frame.
-func (fw *frameWriter) flush() error {
+func (fw *Writer) flush() error {
 	out := make(chan frameDone, 1)
 	select {
 	case fw.order <- out:
@@ -180,14 +189,14 @@ func (fw *frameWriter) flush() error {
 	return nil
 }
 
-func (fw *frameWriter) writeErr() error {
+func (fw *Writer) writeErr() error {
 	<-fw.fail
 	return fmt.Errorf("write frame: %w", fw.err)
 }
 
 // Close compresses what is left as the last frame, waits for every frame to be written
 // and writes the seek table. It stops the workers whatever happened; call it once.
-func (fw *frameWriter) Close() error {
+func (fw *Writer) Close() error {
 	var err error
 	if fw.buf != nil && len(fw.buf) > 0 {
 		err = fw.flush()
@@ -213,9 +222,9 @@ func (fw *frameWriter) Close() error {
 // (compressed, decompressed), without checksums: each frame carries its own.
 func seekTable(sizes [][2]uint32) []byte {
 	n := len(sizes)
-	b := make([]byte, 0, skippableHeaderLen+8*n+seekFooterSize)
+	b := make([]byte, 0, skippableHeaderLen+8*n+FooterSize)
 	b = binary.LittleEndian.AppendUint32(b, seekTableMagic)
-	b = binary.LittleEndian.AppendUint32(b, uint32(8*n+seekFooterSize))
+	b = binary.LittleEndian.AppendUint32(b, uint32(8*n+FooterSize))
 	for _, s := range sizes {
 		b = binary.LittleEndian.AppendUint32(b, s[0])
 		b = binary.LittleEndian.AppendUint32(b, s[1])
@@ -225,16 +234,16 @@ func seekTable(sizes [][2]uint32) []byte {
 	return binary.LittleEndian.AppendUint32(b, seekableMagic)
 }
 
-// readSeekTable reads the seek table at the end of the size bytes of r. It returns nil
+// ReadTable reads the seek table at the end of the size bytes of r. It returns nil
 // and no error when there is none, or one that does not describe exactly the bytes before
 // it in frames a reader may hold (maxFrameDecoded): such an archive is read as one
 // stream, which judges its bytes. An error is a failure to read r.
-func readSeekTable(r io.ReaderAt, size int64) ([]seekFrame, error) {
-	if size < skippableHeaderLen+seekFooterSize {
+func ReadTable(r io.ReaderAt, size int64) ([]Frame, error) {
+	if size < skippableHeaderLen+FooterSize {
 		return nil, nil
 	}
-	var foot [seekFooterSize]byte
-	if _, err := r.ReadAt(foot[:], size-seekFooterSize); err != nil {
+	var foot [FooterSize]byte
+	if _, err := r.ReadAt(foot[:], size-FooterSize); err != nil {
 		return nil, err
 	}
 	if binary.LittleEndian.Uint32(foot[5:]) != seekableMagic || foot[4]&seekReservedBits != 0 {
@@ -245,18 +254,18 @@ func readSeekTable(r io.ReaderAt, size int64) ([]seekFrame, error) {
 	if foot[4]&seekChecksumFlag != 0 {
 		entry = 12
 	}
-	tableLen := skippableHeaderLen + n*entry + seekFooterSize
+	tableLen := skippableHeaderLen + n*entry + FooterSize
 	if n == 0 || tableLen > size {
 		return nil, nil
 	}
-	table := make([]byte, tableLen-seekFooterSize)
+	table := make([]byte, tableLen-FooterSize)
 	if _, err := r.ReadAt(table, size-tableLen); err != nil {
 		return nil, err
 	}
 	if binary.LittleEndian.Uint32(table) != seekTableMagic || int64(binary.LittleEndian.Uint32(table[4:])) != tableLen-skippableHeaderLen {
 		return nil, nil
 	}
-	frames := make([]seekFrame, n)
+	frames := make([]Frame, n)
 	var off, dOff int64
 	for i := range frames {
 		e := table[skippableHeaderLen+int64(i)*entry:]
@@ -264,7 +273,7 @@ func readSeekTable(r io.ReaderAt, size int64) ([]seekFrame, error) {
 		if c == 0 || d > maxFrameDecoded {
 			return nil, nil
 		}
-		frames[i] = seekFrame{off: off, size: c, dOff: dOff, dSize: d}
+		frames[i] = Frame{Off: off, Size: c, DOff: dOff, DSize: d}
 		off += c
 		dOff += d
 	}
@@ -274,15 +283,15 @@ func readSeekTable(r io.ReaderAt, size int64) ([]seekFrame, error) {
 	return frames, nil
 }
 
-// frameReader decompresses the frames of a seekable zstd archive on every core and
+// Reader decompresses the frames of a seekable zstd archive on every core and
 // reads them out in order. It starts with the first frame alone and reads further ahead
 // only as the reader goes on, so that one that stops in the first frame (the manifest)
 // has read nothing else of the file.
-type frameReader struct {
+type Reader struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	r       io.ReaderAt
-	frames  []seekFrame
+	frames  []Frame
 	dec     *zstd.Decoder
 	workers int
 	next    int                // next frame to start
@@ -318,35 +327,35 @@ func buffer(spare *[][]byte, n int64) []byte {
 var errFrame = errors.New("zstd frame")
 
 // maxReadWorkers caps the frames a reader decompresses at once, and so its memory
-// (frameSize each): more cores than that outrun the one goroutine that checks, hashes
+// (FrameSize each): more cores than that outrun the one goroutine that checks, hashes
 // and writes the entries.
 const maxReadWorkers = 8
 
-func newFrameReader(ctx context.Context, r io.ReaderAt, frames []seekFrame, workers int) (*frameReader, error) {
+func NewReader(ctx context.Context, r io.ReaderAt, frames []Frame, workers int) (*Reader, error) {
 	if workers <= 0 {
 		workers = min(runtime.NumCPU(), maxReadWorkers)
 	}
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(workers), zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderMaxMemory(maxFrameDecoded))
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(workers), zstd.WithDecoderMaxWindow(MaxWindow), zstd.WithDecoderMaxMemory(maxFrameDecoded))
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	return &frameReader{ctx: ctx, cancel: cancel, r: r, frames: frames, dec: dec, workers: workers}, nil
+	return &Reader{ctx: ctx, cancel: cancel, r: r, frames: frames, dec: dec, workers: workers}, nil
 }
 
 // start starts the next frame's read and decompression.
-func (fr *frameReader) start() {
+func (fr *Reader) start() {
 	f := fr.frames[fr.next]
 	fr.next++
 	ch := make(chan frameResult, 1)
 	fr.queue = append(fr.queue, ch)
-	in, out := buffer(&fr.spareIn, f.size)[:f.size], buffer(&fr.spare, f.dSize)
+	in, out := buffer(&fr.spareIn, f.Size)[:f.Size], buffer(&fr.spare, f.DSize)
 	fr.wg.Go(func() {
 		if err := fr.ctx.Err(); err != nil {
 			ch <- frameResult{err: err}
 			return
 		}
-		if _, err := fr.r.ReadAt(in, f.off); err != nil {
+		if _, err := fr.r.ReadAt(in, f.Off); err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
@@ -356,15 +365,15 @@ func (fr *frameReader) start() {
 		out, err := fr.dec.DecodeAll(in, out)
 		switch {
 		case err != nil:
-			err = fmt.Errorf("%w at offset %d: %w", errFrame, f.off, err)
-		case int64(len(out)) != f.dSize:
-			err = fmt.Errorf("%w at offset %d: %d bytes, its seek table says %d", errFrame, f.off, len(out), f.dSize)
+			err = fmt.Errorf("%w at offset %d: %w", errFrame, f.Off, err)
+		case int64(len(out)) != f.DSize:
+			err = fmt.Errorf("%w at offset %d: %d bytes, its seek table says %d", errFrame, f.Off, len(out), f.DSize)
 		}
 		ch <- frameResult{data: out, in: in, err: err}
 	})
 }
 
-func (fr *frameReader) Read(p []byte) (int, error) {
+func (fr *Reader) Read(p []byte) (int, error) {
 	for len(fr.cur) == 0 {
 		if fr.err != nil {
 			return 0, fr.err
@@ -397,7 +406,7 @@ func (fr *frameReader) Read(p []byte) (int, error) {
 }
 
 // Close stops the frames in flight and waits for them.
-func (fr *frameReader) Close() {
+func (fr *Reader) Close() {
 	fr.cancel()
 	fr.wg.Wait()
 	fr.dec.Close()
