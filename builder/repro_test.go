@@ -161,9 +161,9 @@ func decodeManifestWithTar(t *testing.T, art string) manifest.Manifest {
 	return m
 }
 
-// fixture is a git repository served from a mirror laid out by URL, and a recipe file
+// repoFixture is a git repository served from a mirror laid out by URL, and a recipe file
 // that builds it.
-type fixture struct {
+type repoFixture struct {
 	mirror, recipe string
 }
 
@@ -188,7 +188,7 @@ func commitFiles(t *testing.T, files map[string]string, msg string) (work, commi
 
 // newFixture commits files to a repository at example.invalid/fixture/NAME and writes a
 // recipe from body, where URL and COMMIT stand for the repository's.
-func newFixture(t *testing.T, name string, files map[string]string, body string) fixture {
+func newFixture(t *testing.T, name string, files map[string]string, body string) repoFixture {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skipf("the fixture repository is made with the git CLI: %v", err)
@@ -201,10 +201,10 @@ func newFixture(t *testing.T, name string, files map[string]string, body string)
 	if err := os.WriteFile(recipe, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return fixture{mirror: mirror, recipe: recipe}
+	return repoFixture{mirror: mirror, recipe: recipe}
 }
 
-func (f fixture) job(t *testing.T, cache string) *Job {
+func (f repoFixture) job(t *testing.T, cache string) *Job {
 	t.Helper()
 	j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: f.recipe, CacheDir: cache, Mirror: f.mirror,
 		Log: log.New(io.Discard), Progress: source.ProgressLines})
@@ -214,7 +214,7 @@ func (f fixture) job(t *testing.T, cache string) *Job {
 	return j
 }
 
-func (f fixture) build(t *testing.T, cache, out string, repro Repro) (*Result, error) {
+func (f repoFixture) build(t *testing.T, cache, out string, repro Repro) (*Result, error) {
 	t.Helper()
 	res, err := f.job(t, cache).Build(context.Background(), BuildOptions{OutDir: out, Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: repro})
 	var pe *toolchain.PreflightError
@@ -236,7 +236,7 @@ const char *fixture_file(void) { return __FILE__; }
 int fixture_half(int x) { assert(x % 2 == 0); return x / 2; }
 `
 
-func fileMacroFixture(t *testing.T) fixture {
+func fileMacroFixture(t *testing.T) repoFixture {
 	return newFixture(t, "filemacro", map[string]string{
 		"fixture.c": fixtureC,
 		"CMakeLists.txt": `cmake_minimum_required(VERSION 3.13)
