@@ -171,7 +171,7 @@ func TestReadOnlyCacheServesCachedRun(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("a read-only bind mount needs root")
 	}
-	dir := t.TempDir()
+	dir := warmCache(t)
 	res, err := demoRun(t, dir, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 // cache du counts every byte under the cache: its disk total is what du -s counts, its
 // file bytes what find lists, and each kind has its entries.
 func TestCacheDUCountsEverything(t *testing.T) {
-	dir := t.TempDir()
+	dir := warmCache(t)
 	if _, err := demoRun(t, dir, t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestCacheDUCountsEverything(t *testing.T) {
 // the temporary directories of the stage it makes, those no lock names) and removes
 // everything else; once that run ended, everything.
 func TestCacheGCKeepsWhatARunUses(t *testing.T) {
-	dir := t.TempDir()
+	dir := warmCache(t)
 	res, err := demoRun(t, dir, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

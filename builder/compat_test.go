@@ -9,31 +9,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/internal/fixture"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
-
-// planOf builds a plan from a recipe document the way Resolve does, without expanding
-// patch sets (the facts need only their names).
-func planOf(t *testing.T, name string, sets ...string) *plan.Plan {
-	t.Helper()
-	doc, err := recipes.NewLibrary().Load(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := doc.Apply(sets); err != nil {
-		t.Fatal(err)
-	}
-	rc := doc.Recipe
-	p := &plan.Plan{Recipe: rc.Name, Cluster: rc.Cluster, Toolchain: rc.Toolchain, Env: rc.Env, Runtime: rc.Runtime}
-	for _, n := range rc.Order() {
-		c, _ := rc.Component(n)
-		p.Components = append(p.Components, plan.PlanComponent{Component: *c})
-	}
-	return p
-}
 
 func TestPreflightFacts(t *testing.T) {
 	rules, err := compat.LoadRules()
@@ -44,7 +25,7 @@ func TestPreflightFacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := planOf(t, "gcp-b200")
+	p := fixture.PlanOf(t, "gcp-b200")
 	probed := &toolchain.Toolchain{CUDA: "12.6", Torch: "2.10.0+cu129", PythonVersion: "3.12.3", RDMACore: "mlx5dv.h"}
 	f := toolchain.PreflightFacts(plan.FactsFromPlan(p), p, probed)
 	if f.Toolchain.CUDA != "12.6" || !slices.Equal(f.Toolchain.Present, []string{"rdma-core"}) {
@@ -66,7 +47,7 @@ func TestPreflightFacts(t *testing.T) {
 		t.Errorf("want R11/sm100-cuda alone, got %v", got)
 	}
 	// the wheel's installed version replaces the recipe's constraint
-	sp := planOf(t, "single-node")
+	sp := fixture.PlanOf(t, "single-node")
 	sf := toolchain.PreflightFacts(plan.FactsFromPlan(sp), sp, &toolchain.Toolchain{PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu12": {Version: "3.4.5"}}})
 	if nv, _ := sf.Component("nvshmem"); nv.Version != "3.4.5" || !slices.Contains(sf.Toolchain.Present, "nvshmem-wheel") {
 		t.Errorf("wheel at preflight: %+v %v", nv, sf.Toolchain.Present)
@@ -77,7 +58,7 @@ func TestPreflightFacts(t *testing.T) {
 // lacks MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT (the GPU machine's image), and still needs
 // rdma-core headers.
 func TestPreflightUbuntu2404RDMACore(t *testing.T) {
-	p := planOf(t, "gcp-b200", "nvshmem.version=3.4.5", "nccl.package=nvidia-nccl-cu13")
+	p := fixture.PlanOf(t, "gcp-b200", "nvshmem.version=3.4.5", "nccl.package=nvidia-nccl-cu13")
 	gpuImage := &toolchain.Toolchain{CUDA: "13.0", Torch: "2.11.0+cu130", PythonVersion: "3.12.3", Setuptools: "68.1.2", GCC: "13.3.0",
 		CMake: "4.4.0", RDMACore: "/usr/include/infiniband/mlx5dv.h", RDMADataDirect: false,
 		PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nccl-cu13": {Version: "2.28.9"}}}
@@ -155,7 +136,7 @@ func TestIBRCDualportOnTheGPUMachine(t *testing.T) {
 		t.Errorf("verdict: %v", host)
 	}
 	// a rule left undecided by what is missing says nothing; the missing tool does
-	p := planOf(t, "ibrc-dualport")
+	p := fixture.PlanOf(t, "ibrc-dualport")
 	noCUDA := *gpuMachine()
 	noCUDA.CUDA, noCUDA.NVCC, noCUDA.CUDAHome = "", "", ""
 	undecided := &RulesError{Recipe: p.Recipe, Stage: compat.StagePreflight, Findings: []compat.Finding{{ID: "R33", Unknown: true, IfDecided: compat.SeverityError}}}
@@ -197,7 +178,7 @@ func TestEPv2PreflightRefusesOldNCCL(t *testing.T) {
 		}
 	}
 	t.Setenv("PYTHONPATH", site)
-	p := planOf(t, "deepep-v2")
+	p := fixture.PlanOf(t, "deepep-v2")
 	var pkgs []string
 	for _, c := range p.Components {
 		if c.Source.Python != nil {

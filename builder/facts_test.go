@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/internal/fixture"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
@@ -179,7 +180,7 @@ func TestBuildRecordsRCLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	tree := []string{"nvshmem.commit=2c7f5a37b16d74166b7dfd30014bb1de1c6aaa0a", "nvshmem.version=3.5.0-0"}
-	old := plan.FactsFromPlan(planOf(t, "gcp-b200", append(tree, "deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b")...))
+	old := plan.FactsFromPlan(fixture.PlanOf(t, "gcp-b200", append(tree, "deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b")...))
 	r3 := func(build map[string]string) *compat.Finding {
 		f := old
 		f.Build = build
@@ -233,7 +234,7 @@ func TestRulesAfterBuild(t *testing.T) {
 // compat check --prefix: the rules on an install read its manifest's build facts; the
 // same install without them leaves R3 undecided.
 func TestCheckInstallReadsBuildFacts(t *testing.T) {
-	p := planOf(t, "gcp-b200", "nvshmem.commit=2c7f5a37b16d74166b7dfd30014bb1de1c6aaa0a", "nvshmem.version=3.5.0-0",
+	p := fixture.PlanOf(t, "gcp-b200", "nvshmem.commit=2c7f5a37b16d74166b7dfd30014bb1de1c6aaa0a", "nvshmem.version=3.5.0-0",
 		"deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b")
 	install := func(build map[string]string) string {
 		dir := t.TempDir()
@@ -266,7 +267,7 @@ func TestCheckInstallReadsBuildFacts(t *testing.T) {
 // (nvidia/nvshmem/include); a plan without NVSHMEM records nothing (its manifest keeps
 // its bytes).
 func TestBuildFactsOfTheWheel(t *testing.T) {
-	p := planOf(t, "single-node")
+	p := fixture.PlanOf(t, "single-node")
 	pkg := filepath.Join(t.TempDir(), "site-packages", "nvidia", "nvshmem")
 	writeNVSHMEMInclude(t, pkg, typedefV1, [3]string{"3", "4", "5"})
 	facts, notes := buildFacts(p, []manifest.ComponentResult{{Name: "nvshmem", Prefix: pkg}, {Name: "deepep"}})

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/epbuild/epbuild/builder/internal/fixture"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/patches"
 	"github.com/epbuild/epbuild/recipes"
@@ -74,9 +75,9 @@ func TestHostilePatchSets(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			writeFile(t, filepath.Join(tree, "a.txt"), "a\n")
+			fixture.WriteFile(t, filepath.Join(tree, "a.txt"), "a\n")
 			canary := filepath.Join(outside, "canary.txt")
-			writeFile(t, canary, "canary\n")
+			fixture.WriteFile(t, canary, "canary\n")
 			if c.plant != nil {
 				c.plant(t, tree, outside)
 			}

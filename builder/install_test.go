@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"io/fs"
 	"maps"
@@ -20,15 +19,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/verify"
+
 	"github.com/charmbracelet/log"
 
 	"github.com/epbuild/epbuild/builder/archive"
-	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
-	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -59,11 +58,73 @@ type demoBuild struct {
 
 var shared demoBuild
 
-// artifacts returns the demo artifacts, building them on first use.
+// warmDemo is the demo built cold once per test binary through the pipeline's entry point
+// (as demoRun builds it), in a cache that tests which need every stage already made copy
+// with warmCache, and whose result is the reference of the tests that compare bytes.
+type warmDemo struct {
+	once sync.Once
+	dir  string
+	res  *Result
+	took time.Duration // how long the cold build took
+	err  error
+}
+
+var warm warmDemo
+
+// warmBuild returns the cold build of the demo, building it on first use; it skips the
+// test where the demo cannot build here.
+func warmBuild(t *testing.T) *warmDemo {
+	t.Helper()
+	warm.once.Do(func() {
+		if warm.dir, warm.err = os.MkdirTemp("", "epbuild-builder-warm-"); warm.err != nil {
+			return
+		}
+		var j *Job
+		if j, warm.err = Open(Options{Library: recipes.NewLibrary(), Recipe: "demo", CacheDir: filepath.Join(warm.dir, "cache"), Log: log.New(io.Discard), Progress: source.ProgressLines}); warm.err != nil {
+			return
+		}
+		start := time.Now()
+		warm.res, warm.err = j.Build(context.Background(), BuildOptions{OutDir: filepath.Join(warm.dir, "out"), Version: "test", Environ: os.Environ(), Getenv: os.Getenv})
+		warm.took = time.Since(start)
+	})
+	var pe *toolchain.PreflightError
+	if errors.As(warm.err, &pe) {
+		t.Skipf("the demo cannot build here: %v", warm.err)
+	}
+	if warm.err != nil {
+		t.Fatalf("build the demo: %v", warm.err)
+	}
+	return &warm
+}
+
+// warmCache returns a copy of the warm demo's cache (every stage made) of the test's own,
+// which the test may change; cp -a keeps the hard links between the cache's files.
+func warmCache(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "cache")
+	if err := copyWarmCache(warmBuild(t), dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func copyWarmCache(w *warmDemo, dst string) error {
+	if out, err := exec.Command("cp", "-a", filepath.Join(w.dir, "cache"), dst).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy the warm demo cache: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// artifacts returns the demo artifacts, building them on first use from a copy of the
+// warm demo's cache (A is then made of cached stages, B packs them again).
 func artifacts(t *testing.T) demoArtifacts {
 	t.Helper()
+	w := warmBuild(t)
 	shared.once.Do(func() {
-		if shared.dir, shared.err = os.MkdirTemp("", "epbuild-builder-test-"); shared.err == nil {
+		if shared.dir, shared.err = os.MkdirTemp("", "epbuild-builder-test-"); shared.err != nil {
+			return
+		}
+		if shared.err = copyWarmCache(w, filepath.Join(shared.dir, "cache")); shared.err == nil {
 			shared.arts, shared.err = buildDemo(shared.dir)
 		}
 	})
@@ -83,49 +144,34 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	code := m.Run()
-	if shared.dir != "" {
-		_ = disk.MakeWritable(shared.dir)
-		_ = os.RemoveAll(shared.dir)
+	for _, dir := range []string{shared.dir, warm.dir} {
+		if dir != "" {
+			_ = disk.MakeWritable(dir)
+			_ = os.RemoveAll(dir)
+		}
 	}
 	os.Exit(code)
 }
 
-// buildDemo runs the demo recipe through every stage, as `epbuild recipe demo` does.
+// buildDemo runs the demo recipe through every stage, as `epbuild recipe demo` does, with
+// its cache under dir (a copy of the warm demo's: the stages are found made) twice: A, and
+// B with another SOURCE_DATE_EPOCH.
 func buildDemo(dir string) (demoArtifacts, error) {
-	ctx := context.Background()
-	res, err := plan.NewResolver(recipes.NewLibrary())
+	j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: "demo", CacheDir: filepath.Join(dir, "cache"), Log: log.New(io.Discard), Progress: source.ProgressOff})
 	if err != nil {
 		return demoArtifacts{}, err
 	}
-	p, err := res.Resolve("demo", nil)
+	opts := BuildOptions{OutDir: filepath.Join(dir, "a"), Version: "test", Environ: os.Environ(), Getenv: os.Getenv}
+	ra, err := j.Build(context.Background(), opts)
 	if err != nil {
 		return demoArtifacts{}, err
 	}
-	c, err := cache.Open(filepath.Join(dir, "cache"))
+	opts.OutDir, opts.SourceDateEpoch = filepath.Join(dir, "b"), "1700000000"
+	rb, err := j.Build(context.Background(), opts)
 	if err != nil {
 		return demoArtifacts{}, err
 	}
-	l := log.New(io.Discard)
-	src, err := NewSources(c, "", l, source.ProgressOff)
-	if err != nil {
-		return demoArtifacts{}, err
-	}
-	store, err := store.OpenStore(c.Dir())
-	if err != nil {
-		return demoArtifacts{}, err
-	}
-	tc := (&toolchain.Prober{Getenv: os.Getenv}).Probe(ctx)
-	r := &Runner{Store: store, Sources: src, Log: l, Toolchain: tc, Environ: os.Environ(), OutDir: filepath.Join(dir, "a"), Version: "test"}
-	ra, err := r.Run(ctx, p)
-	if err != nil {
-		return demoArtifacts{}, err
-	}
-	r.OutDir, r.SourceDateEpoch = filepath.Join(dir, "b"), "1700000000"
-	rb, err := r.Run(ctx, p)
-	if err != nil {
-		return demoArtifacts{}, err
-	}
-	return demoArtifacts{A: ra.Artifact, B: rb.Artifact, Plan: p}, nil
+	return demoArtifacts{A: ra.Artifact, B: rb.Artifact, Plan: ra.Plan}, nil
 }
 
 // mustInstall installs art at prefix and fails the test on error.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/internal/fixture"
 	"github.com/epbuild/epbuild/builder/verify"
 
 	"github.com/charmbracelet/log"
@@ -24,55 +25,21 @@ import (
 	"github.com/epbuild/epbuild/recipes"
 )
 
-// A stand-in for NCCL, our own code: the version entry point NCCL exports (ncclGetVersion
-// stores NCCL_VERSION_CODE) and nothing else, built by a src/Makefile with NCCL's targets
-// and output layout (../build/lib/libnccl.so.X.Y.Z with its links, ../build/include/nccl.h),
-// so that the recipes' own NCCL steps build it.
-const (
-	ncclFixtureC = `/* stands in for NCCL: ncclGetVersion as NCCL defines it, and the communicator
-   entry points torch calls (stubs that create nothing) */
-int ncclGetVersion(int *version) {
-  if (version == 0) return 4; /* ncclInvalidArgument */
-  *version = NCCL_FIXTURE_CODE;
-  return 0;
-}
-int ncclCommInitRankConfig(void *comm, int nranks, char id[128], int rank, void *config) { return 5; }
-int ncclCommInitRank(void *comm, int nranks, char id[128], int rank) { return 5; }
-`
-	ncclFixtureMakefile = `include ../makefiles/version.mk
-BUILDDIR ?= $(abspath ../build)
-CODE := $(shell printf "%d%02d%02d" $(NCCL_MAJOR) $(NCCL_MINOR) $(NCCL_PATCH))
-LIBTARGET := libnccl.so.$(NCCL_MAJOR).$(NCCL_MINOR).$(NCCL_PATCH)
-
-lib: $(BUILDDIR)/include/nccl.h $(BUILDDIR)/lib/$(LIBTARGET)
-
-$(BUILDDIR)/include/nccl.h: ../makefiles/version.mk
-	mkdir -p $(BUILDDIR)/include
-	printf '#define NCCL_MAJOR %s\n#define NCCL_MINOR %s\n#define NCCL_PATCH %s\n#define NCCL_VERSION_CODE %s\n' $(NCCL_MAJOR) $(NCCL_MINOR) $(NCCL_PATCH) $(CODE) > $@
-
-$(BUILDDIR)/lib/$(LIBTARGET): nccl.c ../makefiles/version.mk
-	mkdir -p $(BUILDDIR)/lib
-	gcc -shared -fPIC -DNCCL_FIXTURE_CODE=$(CODE) -Wl,-soname,libnccl.so.$(NCCL_MAJOR) -o $@ nccl.c
-	ln -sf $(LIBTARGET) $(BUILDDIR)/lib/libnccl.so.$(NCCL_MAJOR)
-	ln -sf libnccl.so.$(NCCL_MAJOR) $(BUILDDIR)/lib/libnccl.so
-`
-)
-
 // The recipes' own NCCL steps (single-node's) build an NCCL tree into a prefix that the
 // nccl-version check reads, env.sh preloads, and verify-install finds as the one NCCL a
 // job maps; a commit whose NCCL is another release than the plan says fails the check
 // stage.
 func TestNCCLFromSourceEndToEnd(t *testing.T) {
-	needTools(t, "gcc", "python3", "make", "git")
+	fixture.NeedTools(t, "gcc", "python3", "make", "git")
 	// the fixture NCCL repository: v2.21.5-1, then v2.22.3-1
 	work := t.TempDir()
 	gitIn(t, work, "init", "-q", "-b", "master")
-	writeFile(t, filepath.Join(work, "src", "nccl.c"), ncclFixtureC)
-	writeFile(t, filepath.Join(work, "src", "Makefile"), ncclFixtureMakefile)
+	fixture.WriteFile(t, filepath.Join(work, "src", "nccl.c"), fixture.NCCLSource)
+	fixture.WriteFile(t, filepath.Join(work, "src", "Makefile"), fixture.NCCLMakefile)
 	commits := map[string]string{}
 	for _, v := range []string{"2.21.5", "2.22.3"} {
 		f := strings.Split(v, ".")
-		writeFile(t, filepath.Join(work, "makefiles", "version.mk"), fmt.Sprintf("NCCL_MAJOR := %s\nNCCL_MINOR := %s\nNCCL_PATCH := %s\nNCCL_SUFFIX :=\nPKG_REVISION := 1\n", f[0], f[1], f[2]))
+		fixture.WriteFile(t, filepath.Join(work, "makefiles", "version.mk"), fmt.Sprintf("NCCL_MAJOR := %s\nNCCL_MINOR := %s\nNCCL_PATCH := %s\nNCCL_SUFFIX :=\nPKG_REVISION := 1\n", f[0], f[1], f[2]))
 		gitIn(t, work, "add", "-A")
 		gitIn(t, work, "commit", "-q", "-m", "NCCL "+v)
 		gitIn(t, work, "tag", "v"+v+"-1")
@@ -96,7 +63,7 @@ func TestNCCLFromSourceEndToEnd(t *testing.T) {
 		steps = append(steps, "      - command: {run: ["+strings.Join(args, ", ")+"]}")
 	}
 	recipe := filepath.Join(t.TempDir(), "ncclfix.yaml")
-	writeFile(t, recipe, `name: ncclfix
+	fixture.WriteFile(t, recipe, `name: ncclfix
 cluster: test
 description: NCCL from source with the recipes' steps
 components:
@@ -129,7 +96,7 @@ env:
 	if got := res.Plan.Env["LD_PRELOAD"]; got != "{{nccl.prefix}}/lib/libnccl.so.2" {
 		t.Errorf("the plan preloads the built NCCL: %q", got)
 	}
-	site := torchSite(t, "2.28.9", "2.28.9", nil)
+	site := fixture.TorchSite(t, "2.28.9", "2.28.9", nil)
 	prefix := filepath.Join(t.TempDir(), "inst")
 	environ := append(verify.CleanEnviron(os.Getenv), "PYTHONPATH="+site)
 	if _, err := Install(context.Background(), InstallOptions{Artifact: res.Artifact, Prefix: prefix, Version: "test", Verify: verify.VerifyOptions{Environ: environ}}); err != nil {
@@ -229,83 +196,4 @@ func TestUpstreamNCCLReleases(t *testing.T) {
 			t.Errorf("%s: cudawrap.h unversioned %v, R40 fired %v", v, old, fired)
 		}
 	}
-}
-
-func needTools(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("the NCCL fixture needs %s: %v", tool, err)
-		}
-	}
-}
-
-// torchSite is a Python site directory that loads NCCL the way torch's CUDA wheels do:
-// an nvidia-nccl-cu12 wheel of version wheel (its dist-info as pip writes it, the library
-// in nvidia/nccl/lib), and a torch package whose lib/libtorch_cuda.so calls NCCL's
-// communicator (DT_NEEDED libnccl.so.2, found through DT_RPATH
-// $ORIGIN/../../nvidia/nccl/lib, as torch's wheels are patched with --force-rpath) and is
-// loaded by torch's import with ctypes (RTLD_LOCAL, as a dependency of torch's
-// extension). torch.cuda.nccl.version() returns header, as torch returns the nccl.h it
-// was compiled with, whatever library is loaded. Extra modules (name → Python source) go
-// beside torch.
-func torchSite(t *testing.T, wheel, header string, modules map[string]string) string {
-	t.Helper()
-	site := t.TempDir()
-	wheelLib := ncclLib(t, filepath.Join(site, "nvidia", "nccl"), wheel)
-	di := "nvidia_nccl_cu12-" + wheel + ".dist-info/"
-	writeFile(t, filepath.Join(site, di+"METADATA"), "Metadata-Version: 2.1\nName: nvidia-nccl-cu12\nVersion: "+wheel+"\n")
-	writeFile(t, filepath.Join(site, di+"RECORD"), "nvidia/nccl/lib/libnccl.so.2,,\n"+di+"METADATA,,\n")
-	torchLib := filepath.Join(site, "torch", "lib", "libtorch_cuda.so")
-	src := filepath.Join(t.TempDir(), "torch.c")
-	writeFile(t, src, "int ncclCommInitRankConfig(void *, int, char *, int, void *);\n"+
-		"int torch_fixture_new_comm(void) { char id[128] = {0}; return ncclCommInitRankConfig(0, 1, id, 0, 0); }\n")
-	if err := os.MkdirAll(filepath.Dir(torchLib), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", torchLib, src, wheelLib,
-		"-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../../nvidia/nccl/lib").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	var major, minor, patch int
-	if _, err := fmt.Sscanf(header, "%d.%d.%d", &major, &minor, &patch); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(site, "torch", "__init__.py"), fmt.Sprintf(`import ctypes, os, types
-_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libtorch_cuda.so"))
-cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=lambda: (%d, %d, %d)))
-`, major, minor, patch))
-	for name, body := range modules {
-		writeFile(t, filepath.Join(site, name+".py"), body)
-	}
-	return site
-}
-
-// ncclLib builds the fixture library of version (2.21.5) into dir/lib, with its links
-// and dir/include/nccl.h, as NCCL installs; it returns dir/lib/libnccl.so.2.
-func ncclLib(t *testing.T, dir, version string) string {
-	t.Helper()
-	var major, minor, patch int
-	if _, err := fmt.Sscanf(version, "%d.%d.%d", &major, &minor, &patch); err != nil {
-		t.Fatal(err)
-	}
-	code := major*10000 + minor*100 + patch
-	for _, d := range []string{"lib", "include"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	src := filepath.Join(t.TempDir(), "nccl.c")
-	writeFile(t, src, ncclFixtureC)
-	target := filepath.Join(dir, "lib", "libnccl.so."+version)
-	if out, err := exec.Command("gcc", "-shared", "-fPIC", fmt.Sprintf("-DNCCL_FIXTURE_CODE=%d", code), "-Wl,-soname,libnccl.so.2", "-o", target, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	for link, to := range map[string]string{"libnccl.so.2": "libnccl.so." + version, "libnccl.so": "libnccl.so.2"} {
-		if err := os.Symlink(to, filepath.Join(dir, "lib", link)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeFile(t, filepath.Join(dir, "include", "nccl.h"), fmt.Sprintf("#define NCCL_MAJOR %d\n#define NCCL_MINOR %d\n#define NCCL_PATCH %d\n#define NCCL_VERSION_CODE %d\n", major, minor, patch, code))
-	return filepath.Join(dir, "lib", "libnccl.so.2")
 }

@@ -30,17 +30,17 @@ func TestFullDisk(t *testing.T) {
 }
 
 // inMountNamespace runs child in a copy of this test binary, in a mount namespace of its
-// own (so that the tmpfs mounts it makes outlive nothing), and returns its output. In
-// that copy it runs child and reports false; where no namespace can be made, or the copy
-// skipped, the test skips.
-func inMountNamespace(t *testing.T, test, name string, child func(*testing.T)) (string, bool) {
+// own (so that the tmpfs mounts it makes outlive nothing), with env added to its
+// environment, and returns its output. In that copy it runs child and reports false; where
+// no namespace can be made, or the copy skipped, the test skips.
+func inMountNamespace(t *testing.T, test, name string, child func(*testing.T), env ...string) (string, bool) {
 	t.Helper()
 	if os.Getenv("EPBUILD_TEST_CHILD") == name {
 		child(t)
 		return "", false
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v")
-	cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD="+name, "GORACE=atexit_sleep_ms=0", "TMPDIR="+t.TempDir())
+	cmd.Env = append(append(os.Environ(), env...), "EPBUILD_TEST_CHILD="+name, "GORACE=atexit_sleep_ms=0", "TMPDIR="+t.TempDir())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	out, err := cmd.CombinedOutput()
 	var se *os.SyscallError

@@ -13,7 +13,7 @@ import (
 // .sha256 sidecar (truncated, wrong, garbage, gone) and the artifact itself; sha256sum -c
 // agrees afterwards, a FIFO or a link to /dev/zero there included. A store whose artifact and record disagree is not published.
 func TestRerunRepairsTheSidecar(t *testing.T) {
-	dir, out := t.TempDir(), t.TempDir()
+	dir, out := warmCache(t), t.TempDir()
 	res, err := demoRun(t, dir, out)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +20,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/epbuild/epbuild/builder/internal/fixture"
+	"github.com/epbuild/epbuild/builder/verify"
 
 	"github.com/charmbracelet/log"
 
@@ -539,7 +541,7 @@ func TestNCCLAskedBesideTheBuild(t *testing.T) {
 		}
 	}
 	cacheDir := filepath.Join(t.TempDir(), "cache")
-	site := torchSite(t, "2.28.9", "2.28.9", nil)
+	site := fixture.TorchSite(t, "2.28.9", "2.28.9", nil)
 	init := filepath.Join(site, "torch", "__init__.py")
 	body, err := os.ReadFile(init)
 	if err != nil {

@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/epbuild/epbuild/builder/verify"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/internal/fixture"
+	"github.com/epbuild/epbuild/builder/verify"
 
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/plan"
@@ -96,10 +98,10 @@ func TestCMakeValuesReachTheCompilerLiterally(t *testing.T) {
 			}
 			flag := "-DEPBUILD_CANARY=" + hostile
 			other := "'quoted' `touch " + canary + "/c5` $(touch " + canary + "/c6); x " // ends in a blank
-			writeFile(t, filepath.Join(s.src, "CMakeLists.txt"), "cmake_minimum_required(VERSION 3.13)\nproject(fixture C)\n"+
+			fixture.WriteFile(t, filepath.Join(s.src, "CMakeLists.txt"), "cmake_minimum_required(VERSION 3.13)\nproject(fixture C)\n"+
 				"add_library(fixture SHARED fixture.c)\ninstall(TARGETS fixture DESTINATION lib)\n"+
 				"file(WRITE \"${CMAKE_BINARY_DIR}/seen.txt\" \"${EPBUILD_OTHER}\")\n")
-			writeFile(t, filepath.Join(s.src, "fixture.c"), "int fixture(void) { return 1; }\n")
+			fixture.WriteFile(t, filepath.Join(s.src, "fixture.c"), "int fixture(void) { return 1; }\n")
 			log := filepath.Join(t.TempDir(), "argv")
 			cc := argvRecorder(t, t.TempDir(), log)
 			st := &recipes.CMakeStep{Options: map[string]string{
@@ -160,9 +162,9 @@ func TestCommandAndPythonStepsPassValuesLiterally(t *testing.T) {
 	if b, _ := os.ReadFile(out); string(b) != hostile+"\x00"+hostile {
 		t.Errorf("the command got %q", b)
 	}
-	writeFile(t, filepath.Join(s.src, "setup.py"), "import os\nfrom setuptools import setup\n"+
+	fixture.WriteFile(t, filepath.Join(s.src, "setup.py"), "import os\nfrom setuptools import setup\n"+
 		"open(os.environ['OUT'], 'w').write(os.environ['HOSTILE'])\nsetup(name='fixture', version='1', py_modules=['fixture'])\n")
-	writeFile(t, filepath.Join(s.src, "fixture.py"), "X = 1\n")
+	fixture.WriteFile(t, filepath.Join(s.src, "fixture.py"), "X = 1\n")
 	pe := &recipes.PythonExtensionStep{Env: map[string]string{"HOSTILE": hostile, "OUT": out}}
 	if err := s.pythonExtension(context.Background(), 1, pe, nil); err != nil {
 		t.Fatal(err)
@@ -201,23 +203,13 @@ func TestStepDirStaysInTheTree(t *testing.T) {
 	}
 }
 
-func writeFile(t *testing.T, p, s string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A check's file pattern finds nothing outside the prefix, whether it says ../ or goes
 // through a symlink: a plan read from an installed manifest is not trusted to stay in.
 func TestCheckFilesStayInThePrefix(t *testing.T) {
 	prefix := t.TempDir()
 	outside := t.TempDir()
-	writeFile(t, filepath.Join(outside, "secret"), "x")
-	writeFile(t, filepath.Join(prefix, "lib", "libok.so"), "x")
+	fixture.WriteFile(t, filepath.Join(outside, "secret"), "x")
+	fixture.WriteFile(t, filepath.Join(prefix, "lib", "libok.so"), "x")
 	if err := os.Symlink(filepath.Join(outside, "secret"), filepath.Join(prefix, "lib", "libescape.so")); err != nil {
 		t.Fatal(err)
 	}
@@ -275,10 +267,10 @@ func TestPythonStepKeepsInterpreterCFLAGS(t *testing.T) {
 				return strings.HasPrefix(kv, "CFLAGS=") || strings.HasPrefix(kv, "CXXFLAGS=")
 			}), "CFLAGS="+cflags, "CXXFLAGS="+mapFlag)
 			out := filepath.Join(t.TempDir(), "flags")
-			writeFile(t, filepath.Join(s.src, "setup.py"), "import os\nfrom setuptools import setup\n"+
+			fixture.WriteFile(t, filepath.Join(s.src, "setup.py"), "import os\nfrom setuptools import setup\n"+
 				"open(os.environ['OUT'], 'w').write(os.environ['CFLAGS'] + '\\n' + os.environ['CXXFLAGS'])\n"+
 				"setup(name='fixture', version='1', py_modules=['fixture'])\n")
-			writeFile(t, filepath.Join(s.src, "fixture.py"), "X = 1\n")
+			fixture.WriteFile(t, filepath.Join(s.src, "fixture.py"), "X = 1\n")
 			if err := s.pythonExtension(context.Background(), 0, &recipes.PythonExtensionStep{Env: map[string]string{"OUT": out}}, nil); err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/charmbracelet/log"
 
 	"github.com/epbuild/epbuild/builder/cache"
+	"github.com/epbuild/epbuild/builder/internal/fixture"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/patches"
@@ -97,7 +98,7 @@ func TestUpstreamEPv2Submodule(t *testing.T) {
 	if mirror == "" {
 		t.Skip("EPBUILD_TEST_MIRROR is unset")
 	}
-	p := planOf(t, "deepep-v2")
+	p := fixture.PlanOf(t, "deepep-v2")
 	dp, _ := p.Component("deepep")
 	fmtc, ok := p.Component("fmt")
 	if !ok || dp.Source.Git == nil || fmtc.Source.Git == nil {

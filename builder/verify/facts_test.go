@@ -4,31 +4,10 @@ import (
 	"context"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/internal/fixture"
 	"github.com/epbuild/epbuild/builder/manifest"
-	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/compat"
-	"github.com/epbuild/epbuild/recipes"
 )
-
-// planOf builds a plan from a recipe document the way Resolve does, without expanding
-// patch sets (the facts need only their names).
-func planOf(t *testing.T, name string, sets ...string) *plan.Plan {
-	t.Helper()
-	doc, err := recipes.NewLibrary().Load(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := doc.Apply(sets); err != nil {
-		t.Fatal(err)
-	}
-	rc := doc.Recipe
-	p := &plan.Plan{Recipe: rc.Name, Cluster: rc.Cluster, Toolchain: rc.Toolchain, Env: rc.Env, Runtime: rc.Runtime}
-	for _, n := range rc.Order() {
-		c, _ := rc.Component(n)
-		p.Components = append(p.Components, plan.PlanComponent{Component: *c})
-	}
-	return p
-}
 
 // The host stage reads the build facts the manifest recorded (builder's
 // TestBuildRecordsRCLayout records these from a built NVSHMEM 3.5.0 tree): R24 is decided
@@ -45,7 +24,7 @@ func TestHostFactsFromTheRecordedBuild(t *testing.T) {
 	}
 	tree := []string{"nvshmem.commit=2c7f5a37b16d74166b7dfd30014bb1de1c6aaa0a", "nvshmem.version=3.5.0-0"}
 	// the host stage: the install's facts, and a process that loads 3.4.5 (_v1)
-	opts := HostOptions{Plan: planOf(t, "gcp-b200", tree...), Build: recorded}
+	opts := HostOptions{Plan: fixture.PlanOf(t, "gcp-b200", tree...), Build: recorded}
 	r24 := func(opts HostOptions) *compat.Finding {
 		f := hostFacts(opts, nil, map[string]string{"nvshmem.loaded-version": "3.4.5"}, "")
 		fs, err := compat.Evaluate(context.Background(), rules, f, compat.StageHost, h)
@@ -67,7 +46,7 @@ func TestHostFactsFromTheRecordedBuild(t *testing.T) {
 		t.Errorf("host: without the recorded fact, undecided: %+v", f)
 	}
 	// the loaded version is compared with the headers' version, not the label
-	if v := builtNVSHMEMVersion(HostOptions{Plan: planOf(t, "gcp-b200"), Build: map[string]string{manifest.FactHeaderVersion: "3.5.0"}}); v != "3.5.0" {
+	if v := builtNVSHMEMVersion(HostOptions{Plan: fixture.PlanOf(t, "gcp-b200"), Build: map[string]string{manifest.FactHeaderVersion: "3.5.0"}}); v != "3.5.0" {
 		t.Errorf("built version %q, want the headers' 3.5.0 over the label 3.5.19", v)
 	}
 }

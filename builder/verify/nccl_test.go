@@ -2,57 +2,27 @@ package verify
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/inspect"
+	"github.com/epbuild/epbuild/builder/internal/fixture"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 )
 
-// ncclLib builds the fixture library of version (2.21.5) into dir/lib, with its links
-// and dir/include/nccl.h, as NCCL installs; it returns dir/lib/libnccl.so.2.
-func ncclLib(t *testing.T, dir, version string) string {
-	t.Helper()
-	var major, minor, patch int
-	if _, err := fmt.Sscanf(version, "%d.%d.%d", &major, &minor, &patch); err != nil {
-		t.Fatal(err)
-	}
-	code := major*10000 + minor*100 + patch
-	for _, d := range []string{"lib", "include"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	src := filepath.Join(t.TempDir(), "nccl.c")
-	writeFile(t, src, ncclFixtureC)
-	target := filepath.Join(dir, "lib", "libnccl.so."+version)
-	if out, err := exec.Command("gcc", "-shared", "-fPIC", fmt.Sprintf("-DNCCL_FIXTURE_CODE=%d", code), "-Wl,-soname,libnccl.so.2", "-o", target, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	for link, to := range map[string]string{"libnccl.so.2": "libnccl.so." + version, "libnccl.so": "libnccl.so.2"} {
-		if err := os.Symlink(to, filepath.Join(dir, "lib", link)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeFile(t, filepath.Join(dir, "include", "nccl.h"), fmt.Sprintf("#define NCCL_MAJOR %d\n#define NCCL_MINOR %d\n#define NCCL_PATCH %d\n#define NCCL_VERSION_CODE %d\n", major, minor, patch, code))
-	return filepath.Join(dir, "lib", "libnccl.so.2")
-}
-
 // The decision the recipes take, shown on the fixture: a library found through DT_RPATH
 // (torch's NCCL) is not replaced by LD_LIBRARY_PATH, and is by LD_PRELOAD, which then
 // leaves one copy mapped.
 func TestPreloadNotLibraryPathReplacesTorchsNCCL(t *testing.T) {
-	needTools(t, "gcc", "python3")
-	site := torchSite(t, "2.28.9", "2.28.9", nil)
-	ours := ncclLib(t, t.TempDir(), "2.28.3")
+	fixture.NeedTools(t, "gcc", "python3")
+	site := fixture.TorchSite(t, "2.28.9", "2.28.9", nil)
+	ours := fixture.NCCLLib(t, t.TempDir(), "2.28.3")
 	base := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
 	mapped := func(env ...string) []string {
 		t.Helper()
@@ -80,10 +50,10 @@ func TestPreloadNotLibraryPathReplacesTorchsNCCL(t *testing.T) {
 // its own linked copy (the wheel's, 2.28.9) without a preload, the preloaded one (2.28.3)
 // with it. The probe the manifest records and verify-install's process check both read it.
 func TestNCCLThatRunsIsTheBoundLibrary(t *testing.T) {
-	needTools(t, "gcc", "python3")
-	site := torchSite(t, "2.28.9", "2.27.7", nil)
+	fixture.NeedTools(t, "gcc", "python3")
+	site := fixture.TorchSite(t, "2.28.9", "2.27.7", nil)
 	inst := t.TempDir()
-	other := ncclLib(t, filepath.Join(inst, "nccl"), "2.28.3")
+	other := fixture.NCCLLib(t, filepath.Join(inst, "nccl"), "2.28.3")
 	otherFile, err := filepath.EvalSymlinks(other)
 	if err != nil {
 		t.Fatal(err)
@@ -134,9 +104,9 @@ func TestNCCLThatRunsIsTheBoundLibrary(t *testing.T) {
 
 // nccl-version reads ncclGetVersion of the library and nccl.h, against the plan's version.
 func TestNCCLVersionCheck(t *testing.T) {
-	needTools(t, "gcc", "python3")
+	fixture.NeedTools(t, "gcc", "python3")
 	prefix := t.TempDir()
-	ncclLib(t, prefix, "2.21.5")
+	fixture.NCCLLib(t, prefix, "2.21.5")
 	run := func(version string) []CheckResult {
 		pc := &plan.PlanComponent{Component: recipes.Component{Name: "nccl", Version: version}}
 		return checkNCCLVersion(context.Background(), &Subject{Component: pc, Root: prefix, Python: "python3"}, "lib/libnccl.so.2")
@@ -149,7 +119,7 @@ func TestNCCLVersionCheck(t *testing.T) {
 		t.Errorf("a 2.21.5 library where the plan names 2.22.3-1: %+v", rs)
 	}
 	// a header from another release than the library fails too
-	writeFile(t, filepath.Join(prefix, "include", "nccl.h"), "#define NCCL_MAJOR 2\n#define NCCL_MINOR 22\n#define NCCL_PATCH 3\n")
+	fixture.WriteFile(t, filepath.Join(prefix, "include", "nccl.h"), "#define NCCL_MAJOR 2\n#define NCCL_MINOR 22\n#define NCCL_PATCH 3\n")
 	if rs := run("2.21.5-1"); rs[0].Status != check.Fail || !strings.Contains(rs[0].Why, "nccl.h") {
 		t.Errorf("nccl.h of 2.22.3 beside a 2.21.5 library: %+v", rs)
 	}
@@ -163,14 +133,14 @@ func TestNCCLVersionCheck(t *testing.T) {
 // version recorded at build (torch's); two copies, or torch's where the install built its
 // own, fail.
 func TestOneNCCLInTheProcess(t *testing.T) {
-	needTools(t, "gcc", "python3")
+	fixture.NeedTools(t, "gcc", "python3")
 	// a module that also loads the wheel's NCCL by its path, as a second copy would come in
 	second := map[string]string{"second_nccl": `import ctypes, glob, os, torch
 ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "nccl", "lib", "libnccl.so.2*"))[0])
 `}
-	site := torchSite(t, "2.28.9", "2.28.9", second)
+	site := fixture.TorchSite(t, "2.28.9", "2.28.9", second)
 	inst := t.TempDir()
-	ours := ncclLib(t, filepath.Join(inst, "nccl"), "2.28.3")
+	ours := fixture.NCCLLib(t, filepath.Join(inst, "nccl"), "2.28.3")
 	base := append(CleanEnviron(os.Getenv), "PYTHONPATH="+site)
 
 	built := &plan.Plan{Recipe: "t", Components: []plan.PlanComponent{{Component: recipes.Component{Name: "nccl", Version: "2.28.3-1",
@@ -225,7 +195,7 @@ ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidi
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, init, `import ctypes, glob, os, types
+	fixture.WriteFile(t, init, `import ctypes, glob, os, types
 _nccl = ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(__file__), "..", "nvidia", "nccl", "lib", "libnccl.so.2"))[0])
 cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=lambda: (2, 28, 9)))
 `)
@@ -233,7 +203,7 @@ cuda = types.SimpleNamespace(nccl=types.SimpleNamespace(version=lambda: (2, 28, 
 		!strings.Contains(r.Found, "torch calls "+oursFile+": NCCL 2.28.3") || strings.Contains(r.Found, "calls its own") {
 		t.Errorf("two NCCLs mapped, the preloaded one bound: %+v", r)
 	}
-	writeFile(t, init, string(body))
+	fixture.WriteFile(t, init, string(body))
 	recorded := &toolchain.Toolchain{NCCL: &toolchain.NCCLRuntime{Version: "2.28.9", Source: "ncclGetVersion"}}
 	if r := verify(torchs, recorded, nil); r.Status != check.Pass || !strings.Contains(r.Found, ": NCCL 2.28.9 (ncclGetVersion 22809") {
 		t.Errorf("torch's NCCL, as recorded: %+v", r)

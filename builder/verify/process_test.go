@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/internal/fixture"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
@@ -28,7 +29,7 @@ func nvshmemHostLib(t *testing.T, dir, version, extra string) string {
 		t.Fatal(err)
 	}
 	src := filepath.Join(t.TempDir(), "host.c")
-	writeFile(t, src, fmt.Sprintf(`void nvshmemx_vendor_get_version_info(int *a, int *b, int *c) { *a = %d; *b = %d; *c = %d; }
+	fixture.WriteFile(t, src, fmt.Sprintf(`void nvshmemx_vendor_get_version_info(int *a, int *b, int *c) { *a = %d; *b = %d; *c = %d; }
 int nvshmemid_hostlib_init_attr(unsigned v, void *attr) { return 0; }
 void *nvshmem_malloc(unsigned long n) { return 0; }
 %s`, major, minor, patch, extra))
@@ -49,7 +50,7 @@ void *nvshmem_malloc(unsigned long n) { return 0; }
 func sharedObject(t *testing.T, out, src string, args ...string) {
 	t.Helper()
 	c := filepath.Join(t.TempDir(), "obj.c")
-	writeFile(t, c, src)
+	fixture.WriteFile(t, c, src)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func sharedObject(t *testing.T, out, src string, args ...string) {
 // The preload swapped for the wheel's, DeepEP binds to the wheel's: a device/host
 // mismatch, which fails.
 func TestNVSHMEMProcessBinding(t *testing.T) {
-	needTools(t, "gcc", "python3")
+	fixture.NeedTools(t, "gcc", "python3")
 	inst := t.TempDir()
 	ours := nvshmemHostLib(t, filepath.Join(inst, "nvshmem"), "3.4.5", "")
 	ext := filepath.Join(inst, "deepep", "python", "deep_ep_cpp.so")
@@ -75,7 +76,7 @@ func TestNVSHMEMProcessBinding(t *testing.T) {
 		"__attribute__((weak)) int nvshmem_init(void);\n"+
 		"int deep_ep_fixture_init(void) { return nvshmemid_hostlib_init_attr(nvshmem_init ? nvshmem_init() : 0, nvshmem_malloc(8)); }\n",
 		ours, "-Wl,-rpath,$ORIGIN/../../nvshmem/lib")
-	writeFile(t, filepath.Join(inst, "deepep", "python", "deep_ep", "__init__.py"), `import ctypes, os, torch
+	fixture.WriteFile(t, filepath.Join(inst, "deepep", "python", "deep_ep", "__init__.py"), `import ctypes, os, torch
 _cpp = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "..", "deep_ep_cpp.so"))
 `)
 	// torch and its wheel: wheelVersion's libnvshmem_host in nvidia/nvshmem/lib, and
@@ -91,7 +92,7 @@ _cpp = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "..", "deep_ep_cpp.so
 		wheel := nvshmemHostLib(t, filepath.Join(s, "nvidia", "nvshmem"), wheelVersion, extra)
 		sharedObject(t, filepath.Join(s, "torch", "lib", "libtorch_nvshmem.so"), "void *nvshmem_malloc(unsigned long);\n"+
 			"void *torch_fixture_alloc(void) { return nvshmem_malloc(8); }\n"+use, wheel, "-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../../nvidia/nvshmem/lib")
-		writeFile(t, filepath.Join(s, "torch", "__init__.py"), `import ctypes, os
+		fixture.WriteFile(t, filepath.Join(s, "torch", "__init__.py"), `import ctypes, os
 _here = os.path.dirname(__file__)
 _nvshmem = ctypes.CDLL(os.path.join(_here, "..", "nvidia", "nvshmem", "lib", "libnvshmem_host.so.3"), mode=ctypes.RTLD_GLOBAL)
 _lib = ctypes.CDLL(os.path.join(_here, "lib", "libtorch_nvshmem.so"))

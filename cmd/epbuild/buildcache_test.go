@@ -21,8 +21,8 @@ import (
 func TestSharedBuildCacheTwoMachines(t *testing.T) {
 	reg := ocitest.Start(t, ocitest.Options{})
 	repo := "oci://" + reg.Addr + "/epbuild/cache"
-	cfg := t.TempDir() // a Docker config directory without credentials
-	cacheA := filepath.Join(t.TempDir(), "cache")
+	cfg := t.TempDir()     // a Docker config directory without credentials
+	cacheA := warmCache(t) // machine A has built the demo before
 	a := nodeEnv("DOCKER_CONFIG", cfg, "EPBUILD_CACHE", cacheA)
 	outA := t.TempDir()
 	key := filepath.Join(t.TempDir(), "ci.key")
@@ -100,7 +100,7 @@ func TestSharedBuildCacheTwoMachines(t *testing.T) {
 func TestSharedBuildCacheFallsBack(t *testing.T) {
 	reg := ocitest.Start(t, ocitest.Options{})
 	repo := "oci://" + reg.Addr + "/epbuild/cache"
-	env := nodeEnv("DOCKER_CONFIG", t.TempDir(), "EPBUILD_CACHE", filepath.Join(t.TempDir(), "cache"))
+	env := nodeEnv("DOCKER_CONFIG", t.TempDir(), "EPBUILD_CACHE", warmCache(t))
 	out := t.TempDir()
 	if code, o, e := run(t, env, "recipe", "demo", "-o", out, "--cache-to", repo, "--plain-http"); code != 0 {
 		t.Fatalf("build and push: exit %d\n%s\n%s", code, o, e)

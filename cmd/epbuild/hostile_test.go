@@ -285,7 +285,9 @@ func TestHostileInstallArchives(t *testing.T) {
 		entries func(prefix string) []tarEntry
 		want    string
 	}{
-		{"a bomb with no manifest", func(string) []tarEntry { return []tarEntry{reg("zeros", make([]byte, 160<<20))} },
+		{"a bomb with no manifest", func(string) []tarEntry {
+			return []tarEntry{reg("zeros", make([]byte, manifest.MinManifestBudget+(1<<20)))}
+		},
 			"an epbuild artifact carries its manifest within 1000 times its own size"},
 		{"more data than the manifest declares", func(string) []tarEntry {
 			return replaced("pydemo/python/pydemo/channel.py", make([]byte, 4<<20))

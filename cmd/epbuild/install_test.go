@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -53,6 +54,18 @@ func demoArtifact(t *testing.T) string {
 		t.Fatalf("build the demo: %v", shared.err)
 	}
 	return shared.artifact
+}
+
+// warmCache returns a copy of the shared demo build's cache, the test's own to change:
+// every stage of the demo is found made there. cp -a keeps the hard links between its files.
+func warmCache(t *testing.T) string {
+	t.Helper()
+	demoArtifact(t)
+	dir := filepath.Join(t.TempDir(), "cache")
+	if out, err := exec.Command("cp", "-a", filepath.Join(shared.dir, "cache"), dir).CombinedOutput(); err != nil {
+		t.Fatalf("copy the demo's cache: %v\n%s", err, out)
+	}
+	return dir
 }
 
 func TestMain(m *testing.M) {
