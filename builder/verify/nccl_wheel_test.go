@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/internal/fixture"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/wheel"
@@ -21,9 +22,9 @@ import (
 // fails, naming both files and the pip command, when torch's environment still holds
 // the original wheel, and when a second libnccl is mapped beside the right one.
 func TestNCCLWheelRoute(t *testing.T) {
-	needTools(t, "gcc", "python3")
+	fixture.NeedTools(t, "gcc", "python3")
 	inst := t.TempDir()
-	ours := ncclLib(t, filepath.Join(inst, "nccl"), "2.30.7")
+	ours := fixture.NCCLLib(t, filepath.Join(inst, "nccl"), "2.30.7")
 	oursFile, err := filepath.EvalSymlinks(ours)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +70,7 @@ func TestNCCLWheelRoute(t *testing.T) {
 	fix := "python3 -m pip install --no-deps --force-reinstall " + whl
 
 	// the wheel installed: torch's own RPATH loads the built NCCL, the only copy
-	site := torchSite(t, "2.28.9", "2.28.9", ep)
+	site := fixture.TorchSite(t, "2.28.9", "2.28.9", ep)
 	lib := install(site)
 	if r := verify(site); r.Status != check.Pass || !strings.Contains(r.Found, "torch calls "+lib+": NCCL 2.30.7") ||
 		!strings.Contains(r.Found, "byte for byte the install's "+ours) || !strings.Contains(r.Found, "the only libnccl mapped") {
@@ -77,7 +78,7 @@ func TestNCCLWheelRoute(t *testing.T) {
 	}
 
 	// the original wheel still there: torch runs its 2.28.9, not the install's bytes
-	orig := torchSite(t, "2.28.9", "2.28.9", ep)
+	orig := fixture.TorchSite(t, "2.28.9", "2.28.9", ep)
 	origFile, err := filepath.EvalSymlinks(filepath.Join(orig, "nvidia", "nccl", "lib", "libnccl.so.2"))
 	if err != nil {
 		t.Fatal(err)
