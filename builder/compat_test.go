@@ -264,8 +264,13 @@ func TestJobShapeRefusesAtPlan(t *testing.T) {
 	if ids := stops(t, "runtime.gpus-per-node=4", "runtime.ranks=16", "runtime.low-latency=false"); !slices.Contains(ids, "R47") {
 		t.Errorf("4 GPUs a node, 16 ranks, normal mode: want R47, got %v", ids)
 	}
-	if ids := stops(t, "runtime.hidden=7000", "runtime.low-latency=true"); !slices.Contains(ids, "R48") {
+	// without patch sets the commit stands for SWITCH_HIDDEN's list before the build;
+	// with PR 466 (a patch set may add sizes) the build reads it (TestRulesAfterBuildHiddenSizes)
+	if ids := stops(t, "runtime.hidden=7000", "runtime.low-latency=true", "deepep.patches="); !slices.Contains(ids, "R48/by-commit") {
 		t.Errorf("hidden 7000 in low-latency mode: want R48, got %v", ids)
+	}
+	if ids := stops(t, "runtime.hidden=7000", "runtime.low-latency=true"); slices.Contains(ids, "R48/by-commit") {
+		t.Errorf("hidden 7000 with a patch set: R48 decided before the build: %v", ids)
 	}
 	if ids := stops(t, "runtime.gpus-per-node=8", "runtime.ranks=16", "runtime.low-latency=true", "runtime.hidden=7168"); len(ids) != 0 {
 		t.Errorf("8 GPUs a node, hidden 7168, low-latency: want no refusal, got %v", ids)

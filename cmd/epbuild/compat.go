@@ -172,54 +172,70 @@ func writeFix(w io.Writer, indent string, fx *compat.Fix) {
 func newCompatExplainCmd(app *App) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:               "explain ID|ID/CASE",
+		Use:               "explain ID|ID/CASE...",
 		ValidArgsFunction: completeRuleArg,
 		Short:             "Show a rule: why it exists, when it holds, its fix and its sources",
 		Long: `Print one rule: its stages and severity, why it exists, the condition it checks (as in
 compat/rules.yaml), each case with its own why and fix, the fix, the sources to check it
 against and the host facts it reads. docs/rules.md lists every rule the same way.
 A case id as compat check prints it (R16/host-setup) prints its rule with that case
-marked ">>".`,
-		Args: cobra.ExactArgs(1),
+marked ">>". Several ids print their rules one after the other (--json takes one).`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if asJSON && len(args) > 1 {
+				return usageError{fmt.Errorf("--json prints one rule: give one id, not %d", len(args))}
+			}
 			rules, err := compat.LoadRules()
 			if err != nil {
 				return err
-			}
-			// a case id as compat check prints it: R16/host-setup
-			id, caseName, _ := strings.Cut(args[0], "/")
-			r, ok := rules.Get(id)
-			if !ok {
-				return usageError{fmt.Errorf("no rule %s; the closest: %s (`epbuild compat list` shows them all)", quote.Term(id), strings.Join(rules.Closest(id, 3), ", "))}
-			}
-			if caseName != "" {
-				var names []string
-				for _, c := range r.Cases {
-					names = append(names, c.Name)
-					if strings.EqualFold(c.Name, caseName) {
-						caseName = c.Name
-					}
-				}
-				if !slices.Contains(names, caseName) {
-					if len(names) == 0 {
-						return usageError{fmt.Errorf("%s: the rule %s has no cases; give %s alone", quote.Term(args[0]), r.ID, r.ID)}
-					}
-					return usageError{fmt.Errorf("%s: the rule %s has no case %s; its cases: %s", quote.Term(args[0]), r.ID, quote.Term(caseName), strings.Join(names, ", "))}
-				}
-			}
-			if asJSON {
-				return app.printJSON(nil, r)
 			}
 			facts, err := compat.LoadHostFacts()
 			if err != nil {
 				return err
 			}
-			writeExplain(app.Out, rules.File, r, caseName, facts)
+			for i, arg := range args {
+				if i > 0 {
+					fmt.Fprintln(app.Out)
+				}
+				if err := explainOne(app, rules, facts, arg, asJSON); err != nil {
+					return err
+				}
+			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the rule as JSON")
 	return cmd
+}
+
+// explainOne prints the rule arg names (ID or ID/CASE).
+func explainOne(app *App, rules *compat.Rules, facts []compat.HostFact, arg string, asJSON bool) error {
+	// a case id as compat check prints it: R16/host-setup
+	id, caseName, _ := strings.Cut(arg, "/")
+	r, ok := rules.Get(id)
+	if !ok {
+		return usageError{fmt.Errorf("no rule %s; the closest: %s (`epbuild compat list` shows them all)", quote.Term(id), strings.Join(rules.Closest(id, 3), ", "))}
+	}
+	if caseName != "" {
+		var names []string
+		for _, c := range r.Cases {
+			names = append(names, c.Name)
+			if strings.EqualFold(c.Name, caseName) {
+				caseName = c.Name
+			}
+		}
+		if !slices.Contains(names, caseName) {
+			if len(names) == 0 {
+				return usageError{fmt.Errorf("%s: the rule %s has no cases; give %s alone", quote.Term(arg), r.ID, r.ID)}
+			}
+			return usageError{fmt.Errorf("%s: the rule %s has no case %s; its cases: %s", quote.Term(arg), r.ID, quote.Term(caseName), strings.Join(names, ", "))}
+		}
+	}
+	if asJSON {
+		return app.printJSON(nil, r)
+	}
+	writeExplain(app.Out, rules.File, r, caseName, facts)
+	return nil
 }
 
 // writeExplain prints rule r; the case named highlight ("" for none) is marked, as the

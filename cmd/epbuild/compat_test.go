@@ -178,11 +178,28 @@ func TestCompatExplainEveryRule(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil {
 		t.Fatalf("list --json: exit %d %v", code, err)
 	}
+	// one explain of every rule (the rules are read once): each rule's part runs from its
+	// header to the next one's
+	ids := []string{"compat", "explain"}
 	for _, r := range list.Rules {
-		code, out, errs := run(t, nil, "compat", "explain", r.ID)
-		if code != 0 {
-			t.Fatalf("explain %s: exit %d %s", r.ID, code, errs)
+		ids = append(ids, r.ID)
+	}
+	code, all, errs := run(t, nil, ids...)
+	if code != 0 {
+		t.Fatalf("explain every rule: exit %d %s", code, errs)
+	}
+	starts := make([]int, len(list.Rules)+1)
+	from := 0
+	for i, r := range list.Rules {
+		at := strings.Index(all[from:], r.ID+"  ")
+		if at < 0 || (from+at > 0 && all[from+at-1] != '\n') {
+			t.Fatalf("explain prints no part for %s in order", r.ID)
 		}
+		starts[i], from = from+at, from+at+1
+	}
+	starts[len(list.Rules)] = len(all)
+	for i, r := range list.Rules {
+		out := all[starts[i]:starts[i+1]]
 		for _, want := range []string{r.ID + "  ", "\nwhy: ", "fix: ", "\nsources:\n  - "} {
 			if !strings.Contains(out, want) {
 				t.Errorf("explain %s lacks %q:\n%s", r.ID, want, out)
@@ -379,6 +396,12 @@ func TestMatrixKeepsCellsPreflightDecides(t *testing.T) {
 // compat explain takes the case ids compat check prints, and marks that case; an
 // unknown case or rule is bad input naming what exists.
 func TestCompatExplainCaseID(t *testing.T) {
+	if code, _, errs := run(t, nil, "compat", "explain", "R1", "R2", "--json"); code != 2 || !strings.Contains(errs, "--json prints one rule") {
+		t.Errorf("two ids with --json: exit %d %s", code, errs)
+	}
+	if code, _, errs := run(t, nil, "compat", "explain", "R1", "R999"); code != 2 || !strings.Contains(errs, "no rule R999") {
+		t.Errorf("a bad id among several: exit %d %s", code, errs)
+	}
 	code, out, errs := run(t, nil, "compat", "explain", "R16/host-setup")
 	if code != 0 || !strings.Contains(out, "R16  ") || !strings.Contains(out, "\n>> case host-setup (") {
 		t.Fatalf("exit %d\n%s%s", code, out, errs)
