@@ -732,22 +732,7 @@ func (x *extractor) writeFile(h *header, rel string, data io.Reader) error {
 		w = f
 	}
 	x.tree[rel] = node{kind: nodeFile, mode: mode}
-	if x.opts.Hash {
-		if x.sum == nil {
-			x.sum = sha256.New()
-		}
-		x.sum.Reset()
-		w = teeWriter(w, x.sum)
-	}
-	if x.member.reading {
-		w = teeWriter(w, &x.member.data)
-	}
-	// Grow the buffer to the largest file seen, up to copyBufSize: small archives (and the
-	// fuzzer) should not pay for zeroing a megabyte.
-	if want := min(copyBufSize, max(h.size+1, 32<<10)); int64(len(x.buf)) < want {
-		x.buf = make([]byte, want)
-	}
-	n, rerr, werr := x.copyData(w, io.LimitReader(data, h.size+1))
+	n, rerr, werr := x.copyEntry(w, h, data)
 	if f != nil {
 		if werr == nil {
 			werr = f.Chmod(mode)
@@ -784,22 +769,8 @@ func (x *extractor) writeFileAsync(h *header, rel string, mode fs.FileMode, data
 		x.writers = newFileWriters(x.root)
 	}
 	buf := &appendWriter{b: x.writers.buffer(int(h.size) + 1)}
-	var w io.Writer = buf
 	x.tree[rel] = node{kind: nodeFile, mode: mode}
-	if x.opts.Hash {
-		if x.sum == nil {
-			x.sum = sha256.New()
-		}
-		x.sum.Reset()
-		w = teeWriter(w, x.sum)
-	}
-	if x.member.reading {
-		w = teeWriter(w, &x.member.data)
-	}
-	if want := min(copyBufSize, max(h.size+1, 32<<10)); int64(len(x.buf)) < want {
-		x.buf = make([]byte, want)
-	}
-	n, rerr, werr := x.copyData(w, io.LimitReader(data, h.size+1))
+	n, rerr, werr := x.copyEntry(buf, h, data)
 	job := fileJob{name: h.name, rel: rel, mode: mode, mtime: h.mtime, data: buf.b, fail: x.ioErr}
 	switch {
 	case werr != nil:
@@ -822,6 +793,28 @@ func (x *extractor) writeFileAsync(h *header, rel string, mode fs.FileMode, data
 	x.rep.Files++
 	x.rep.Bytes += n
 	return x.memberRead(h)
+}
+
+// copyEntry copies an entry's data (one byte past its header's size, to see it is no
+// longer) to w, through the hash and the member being read where they are wanted; the
+// two writes of a file, on disk or through the writers, share it.
+func (x *extractor) copyEntry(w io.Writer, h *header, data io.Reader) (n int64, rerr, werr error) {
+	if x.opts.Hash {
+		if x.sum == nil {
+			x.sum = sha256.New()
+		}
+		x.sum.Reset()
+		w = teeWriter(w, x.sum)
+	}
+	if x.member.reading {
+		w = teeWriter(w, &x.member.data)
+	}
+	// Grow the buffer to the largest file seen, up to copyBufSize: small archives (and the
+	// fuzzer) should not pay for zeroing a megabyte.
+	if want := min(copyBufSize, max(h.size+1, 32<<10)); int64(len(x.buf)) < want {
+		x.buf = make([]byte, want)
+	}
+	return x.copyData(w, io.LimitReader(data, h.size+1))
 }
 
 // appendWriter appends what it is given to b.
