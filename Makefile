@@ -78,7 +78,7 @@ fuzz:
 	$(FUZZ) FuzzLoadSet ./patches/
 	$(FUZZ) FuzzVersionOrder ./compat/
 	$(FUZZ) FuzzExtract ./builder/archive/
-	$(FUZZ) FuzzInstallExtract ./builder/
+	$(FUZZ) FuzzInstallExtract ./builder/install/
 	$(FUZZ) FuzzExpandHostlist ./builder/host/
 	$(FUZZ) FuzzLoadReport ./builder/fleet/
 	$(FUZZ) FuzzOCIManifest ./builder/oci/

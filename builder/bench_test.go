@@ -1,6 +1,8 @@
 package builder
 
 import (
+	"github.com/epbuild/epbuild/builder/install"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -86,7 +88,7 @@ func TestCompareInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _, err := readArtifactManifest(ctx, art, fi.Size())
+	m, _, err := install.ReadArtifactManifest(ctx, art, fi.Size())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func TestCompareInstall(t *testing.T) {
 		prefix := filepath.Join(b.tmp, "install")
 		defer os.RemoveAll(prefix)
 		return benchcmp.Time(tb, func() error {
-			_, err := Install(ctx, InstallOptions{Artifact: art, Prefix: prefix, Version: "bench"})
+			_, err := install.Install(ctx, install.InstallOptions{Artifact: art, Prefix: prefix, Version: "bench"})
 			return err
 		})
 	}

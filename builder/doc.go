@@ -6,7 +6,8 @@
 // The stages live in packages of their own, one floor per step, and imports run one way,
 // downward (layering_test.go keeps it so):
 //
-//	builder (Open, Job: order and policy; the runner, install, the matrix run, the mirror)
+//	builder (Open, Job: order and policy; the runner, the matrix run, the mirror)
+//	  -> install              an artifact put in place, checked, its receipt; its tests
 //	  -> cachegc, verify      what a cache holds; what is checked of a build and an install
 //	  -> envsh                the environment of a build's products, env.sh
 //	  -> manifest             what a build and an install leave on record

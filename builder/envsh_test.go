@@ -1,6 +1,8 @@
 package builder
 
 import (
+	"github.com/epbuild/epbuild/builder/install"
+
 	"context"
 	"errors"
 	"fmt"
@@ -327,8 +329,8 @@ func TestEnvScriptPrefixes(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("a prefix ran a command")
 	}
-	_, err := Install(context.Background(), InstallOptions{Artifact: arts.A, Prefix: filepath.Join(base, "a:b"), Version: "test"})
-	var re *PrefixRefusedError
+	_, err := install.Install(context.Background(), install.InstallOptions{Artifact: arts.A, Prefix: filepath.Join(base, "a:b"), Version: "test"})
+	var re *install.PrefixRefusedError
 	if !errors.As(err, &re) || !strings.Contains(err.Error(), "PATH, PYTHONPATH and LD_LIBRARY_PATH") {
 		t.Errorf("a prefix with ':': %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/install"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/modulefile"
 	"github.com/epbuild/epbuild/builder/plan"
@@ -355,11 +356,11 @@ func SBOM(ctx context.Context, path, tool string, cr SBOMCredits) ([]byte, error
 	if !st.Mode().IsRegular() {
 		return nil, &manifest.BadArtifactError{Artifact: path, Err: &userfile.NotRegularError{Path: path, Mode: st.Mode(), Fix: "an artifact is read whole; give the file itself"}}
 	}
-	sum, err := checkArtifactSum(path)
+	sum, err := install.CheckArtifactSum(path)
 	if err != nil {
 		return nil, err
 	}
-	m, _, err := readArtifactManifest(ctx, path, st.Size())
+	m, _, err := install.ReadArtifactManifest(ctx, path, st.Size())
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,8 @@
 package builder
 
 import (
+	"github.com/epbuild/epbuild/builder/install"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -161,7 +163,7 @@ func TestBuildRecordsRCLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _, err := readArtifactManifest(context.Background(), res.Artifact, st.Size())
+	m, _, err := install.ReadArtifactManifest(context.Background(), res.Artifact, st.Size())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +238,7 @@ func TestRulesAfterBuild(t *testing.T) {
 func TestCheckInstallReadsBuildFacts(t *testing.T) {
 	p := fixture.PlanOf(t, "gcp-b200", "nvshmem.commit=2c7f5a37b16d74166b7dfd30014bb1de1c6aaa0a", "nvshmem.version=3.5.0-0",
 		"deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b")
-	install := func(build map[string]string) string {
+	installed := func(build map[string]string) string {
 		dir := t.TempDir()
 		b, err := json.MarshalIndent(manifest.Manifest{Format: manifest.ManifestFormat, Recipe: p.Recipe, Plan: p, BuildFacts: build,
 			PlanKey: "test", Files: []archive.Entry{{Path: "env.sh", Mode: 0o644}}}, "", "  ")
@@ -249,12 +251,12 @@ func TestCheckInstallReadsBuildFacts(t *testing.T) {
 		return dir
 	}
 	opts := Options{AllowUndecided: true, CacheDir: filepath.Join(t.TempDir(), "cache")}
-	_, fs, err := CheckInstall(context.Background(), install(map[string]string{manifest.FactRCLayout: "v2"}), opts)
+	_, fs, err := CheckInstall(context.Background(), installed(map[string]string{manifest.FactRCLayout: "v2"}), opts)
 	var re *RulesError
 	if !errors.As(err, &re) || !slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.Name() == "R3/qp-layout" && !f.Unknown }) {
 		t.Fatalf("recorded _v2: want R3, got %v (%v)", err, compat.IDs(fs))
 	}
-	_, fs, err = CheckInstall(context.Background(), install(nil), opts)
+	_, fs, err = CheckInstall(context.Background(), installed(nil), opts)
 	if errors.As(err, &re) && slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.ID == "R3" }) {
 		t.Fatalf("nothing recorded: R3 stops: %v", err)
 	}

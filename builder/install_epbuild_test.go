@@ -1,6 +1,8 @@
 package builder
 
 import (
+	"github.com/epbuild/epbuild/builder/install"
+
 	"context"
 	"github.com/epbuild/epbuild/builder/verify"
 	"os"
@@ -45,7 +47,7 @@ func TestInstallCopiesEpbuild(t *testing.T) {
 	arts := artifacts(t)
 	self := staticFixture(t)
 	prefix := filepath.Join(t.TempDir(), "it's an install")
-	res, err := Install(context.Background(), InstallOptions{Artifact: arts.A, Prefix: prefix, Version: "test", Self: self})
+	res, err := install.Install(context.Background(), install.InstallOptions{Artifact: arts.A, Prefix: prefix, Version: "test", Self: self})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +90,7 @@ func TestInstallCopiesEpbuild(t *testing.T) {
 		t.Fatal("reinstalled without an epbuild to copy, yet bin/epbuild is there")
 	}
 	// changed after install: the files check holds it against the receipt
-	res, err = Install(context.Background(), InstallOptions{Artifact: arts.A, Prefix: prefix, Version: "test", Self: self})
+	res, err = install.Install(context.Background(), install.InstallOptions{Artifact: arts.A, Prefix: prefix, Version: "test", Self: self})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +101,7 @@ func TestInstallCopiesEpbuild(t *testing.T) {
 
 	// a dynamic executable is not copied; install says why
 	other := filepath.Join(t.TempDir(), "dyn")
-	res, err = Install(context.Background(), InstallOptions{Artifact: arts.A, Prefix: other, Version: "test", Self: "/bin/sh"})
+	res, err = install.Install(context.Background(), install.InstallOptions{Artifact: arts.A, Prefix: other, Version: "test", Self: "/bin/sh"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package builder
 
 import (
+	"github.com/epbuild/epbuild/builder/install"
+
 	"bytes"
 	"context"
 	"errors"
@@ -136,7 +138,7 @@ func artifacts(t *testing.T) demoArtifacts {
 
 func TestMain(m *testing.M) {
 	if art := os.Getenv(envChildArtifact); art != "" {
-		_, err := Install(context.Background(), InstallOptions{Artifact: art, Prefix: os.Getenv(envChildPrefix), Version: "test"})
+		_, err := install.Install(context.Background(), install.InstallOptions{Artifact: art, Prefix: os.Getenv(envChildPrefix), Version: "test"})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -175,9 +177,9 @@ func buildDemo(dir string) (demoArtifacts, error) {
 }
 
 // mustInstall installs art at prefix and fails the test on error.
-func mustInstall(t *testing.T, art, prefix string, keep bool) *InstallResult {
+func mustInstall(t *testing.T, art, prefix string, keep bool) *install.InstallResult {
 	t.Helper()
-	res, err := Install(context.Background(), InstallOptions{Artifact: art, Prefix: prefix, KeepPrevious: keep, Version: "test"})
+	res, err := install.Install(context.Background(), install.InstallOptions{Artifact: art, Prefix: prefix, KeepPrevious: keep, Version: "test"})
 	if err != nil {
 		t.Fatalf("install %s into %s: %v", filepath.Base(art), prefix, err)
 	}
@@ -274,10 +276,10 @@ func TestInstallVerifiesBeforeSwapAndKeepsOnePrevious(t *testing.T) {
 	// a new install that fails verify never reaches the prefix: B is there, the same
 	// directory, untouched, and the report speaks of the prefix
 	broken := append(verify.CleanEnviron(os.Getenv), "PYTHONHOME="+filepath.Join(parent, "no-such-python-home"))
-	_, err := Install(context.Background(), InstallOptions{Artifact: artifacts(t).A, Prefix: prefix, Version: "test", Verify: verify.VerifyOptions{Environ: broken}})
-	var ve *InstallVerifyError
+	_, err := install.Install(context.Background(), install.InstallOptions{Artifact: artifacts(t).A, Prefix: prefix, Version: "test", Verify: verify.VerifyOptions{Environ: broken}})
+	var ve *install.InstallVerifyError
 	if !errors.As(err, &ve) || ve.ExitCode() != 1 {
-		t.Fatalf("install with a broken Python: %v; want an InstallVerifyError", err)
+		t.Fatalf("install with a broken Python: %v; want an install.InstallVerifyError", err)
 	}
 	if !strings.Contains(err.Error(), "nothing was put in place") {
 		t.Errorf("error %q does not say the prefix is untouched", err)
@@ -286,7 +288,7 @@ func TestInstallVerifiesBeforeSwapAndKeepsOnePrevious(t *testing.T) {
 	if !ok || c.Status != "fail" {
 		t.Errorf("the failed verify does not show the import: %+v", c)
 	}
-	if ve.Report.Prefix != prefix || strings.Contains(c.Read+c.Found+c.Fix, stageInfix) {
+	if ve.Report.Prefix != prefix || strings.Contains(c.Read+c.Found+c.Fix, installStageInfix) {
 		t.Errorf("the report names the staging directory, not the prefix: %s; %+v", ve.Report.Prefix, c)
 	}
 	after, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName))
@@ -299,7 +301,7 @@ func TestInstallVerifiesBeforeSwapAndKeepsOnePrevious(t *testing.T) {
 
 	// a failed first install leaves no prefix at all
 	fresh := filepath.Join(parent, "fresh")
-	_, err = Install(context.Background(), InstallOptions{Artifact: artifacts(t).A, Prefix: fresh, Version: "test", Verify: verify.VerifyOptions{Environ: broken}})
+	_, err = install.Install(context.Background(), install.InstallOptions{Artifact: artifacts(t).A, Prefix: fresh, Version: "test", Verify: verify.VerifyOptions{Environ: broken}})
 	if !errors.As(err, &ve) {
 		t.Fatalf("first install with a broken Python: %v", err)
 	}
@@ -378,7 +380,7 @@ func TestInstallRefusesWhatIsNotItsInstall(t *testing.T) {
 				prefix := filepath.Join(parent, "data")
 				tc.make(t, prefix)
 				before := snapshotTree(t, parent)
-				res, err := Install(context.Background(), InstallOptions{Artifact: artifacts(t).B, Prefix: prefix, KeepPrevious: keep, Version: "test"})
+				res, err := install.Install(context.Background(), install.InstallOptions{Artifact: artifacts(t).B, Prefix: prefix, KeepPrevious: keep, Version: "test"})
 				if keep && tc.canKeep {
 					if err != nil {
 						t.Fatalf("--keep-previous: %v", err)
@@ -388,9 +390,9 @@ func TestInstallRefusesWhatIsNotItsInstall(t *testing.T) {
 					}
 					return
 				}
-				var re *PrefixRefusedError
+				var re *install.PrefixRefusedError
 				if !errors.As(err, &re) || re.ExitCode() != 2 {
-					t.Fatalf("got %v; want a PrefixRefusedError", err)
+					t.Fatalf("got %v; want a install.PrefixRefusedError", err)
 				}
 				if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "nothing was moved") {
 					t.Errorf("error %q does not say %q", err, tc.want)
@@ -515,7 +517,7 @@ func TestInstallRejectsBadArtifacts(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			_, err := Install(context.Background(), InstallOptions{Artifact: art, Prefix: prefix})
+			_, err := install.Install(context.Background(), install.InstallOptions{Artifact: art, Prefix: prefix})
 			var be *manifest.BadArtifactError
 			if !errors.As(err, &be) || be.ExitCode() != 2 {
 				t.Fatalf("got %v; want a BadArtifactError", err)
@@ -647,7 +649,7 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 		}
 		// nothing but the prefix, its lock and (after a kill) a staging directory
 		for _, n := range siblings(t, parent) {
-			if n != "demo" && n != ".demo.epbuild-lock" && !strings.HasPrefix(n, ".demo"+stageInfix) {
+			if n != "demo" && n != ".demo.epbuild-lock" && !strings.HasPrefix(n, ".demo"+installStageInfix) {
 				t.Fatalf("trial %d (killed after %v): %s beside the prefix", i, delay, n)
 			}
 		}
@@ -670,7 +672,7 @@ func TestInstallPutsBackWhatAKilledSwapMovedAside(t *testing.T) {
 	parent := t.TempDir()
 	prefix := filepath.Join(parent, "demo")
 	mustInstall(t, artifacts(t).A, prefix, false)
-	stage := filepath.Join(parent, ".demo"+stageInfix+"123")
+	stage := filepath.Join(parent, ".demo"+installStageInfix+"123")
 	if err := os.Mkdir(stage, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -685,3 +687,7 @@ func TestInstallPutsBackWhatAKilledSwapMovedAside(t *testing.T) {
 		t.Errorf("beside the prefix: %v", got)
 	}
 }
+
+// installStageInfix is how install names its staging directory beside the prefix
+// (.NAME.epbuild-install-*): what a refused or interrupted install must not leave.
+const installStageInfix = ".epbuild-install-"

@@ -27,6 +27,8 @@ var layers = [][]string{
 	{"envsh"},
 	// what is checked of a build and an install, and what a cache holds
 	{"cachegc", "verify"},
+	// an artifact put in place and checked; the tests an install carries
+	{"install"},
 	// the pipeline: Open/Job and the stages not yet moved out of it
 	{""},
 	// the pipeline's users beside the command line

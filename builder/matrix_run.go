@@ -20,6 +20,7 @@ import (
 	"github.com/charmbracelet/log"
 
 	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/install"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/toolchain"
@@ -254,7 +255,7 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 	}
 	cr.Build, cr.Artifact = StepOK, res.Artifact
 	cr.Prefix = filepath.Join(cr.Dir, "prefix")
-	ir, err := Install(ctx, InstallOptions{Artifact: res.Artifact, Prefix: cr.Prefix, Version: opts.Version,
+	ir, err := install.Install(ctx, install.InstallOptions{Artifact: res.Artifact, Prefix: cr.Prefix, Version: opts.Version,
 		Verify: verify.VerifyOptions{Environ: verify.CleanEnviron(opts.Getenv)}, Log: opts.Log})
 	if ir != nil && ir.Report != nil {
 		cr.Counts = ir.Report.Counts()

@@ -1,6 +1,8 @@
 package builder
 
 import (
+	"github.com/epbuild/epbuild/builder/install"
+
 	"context"
 	"errors"
 	"fmt"
@@ -99,7 +101,7 @@ env:
 	site := fixture.TorchSite(t, "2.28.9", "2.28.9", nil)
 	prefix := filepath.Join(t.TempDir(), "inst")
 	environ := append(verify.CleanEnviron(os.Getenv), "PYTHONPATH="+site)
-	if _, err := Install(context.Background(), InstallOptions{Artifact: res.Artifact, Prefix: prefix, Version: "test", Verify: verify.VerifyOptions{Environ: environ}}); err != nil {
+	if _, err := install.Install(context.Background(), install.InstallOptions{Artifact: res.Artifact, Prefix: prefix, Version: "test", Verify: verify.VerifyOptions{Environ: environ}}); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := verify.Verify(context.Background(), verify.VerifyOptions{Prefix: prefix, Environ: environ})

@@ -639,14 +639,9 @@ func torchNCCL(p *plan.Plan) bool {
 	return ok && c.Source.Python != nil
 }
 
-// UsageError is a bad option value: exit 2.
-type UsageError struct{ Err error }
-
-func (e *UsageError) Error() string { return e.Err.Error() }
-func (e *UsageError) Unwrap() error { return e.Err }
-
-// ExitCode: bad input.
-func (e *UsageError) ExitCode() int { return 2 }
+// UsageError is a bad option value: exit 2 (plan.UsageError, which the stages below the
+// root return too).
+type UsageError = plan.UsageError
 
 // checkSourceDateEpoch refuses a SOURCE_DATE_EPOCH that is not whole seconds, before any work.
 func checkSourceDateEpoch(sde string) error {

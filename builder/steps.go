@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/procgroup"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/toolchain"
@@ -437,7 +438,7 @@ func (s *stepEnv) copyTests(t *recipes.Tests) error {
 	if t == nil {
 		return nil
 	}
-	dst := filepath.Join(s.destdir+s.prefix, TestsDir)
+	dst := filepath.Join(s.destdir+s.prefix, manifest.TestsDir)
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return fmt.Errorf("build %s: copy its tests: %w", s.component, err)
 	}
@@ -461,9 +462,6 @@ func (s *stepEnv) copyTests(t *recipes.Tests) error {
 	}
 	return nil
 }
-
-// TestsDir is where a component's declared tests lie in its prefix.
-const TestsDir = "tests"
 
 // copyTree copies a directory tree: regular files (0755 or 0644), directories and
 // symlinks (verbatim). Used for build copies of patched trees and build outputs.

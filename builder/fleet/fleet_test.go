@@ -24,6 +24,7 @@ import (
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/embedded"
+	"github.com/epbuild/epbuild/builder/install"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -91,7 +92,7 @@ func installDemo(dir string) (string, string, error) {
 	var prefixes []string
 	for _, name := range []string{"good", "missing"} {
 		prefix := filepath.Join(dir, name, "opt", "deepep")
-		if _, err := builder.Install(ctx, builder.InstallOptions{Artifact: out.Artifact, Prefix: prefix, Version: "test"}); err != nil {
+		if _, err := install.Install(ctx, install.InstallOptions{Artifact: out.Artifact, Prefix: prefix, Version: "test"}); err != nil {
 			return "", "", err
 		}
 		prefixes = append(prefixes, prefix)

@@ -160,3 +160,6 @@ const (
 	// (SWITCH_HIDDEN of the patched tree), comma-separated.
 	FactHiddenSizes = "deepep.hidden-sizes"
 )
+
+// TestsDir is where a component's declared tests lie in its prefix.
+const TestsDir = "tests"

@@ -23,6 +23,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote/auth"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/install"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/oci/ocitest"
 )
@@ -235,7 +236,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 		t.Errorf("pull left %d entries in %s, want the 4 files", len(ents), out)
 	}
 	// what was pulled installs
-	if _, err := builder.Install(ctx, builder.InstallOptions{Artifact: pr.Artifact, Prefix: filepath.Join(t.TempDir(), "demo"), Version: "test"}); err != nil {
+	if _, err := install.Install(ctx, install.InstallOptions{Artifact: pr.Artifact, Prefix: filepath.Join(t.TempDir(), "demo"), Version: "test"}); err != nil {
 		t.Errorf("install the pulled artifact: %v", err)
 	}
 	// by digest too

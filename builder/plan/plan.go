@@ -121,3 +121,12 @@ func (r *Resolver) Resolve(name string, sets []string) (*Plan, error) {
 	}
 	return p, nil
 }
+
+// UsageError is a bad option value or a bad argument: exit 2.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// ExitCode: bad input.
+func (e *UsageError) ExitCode() int { return 2 }

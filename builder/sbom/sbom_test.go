@@ -21,6 +21,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/archive"
+	"github.com/epbuild/epbuild/builder/install"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/sbom"
@@ -306,7 +307,7 @@ func TestDemoSBOM(t *testing.T) {
 	}
 	walk(bom.Components)
 	prefix := filepath.Join(t.TempDir(), "demo")
-	if _, err := builder.Install(ctx, builder.InstallOptions{Artifact: res.Artifact, Prefix: prefix, Version: "9.9.9-test"}); err != nil {
+	if _, err := install.Install(ctx, install.InstallOptions{Artifact: res.Artifact, Prefix: prefix, Version: "9.9.9-test"}); err != nil {
 		t.Fatal(err)
 	}
 	m, _, err := manifest.ReadInstalledManifest(prefix)

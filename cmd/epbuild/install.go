@@ -14,12 +14,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/builder/host/sysroot"
+	"github.com/epbuild/epbuild/builder/install"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
@@ -70,11 +70,11 @@ needed is named).`,
 			if err != nil {
 				self = "" // nothing to copy to PREFIX/bin: said in the notes
 			}
-			res, err := builder.Install(cmd.Context(), builder.InstallOptions{
+			res, err := install.Install(cmd.Context(), install.InstallOptions{
 				Artifact: args[0], Prefix: prefix, KeepPrevious: keep, Version: version, Log: app.Log, Self: self,
 				Verify: verify.VerifyOptions{Python: python, Environ: verify.CleanEnviron(app.Getenv)},
 			})
-			var ve *builder.InstallVerifyError
+			var ve *install.InstallVerifyError
 			if errors.As(err, &ve) && ve.Report != nil {
 				fail := &exitError{code: exitFailed, msg: strings.SplitN(ve.Error(), ":\n", 2)[0]}
 				if asJSON {

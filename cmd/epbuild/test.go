@@ -10,10 +10,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/acceptance"
 	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/builder/host/sysroot"
+	"github.com/epbuild/epbuild/builder/install"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -76,7 +76,7 @@ is no install, --only names no test, a bad flag); 3 this node lacks a test's pro
 			case cmd.Flags().Changed("timeout") && timeout <= 0:
 				return usageError{fmt.Errorf("--timeout %s: give a positive duration (90s, 20m)", timeout)}
 			}
-			it, err := builder.LoadInstallTests(args[0], os.Environ(), only)
+			it, err := install.LoadInstallTests(args[0], os.Environ(), only)
 			if err != nil {
 				return err
 			}

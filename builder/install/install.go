@@ -1,4 +1,4 @@
-package builder
+package install
 
 import (
 	"context"
@@ -143,11 +143,11 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	} else if !st.Mode().IsRegular() {
 		return nil, &manifest.BadArtifactError{Artifact: art, Err: errors.New("not a regular file")}
 	}
-	sum, err := checkArtifactSum(art)
+	sum, err := CheckArtifactSum(art)
 	if err != nil {
 		return nil, err
 	}
-	m, raw, err := readArtifactManifest(ctx, art, st.Size())
+	m, raw, err := ReadArtifactManifest(ctx, art, st.Size())
 	if err != nil {
 		return nil, err
 	}
@@ -333,8 +333,8 @@ func logInfo(l *log.Logger, msg string, kv ...any) {
 	}
 }
 
-// checkArtifactSum hashes the artifact and compares it with ARTIFACT.sha256 when present.
-func checkArtifactSum(art string) (string, error) {
+// CheckArtifactSum hashes the artifact and compares it with ARTIFACT.sha256 when present.
+func CheckArtifactSum(art string) (string, error) {
 	want, err := manifest.SumBeside(art)
 	if err != nil {
 		return "", err
@@ -491,10 +491,10 @@ func cleanStale(parent, base string, l *log.Logger) {
 	}
 }
 
-// readArtifactManifest reads the manifest an artifact carries without writing anything:
+// ReadArtifactManifest reads the manifest an artifact carries without writing anything:
 // the entries before it are decompressed and discarded, within a budget proportional
 // to the artifact's size, so that a bomb is refused cheaply.
-func readArtifactManifest(ctx context.Context, art string, size int64) (*manifest.Manifest, []byte, error) {
+func ReadArtifactManifest(ctx context.Context, art string, size int64) (*manifest.Manifest, []byte, error) {
 	raw, err := archive.ReadMember(ctx, art, manifest.ManifestName, manifest.MaxManifestSize, archive.ExtractOptions{Format: archive.FormatTarZst, MaxBytes: manifest.ManifestBudget(size)})
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

@@ -1,10 +1,9 @@
-package builder
+package install
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/verify"
 )
 
 // installSeeds are uncompressed artifacts: a well-formed one (a manifest that matches
@@ -104,7 +104,7 @@ func FuzzInstallExtract(f *testing.F) {
 			t.Fatal(err)
 		}
 		want := []string{"a.tar.zst", "canary", "stage"}
-		m, raw, err := readArtifactManifest(ctx, art, int64(len(data)))
+		m, raw, err := ReadArtifactManifest(ctx, art, int64(len(data)))
 		if err == nil {
 			tree := filepath.Join(stage, "tree")
 			if err := stageArtifact(ctx, art, tree, m, raw); err != nil {
@@ -118,14 +118,28 @@ func FuzzInstallExtract(f *testing.F) {
 				}
 			}
 		}
-		if got := siblings(t, base); !slices.Equal(got, want) {
+		if got := names(t, base); !slices.Equal(got, want) {
 			t.Fatalf("beside the staging directory: %v", got)
 		}
 		if b, _ := os.ReadFile(canary); string(b) != "keep" {
 			t.Fatal("the canary changed")
 		}
-		if got := siblings(t, stage); len(got) > 1 || len(got) == 1 && got[0] != "tree" {
+		if got := names(t, stage); len(got) > 1 || len(got) == 1 && got[0] != "tree" {
 			t.Fatalf("the staging directory holds %v", got)
 		}
 	})
+}
+
+// names lists the names in dir.
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
 }

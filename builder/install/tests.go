@@ -1,4 +1,4 @@
-package builder
+package install
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"github.com/epbuild/epbuild/builder/acceptance"
 	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 )
 
@@ -32,11 +33,11 @@ type InstallTests struct {
 func LoadInstallTests(prefix string, base []string, only []string) (*InstallTests, error) {
 	abs, err := filepath.Abs(prefix)
 	if err != nil {
-		return nil, &UsageError{Err: fmt.Errorf("test %s: %w", prefix, err)}
+		return nil, &plan.UsageError{Err: fmt.Errorf("test %s: %w", prefix, err)}
 	}
 	m, _, err := manifest.ReadInstalledManifest(abs)
 	if err != nil {
-		return nil, &UsageError{Err: fmt.Errorf("%w (give the --prefix of epbuild install)", err)}
+		return nil, &plan.UsageError{Err: fmt.Errorf("%w (give the --prefix of epbuild install)", err)}
 	}
 	env, err := envsh.InstallEnv(abs, base)
 	if err != nil {
@@ -67,15 +68,15 @@ func LoadInstallTests(prefix string, base []string, only []string) (*InstallTest
 				continue
 			}
 			matched[r.Name], matched[full] = true, true
-			t := acceptance.Test{Component: c.Name, Name: r.Name, Dir: filepath.Join(pre, TestsDir), Argv: r.Argv, Nodes: r.MinNodes(), Needs: r.Needs}
+			t := acceptance.Test{Component: c.Name, Name: r.Name, Dir: filepath.Join(pre, manifest.TestsDir), Argv: r.Argv, Nodes: r.MinNodes(), Needs: r.Needs}
 			// the manifest's plan was validated when built; a hand-edited one is refused here
 			if t.Timeout, err = time.ParseDuration(r.Timeout); err != nil || t.Timeout <= 0 {
-				return nil, &UsageError{Err: fmt.Errorf("%s: test %s: timeout %q is not a duration: the manifest was not written by epbuild", filepath.Join(abs, manifest.ManifestName), full, r.Timeout)}
+				return nil, &plan.UsageError{Err: fmt.Errorf("%s: test %s: timeout %q is not a duration: the manifest was not written by epbuild", filepath.Join(abs, manifest.ManifestName), full, r.Timeout)}
 			}
 			for _, name := range slices.Sorted(maps.Keys(r.Bandwidth)) {
 				re, err := regexp.Compile(r.Bandwidth[name])
 				if err != nil {
-					return nil, &UsageError{Err: fmt.Errorf("%s: test %s: bandwidth %s: %w", filepath.Join(abs, manifest.ManifestName), full, name, err)}
+					return nil, &plan.UsageError{Err: fmt.Errorf("%s: test %s: bandwidth %s: %w", filepath.Join(abs, manifest.ManifestName), full, name, err)}
 				}
 				t.Bandwidth = append(t.Bandwidth, acceptance.Pattern{Name: name, Re: re})
 			}
@@ -93,7 +94,7 @@ func LoadInstallTests(prefix string, base []string, only []string) (*InstallTest
 		if len(all) > 0 {
 			carries = strings.Join(all, ", ")
 		}
-		return nil, &UsageError{Err: fmt.Errorf("--only %s: the install at %s carries no such test; it carries: %s (name one as NAME or COMPONENT/NAME)", strings.Join(unknown, ", "), quote.Term(abs), carries)}
+		return nil, &plan.UsageError{Err: fmt.Errorf("--only %s: the install at %s carries no such test; it carries: %s (name one as NAME or COMPONENT/NAME)", strings.Join(unknown, ", "), quote.Term(abs), carries)}
 	}
 	return it, nil
 }
