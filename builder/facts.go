@@ -83,7 +83,7 @@ func readHiddenSizes(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read the hidden sizes: %w", err)
 	}
-	sizes, err := ParseHiddenSizes(b)
+	sizes, err := parseHiddenSizes(b)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", launchHeader, err)
 	}
@@ -95,11 +95,11 @@ var (
 	hiddenCaseRe   = regexp.MustCompile(`\bcase\s+(\d+)\s*:`)
 )
 
-// ParseHiddenSizes reads the case labels of DeepEP's SWITCH_HIDDEN macro (the lines the
+// parseHiddenSizes reads the case labels of DeepEP's SWITCH_HIDDEN macro (the lines the
 // #define continues with backslashes), in the order the file lists them. No macro, two
 // of them (under #if and #else, say) or a macro without a numeric case is an error, never
 // a guess.
-func ParseHiddenSizes(src []byte) ([]string, error) {
+func parseHiddenSizes(src []byte) ([]string, error) {
 	code := stripCComments(src)
 	defs := switchHiddenRe.FindAllIndex(code, -1)
 	lineOf := func(off int) int { return bytes.Count(code[:off], []byte("\n")) + 1 }

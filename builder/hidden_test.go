@@ -81,7 +81,7 @@ func TestParseHiddenSizes(t *testing.T) {
 		{"no case", "#define SWITCH_HIDDEN(case_macro) \\\n    case_macro(hidden);\n", nil, "line 1: SWITCH_HIDDEN lists no numeric case"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := ParseHiddenSizes([]byte(c.src))
+			got, err := parseHiddenSizes([]byte(c.src))
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("got %v, %v; want an error with %q", got, err, c.err)
