@@ -218,7 +218,7 @@ func TestManifestFromFirstFrame(t *testing.T) {
 		t.Fatalf("manifest: %d bytes, want one that fits the first frame", len(mb))
 	}
 	tableLen := int64(len(b)) - frames[len(frames)-1].Off - frames[len(frames)-1].Size
-	if max := frames[0].Size + tableLen + seekable.FooterSize; cf.n > max {
+	if max := frames[0].Size + tableLen + seekFooterSize; cf.n > max {
 		t.Errorf("read %d bytes of %d for the manifest, want at most %d (the table and the first frame)", cf.n, len(b), max)
 	}
 }
@@ -347,3 +347,7 @@ func TestFramesWriteFails(t *testing.T) {
 		}
 	}
 }
+
+// seekFooterSize is the seek table's footer in the format's specification:
+// Number_Of_Frames (4), Seek_Table_Descriptor (1), Seekable_Magic_Number (4).
+const seekFooterSize = 9

@@ -45,7 +45,7 @@ const MaxWindow = 128 << 20
 const (
 	seekTableMagic     = 0x184D2A5E // the skippable frame's magic: 0x184D2A50 | 0xE
 	seekableMagic      = 0x8F92EAB1 // the last 4 bytes of the table's footer
-	FooterSize         = 9          // Number_Of_Frames, Seek_Table_Descriptor, Seekable_Magic_Number
+	footerSize         = 9          // Number_Of_Frames, Seek_Table_Descriptor, Seekable_Magic_Number
 	seekChecksumFlag   = 0x80       // entries carry a 4-byte checksum
 	seekReservedBits   = 0x7c       // must be zero
 	skippableHeaderLen = 8
@@ -222,9 +222,9 @@ func (fw *Writer) Close() error {
 // (compressed, decompressed), without checksums: each frame carries its own.
 func seekTable(sizes [][2]uint32) []byte {
 	n := len(sizes)
-	b := make([]byte, 0, skippableHeaderLen+8*n+FooterSize)
+	b := make([]byte, 0, skippableHeaderLen+8*n+footerSize)
 	b = binary.LittleEndian.AppendUint32(b, seekTableMagic)
-	b = binary.LittleEndian.AppendUint32(b, uint32(8*n+FooterSize))
+	b = binary.LittleEndian.AppendUint32(b, uint32(8*n+footerSize))
 	for _, s := range sizes {
 		b = binary.LittleEndian.AppendUint32(b, s[0])
 		b = binary.LittleEndian.AppendUint32(b, s[1])
@@ -239,11 +239,11 @@ func seekTable(sizes [][2]uint32) []byte {
 // it in frames a reader may hold (maxFrameDecoded): such an archive is read as one
 // stream, which judges its bytes. An error is a failure to read r.
 func ReadTable(r io.ReaderAt, size int64) ([]Frame, error) {
-	if size < skippableHeaderLen+FooterSize {
+	if size < skippableHeaderLen+footerSize {
 		return nil, nil
 	}
-	var foot [FooterSize]byte
-	if _, err := r.ReadAt(foot[:], size-FooterSize); err != nil {
+	var foot [footerSize]byte
+	if _, err := r.ReadAt(foot[:], size-footerSize); err != nil {
 		return nil, err
 	}
 	if binary.LittleEndian.Uint32(foot[5:]) != seekableMagic || foot[4]&seekReservedBits != 0 {
@@ -254,11 +254,11 @@ func ReadTable(r io.ReaderAt, size int64) ([]Frame, error) {
 	if foot[4]&seekChecksumFlag != 0 {
 		entry = 12
 	}
-	tableLen := skippableHeaderLen + n*entry + FooterSize
+	tableLen := skippableHeaderLen + n*entry + footerSize
 	if n == 0 || tableLen > size {
 		return nil, nil
 	}
-	table := make([]byte, tableLen-FooterSize)
+	table := make([]byte, tableLen-footerSize)
 	if _, err := r.ReadAt(table, size-tableLen); err != nil {
 		return nil, err
 	}
