@@ -38,10 +38,7 @@ const wheelsName = "wheels.json"
 
 // WheelDir is the directory beside the artifact that holds its wheels:
 // <recipe>-<plan>.wheels (recipes of one DeepEP version would clash in one directory).
-func WheelDir(p *plan.Plan) string { return WheelDirOf(ArtifactName(p)) }
-
-// WheelDirOf is the wheel directory beside the artifact of that file name.
-func WheelDirOf(artifact string) string { return strings.TrimSuffix(artifact, ".tar.zst") + ".wheels" }
+func WheelDir(p *plan.Plan) string { return manifest.WheelDir(ArtifactName(p)) }
 
 // wantsWheel reports whether a component asks for a wheel (python-extension wheel: true).
 func wantsWheel(c *plan.PlanComponent) bool {

@@ -227,7 +227,7 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	if rep != nil {
 		relocateReport(rep, tree, prefix)
 	}
-	res := &InstallResult{Prefix: prefix, Receipt: rc, Report: rep, Notes: notes}
+	res := &InstallResult{Prefix: prefix, Receipt: rc, Report: rep, Notes: append(notes, wheelRouteNotes(m, art)...)}
 	if verr != nil || rep.Failed() {
 		return res, &InstallVerifyError{Prefix: prefix, Report: rep, Err: verr}
 	}
@@ -615,4 +615,21 @@ func putInPlace(tree, prefix, stage string, keep bool) (string, error) {
 		return "", fmt.Errorf("install into %s: swap the new install in: %w", prefix, err)
 	}
 	return prev, nil
+}
+
+// wheelRouteNotes says, for each wheel the artifact has beside it that takes the place of
+// a package of the Python environment (python-wheel: NCCL built here as torch's own), how
+// to put it in place and how to undo it: the install cannot do that for the environment
+// torch runs from, and the job needs it done (process.single-nccl checks it).
+func wheelRouteNotes(m *manifest.Manifest, art string) []string {
+	var out []string
+	dir := manifest.WheelDir(art)
+	for _, w := range m.Wheels {
+		if w.Replaces == nil {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s is built to be the Python environment's %s: python3 -m pip install --no-deps --force-reinstall %s (undo: python3 -m %s)",
+			w.Component, w.Replaces.Package, quote.Shell(filepath.Join(dir, w.File)), w.Replaces.Undo()))
+	}
+	return out
 }

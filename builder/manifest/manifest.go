@@ -83,6 +83,10 @@ type WheelFile struct {
 	Replaces *Replaced `json:"replaces,omitempty"`
 }
 
+// WheelDir is the directory beside an artifact (of that file name or path) that holds
+// the wheels its build wrote: <recipe>-<plan>.wheels.
+func WheelDir(artifact string) string { return strings.TrimSuffix(artifact, ".tar.zst") + ".wheels" }
+
 // Replaced is a Python package a wheel takes the place of.
 type Replaced struct {
 	Package string `json:"package"`

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 )
 
@@ -50,7 +50,7 @@ type Layer struct {
 	// the manifest from inside the artifact, the .sha256 from its hash.
 	Generated bool
 	// PerWheel layers are one per wheel the artifact's manifest lists, each the file of
-	// that name in the wheel directory beside the artifact (builder.WheelDirOf), titled
+	// that name in the wheel directory beside the artifact (manifest.WheelDir), titled
 	// "<dir>/<file>" (oras pull writes it there too); Suffix is "".
 	PerWheel bool
 }
@@ -69,7 +69,7 @@ func Layers() []Layer {
 }
 
 // wheelTitle is the title of the layer of wheel file beside the artifact named name.
-func wheelTitle(name, file string) string { return builder.WheelDirOf(name) + "/" + file }
+func wheelTitle(name, file string) string { return manifest.WheelDir(name) + "/" + file }
 
 // Pin is one source of the build, as the pins annotation lists it.
 type Pin struct {

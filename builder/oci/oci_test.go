@@ -22,7 +22,6 @@ import (
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/registry/remote/auth"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/install"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/oci/ocitest"
@@ -507,7 +506,7 @@ func TestPushPullWheels(t *testing.T) {
 	reg := ocitest.Start(t, ocitest.Options{})
 	art := demoArtifact(t)
 	name := filepath.Base(art)
-	wd := builder.WheelDirOf(name)
+	wd := manifest.WheelDir(name)
 	ents, err := os.ReadDir(filepath.Join(filepath.Dir(demoBuild.art), wd))
 	if err != nil || len(ents) != 1 {
 		t.Fatalf("the demo build's wheels: %v %v", ents, err)

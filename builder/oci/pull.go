@@ -120,7 +120,7 @@ func (c *Client) fetchManifest(ctx context.Context, repo *remote.Repository, ref
 	if err := quote.Name("artifact layer title", f.name); err != nil || !strings.HasSuffix(f.name, artifactSuffix) {
 		return nil, bad("artifact layer title %q is not a plain <recipe>-<plan>%s file name", f.name, artifactSuffix)
 	}
-	dir := builder.WheelDirOf(f.name) + "/"
+	dir := manifest.WheelDir(f.name) + "/"
 	seen := map[string]bool{}
 	for _, d := range f.wheels {
 		t := d.Annotations[ocispec.AnnotationTitle]
@@ -289,7 +289,7 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (res *PullResult
 		res.Layers = append(res.Layers, layerResult(w.desc, false))
 	}
 	if len(wheels) > 0 {
-		wd := filepath.Join(dir, builder.WheelDirOf(name))
+		wd := filepath.Join(dir, manifest.WheelDir(name))
 		if _, serr := os.Stat(wd); serr != nil {
 			made = append(made, wd)
 		}
@@ -302,7 +302,7 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (res *PullResult
 	type move struct{ from, to string }
 	var order []move
 	for _, w := range wheels {
-		order = append(order, move{w.staged, filepath.Join(builder.WheelDirOf(name), w.file)})
+		order = append(order, move{w.staged, filepath.Join(manifest.WheelDir(name), w.file)})
 	}
 	for _, sfx := range suffixes {
 		order = append(order, move{art + sfx, name + sfx})
@@ -462,7 +462,7 @@ func (c *Client) fetchWheels(ctx context.Context, repo *remote.Repository, ref R
 	for _, w := range m.Wheels {
 		want[w.File] = w
 	}
-	wd := builder.WheelDirOf(f.name)
+	wd := manifest.WheelDir(f.name)
 	if err := os.Mkdir(filepath.Join(tmp, "wheels"), 0o755); err != nil {
 		return nil, fmt.Errorf("pull %s: %w", ref, err)
 	}
