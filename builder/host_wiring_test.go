@@ -1,6 +1,8 @@
 package builder
 
 import (
+	"github.com/epbuild/epbuild/builder/internal/fixture"
+
 	"context"
 	"github.com/epbuild/epbuild/builder/verify"
 	"strings"
@@ -21,7 +23,7 @@ func TestVerifyHostWiring(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"host.gpus", "host.ib.devices", "host.nccl.version", "files", "process.single-nvshmem"} {
-		result(t, rep.Checks, id)
+		fixture.Result(t, rep.Checks, id)
 	}
 	if rep.Facts["kernel"] != "6.8.0" || rep.Facts["ib.driver"] != "mlx5_core" || rep.MappingLine == "" {
 		t.Errorf("facts %v, mapping %q", rep.Facts, rep.MappingLine)
@@ -31,18 +33,4 @@ func TestVerifyHostWiring(t *testing.T) {
 			t.Errorf("the demo recipe breaks a host rule: %+v", c)
 		}
 	}
-}
-
-// result returns the result with that id, failing the test when it is absent.
-func result(t *testing.T, rs []verify.CheckResult, id string) verify.CheckResult {
-	t.Helper()
-	r, ok := check.Find(rs, id)
-	if !ok {
-		var ids []string
-		for _, r := range rs {
-			ids = append(ids, r.ID)
-		}
-		t.Fatalf("no result %s among %s", id, strings.Join(ids, ", "))
-	}
-	return r
 }

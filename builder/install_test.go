@@ -1,6 +1,8 @@
 package builder
 
 import (
+	"github.com/epbuild/epbuild/builder/internal/fixture"
+
 	"github.com/epbuild/epbuild/builder/install"
 
 	"bytes"
@@ -213,20 +215,6 @@ func failedChecks(rep *verify.VerifyReport) string {
 	return b.String()
 }
 
-// siblings lists the names in dir.
-func siblings(t *testing.T, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return out
-}
-
 func sumOf(t *testing.T, art string) string {
 	t.Helper()
 	s, err := disk.FileSHA256(art)
@@ -259,7 +247,7 @@ func TestInstallVerifiesBeforeSwapAndKeepsOnePrevious(t *testing.T) {
 		t.Fatalf("second --keep-previous: the prefix or %s holds the wrong install", res.Previous)
 	}
 	want := []string{".demo.epbuild-lock", "demo", "demo.prev"}
-	if got := siblings(t, filepath.Dir(prefix)); !slices.Equal(got, want) {
+	if got := fixture.Names(t, filepath.Dir(prefix)); !slices.Equal(got, want) {
 		t.Fatalf("beside the prefix: %v, want %v", got, want)
 	}
 	// default: the previous install goes once the new one is in place; a kept one stays
@@ -267,7 +255,7 @@ func TestInstallVerifiesBeforeSwapAndKeepsOnePrevious(t *testing.T) {
 	if res.Previous != "" || filesOK(t, prefix).SHA256 != sumB || filesOK(t, prefix+".prev").SHA256 != sumB {
 		t.Fatalf("reinstall B: previous %q", res.Previous)
 	}
-	if got := siblings(t, filepath.Dir(prefix)); !slices.Equal(got, want) {
+	if got := fixture.Names(t, filepath.Dir(prefix)); !slices.Equal(got, want) {
 		t.Fatalf("beside the prefix: %v, want %v", got, want)
 	}
 	before, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName))
@@ -295,7 +283,7 @@ func TestInstallVerifiesBeforeSwapAndKeepsOnePrevious(t *testing.T) {
 	if !bytes.Equal(before, after) || filesOK(t, prefix).SHA256 != sumB || inode(t, prefix) != beforeIno {
 		t.Errorf("a failed install touched the prefix")
 	}
-	if got := siblings(t, filepath.Dir(prefix)); !slices.Equal(got, want) {
+	if got := fixture.Names(t, filepath.Dir(prefix)); !slices.Equal(got, want) {
 		t.Errorf("after the failed install: %v, want %v", got, want)
 	}
 
@@ -502,7 +490,7 @@ func TestInstallRejectsBadArtifacts(t *testing.T) {
 	prefix := filepath.Join(parent, "demo")
 	mustInstall(t, artifacts(t).A, prefix, false)
 	receipt, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName))
-	listing := siblings(t, parent)
+	listing := fixture.Names(t, parent)
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			art := filepath.Join(work, fmt.Sprintf("art%d", i), filepath.Base(artifacts(t).A))
@@ -529,7 +517,7 @@ func TestInstallRejectsBadArtifacts(t *testing.T) {
 				t.Errorf("the prefix's receipt changed")
 			}
 			filesOK(t, prefix)
-			if got := siblings(t, parent); !slices.Equal(got, listing) {
+			if got := fixture.Names(t, parent); !slices.Equal(got, listing) {
 				t.Errorf("beside the prefix: %v, want %v", got, listing)
 			}
 		})
@@ -648,7 +636,7 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 			kept++
 		}
 		// nothing but the prefix, its lock and (after a kill) a staging directory
-		for _, n := range siblings(t, parent) {
+		for _, n := range fixture.Names(t, parent) {
 			if n != "demo" && n != ".demo.epbuild-lock" && !strings.HasPrefix(n, ".demo"+installStageInfix) {
 				t.Fatalf("trial %d (killed after %v): %s beside the prefix", i, delay, n)
 			}
@@ -660,7 +648,7 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 	}
 	// the next install removes what the killed ones left
 	mustInstall(t, other(), prefix, false)
-	if got := siblings(t, parent); !slices.Equal(got, []string{".demo.epbuild-lock", "demo"}) {
+	if got := fixture.Names(t, parent); !slices.Equal(got, []string{".demo.epbuild-lock", "demo"}) {
 		t.Errorf("after a clean install, beside the prefix: %v", got)
 	}
 }
@@ -683,7 +671,7 @@ func TestInstallPutsBackWhatAKilledSwapMovedAside(t *testing.T) {
 	if filesOK(t, prefix).SHA256 != sumOf(t, artifacts(t).B) || res.Previous != prefix+".prev" || filesOK(t, res.Previous).SHA256 != sumOf(t, artifacts(t).A) {
 		t.Fatalf("the install moved aside was not put back and kept: previous %q", res.Previous)
 	}
-	if got := siblings(t, parent); !slices.Equal(got, []string{".demo.epbuild-lock", "demo", "demo.prev"}) {
+	if got := fixture.Names(t, parent); !slices.Equal(got, []string{".demo.epbuild-lock", "demo", "demo.prev"}) {
 		t.Errorf("beside the prefix: %v", got)
 	}
 }

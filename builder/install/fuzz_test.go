@@ -1,6 +1,8 @@
 package install
 
 import (
+	"github.com/epbuild/epbuild/builder/internal/fixture"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -118,28 +120,14 @@ func FuzzInstallExtract(f *testing.F) {
 				}
 			}
 		}
-		if got := names(t, base); !slices.Equal(got, want) {
+		if got := fixture.Names(t, base); !slices.Equal(got, want) {
 			t.Fatalf("beside the staging directory: %v", got)
 		}
 		if b, _ := os.ReadFile(canary); string(b) != "keep" {
 			t.Fatal("the canary changed")
 		}
-		if got := names(t, stage); len(got) > 1 || len(got) == 1 && got[0] != "tree" {
+		if got := fixture.Names(t, stage); len(got) > 1 || len(got) == 1 && got[0] != "tree" {
 			t.Fatalf("the staging directory holds %v", got)
 		}
 	})
-}
-
-// names lists the names in dir.
-func names(t *testing.T, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return out
 }

@@ -1,6 +1,8 @@
 package verify
 
 import (
+	"github.com/epbuild/epbuild/builder/internal/fixture"
+
 	"context"
 	"errors"
 	"fmt"
@@ -50,7 +52,7 @@ func checkHost(t *testing.T, opts HostOptions) *HostReport {
 func TestHostRuleR13OnARoCENode(t *testing.T) {
 	root := hostfixture.GCPB200(t)
 	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "gcp-b200", "nvshmem.version=3.4.5"), Mapped: -1})
-	r := result(t, rep.Checks, "rule.R13")
+	r := fixture.Result(t, rep.Checks, "rule.R13")
 	if r.Status != check.Warn || r.Rule != "R13" || !strings.Contains(r.Read, "host ib.link-layer=Ethernet") ||
 		!strings.Contains(r.Fix, "--set nvshmem.version=3.5.19-1") || !strings.Contains(r.Why, "ibv_create_ah") {
 		t.Errorf("R13: %+v", r)
@@ -150,14 +152,14 @@ func TestHostRuleR18FromTheRuntimeNCCL(t *testing.T) {
 	tc := &toolchain.Toolchain{PythonPackages: map[string]toolchain.PythonPackage{"nvidia-nccl-cu12": {Version: "2.21.5"}}}
 	env := append(CleanEnviron(os.Getenv), "PYTHONPATH="+pythonSite(t, "2.22.3"))
 	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Toolchain: tc, Python: "python3", Env: env, Mapped: -1})
-	r := result(t, rep.Checks, "rule.R18/runtime-connect")
+	r := fixture.Result(t, rep.Checks, "rule.R18/runtime-connect")
 	if r.Status != check.Warn || !strings.Contains(r.Fix, "NCCL_RUNTIME_CONNECT=0") || !strings.Contains(r.Read, "nccl 2.22.3") {
 		t.Errorf("R18: %+v", r)
 	}
 	if rep.NCCL.Version != "2.22.3" || rep.Facts["nccl.version"] != "2.22.3" {
 		t.Errorf("nccl %+v, facts %v", rep.NCCL, rep.Facts)
 	}
-	if c := result(t, rep.Checks, "host.nccl.version"); c.Status != check.Pass || c.Read != "NCCL runtime 2.22.3, built against 2.21.5" {
+	if c := fixture.Result(t, rep.Checks, "host.nccl.version"); c.Status != check.Pass || c.Read != "NCCL runtime 2.22.3, built against 2.21.5" {
 		t.Errorf("host.nccl.version: %+v", c)
 	}
 	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Toolchain: tc, Python: "python3", Env: env,
@@ -168,7 +170,7 @@ func TestHostRuleR18FromTheRuntimeNCCL(t *testing.T) {
 	// a runtime older than the build fails the node check
 	old := append(CleanEnviron(os.Getenv), "PYTHONPATH="+pythonSite(t, "2.19.3"))
 	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Toolchain: tc, Python: "python3", Env: old, Mapped: -1})
-	if c := result(t, rep.Checks, "host.nccl.version"); c.Status != check.Fail {
+	if c := fixture.Result(t, rep.Checks, "host.nccl.version"); c.Status != check.Fail {
 		t.Errorf("NCCL 2.19.3 against 2.21.5: %+v", c)
 	}
 }
@@ -178,7 +180,7 @@ func TestHostRuleR18FromTheRuntimeNCCL(t *testing.T) {
 func TestHostChecksAndRulesGiveOneVerdict(t *testing.T) {
 	root := hostfixture.GCPB200With(t, hostfixture.NodeOpts{Peermem: true, StreamMemOps: 1, RegistryDwords: "PeerMappingOverride=1;", NICName: hostfixture.RoCEName})
 	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "gcp-b200", "env.NVSHMEM_HCA_PREFIX="), Mapped: -1})
-	if c := result(t, rep.Checks, "host.ib.devices"); c.Status != check.Fail || !strings.Contains(c.Rule, "R14/host-names") {
+	if c := fixture.Result(t, rep.Checks, "host.ib.devices"); c.Status != check.Fail || !strings.Contains(c.Rule, "R14/host-names") {
 		t.Errorf("host.ib.devices: %+v", c)
 	}
 	if r, ok := check.Find(rep.Checks, "rule.R14/host-names"); ok {
@@ -217,11 +219,11 @@ func TestHostRulesJudgePeerMemoryAndRegkeys(t *testing.T) {
 	plan := hostPlan(t, "gcp-b200")
 	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1})
 	for id, st := range map[string]check.Status{"rule.R34": check.Fail, "rule.R16/peer-mapping-override": check.Fail, "rule.R16/stream-memops": check.Warn} {
-		if r := result(t, rep.Checks, id); r.Status != st {
+		if r := fixture.Result(t, rep.Checks, id); r.Status != st {
 			t.Errorf("%s: %+v", id, r)
 		}
 	}
-	if r := result(t, rep.Checks, "rule.R34"); !strings.Contains(r.Read, "host dmabuf=unsupported") || !strings.Contains(r.Fix, "modprobe nvidia_peermem") {
+	if r := fixture.Result(t, rep.Checks, "rule.R34"); !strings.Contains(r.Read, "host dmabuf=unsupported") || !strings.Contains(r.Fix, "modprobe nvidia_peermem") {
 		t.Errorf("R34: %+v", r)
 	}
 	for _, gone := range []string{"host.peermem", "host.regkey.peer-mapping-override", "host.regkey.stream-memops", "host.roce.gid-type"} {
@@ -236,7 +238,7 @@ func TestHostRulesJudgePeerMemoryAndRegkeys(t *testing.T) {
 	}
 	// NVSHMEM_IB_DISABLE_DMABUF in the job's environment takes it away again
 	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1, JobEnv: []string{"NVSHMEM_IB_DISABLE_DMABUF=1"}})
-	if r := result(t, rep.Checks, "rule.R34"); r.Status != check.Fail {
+	if r := fixture.Result(t, rep.Checks, "rule.R34"); r.Status != check.Fail {
 		t.Errorf("dma-buf disabled by the job: %+v", r)
 	}
 }
@@ -258,7 +260,7 @@ func TestHostGIDAutoSelect(t *testing.T) {
 	}
 	// index 0 named explicitly is IB/RoCE v1 there
 	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1, JobEnv: []string{"NVSHMEM_IB_GID_INDEX=0"}})
-	if r := result(t, rep.Checks, "rule.R31/index-not-roce-v2"); r.Status != check.Fail || !strings.Contains(r.Read, "host ib.gid-type=IB/RoCE v1") {
+	if r := fixture.Result(t, rep.Checks, "rule.R31/index-not-roce-v2"); r.Status != check.Fail || !strings.Contains(r.Read, "host ib.gid-type=IB/RoCE v1") {
 		t.Errorf("index 0: %+v", r)
 	}
 	// the GIDs of a port without an IPv4 address: link-local only
@@ -269,7 +271,7 @@ func TestHostGIDAutoSelect(t *testing.T) {
 		}
 	}
 	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1})
-	if r := result(t, rep.Checks, "rule.R31/auto-select"); r.Status != check.Fail {
+	if r := fixture.Result(t, rep.Checks, "rule.R31/auto-select"); r.Status != check.Fail {
 		t.Errorf("no IPv4 GID: %+v", r)
 	}
 }
@@ -298,17 +300,17 @@ func TestHostFixedHeapAndFreeMemory(t *testing.T) {
 	f.FreeMemory("81004", "81004", "81004", "81004", "81004", "81004", "3500", "81004")
 	plan := hostPlan(t, "gcp-b200")
 	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1, JobEnv: []string{"NVSHMEM_SYMMETRIC_SIZE=1G"}})
-	if r := result(t, rep.Checks, "rule.R32/too-small"); r.Status != check.Fail {
+	if r := fixture.Result(t, rep.Checks, "rule.R32/too-small"); r.Status != check.Fail {
 		t.Errorf("1G: %+v", r)
 	}
-	if c := result(t, rep.Checks, "host.gpu.free-memory"); c.Status != check.Pass || !strings.Contains(c.Read, "runtime.buffer-bytes") {
+	if c := fixture.Result(t, rep.Checks, "host.gpu.free-memory"); c.Status != check.Pass || !strings.Contains(c.Read, "runtime.buffer-bytes") {
 		t.Errorf("free memory for the 2 GiB buffer: %+v", c)
 	}
 	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: plan, Mapped: -1, JobEnv: []string{"NVSHMEM_SYMMETRIC_SIZE=4G"}})
 	if r, ok := check.Find(rep.Checks, "rule.R32/too-small"); ok {
 		t.Errorf("4G: %+v", r)
 	}
-	if c := result(t, rep.Checks, "host.gpu.free-memory"); c.Status != check.Fail || !strings.Contains(c.Fix, "GPU 6 ") || rep.Config.FixedHeapBytes != 4<<30 {
+	if c := fixture.Result(t, rep.Checks, "host.gpu.free-memory"); c.Status != check.Fail || !strings.Contains(c.Fix, "GPU 6 ") || rep.Config.FixedHeapBytes != 4<<30 {
 		t.Errorf("free memory for a 4 GiB fixed heap: %+v", c)
 	}
 }
@@ -319,13 +321,13 @@ func TestHostJobNodes(t *testing.T) {
 	hostfixture.At(t, root).Hostname("vm")
 	opts := HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "gcp-b200"), Mapped: -1, JobEnv: []string{"SLURM_JOB_NODELIST=node[01-02]"}}
 	rep := checkHost(t, opts)
-	if c := result(t, rep.Checks, "host.hostnames"); c.Status != check.Warn || !strings.Contains(c.Read, "SLURM_JOB_NODELIST: 2 hosts") {
+	if c := fixture.Result(t, rep.Checks, "host.hostnames"); c.Status != check.Warn || !strings.Contains(c.Read, "SLURM_JOB_NODELIST: 2 hosts") {
 		t.Errorf("Slurm: %+v", c)
 	}
 	hosts := filepath.Join(t.TempDir(), "hosts")
 	os.WriteFile(hosts, []byte("vm\nvm\n"), 0o644)
 	opts.HostsFile = hosts
-	if c := result(t, checkHost(t, opts).Checks, "host.hostnames"); c.Status != check.Fail {
+	if c := fixture.Result(t, checkHost(t, opts).Checks, "host.hostnames"); c.Status != check.Fail {
 		t.Errorf("vm twice: %+v", c)
 	}
 	opts.HostsFile = filepath.Join(t.TempDir(), "absent")
@@ -388,10 +390,10 @@ func TestLoadedNVSHMEMVersion(t *testing.T) {
 	}
 	// on the node: gcp-b200 built 3.5.19-1, the process maps the wheel's 3.4.5
 	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(hostfixture.GCPB200(t)), Plan: hostPlan(t, "gcp-b200"), Mapped: 1, Loaded: []string{lib}})
-	if r := result(t, rep.Checks, "rule.R10/loaded-version"); r.Status != check.Fail {
+	if r := fixture.Result(t, rep.Checks, "rule.R10/loaded-version"); r.Status != check.Fail {
 		t.Errorf("R10: %+v", r)
 	}
-	if r := result(t, rep.Checks, "rule.R24/built-after-loaded-before"); r.Status != check.Fail {
+	if r := fixture.Result(t, rep.Checks, "rule.R24/built-after-loaded-before"); r.Status != check.Fail {
 		t.Errorf("R24: %+v", r)
 	}
 }
@@ -402,7 +404,7 @@ func TestLoadedNVSHMEMVersion(t *testing.T) {
 func TestHostChecksScopedToTheRecipe(t *testing.T) {
 	root := hostfixture.New(t).Root()
 	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "demo"), Mapped: -1})
-	gpus := result(t, rep.Checks, "host.gpus")
+	gpus := fixture.Result(t, rep.Checks, "host.gpus")
 	if gpus.Status != check.Skip || !strings.Contains(gpus.Found, "the recipe demo uses no GPU") {
 		t.Errorf("host.gpus for the demo: %+v", gpus)
 	}
@@ -412,12 +414,12 @@ func TestHostChecksScopedToTheRecipe(t *testing.T) {
 		}
 	}
 	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "gcp-b200"), Mapped: -1})
-	if r := result(t, rep.Checks, "host.gpus"); r.Status != check.Fail {
+	if r := fixture.Result(t, rep.Checks, "host.gpus"); r.Status != check.Fail {
 		t.Errorf("host.gpus for gcp-b200 on a node without GPUs: %+v", r)
 	}
 	// without a recipe every check applies
 	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Mapped: -1})
-	if r := result(t, rep.Checks, "host.gpus"); r.Status != check.Fail {
+	if r := fixture.Result(t, rep.Checks, "host.gpus"); r.Status != check.Fail {
 		t.Errorf("host.gpus without a recipe on a node without GPUs: %+v", r)
 	}
 }
