@@ -136,6 +136,9 @@ type TestRun struct {
 	// test is reported as not run, with the reason. rdma: an RDMA device (a verbs NIC
 	// under /sys/class/infiniband), for a test whose traffic cannot take NVLink.
 	Needs []string `json:"needs,omitempty" jsonschema:"uniqueItems=true,enum=rdma"`
+	// Env is added to the install's runtime env for this test alone (EP_DISABLE_GIN=1: a
+	// path the node cannot take without a NIC), plain values, no LD_PRELOAD.
+	Env map[string]string `json:"env,omitempty"`
 	// Timeout bounds one run (a Go duration: 90s, 20m); its process group is killed then.
 	Timeout string `json:"timeout"`
 	// Bandwidth names regular expressions (Go syntax) read on each line of the test's

@@ -46,6 +46,10 @@ func TestTestsErrors(t *testing.T) {
 		{"needs rdma", "nodes: 2", "nodes: 2\n          needs: [rdma]", nil, 0},
 		{"unknown need", "nodes: 2", "nodes: 2\n          needs: [rdma, nic]", []string{`unknown need "nic"`, "can need rdma"}, 32},
 		{"need twice", "nodes: 2", "nodes: 2\n          needs: [rdma, rdma]", []string{"rdma is named twice"}, 32},
+		{"own env", "nodes: 2", "nodes: 2\n          env: {EP_DISABLE_GIN: \"1\"}", nil, 0},
+		{"env name", "nodes: 2", "nodes: 2\n          env: {1X: \"1\"}", []string{`environment variable name "1X" is not valid`}, 32},
+		{"env preload", "nodes: 2", "nodes: 2\n          env: {LD_PRELOAD: /x.so}", []string{"no LD_PRELOAD and no templates"}, 32},
+		{"env template", "nodes: 2", "nodes: 2\n          env: {X: \"{{nccl.prefix}}\"}", []string{"no LD_PRELOAD and no templates"}, 32},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

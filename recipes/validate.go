@@ -624,6 +624,15 @@ func (d *Doc) validateTests(p string, c *Component, add func(string, string, ...
 				add(fmt.Sprintf("%s.needs[%d]", rp, k), "%s is named twice", n)
 			}
 		}
+		for _, k := range slices.Sorted(maps.Keys(r.Env)) {
+			if !envRe.MatchString(k) {
+				add(rp+".env", "environment variable name %q is not valid (letters, digits, '_', not starting with a digit)", k)
+			}
+			checkValue(rp+".env."+k, "environment variable "+k, r.Env[k], add)
+			if k == "LD_PRELOAD" || templateRe.MatchString(r.Env[k]) {
+				add(rp+".env."+k, "a test's env holds plain values added to the install's runtime env: no LD_PRELOAD and no templates (set those in the recipe's env)")
+			}
+		}
 		if r.Timeout == "" {
 			add(rp, "missing timeout: how long one run may take (a duration like 90s or 20m); its processes are killed then")
 		} else if dt, err := time.ParseDuration(r.Timeout); err != nil || dt <= 0 {

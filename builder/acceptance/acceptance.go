@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,7 +51,9 @@ type Test struct {
 	// Nodes is how many nodes it needs (at least 1).
 	Nodes int
 	// Needs names what the node must have (recipes.TestRun.Needs: rdma).
-	Needs     []string
+	Needs []string
+	// Env is added to Options.Env for this test ("KEY=VALUE"; it wins over the same key).
+	Env       []string
 	Timeout   time.Duration
 	Bandwidth []Pattern
 }
@@ -193,7 +196,8 @@ func run(ctx context.Context, t Test, o Options, r *Result) {
 	}()
 	cmd := exec.Command(prog, r.Argv[1:]...)
 	cmd.Args[0] = r.Argv[0]
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = t.Dir, o.Env, pw, pw
+	// exec keeps the last of duplicate keys: the test's own win
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = t.Dir, append(slices.Clip(o.Env), t.Env...), pw, pw
 	start := time.Now()
 	err = procgroup.Run(tctx, cmd)
 	r.Seconds = time.Since(start).Seconds()

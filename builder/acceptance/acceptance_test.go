@@ -206,6 +206,12 @@ sleep 300 & echo $! > left.pid`)
 			t.Errorf("needs rdma where it may run: %+v", rs[0])
 		}
 	}
+	// a test's own env is added to the install's and wins over the same key
+	script(t, dir, "code.sh", "exit $CODE\n")
+	own := Test{Component: "c", Name: "own-env", Dir: dir, Argv: []string{"code.sh"}, Env: []string{"CODE=0"}, Timeout: time.Minute}
+	if rs := Run(context.Background(), []Test{own}, Options{Env: append(env(dir), "CODE=5")}); rs[0].Status != Pass {
+		t.Errorf("a test's own env: %+v", rs[0])
+	}
 	// a cancelled run runs nothing more
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -42,7 +42,11 @@ type InstallOptions struct {
 	// Verify configures the check of the new tree before it is put in place (Prefix is
 	// set by Install; host checks are not run).
 	Verify verify.VerifyOptions
-	Log    *log.Logger
+	// PythonWheels installs the wheels the artifact has beside it that take the place of a
+	// package of the Python environment (python-wheel), with pip, before the new install
+	// is verified; without it install refuses while the environment lacks them.
+	PythonWheels bool
+	Log          *log.Logger
 }
 
 // InstallResult is a finished install.
@@ -157,6 +161,17 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	if err := replaceable(prefix, opts.KeepPrevious); err != nil {
 		return nil, err
 	}
+	env := opts.Verify.Environ
+	if env == nil {
+		env = verify.CleanEnviron(os.Getenv)
+	}
+	wheelNotes, err := pythonWheels(ctx, verify.Interpreter(opts.Verify.Python, m), env, m, art, opts.PythonWheels)
+	for _, n := range wheelNotes {
+		logInfo(opts.Log, "python environment", "wheel", n)
+	}
+	if err != nil {
+		return nil, err
+	}
 	op := "install " + filepath.Base(art) + " into " + prefix
 	need := installSize(m, raw)
 	// before anything is written (the lock file included), and again under the lock
@@ -227,7 +242,7 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	if rep != nil {
 		relocateReport(rep, tree, prefix)
 	}
-	res := &InstallResult{Prefix: prefix, Receipt: rc, Report: rep, Notes: append(notes, wheelRouteNotes(m, art)...)}
+	res := &InstallResult{Prefix: prefix, Receipt: rc, Report: rep, Notes: append(wheelNotes, notes...)}
 	if verr != nil || rep.Failed() {
 		return res, &InstallVerifyError{Prefix: prefix, Report: rep, Err: verr}
 	}
@@ -615,21 +630,4 @@ func putInPlace(tree, prefix, stage string, keep bool) (string, error) {
 		return "", fmt.Errorf("install into %s: swap the new install in: %w", prefix, err)
 	}
 	return prev, nil
-}
-
-// wheelRouteNotes says, for each wheel the artifact has beside it that takes the place of
-// a package of the Python environment (python-wheel: NCCL built here as torch's own), how
-// to put it in place and how to undo it: the install cannot do that for the environment
-// torch runs from, and the job needs it done (process.single-nccl checks it).
-func wheelRouteNotes(m *manifest.Manifest, art string) []string {
-	var out []string
-	dir := manifest.WheelDir(art)
-	for _, w := range m.Wheels {
-		if w.Replaces == nil {
-			continue
-		}
-		out = append(out, fmt.Sprintf("%s is built to be the Python environment's %s: python3 -m pip install --no-deps --force-reinstall %s (undo: python3 -m %s)",
-			w.Component, w.Replaces.Package, quote.Shell(filepath.Join(dir, w.File)), w.Replaces.Undo()))
-	}
-	return out
 }

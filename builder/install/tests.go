@@ -69,6 +69,9 @@ func LoadInstallTests(prefix string, base []string, only []string) (*InstallTest
 			}
 			matched[r.Name], matched[full] = true, true
 			t := acceptance.Test{Component: c.Name, Name: r.Name, Dir: filepath.Join(pre, manifest.TestsDir), Argv: r.Argv, Nodes: r.MinNodes(), Needs: r.Needs}
+			for _, k := range slices.Sorted(maps.Keys(r.Env)) {
+				t.Env = append(t.Env, k+"="+r.Env[k])
+			}
 			// the manifest's plan was validated when built; a hand-edited one is refused here
 			if t.Timeout, err = time.ParseDuration(r.Timeout); err != nil || t.Timeout <= 0 {
 				return nil, &plan.UsageError{Err: fmt.Errorf("%s: test %s: timeout %q is not a duration: the manifest was not written by epbuild", filepath.Join(abs, manifest.ManifestName), full, r.Timeout)}

@@ -168,3 +168,13 @@ func trunc(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// Tail is the end of a program's output for an error message: its last n runes, trimmed,
+// "…" in front when it was cut. Not escaped: pass it through Term where it is printed.
+func Tail(s string, n int) string {
+	r := []rune(strings.TrimSpace(s))
+	if len(r) <= n {
+		return string(r)
+	}
+	return "…" + string(r[len(r)-n:])
+}

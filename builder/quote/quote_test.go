@@ -111,3 +111,15 @@ func TestName(t *testing.T) {
 		}
 	}
 }
+
+func TestTail(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{{"  ok\n", 10, "ok"}, {"abcdef", 3, "…def"}, {"ééé", 2, "…éé"}, {"", 3, ""}} {
+		if got := Tail(c.in, c.n); got != c.want {
+			t.Errorf("Tail(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}

@@ -254,12 +254,16 @@ func (v *verifier) notRun(t check.Target) []CheckResult {
 }
 
 // python picks the interpreter for the Python checks.
-func (v *verifier) python() string {
-	if v.opts.Python != "" {
-		return v.opts.Python
+func (v *verifier) python() string { return Interpreter(v.opts.Python, v.m) }
+
+// Interpreter is the Python the checks of an install of m run with: the one given, else
+// the build's when this host has it, else python3 from PATH.
+func Interpreter(given string, m *manifest.Manifest) string {
+	if given != "" {
+		return given
 	}
-	if v.m.Toolchain != nil && v.m.Toolchain.Python != "" && disk.FileExists(v.m.Toolchain.Python) {
-		return v.m.Toolchain.Python
+	if m != nil && m.Toolchain != nil && m.Toolchain.Python != "" && disk.FileExists(m.Toolchain.Python) {
+		return m.Toolchain.Python
 	}
 	return "python3"
 }

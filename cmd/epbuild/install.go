@@ -33,6 +33,7 @@ func newInstallCmd(app *App) *cobra.Command {
 		keep   bool
 		asJSON bool
 		python string
+		wheels bool
 	)
 	cmd := &cobra.Command{
 		Use:   "install ARTIFACT --prefix DIR",
@@ -57,10 +58,18 @@ every node that sees DIR. DIR may hold any character but ':' (the separator of P
 PYTHONPATH and LD_LIBRARY_PATH), and no blank when the recipe preloads a library. An interrupted install leaves DIR whole; the
 next install into DIR removes what it left beside it.
 
+A component a recipe builds as a package of the Python environment (python-wheel: NCCL
+from source as torch's own nvidia-nccl-cu13) works only once that wheel is installed in
+the environment of the import checks (--python): before anything is written, install
+refuses (exit 3, with the pip command and its undo) while the environment has another
+version; --python-wheels installs it there first (pip, --no-index, from the
+<recipe>-<plan>.wheels directory beside the artifact, its sha256 checked against the
+manifest) and notes the command that puts back the version it replaced.
+
 Exit codes: 0 installed; 1 the new install failed verify (DIR is as it was); 2 the
 artifact is damaged, truncated, bigger than its manifest says or not an epbuild
 artifact, or DIR is not an install to replace; 3 not enough space beside DIR (the space
-needed is named).`,
+needed is named), or the Python environment lacks a wheel the artifact needs there.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if prefix == "" {
@@ -72,7 +81,8 @@ needed is named).`,
 			}
 			res, err := install.Install(cmd.Context(), install.InstallOptions{
 				Artifact: args[0], Prefix: prefix, KeepPrevious: keep, Version: version, Log: app.Log, Self: self,
-				Verify: verify.VerifyOptions{Python: python, Environ: verify.CleanEnviron(app.Getenv)},
+				Verify:       verify.VerifyOptions{Python: python, Environ: verify.CleanEnviron(app.Getenv)},
+				PythonWheels: wheels,
 			})
 			var ve *install.InstallVerifyError
 			if errors.As(err, &ve) && ve.Report != nil {
@@ -110,6 +120,7 @@ needed is named).`,
 	cmd.Flags().BoolVar(&keep, "keep-previous", false, "keep the replaced install as DIR.prev (replacing an older DIR.prev)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result (receipt and verify report) as JSON")
 	cmd.Flags().StringVar(&python, "python", "", "interpreter for the import checks (default: the build's, if here, else python3)")
+	cmd.Flags().BoolVar(&wheels, "python-wheels", false, "install the wheels the artifact builds as packages of the Python environment (python-wheel) into --python's environment first")
 	return cmd
 }
 

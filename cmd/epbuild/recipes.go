@@ -180,7 +180,7 @@ func writePlan(w io.Writer, p *plan.Plan) {
 			}
 		}
 		if pw := c.PythonWheel; pw != nil && c.Source.Python == nil {
-			fmt.Fprintf(w, "  wheel   %s in place of the Python environment's (%s under %s/): pip install --no-deps --force-reinstall it from <recipe>-<plan>.wheels/; the manifest's wheels[].replaces names the version that puts it back (pip install --no-deps --force-reinstall %s==VERSION)\n",
+			fmt.Fprintf(w, "  wheel   %s in place of the Python environment's (%s under %s/), from <recipe>-<plan>.wheels/: epbuild install --python-wheels installs it there (pip) and notes the undo (pip install --no-deps --force-reinstall %s==VERSION, the version it replaced)\n",
 				quote.Term(pw.Package), quote.Term(strings.Join(pw.Files, ", ")), quote.Term(pw.Dir), quote.Term(pw.Package))
 		}
 	}
