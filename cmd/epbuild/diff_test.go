@@ -16,11 +16,8 @@ import (
 // table names the file, and the section and the strings say what changed.
 func TestDiffArtifactAndInstall(t *testing.T) {
 	art := demoArtifact(t)
-	prefix := filepath.Join(t.TempDir(), "demo")
+	prefix := pristineInstall(t)
 	env := nodeEnv()
-	if code, out, errs := run(t, env, "install", art, "--prefix", prefix); code != 0 {
-		t.Fatalf("install: %d\n%s%s", code, out, errs)
-	}
 	py := exec.Command("python3", "-c", "import pydemo")
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "PYTHONDONTWRITEBYTECODE=") {

@@ -17,14 +17,10 @@ import (
 // Reports written by verify-install --json on three installs, one of which lost the
 // demo's PR #466 patch: fleet report names that node, and only it.
 func TestFleetReportCLI(t *testing.T) {
-	art := demoArtifact(t)
 	env := nodeEnv()
 	reports := t.TempDir()
 	for _, node := range []string{"gpu-a", "gpu-b", "gpu-c"} {
-		prefix := filepath.Join(t.TempDir(), node, "opt", "deepep")
-		if code, out, errs := run(t, env, "install", art, "--prefix", prefix); code != 0 {
-			t.Fatalf("install: exit %d\n%s\n%s", code, out, errs)
-		}
+		prefix := pristineInstall(t) // the same prefix on every node, as on a cluster
 		if node == "gpu-b" {
 			src, err := embedded.Files("demo", "pydemo")
 			if err != nil {

@@ -130,7 +130,8 @@ func TestHostileBuildValues(t *testing.T) {
 	if err := os.WriteFile(cc, []byte("#!/bin/sh\n{ for a in \"$@\"; do printf '%s\\0' \"$a\"; done; printf '\\0'; } >> '"+log+"'\nexec gcc \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	env := nodeEnv("EPBUILD_CACHE", filepath.Join(t.TempDir(), "cache"))
+	// the demo's stages are made there: each run builds only what its options change
+	env := nodeEnv("EPBUILD_CACHE", warmCache(t))
 	out := t.TempDir()
 	literal := "-DEPBUILD_VALUE=`touch " + cdir + "/a` $(touch " + cdir + "/b); touch " + cdir + "/c \"dq\" 'sq' $HOME"
 	quoted := "-O2 '" + strings.ReplaceAll(literal, "'", `'\''`) + "'"
@@ -324,11 +325,8 @@ func TestHostileInstallArchives(t *testing.T) {
 	env := nodeEnv()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			parent := t.TempDir()
-			prefix := filepath.Join(parent, "demo")
-			if code, o, e := run(t, env, "install", demoArtifact(t), "--prefix", prefix); code != 0 {
-				t.Fatalf("install the good artifact: exit %d\n%s%s", code, o, e)
-			}
+			prefix := pristineInstall(t) // the good artifact, installed
+			parent := filepath.Dir(prefix)
 			receipt, _ := os.ReadFile(filepath.Join(prefix, manifest.ReceiptName))
 			art := filepath.Join(t.TempDir(), filepath.Base(demoArtifact(t)))
 			writeTar(t, art, c.entries(prefix), false)
@@ -507,10 +505,7 @@ func TestHostileInstalledTrees(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			prefix := filepath.Join(t.TempDir(), "demo")
-			if code, o, e := run(t, env, "install", demoArtifact(t), "--prefix", prefix); code != 0 {
-				t.Fatalf("install: exit %d\n%s%s", code, o, e)
-			}
+			prefix := pristineInstall(t)
 			c.mutate(t, prefix)
 			code, o, e := run(t, env, "verify-install", "--prefix", prefix)
 			says := []string{c.want, "FAILED: "}

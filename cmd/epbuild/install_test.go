@@ -18,13 +18,16 @@ import (
 	"github.com/epbuild/epbuild/builder/manifest"
 )
 
-// demoBuild is the demo recipe built through Main on first use, once per test binary;
-// TestMain removes it.
+// demoBuild is the demo recipe built through Main on first use, once per test binary,
+// and its artifact installed once (see pristineInstall); TestMain removes both.
 type demoBuild struct {
 	once     sync.Once
 	dir      string
 	artifact string
 	err      error
+
+	installOnce sync.Once
+	installErr  error
 }
 
 var shared demoBuild
@@ -66,6 +69,40 @@ func warmCache(t *testing.T) string {
 		t.Fatalf("copy the demo's cache: %v\n%s", err, out)
 	}
 	return dir
+}
+
+// pristineInstall returns the demo artifact's prefix as install left it: one install per
+// test binary, kept as a template and copied back (cp -a: modes, times and links as they
+// were) to the same path on every call, so what a test does to it never reaches the next.
+// The prefix's parent holds the prefix and its lock, as after an install; the prefix is
+// the same path for every caller, since an install is not relocatable.
+func pristineInstall(t *testing.T) (prefix string) {
+	t.Helper()
+	art := demoArtifact(t)
+	parent, template := filepath.Join(shared.dir, "install"), filepath.Join(shared.dir, "install-template")
+	prefix = filepath.Join(parent, "demo")
+	shared.installOnce.Do(func() {
+		var out, errb bytes.Buffer
+		env := nodeEnv()
+		if c := Main([]string{"install", art, "--prefix", prefix}, Streams{In: strings.NewReader(""), Out: &out, Err: &errb},
+			func(k string) string { return env[k] }); c != 0 {
+			shared.installErr = fmt.Errorf("epbuild install: exit %d\n%s%s", c, out.String(), errb.String())
+			return
+		}
+		if out, err := exec.Command("cp", "-a", parent, template).CombinedOutput(); err != nil {
+			shared.installErr = fmt.Errorf("keep the install as a template: %v\n%s", err, out)
+		}
+	})
+	if shared.installErr != nil {
+		t.Fatalf("install the demo: %v", shared.installErr)
+	}
+	if err := os.RemoveAll(parent); err != nil {
+		t.Fatalf("remove the last test's prefix: %v", err)
+	}
+	if out, err := exec.Command("cp", "-a", template, parent).CombinedOutput(); err != nil {
+		t.Fatalf("copy the demo's install: %v\n%s", err, out)
+	}
+	return prefix
 }
 
 func TestMain(m *testing.M) {
@@ -192,12 +229,9 @@ func TestInstallAndVerifyCLI(t *testing.T) {
 
 func TestInstallCLIBadInput(t *testing.T) {
 	art := demoArtifact(t)
-	parent := t.TempDir()
-	prefix := filepath.Join(parent, "demo")
+	prefix := pristineInstall(t)
+	parent := filepath.Dir(prefix)
 	env := nodeEnv()
-	if code, out, errs := run(t, env, "install", art, "--prefix", prefix); code != 0 {
-		t.Fatalf("install: exit %d\n%s\n%s", code, out, errs)
-	}
 	b, err := os.ReadFile(art)
 	if err != nil {
 		t.Fatal(err)
@@ -246,7 +280,6 @@ func TestInstallCLIBadInput(t *testing.T) {
 // host capture records what host check reads: checking the capture gives the same
 // results as checking the host.
 func TestHostCLI(t *testing.T) {
-	art := demoArtifact(t)
 	env := nodeEnv()
 	liveCode, live, errs := run(t, env, "host", "check", "--recipe", "gcp-b200", "--json")
 	if liveCode != 0 && liveCode != 1 {
@@ -280,10 +313,7 @@ func TestHostCLI(t *testing.T) {
 		}
 	}
 
-	prefix := filepath.Join(t.TempDir(), "demo")
-	if code, out, errs := run(t, env, "install", art, "--prefix", prefix); code != 0 {
-		t.Fatalf("install: exit %d\n%s\n%s", code, out, errs)
-	}
+	prefix := pristineInstall(t)
 	code, out, _ := run(t, env, "verify-install", "--prefix", prefix, "--host", "--sysroot", root, "--json")
 	_, checks := decodeReport(t, out)
 	if checks["host.gpus"].ID == "" || checks["files"].Status != "pass" {

@@ -45,12 +45,8 @@ show unload
 // (and, from Lua, the user's own value of a variable the recipe sets).
 func TestModuleWithLmod(t *testing.T) {
 	init := lmodInit(t)
-	art := demoArtifact(t)
-	prefix := filepath.Join(t.TempDir(), "opt", "demo")
+	prefix := pristineInstall(t)
 	env := nodeEnv()
-	if code, out, errs := run(t, env, "install", art, "--prefix", prefix); code != 0 {
-		t.Fatalf("install: exit %d\n%s%s", code, out, errs)
-	}
 	// what env.sh gives, over the same user's variables
 	sh := exec.Command("bash", "-c", `export PYTHONPATH=/user/py LD_LIBRARY_PATH=/user/lib DEMO_LIB=/user/own.so; . "$1"
 printf 'load py=%s ld=%s lib=%s lane=%s prefix=%s\n' "$PYTHONPATH" "$LD_LIBRARY_PATH" "$DEMO_LIB" "$DEMO_LANE_MAPPING" "$EPBUILD_PREFIX"`, "bash", filepath.Join(prefix, "env.sh"))
@@ -139,11 +135,8 @@ printf 'load py=%s ld=%s lib=%s lane=%s prefix=%s\n' "$PYTHONPATH" "$LD_LIBRARY_
 // loads with real Lmod, Lua and Tcl, and no code runs.
 func TestModuleHostileManifest(t *testing.T) {
 	init := lmodInit(t)
-	prefix := filepath.Join(t.TempDir(), "demo")
+	prefix := pristineInstall(t)
 	env := nodeEnv()
-	if code, out, errs := run(t, env, "install", demoArtifact(t), "--prefix", prefix); code != 0 {
-		t.Fatalf("install: exit %d\n%s%s", code, out, errs)
-	}
 	mpath := filepath.Join(prefix, "manifest.json")
 	raw, err := os.ReadFile(mpath)
 	if err != nil {

@@ -28,7 +28,7 @@ func silentRegistry(t *testing.T) string {
 // and recipe --cache-from warns and builds here, within EPBUILD_REGISTRY_TIMEOUT.
 func TestRegistryThatNeverAnswers(t *testing.T) {
 	repo := silentRegistry(t)
-	env := nodeEnv("DOCKER_CONFIG", t.TempDir(), "EPBUILD_CACHE", filepath.Join(t.TempDir(), "cache"), "EPBUILD_REGISTRY_TIMEOUT", "300ms")
+	env := nodeEnv("DOCKER_CONFIG", t.TempDir(), "EPBUILD_CACHE", warmCache(t), "EPBUILD_REGISTRY_TIMEOUT", "300ms")
 	out := filepath.Join(t.TempDir(), "pulled")
 	code, o, e := run(t, env, "pull", repo+":"+strings.Repeat("ab", 32), "-o", out, "--plain-http")
 	if code != 3 || !strings.Contains(e, "did not answer in time") || !strings.Contains(e, "--registry-timeout") {
@@ -57,7 +57,7 @@ func TestRegistryThatNeverAnswers(t *testing.T) {
 func TestCacheFromRefusesUnsigned(t *testing.T) {
 	reg := ocitest.Start(t, ocitest.Options{})
 	repo := "oci://" + reg.Addr + "/epbuild/cache"
-	env := nodeEnv("DOCKER_CONFIG", t.TempDir(), "EPBUILD_CACHE", filepath.Join(t.TempDir(), "cache"))
+	env := nodeEnv("DOCKER_CONFIG", t.TempDir(), "EPBUILD_CACHE", warmCache(t))
 	if code, o, e := run(t, env, "recipe", "demo", "-o", t.TempDir(), "--cache-to", repo, "--plain-http"); code != 0 {
 		t.Fatalf("build and push unsigned: exit %d\n%s\n%s", code, o, e)
 	}

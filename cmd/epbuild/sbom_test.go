@@ -37,10 +37,7 @@ func TestSBOMCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := nodeEnv()
-	prefix := filepath.Join(t.TempDir(), "demo")
-	if code, out, errs := run(t, env, "install", art, "--prefix", prefix); code != 0 {
-		t.Fatalf("install: exit %d\n%s%s", code, out, errs)
-	}
+	prefix := pristineInstall(t)
 	for _, from := range []string{art, prefix} {
 		code, out, errs := run(t, env, "sbom", from)
 		if code != 0 || out != string(want) {

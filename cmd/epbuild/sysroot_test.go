@@ -55,10 +55,7 @@ func TestSysrootCaptureArchive(t *testing.T) {
 	if string(a) != string(b) {
 		t.Errorf("capturing the capture changed it (%d bytes, %d bytes)", len(a), len(b))
 	}
-	prefix := filepath.Join(t.TempDir(), "demo")
-	if code, out, errs := run(t, env, "install", demoArtifact(t), "--prefix", prefix); code != 0 {
-		t.Fatalf("install: exit %d\n%s%s", code, out, errs)
-	}
+	prefix := pristineInstall(t)
 	_, out, _ := run(t, env, "verify-install", "--prefix", prefix, "--host", "--sysroot", capture, "--json")
 	// the demo uses no GPU: host.gpus does not apply to it, whatever the capture holds
 	if _, checks := decodeReport(t, out); checks["host.gpus"].Status != "skip" || !strings.Contains(checks["host.gpus"].Found, "uses no GPU") || checks["files"].Status != "pass" {

@@ -12,15 +12,10 @@ import (
 	"github.com/epbuild/epbuild/recipes"
 )
 
-// testPrefix installs the demo artifact (built once per test binary) at a prefix of the
-// test's own.
+// testPrefix gives the test the demo artifact's install, as install left it.
 func testPrefix(t *testing.T) string {
 	t.Helper()
-	prefix := filepath.Join(t.TempDir(), "opt", "demo")
-	if code, out, errs := run(t, nodeEnv(), "install", demoArtifact(t), "--prefix", prefix); code != 0 {
-		t.Fatalf("install: exit %d\n%s\n%s", code, out, errs)
-	}
-	return prefix
+	return pristineInstall(t)
 }
 
 // runningIn lists the processes whose working directory is dir.
