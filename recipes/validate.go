@@ -203,15 +203,7 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 		// switches it to source; with no release to switch to they would never run
 		add(p+".build", "component %s comes from the Python environment and has nothing to build (build steps there are for --set %s.version=V of a release the catalogue knows, and it knows none of %s)", c.Name, c.Name, c.Name)
 	}
-	for _, k := range slices.Sorted(maps.Keys(c.CheckEnv)) {
-		if !envRe.MatchString(k) {
-			add(p+".check-env", "environment variable name %q is not valid (letters, digits, '_', not starting with a digit)", k)
-		}
-		checkValue(p+".check-env."+k, "environment variable "+k, c.CheckEnv[k], add)
-		if k == "LD_PRELOAD" || templateRe.MatchString(c.CheckEnv[k]) {
-			add(p+".check-env."+k, "check-env holds plain values for the build host's checks, no LD_PRELOAD and no templates (a python-wheel library a component depends on is preloaded there already)")
-		}
-	}
+	plainEnv(p+".check-env", c.CheckEnv, "check-env holds plain values for the build host's checks, no LD_PRELOAD and no templates (a python-wheel library a component depends on is preloaded there already)", add)
 	for j, f := range c.Preload {
 		if strings.ContainsAny(f, "*?[{}: ") || !localPath(f, false) {
 			add(fmt.Sprintf("%s.preload[%d]", p, j), "preload %q is not a file of the component's prefix (a relative path that stays in it, like lib/libnccl.so.2; no glob, blank or ':')", f)
@@ -624,15 +616,7 @@ func (d *Doc) validateTests(p string, c *Component, add func(string, string, ...
 				add(fmt.Sprintf("%s.needs[%d]", rp, k), "%s is named twice", n)
 			}
 		}
-		for _, k := range slices.Sorted(maps.Keys(r.Env)) {
-			if !envRe.MatchString(k) {
-				add(rp+".env", "environment variable name %q is not valid (letters, digits, '_', not starting with a digit)", k)
-			}
-			checkValue(rp+".env."+k, "environment variable "+k, r.Env[k], add)
-			if k == "LD_PRELOAD" || templateRe.MatchString(r.Env[k]) {
-				add(rp+".env."+k, "a test's env holds plain values added to the install's runtime env: no LD_PRELOAD and no templates (set those in the recipe's env)")
-			}
-		}
+		plainEnv(rp+".env", r.Env, "a test's env holds plain values added to the install's runtime env: no LD_PRELOAD and no templates (set those in the recipe's env)", add)
 		if r.Timeout == "" {
 			add(rp, "missing timeout: how long one run may take (a duration like 90s or 20m); its processes are killed then")
 		} else if dt, err := time.ParseDuration(r.Timeout); err != nil || dt <= 0 {
@@ -650,6 +634,20 @@ func (d *Doc) validateTests(p string, c *Component, add func(string, string, ...
 			case re.SubexpIndex("gbps") < 0:
 				add(bp, "bandwidth pattern %s has no group named gbps: capture the number as (?P<gbps>[0-9.]+)", name)
 			}
+		}
+	}
+}
+
+// plainEnv checks variables added to an environment as they are (check-env, a test's env):
+// valid names, values checkValue accepts, no LD_PRELOAD and no templates (what says so).
+func plainEnv(p string, env map[string]string, what string, add func(string, string, ...any)) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if !envRe.MatchString(k) {
+			add(p, "environment variable name %q is not valid (letters, digits, '_', not starting with a digit)", k)
+		}
+		checkValue(p+"."+k, "environment variable "+k, env[k], add)
+		if k == "LD_PRELOAD" || templateRe.MatchString(env[k]) {
+			add(p+"."+k, "%s", what)
 		}
 	}
 }
