@@ -279,7 +279,7 @@ func (r *ncclWheel) fix(wheels []manifest.WheelFile, component, py string) strin
 		}
 	}
 	return "install the NCCL built here into the Python environment torch is imported from: " + quote.Shell(py) +
-		" -m pip install --no-deps --force-reinstall " + file + "; and preload no other libnccl (LD_PRELOAD)"
+		" -m pip install --no-deps --force-reinstall " + file + " (epbuild install --python-wheels does it); and preload no other libnccl (LD_PRELOAD)"
 }
 
 // judgeNCCLWheel judges the python-wheel route: torch's communicator must run the
