@@ -277,7 +277,7 @@ func TestCatalog(t *testing.T) {
 		t.Errorf("3.5.20 is no release, yet resolves to %s", r.Version)
 	}
 	vs := cat.Versions("nvshmem")
-	if !slices.IsSortedFunc(vs, func(a, b string) int { return MustVersion(a).Compare(MustVersion(b)) }) || len(vs) != 7 {
+	if !slices.IsSortedFunc(vs, func(a, b string) int { return MustVersion(a).Compare(MustVersion(b)) }) || len(vs) != 9 {
 		t.Errorf("versions not sorted oldest first: %v", vs)
 	}
 	if cat.Has("deepep") || !cat.Has("nccl") {

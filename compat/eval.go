@@ -349,7 +349,7 @@ func (ev *evaluator) commit(cc *CommitCond) (tri, []string) {
 }
 
 // release decides whether a component is a published release, so that its version
-// number says what the release notes say of it: an archive or a wheel is; a git tree is
+// number says what the release notes say of it: an archive, a prebuilt archive or a wheel is; a git tree is
 // only at a commit the catalogue pins for that version (a branch's own version line can
 // name a release whose contents it does not have).
 func (ev *evaluator) release(name string) (tri, []string) {
@@ -358,7 +358,7 @@ func (ev *evaluator) release(name string) (tri, []string) {
 		return no, []string{"no component " + name}
 	}
 	switch comp.Source {
-	case "archive", "python":
+	case "archive", "python", "prebuilt":
 		return yes, []string{fmt.Sprintf("%s %s is a release (a %s source)", comp.Name, comp.Version, comp.Source)}
 	case "git":
 		if ev.cat == nil {

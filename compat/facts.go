@@ -32,7 +32,8 @@ type Component struct {
 	// Repo is the git URL (or the archive URL); Commit the pinned commit of a git source.
 	Repo   string `json:"repo,omitempty"`
 	Commit string `json:"commit,omitempty"`
-	// Source is the source kind: git, archive or python.
+	// Source is the source kind: git, archive or python; prebuilt for a vendor's built
+	// library that the build copies (its cmake options are not the recipe's: none).
 	Source string `json:"source"`
 	// Package is the Python distribution of a python source (nvidia-nvshmem-cu13).
 	Package string   `json:"package,omitempty"`

@@ -206,7 +206,8 @@ type CommitCond struct {
 	AtOrAfter string `json:"at-or-after,omitempty"`
 }
 
-// SourceCond: the component comes from one of these source kinds (git, archive, python).
+// SourceCond: the component comes from one of these source kinds (git, archive, python,
+// prebuilt: a vendor's built library copied, not built).
 type SourceCond struct {
 	Component string   `json:"component"`
 	Kind      []string `json:"kind"`
@@ -559,11 +560,11 @@ func (d *yamlDoc) checkCond(p string, c *Cond) {
 	case c.Source != nil:
 		comp(p+".source", c.Source.Component)
 		if len(c.Source.Kind) == 0 {
-			d.at(p+".source", "kind: needs at least one of git, archive, python")
+			d.at(p+".source", "kind: needs at least one of git, archive, python, prebuilt")
 		}
 		for i, k := range c.Source.Kind {
-			if k != "git" && k != "archive" && k != "python" {
-				d.at(fmt.Sprintf("%s.source.kind[%d]", p, i), "source kind %q: git, archive or python", k)
+			if k != "git" && k != "archive" && k != "python" && k != "prebuilt" {
+				d.at(fmt.Sprintf("%s.source.kind[%d]", p, i), "source kind %q: git, archive, python or prebuilt", k)
 			}
 		}
 	case c.Package != nil:

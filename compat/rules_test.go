@@ -67,6 +67,15 @@ func nvshmemArchive(v string) mut {
 	}
 }
 
+// nvshmemPrebuilt takes NVIDIA's built library from its redist archive (copied, not built).
+func nvshmemPrebuilt(v string) mut {
+	return func(f *Facts) {
+		c := comp(f, "nvshmem")
+		c.Version, c.Source, c.Commit, c.Options = v, "prebuilt", "", nil
+		c.Repo = "https://developer.download.nvidia.com/compute/nvshmem/redist/libnvshmem/linux-x86_64/libnvshmem-linux-x86_64-" + v + "_cuda13-archive.tar.xz"
+	}
+}
+
 // nvshmemWheel takes NVSHMEM from the nvidia-nvshmem-cu12 wheel (pkg changes the name).
 func nvshmemWheel(v string) mut {
 	return func(f *Facts) {
@@ -423,6 +432,8 @@ func ruleTable() []ruleCase {
 		{"R10", "the wheel on the host, two mapped", H, all(single, host("nvshmem.host-libs-mapped", "2")), "one-nvshmem-mapped/error"},
 		{"R10", "DeepEP from an archive, NVSHMEM_DIR unset", P, all(deepepArchive, buildEnv("deepep", "NVSHMEM_DIR", "")), "nvshmem-dir/error"},
 		{"R10", "NVSHMEM from an archive without LD_PRELOAD", P, all(nvshmemArchive("3.4.5"), env("LD_PRELOAD", "")), "preload/warn"},
+		{"R10", "NVIDIA's prebuilt 3.7.1, NVSHMEM_DIR unset", P, all(nvshmemPrebuilt("3.7.1"), buildEnv("deepep", "NVSHMEM_DIR", "")), "nvshmem-dir/error"},
+		{"R10", "NVIDIA's prebuilt 3.7.1 without LD_PRELOAD", P, all(nvshmemPrebuilt("3.7.1"), env("LD_PRELOAD", "")), "preload/warn"},
 		{"R10", "DeepEP from an archive, two mapped, not the one built", H, all(deepepArchive, host("nvshmem.host-libs-mapped", "2"), host("nvshmem.loaded-matches-build", "no")), "one-nvshmem-mapped/error,loaded-version/error"},
 
 		{"R12", "CUDA 13 without CCCL path", F, cuda("13.0"), "/advice"},
@@ -690,6 +701,8 @@ func ruleTable() []ruleCase {
 		{"R24", "torch 2.10, v1.2.1", P, all(env("LD_PRELOAD", ""), deepepAt(c9af0e0d)), ""},
 		{"R24", "torch 2.10 with preload", P, nil, ""},
 		{"R24", "torch 2.10, built 3.5.19-1 from an archive, no preload", P, all(env("LD_PRELOAD", ""), nvshmemArchive("3.5.19-1")), "torch-wheel-v1/error"},
+		{"R24", "torch 2.10 before NVIDIA's prebuilt 3.7.1, no preload", P, all(env("LD_PRELOAD", ""), nvshmemPrebuilt("3.7.1")), "torch-wheel-v1/error"},
+		{"R24", "torch 2.15 (3.7.2) before a prebuilt 3.4.5, no preload", P, all(env("LD_PRELOAD", ""), torch("2.15.0+cu130"), nvshmemPrebuilt("3.4.5")), "torch-wheel-v2/error"},
 
 		// R25: internode low-latency mode only
 		{"R25", "29d31c0 on the 3.7.0 wheel, low-latency across 16 ranks", P, all(single, nvshmemWheel("3.7.0"), lowLatency("1", "16")), "/warn"},

@@ -43,6 +43,10 @@ func FactsFromPlan(p *Plan) compat.Facts {
 			fc.Repo, fc.Commit = c.Source.Git.URL, c.Source.Git.Commit
 		case c.Source.Archive != nil:
 			fc.Repo = c.Source.Archive.URL
+			if IsPrebuilt(c.Component) {
+				// NVIDIA's built library: the rules on how it is built here do not judge it
+				fc.Source = "prebuilt"
+			}
 		case c.Source.Python != nil:
 			fc.Package = c.Source.Python.Package
 			if fc.Version == "" {
@@ -118,8 +122,10 @@ func mergeInto(dst, src map[string]string) map[string]string {
 // source, as does a component taken from the Python environment (its version names the
 // wheel's) unless it has build steps: then V is built from the catalogue's pin (NCCL
 // from NVIDIA/nccl at the release's tag instead of the one torch ships), and --set
-// C.source=python keeps it in the Python environment. A version the catalogue does not
-// know is an error: the old pin would build another release than the one asked for.
+// C.source=python keeps it in the Python environment. A release published only prebuilt
+// (NVSHMEM 3.7) is copied from the vendor's archive for the plan's CUDA major instead of
+// built (usePrebuilt). A version the catalogue does not know is an error: the old pin
+// would build another release than the one asked for.
 //
 // Call it after doc.Apply(sets) and before doc.Validate.
 func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
@@ -172,6 +178,12 @@ func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
 				name, v, strings.Join(cat.Versions(name), ", "), name, name, name)}
 		}
 		kind, asked := kinds[name]
+		if len(rel.SourcePins()) == 0 {
+			if err := usePrebuilt(doc, c, rel, kinds[name], cat); err != nil {
+				return err
+			}
+			continue
+		}
 		if !asked {
 			kind = c.Source.Kind()
 		}
@@ -256,6 +268,97 @@ func pinKinds(r compat.Release) []string {
 	var out []string
 	for _, p := range r.Pins {
 		out = append(out, p.Kind())
+	}
+	return out
+}
+
+// PrebuiltCopy is the one build step of a component taken from a vendor's prebuilt
+// archive: the archive's lib/, include/ and bin/ (its top directory stripped) copied into
+// the staged prefix, symlinks as links (libnvshmem_host.so → .so.3).
+func PrebuiltCopy() []string {
+	return []string{"sh", "-c", `mkdir -p "$DESTDIR$PREFIX" && cp -RP lib include bin "$DESTDIR$PREFIX/"`}
+}
+
+// IsPrebuilt reports whether a component is a vendor's prebuilt archive copied by
+// PrebuiltCopy (what usePrebuilt makes of it), not a tree built here.
+func IsPrebuilt(c recipes.Component) bool {
+	return c.Source.Archive != nil && len(c.Build) == 1 && c.Build[0].Command != nil && slices.Equal(c.Build[0].Command.Run, PrebuiltCopy())
+}
+
+// usePrebuilt pins c to the release's prebuilt archive for the recipe's CUDA major and
+// replaces its build steps with PrebuiltCopy, noting on the plan that the release is not
+// built here and which of the recipe's CMake options no longer apply.
+//
+// Options are noted, not refused, because a prebuilt NVSHMEM carries every transport and
+// bootstrap as a plugin that the runtime env selects (NVSHMEM_REMOTE_TRANSPORT,
+// NVSHMEM_IB_ENABLE_IBGDA), and the recipe's checks (arch of libnvshmem_device.a, needed,
+// nvshmem-build-vars) judge the copy after the build. One is refused: IBGDA off. It
+// changes what DeepEP compiles: without IBGDA a recipe builds DeepEP's EFA shim or its
+// non-IBGDA paths, against headers whose IBGDA device state the prebuilt has compiled in,
+// and the rules judge IBGDA by that option (R6), so the plan would describe another
+// NVSHMEM than the one DeepEP gets.
+func usePrebuilt(doc *recipes.Doc, c *recipes.Component, rel compat.Release, kind string, cat *compat.Catalog) error {
+	name := c.Name
+	have := rel.PrebuiltCUDA()
+	cudas := make([]string, len(have))
+	for i, m := range have {
+		cudas[i] = "CUDA " + m
+	}
+	if kind != "" {
+		return &recipes.Error{File: "--set " + name + ".source=" + kind, Msg: fmt.Sprintf(
+			"%s %s is published only prebuilt (NVIDIA's built library for %s), no %s source: drop --set %s.source, or pin a source with --set %s.commit=… or --set %s.url=… --set %s.sha256=…",
+			name, rel.Version, strings.Join(cudas, ", "), kind, name, name, name, name)}
+	}
+	tc := doc.Recipe.Toolchain
+	major := compat.CUDAMajor(tc.CUDA, tc.Torch)
+	pin, ok := rel.Prebuilt(major)
+	if !ok {
+		why := fmt.Sprintf("the recipe's toolchain (cuda %q, torch %q) allows more than one CUDA major", tc.CUDA, tc.Torch)
+		if major != "" {
+			why = "the recipe's toolchain is CUDA " + major
+		}
+		return &recipes.Error{File: "--set " + name + ".version=" + rel.Version, Msg: fmt.Sprintf(
+			"%s %s is published prebuilt for %s, one archive per CUDA major, and %s: name the build host's CUDA with --set toolchain.cuda=%s.0 (or a torch build such as --set toolchain.torch=2.11.0+cu%s0)",
+			name, rel.Version, strings.Join(cudas, " and "), why, have[len(have)-1], have[len(have)-1])}
+	}
+	var opts []string
+	for _, st := range c.Build {
+		if st.CMake == nil {
+			continue
+		}
+		for _, k := range slices.Sorted(maps.Keys(st.CMake.Options)) {
+			v := st.CMake.Options[k]
+			if k == "NVSHMEM_IBGDA_SUPPORT" && compat.CMakeOff(v) {
+				return &recipes.Error{File: "--set " + name + ".version=" + rel.Version, Msg: fmt.Sprintf(
+					"%s %s is NVIDIA's prebuilt library, built with IBGDA, and the recipe builds %s without it (%s=%s): DeepEP would compile against another NVSHMEM than the recipe describes; use a release built from source (%s), or --set %s.options.%s=1 if IBGDA is what you want",
+					name, rel.Version, name, k, v, strings.Join(sourceVersions(cat, name), ", "), name, k)}
+			}
+			opts = append(opts, k+"="+v)
+		}
+	}
+	c.Version = rel.Version
+	c.Source = recipes.Source{Archive: &recipes.ArchiveSource{URL: pin.Archive.URL, SHA256: pin.Archive.SHA256, Strip: pin.Archive.Strip}}
+	c.Build = []recipes.Step{{Command: &recipes.CommandStep{Run: PrebuiltCopy()}}}
+	notes := []string{rel.Note(name)}
+	if len(opts) > 0 {
+		notes = append(notes, fmt.Sprintf("%s %s is NVIDIA's prebuilt library for CUDA %s, copied, not built: the recipe's CMake options for it do not apply (%s); the checks judge the copy",
+			name, rel.Version, pin.CUDA, strings.Join(opts, " ")))
+	}
+	for _, n := range notes {
+		if n != "" {
+			doc.Recipe.Notes = append(doc.Recipe.Notes, n)
+		}
+	}
+	return nil
+}
+
+// sourceVersions lists the releases of a component the catalogue pins as source.
+func sourceVersions(cat *compat.Catalog, name string) []string {
+	var out []string
+	for _, v := range cat.Versions(name) {
+		if r, _ := cat.Release(name, v); len(r.SourcePins()) > 0 && !r.Devel {
+			out = append(out, r.Version)
+		}
 	}
 	return out
 }
