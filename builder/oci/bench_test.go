@@ -89,6 +89,9 @@ func bigArtifact(t *testing.T, size int64) string {
 	return art
 }
 
+// orasVersion is the oras CLI the bench compares with, built when it is missing.
+const orasVersion = "v1.3.6"
+
 // findOras looks for the oras CLI on PATH and in GOBIN / GOPATH/bin, where
 // `go install oras.land/oras/cmd/oras@v1.3.6` puts it.
 func findOras() string {
@@ -108,26 +111,53 @@ func findOras() string {
 	return ""
 }
 
+// orasCLI is findOras, else oras built from its Go module into a directory of the test
+// (`go install` with GOBIN there: `go build pkg@version` needs a module of its own). ""
+// with the reason when it cannot be had (no go command, no module proxy): the bench
+// then compares with curl alone.
+func orasCLI(t *testing.T) (string, string) {
+	if p := findOras(); p != "" {
+		return p, ""
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("go", "install", "oras.land/oras/cmd/oras@"+orasVersion)
+	cmd.Dir = dir // outside any module
+	cmd.Env = append(os.Environ(), "GOBIN="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Sprintf("oras is not installed and `go install oras.land/oras/cmd/oras@%s` failed (%v): %s", orasVersion, err, strings.TrimSpace(string(out)))
+	}
+	return filepath.Join(dir, "oras"), ""
+}
+
 // TestComparePushPull measures epbuild push and pull of a 1 GiB artifact against oras
-// push and pull of the same file to the same loopback registry (curl of the blob when
-// oras is not installed), 5 rounds (EPBUILD_BENCH_ROUNDS), the order rotated each round:
-// medians, minimums and CPU times (this process's for epbuild, the tool's for the
-// anchor; the registry's on neither side). epbuild does more: push runs install's
-// checks on the artifact beside the upload, pull runs them as the download arrives
-// (every entry decompressed once and hashed against the manifest, nothing extracted);
-// pull-fetch is pull's transfer alone, the same work as oras pull.
+// push and pull (built from its Go module when missing) and against curl of the blob,
+// the same file to the same loopback registry, 5 rounds (EPBUILD_BENCH_ROUNDS), the
+// order rotated each round: medians, minimums and CPU times (this process's for
+// epbuild, the tool's for the anchor; the registry's on neither side). epbuild does
+// more: push runs install's checks on the artifact beside the upload, pull runs them as
+// the download arrives (every entry decompressed once and hashed against the manifest,
+// nothing extracted); pull-fetch is pull's transfer alone, the same work as oras pull.
+// Each comparison prints a line against oras (push, pull, pull-fetch) and one against
+// curl (push-curl, pull-curl, pull-fetch-curl).
 func TestComparePushPull(t *testing.T) {
 	if os.Getenv("EPBUILD_BENCH") == "" {
 		t.Skip("set EPBUILD_BENCH=1 to measure")
 	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl is not on PATH: apt-get install curl")
+	}
 	reg := ocitest.Start(t, ocitest.Options{})
+	oras, why := orasCLI(t)
+	if oras == "" {
+		t.Logf("no comparison with oras: %s", why)
+		fmt.Printf("BENCH oras skipped: %s\n", why) // make bench shows BENCH lines only
+	}
 	art := bigArtifact(t, 1<<30)
 	st, _ := os.Stat(art)
-	oras := findOras()
-	anchor := "curl"
+	orasName := "oras"
 	if oras != "" {
 		out, _ := exec.Command(oras, "version").Output()
-		anchor = "oras " + strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "Version:"))
+		orasName = "oras " + strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "Version:"))
 	}
 	ctx := context.Background()
 	c := newClient(t, Options{PlainHTTP: true})
@@ -141,11 +171,11 @@ func TestComparePushPull(t *testing.T) {
 		}
 		return benchcmp.Sample{Wall: time.Since(start), CPU: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	}
-	anchorPush := func(repo string) benchcmp.Sample {
-		if oras != "" {
-			return run(oras, "push", "--plain-http", "--artifact-type", ArtifactType, reg.Addr+"/"+repo+":bench", filepath.Base(art)+":"+MediaTypeArtifact)
-		}
-		// the registry's two-step upload: a session, then the bytes with their digest
+	orasPush := func(repo string) benchcmp.Sample {
+		return run(oras, "push", "--plain-http", "--artifact-type", ArtifactType, reg.Addr+"/"+repo+":bench", filepath.Base(art)+":"+MediaTypeArtifact)
+	}
+	// the registry's two-step upload: a session, then the bytes with their digest
+	curlPush := func(repo string) benchcmp.Sample {
 		start := time.Now()
 		post := exec.Command("curl", "-sf", "-X", "POST", "-D", "-", "-o", "/dev/null", "http://"+reg.Addr+"/v2/"+repo+"/blobs/uploads/")
 		out, err := post.Output()
@@ -165,10 +195,10 @@ func TestComparePushPull(t *testing.T) {
 		}
 		return first.Add(run("curl", "-sf", "-X", "PUT", "-H", "Content-Type: application/octet-stream", "-T", art, loc+sep+"digest=sha256:"+sum))
 	}
-	anchorPull := func(repo, dir string) benchcmp.Sample {
-		if oras != "" {
-			return run(oras, "pull", "--plain-http", "-o", dir, reg.Addr+"/"+repo+":bench")
-		}
+	orasPull := func(repo, dir string) benchcmp.Sample {
+		return run(oras, "pull", "--plain-http", "-o", dir, reg.Addr+"/"+repo+":bench")
+	}
+	curlPull := func(repo, dir string) benchcmp.Sample {
 		return run("curl", "-sf", "-o", filepath.Join(dir, filepath.Base(art)), "http://"+reg.Addr+"/v2/"+repo+"/blobs/sha256:"+sum)
 	}
 	// fetchOnly is pull's transfer alone: the OCI manifest and the artifact, digests
@@ -187,15 +217,15 @@ func TestComparePushPull(t *testing.T) {
 			return c.fetchBlob(ctx, r, ref, f.layers[MediaTypeArtifact], filepath.Join(dir, f.name))
 		})
 	}
-	var ePush, aPush, ePull, aPull, eFetch []benchcmp.Sample
+	var ePush, oPush, cPush, ePull, oPull, cPull, eFetch []benchcmp.Sample
 	for i := range benchcmp.Rounds(5) {
-		// fresh repositories each round: neither tool finds the blob already there
-		erepo, arepo := fmt.Sprintf("bench/epbuild-%d", i), fmt.Sprintf("bench/anchor-%d", i)
+		// fresh repositories each round: no tool finds the blob already there
+		erepo, orepo, crepo := fmt.Sprintf("bench/epbuild-%d", i), fmt.Sprintf("bench/oras-%d", i), fmt.Sprintf("bench/curl-%d", i)
 		var res *PushResult
 		// the order rotates each round, as benchcmp's comparisons do: no side always runs
 		// in another's wake (the writeback of the last push, a file just removed)
 		pushes := []func(){
-			func() { aPush = append(aPush, anchorPush(arepo)) },
+			func() { cPush = append(cPush, curlPush(crepo)) },
 			func() {
 				ePush = append(ePush, benchcmp.Time(t, func() (err error) {
 					res, err = c.Push(ctx, art, mustRef(t, "oci://"+reg.Addr+"/"+erepo), PushOptions{})
@@ -203,11 +233,8 @@ func TestComparePushPull(t *testing.T) {
 				}))
 			},
 		}
-		for k := range pushes {
-			pushes[(i+k)%len(pushes)]()
-		}
 		pulls := []func(dir string){
-			func(dir string) { aPull = append(aPull, anchorPull(arepo, dir)) },
+			func(dir string) { cPull = append(cPull, curlPull(crepo, dir)) },
 			func(dir string) {
 				ePull = append(ePull, benchcmp.Time(t, func() error {
 					_, err := c.PullPlan(ctx, mustRef(t, "oci://"+reg.Addr+"/"+erepo), res.PlanKey, dir)
@@ -216,16 +243,28 @@ func TestComparePushPull(t *testing.T) {
 			},
 			func(dir string) { eFetch = append(eFetch, fetchOnly(erepo, res.PlanKey, dir)) },
 		}
+		if oras != "" {
+			pushes = append(pushes, func() { oPush = append(oPush, orasPush(orepo)) })
+			pulls = append(pulls, func(dir string) { oPull = append(oPull, orasPull(orepo, dir)) })
+		}
+		for k := range pushes {
+			pushes[(i+k)%len(pushes)]()
+		}
 		for k := range pulls {
 			dir := t.TempDir()
 			pulls[(i+k)%len(pulls)](dir)
 			_ = os.RemoveAll(dir)
 		}
 	}
-	for _, m := range []struct {
-		name string
-		e, a []benchcmp.Sample
-	}{{"push", ePush, aPush}, {"pull", ePull, aPull}, {"pull-fetch", eFetch, aPull}} {
-		benchcmp.Result{Ours: m.e, Anchor: m.a}.Print(m.name, fmt.Sprintf("anchor=%q", anchor), fmt.Sprintf("bytes=%d", st.Size()))
+	type cmp struct {
+		name, anchor string
+		e, a         []benchcmp.Sample
+	}
+	cmps := []cmp{{"push-curl", "curl", ePush, cPush}, {"pull-curl", "curl", ePull, cPull}, {"pull-fetch-curl", "curl", eFetch, cPull}}
+	if oras != "" {
+		cmps = append([]cmp{{"push", orasName, ePush, oPush}, {"pull", orasName, ePull, oPull}, {"pull-fetch", orasName, eFetch, oPull}}, cmps...)
+	}
+	for _, m := range cmps {
+		benchcmp.Result{Ours: m.e, Anchor: m.a}.Print(m.name, fmt.Sprintf("anchor=%q", m.anchor), fmt.Sprintf("bytes=%d", st.Size()))
 	}
 }
