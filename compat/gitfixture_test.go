@@ -28,6 +28,7 @@ const (
 	cB306af0 = "b306af06afd412c88e51e71802951606e40b7358"
 	c723716f = "723716fc11ee44cbd87035fe9c3a360feca33528"
 	cDd758ca = "dd758caf451848bd150e1046af3d0a73e5fff38d"
+	c94a9f8f = "94a9f8f6b146c07d97ec58f67cd6d303296d6098" // branch hybrid-ep
 
 	deepepURL  = "https://github.com/deepseek-ai/DeepEP"
 	nvshmemURL = "https://github.com/NVIDIA/nvshmem"
@@ -98,8 +99,8 @@ func gitOut(ctx context.Context, dir string, args ...string) (string, error) {
 
 // deepepFixture builds a repository whose commits have DeepEP's topology for the commits
 // that matter: the first-parent line from the initial commit to 29d31c0, then PR #466,
-// PR #574 and EPv2 as three branches off 29d31c0, and EPv2's line on to 723716f and
-// main (dd758ca) (TestFixtureMatchesHistory checks it
+// PR #574 and EPv2 as three branches off 29d31c0, EPv2's line on to 723716f and
+// main (dd758ca), and the hybrid-ep branch off b6ce310 (TestFixtureMatchesHistory checks it
 // against history.yaml, TestUpstreamHistory history.yaml against DeepEP itself).
 func deepepFixture(t *testing.T) *gitAncestry {
 	t.Helper()
@@ -138,6 +139,7 @@ func deepepFixture(t *testing.T) *gitAncestry {
 		commit(c, c29d31c0)
 	}
 	commit(c723716f, cB306af0)
+	commit(c94a9f8f, cB6ce310) // off the v1 line before 29d31c0
 	commit(cDd758ca, c723716f)
 	return &gitAncestry{repoKey: RepoKey(deepepURL), dir: dir, alias: alias}
 }
