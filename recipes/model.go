@@ -387,6 +387,10 @@ func (c Check) Declared() (kind string, spec any, ok bool) {
 type ArchCheck struct {
 	File string   `json:"file"`
 	Want []string `json:"want" jsonschema:"minItems=1"`
+	// Native: every arch of Want needs machine code (a cubin) of its own; one met only by
+	// PTX, which the driver compiles at load (or cannot, for an arch-specific target like
+	// sm_103a), fails instead of warning.
+	Native bool `json:"native,omitempty"`
 }
 
 // SymbolCheck requires a dynamic symbol to be defined (or undefined) in File.

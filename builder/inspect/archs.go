@@ -146,13 +146,14 @@ func provides(e CodeEntry, isPTX bool, t Target) bool {
 
 // CheckArchs checks that path carries code for every target in want
 // (see ArchInfo.Covers). A target met only by PTX the driver must JIT, or
-// only by entries whose variant is unknown, is a warning.
-func CheckArchs(path string, want []string) check.Result {
+// only by entries whose variant is unknown, is a warning; with native, a target met
+// only by PTX fails.
+func CheckArchs(path string, want []string, native bool) check.Result {
 	info, err := CUDAArchs(path)
 	if err != nil {
 		return failed(archResult(path, want), err)
 	}
-	return info.Check(want)
+	return info.Check(want, native)
 }
 
 func archResult(path string, want []string) check.Result {
@@ -163,7 +164,7 @@ func archResult(path string, want []string) check.Result {
 }
 
 // Check is CheckArchs on an already read file.
-func (a *ArchInfo) Check(want []string) check.Result {
+func (a *ArchInfo) Check(want []string, native bool) check.Result {
 	r := archResult(a.Path, want)
 	if len(a.Entries) == 0 {
 		r.Status, r.Found = check.Fail, "no device code"
@@ -185,6 +186,9 @@ func (a *ArchInfo) Check(want []string) check.Result {
 			worse(check.Fail)
 			why = append(why, err.Error())
 		case c.OK() && !c.JIT:
+		case c.OK() && native:
+			worse(check.Fail)
+			why = append(why, fmt.Sprintf("%s: only PTX %s, and the recipe wants machine code for it (native: true): add the arch to the build's list (TORCH_CUDA_ARCH_LIST, CMAKE_CUDA_ARCHITECTURES)", w, strings.Join(c.By, ", ")))
 		case c.OK():
 			worse(check.Warn)
 			why = append(why, fmt.Sprintf("%s: only PTX %s, which the driver JIT-compiles at load", w, strings.Join(c.By, ", ")))

@@ -125,7 +125,7 @@ func TestArchInfoCheck(t *testing.T) {
 		{[]string{"compute_90"}, []string{"sm_100a", "sm_100"}, check.Fail, "JIT"},
 	}
 	for _, tt := range tests {
-		r := infoOf(tt.have...).Check(tt.want)
+		r := infoOf(tt.have...).Check(tt.want, false)
 		if r.Status != tt.status || !strings.Contains(r.Why, tt.why) {
 			t.Errorf("%v want %v: %+v; want status %s, why containing %q", tt.have, tt.want, r, tt.status, tt.why)
 		}
@@ -138,16 +138,22 @@ func TestArchInfoCheck(t *testing.T) {
 func TestCheckArchsFile(t *testing.T) {
 	dir := t.TempDir()
 	so := sharedObjectWith(t, dir, "libdeep", SectionFatbin, syntheticFatbin(t, false))
-	if r := CheckArchs(so, []string{"sm_90a", "sm_100a", "sm_100f"}); r.Status != check.Pass {
+	if r := CheckArchs(so, []string{"sm_90a", "sm_100a", "sm_100f"}, false); r.Status != check.Pass {
 		t.Errorf("pass case: %+v", r)
 	}
-	if r := CheckArchs(so, []string{"sm_120"}); r.Status != check.Warn || !strings.Contains(r.Why, "compute_90") {
+	if r := CheckArchs(so, []string{"sm_120"}, false); r.Status != check.Warn || !strings.Contains(r.Why, "compute_90") {
 		t.Errorf("sm_120 only through PTX: %+v", r)
 	}
-	if r := CheckArchs(so, []string{"sm_120a"}); r.Status != check.Fail {
+	if r := CheckArchs(so, []string{"sm_120"}, true); r.Status != check.Fail || !strings.Contains(r.Why, "native: true") {
+		t.Errorf("sm_120 only through PTX, machine code wanted: %+v", r)
+	}
+	if r := CheckArchs(so, []string{"sm_90a", "sm_100a"}, true); r.Status != check.Pass {
+		t.Errorf("machine code for each: %+v", r)
+	}
+	if r := CheckArchs(so, []string{"sm_120a"}, false); r.Status != check.Fail {
 		t.Errorf("sm_120a is not in the file: %+v", r)
 	}
-	if r := CheckArchs(filepath.Join(dir, "absent.so"), []string{"sm_90"}); r.Status != check.Fail || r.Why == "" {
+	if r := CheckArchs(filepath.Join(dir, "absent.so"), []string{"sm_90"}, false); r.Status != check.Fail || r.Why == "" {
 		t.Errorf("unreadable file: %+v", r)
 	}
 }

@@ -201,7 +201,7 @@ func TestCUDAArchsNoDeviceCode(t *testing.T) {
 	if len(info.Entries) != 0 {
 		t.Fatalf("entries in a plain library: %+v", info.Entries)
 	}
-	r := info.Check([]string{"sm_90"})
+	r := info.Check([]string{"sm_90"}, false)
 	if r.Status != check.Fail || !strings.Contains(r.Why, SectionFatbin) {
 		t.Errorf("check on a library without device code: %+v", r)
 	}

@@ -47,7 +47,7 @@ func checkArch(_ context.Context, s *Subject, a *recipes.ArchCheck) []CheckResul
 	}
 	var out []CheckResult
 	for _, f := range m {
-		out = append(out, s.rel(inspect.CheckArchs(f, a.Want)))
+		out = append(out, s.rel(inspect.CheckArchs(f, a.Want, a.Native)))
 	}
 	return out
 }
