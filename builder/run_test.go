@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,8 +129,8 @@ func mustReadFile(t *testing.T, p string) []byte {
 	return b
 }
 
-// TestDemoKilled kills the demo run at random moments; each next run completes and
-// yields the identical artifact.
+// TestDemoKilled kills the demo run at moments spread over it; each next run completes
+// and yields the identical artifact.
 func TestDemoKilled(t *testing.T) {
 	if os.Getenv("EPBUILD_TEST_CHILD") == "demo" {
 		if _, err := demoRun(t, os.Getenv("EPBUILD_TEST_DIR"), os.Getenv("EPBUILD_TEST_OUT")); err != nil {
@@ -139,24 +138,43 @@ func TestDemoKilled(t *testing.T) {
 		}
 		return
 	}
-	ref := warmBuild(t).res
-	trials := 12 // kills land in every stage at 12 already (cold every 5th); more cost make test time
-	if testing.Short() {
-		trials = 5
-	}
+	w := warmBuild(t)
+	ref := w.res
 	dir, out := t.TempDir(), t.TempDir()
-	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
-	killed := 0
-	for i := 0; i < trials; i++ {
-		if i%5 == 0 {
-			// start cold again now and then, so kills land in every stage
-			os.RemoveAll(dir)
-			os.MkdirAll(dir, 0o755)
-		}
+	// kill points spread over the stages, not drawn at random: cold runs killed early
+	// (fetch, patch), midway (the builds) and late (checks, packing) in the cold build's
+	// time, then runs on the cache they made (reading it, the output) killed across such a
+	// run in a child, timed here once the cache is made
+	type point struct {
+		cold bool
+		frac float64 // of the cold build's time, or of a rerun's
+	}
+	points := []point{{true, 0.1}, {true, 0.45}, {true, 0.8}, {false, 0.35}, {false, 0.7}}
+	child := func() *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestDemoKilled$")
 		// the child's temporary files land where the test cleans up, even when it is killed
 		cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD=demo", "EPBUILD_TEST_DIR="+dir, "EPBUILD_TEST_OUT="+out, "TMPDIR="+t.TempDir())
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		return cmd
+	}
+	var rerun time.Duration
+	killed := 0
+	for i, p := range points {
+		at := time.Duration(p.frac * float64(w.took))
+		if p.cold {
+			os.RemoveAll(dir)
+			os.MkdirAll(dir, 0o755)
+		} else {
+			if rerun == 0 {
+				start := time.Now()
+				if out, err := child().CombinedOutput(); err != nil {
+					t.Fatalf("a rerun in a child: %v\n%s", err, out)
+				}
+				rerun = time.Since(start)
+			}
+			at = time.Duration(p.frac * float64(rerun))
+		}
+		cmd := child()
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -164,20 +182,23 @@ func TestDemoKilled(t *testing.T) {
 		go func() { done <- cmd.Wait() }()
 		select {
 		case <-done:
-		case <-time.After(time.Duration(rng.Intn(1500)) * time.Millisecond):
+		case <-time.After(at):
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-done
 			killed++
 		}
 		res, err := demoRun(t, dir, out)
 		if err != nil {
-			t.Fatalf("trial %d: the run after a kill failed: %v", i, err)
+			t.Fatalf("trial %d (killed after %v): the run after a kill failed: %v", i, at, err)
 		}
 		if res.SHA256 != ref.SHA256 {
-			t.Fatalf("trial %d: artifact %s after a kill, want %s", i, res.SHA256, ref.SHA256)
+			t.Fatalf("trial %d (killed after %v): artifact %s after a kill, want %s", i, at, res.SHA256, ref.SHA256)
 		}
 	}
-	t.Logf("%d of %d runs killed midway", killed, trials)
+	t.Logf("%d of %d runs killed midway (a cold build takes %v, a rerun %v)", killed, len(points), w.took, rerun)
+	if killed < 3 {
+		t.Errorf("only %d of %d runs were killed midway", killed, len(points))
+	}
 }
 
 // A cold run into a cache that does not exist yet keeps its rule findings (plan and
