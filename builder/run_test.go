@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -141,15 +142,6 @@ func TestDemoKilled(t *testing.T) {
 	w := warmBuild(t)
 	ref := w.res
 	dir, out := t.TempDir(), t.TempDir()
-	// kill points spread over the stages, not drawn at random: cold runs killed early
-	// (fetch, patch), midway (the builds) and late (checks, packing) in the cold build's
-	// time, then runs on the cache they made (reading it, the output) killed across such a
-	// run in a child, timed here once the cache is made
-	type point struct {
-		cold bool
-		frac float64 // of the cold build's time, or of a rerun's
-	}
-	points := []point{{true, 0.1}, {true, 0.45}, {true, 0.8}, {false, 0.35}, {false, 0.7}}
 	child := func() *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestDemoKilled$")
 		// the child's temporary files land where the test cleans up, even when it is killed
@@ -157,47 +149,64 @@ func TestDemoKilled(t *testing.T) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		return cmd
 	}
-	var rerun time.Duration
 	killed := 0
-	for i, p := range points {
-		at := time.Duration(p.frac * float64(w.took))
-		if p.cold {
-			os.RemoveAll(dir)
-			os.MkdirAll(dir, 0o755)
-		} else {
-			if rerun == 0 {
-				start := time.Now()
-				if out, err := child().CombinedOutput(); err != nil {
-					t.Fatalf("a rerun in a child: %v\n%s", err, out)
-				}
-				rerun = time.Since(start)
-			}
-			at = time.Duration(p.frac * float64(rerun))
-		}
+	// kill runs a child after at; it fails the test where the child failed on its own
+	kill := func(what string, at time.Duration) {
+		t.Helper()
 		cmd := child()
+		var b bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &b, &b
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		select {
-		case <-done:
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: the run failed before the kill after %v: %v\n%s", what, at, err, b.String())
+			}
 		case <-time.After(at):
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-done
 			killed++
 		}
+	}
+	// the next run completes, with the reference's bytes
+	complete := func(what string) {
+		t.Helper()
 		res, err := demoRun(t, dir, out)
 		if err != nil {
-			t.Fatalf("trial %d (killed after %v): the run after a kill failed: %v", i, at, err)
+			t.Fatalf("%s: the run after the kill failed: %v", what, err)
 		}
 		if res.SHA256 != ref.SHA256 {
-			t.Fatalf("trial %d (killed after %v): artifact %s after a kill, want %s", i, at, res.SHA256, ref.SHA256)
+			t.Fatalf("%s: artifact %s after a kill, want %s", what, res.SHA256, ref.SHA256)
 		}
 	}
-	t.Logf("%d of %d runs killed midway (a cold build takes %v, a rerun %v)", killed, len(points), w.took, rerun)
+	// kill points spread over the stages, not drawn at random. One cold build, killed
+	// early (probe, fetch, patch), midway (the builds) and late (checks, packing): each
+	// next run goes on from what the killed one left, and is killed in turn, or completes.
+	last := 0.0
+	for _, f := range []float64{0.1, 0.45, 0.8} {
+		kill(fmt.Sprintf("cold, %.0f%% in", f*100), time.Duration((f-last)*float64(w.took)))
+		last = f
+	}
+	complete("cold")
+	// runs on the made cache (reading it, the output) killed across such a run in a
+	// child, timed once; each next run completes
+	start := time.Now()
+	if b, err := child().CombinedOutput(); err != nil {
+		t.Fatalf("a rerun in a child: %v\n%s", err, b)
+	}
+	rerun := time.Since(start)
+	for _, f := range []float64{0.35, 0.7} {
+		what := fmt.Sprintf("a rerun, %.0f%% in", f*100)
+		kill(what, time.Duration(f*float64(rerun)))
+		complete(what)
+	}
+	t.Logf("%d of 5 runs killed midway (a cold build takes %v, a rerun %v)", killed, w.took, rerun)
 	if killed < 3 {
-		t.Errorf("only %d of %d runs were killed midway", killed, len(points))
+		t.Errorf("only %d of 5 runs were killed midway", killed)
 	}
 }
 
