@@ -12,7 +12,6 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,12 +51,16 @@ const (
 )
 
 // demoBuild is the demo built on first use, once per test binary (a re-executed child
-// that never asks builds nothing); TestMain removes it.
+// that never asks builds nothing), and artifact A installed once (see pristineInstall);
+// TestMain removes both.
 type demoBuild struct {
 	once sync.Once
 	dir  string
 	arts demoArtifacts
 	err  error
+
+	installOnce sync.Once
+	installErr  error
 }
 
 var shared demoBuild
@@ -136,6 +139,38 @@ func artifacts(t *testing.T) demoArtifacts {
 		t.Fatalf("build the demo artifacts: %v", shared.err)
 	}
 	return shared.arts
+}
+
+// pristineInstall returns the prefix of demo artifact A as install left it: one install
+// per test binary, kept as a template and copied back (cp -a: modes, times and links as
+// they were) to the same path on every call, so what a test does to it never reaches the
+// next. The prefix's parent holds the prefix and its lock, as after an install; the prefix
+// is the same path for every caller, since an install is not relocatable.
+func pristineInstall(t *testing.T) (prefix string) {
+	t.Helper()
+	art := artifacts(t).A
+	parent, template := filepath.Join(shared.dir, "install"), filepath.Join(shared.dir, "install-template")
+	prefix = filepath.Join(parent, "demo")
+	shared.installOnce.Do(func() {
+		if _, shared.installErr = install.Install(context.Background(), install.InstallOptions{Artifact: art, Prefix: prefix, Version: "test"}); shared.installErr != nil {
+			return
+		}
+		if out, err := exec.Command("cp", "-a", parent, template).CombinedOutput(); err != nil {
+			shared.installErr = fmt.Errorf("keep the install as a template: %v\n%s", err, out)
+		}
+	})
+	if shared.installErr != nil {
+		t.Fatalf("install the demo: %v", shared.installErr)
+	}
+	// what the last test left, made writable first: a test may take write permission away
+	_ = disk.MakeWritable(parent)
+	if err := os.RemoveAll(parent); err != nil {
+		t.Fatalf("remove the last test's prefix: %v", err)
+	}
+	if out, err := exec.Command("cp", "-a", template, parent).CombinedOutput(); err != nil {
+		t.Fatalf("copy the demo's install: %v\n%s", err, out)
+	}
+	return prefix
 }
 
 func TestMain(m *testing.M) {
@@ -319,13 +354,13 @@ func TestInstallRefusesWhatIsNotItsInstall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	installed := func(t *testing.T, prefix string) { mustInstall(t, artifacts(t).A, prefix, false) }
 	cases := []struct {
-		name    string
-		make    func(t *testing.T, prefix string)
-		keep    bool
-		want    string
-		canKeep bool // allowed with --keep-previous
+		name      string
+		installed bool // make changes an install of artifact A (a copy of one)
+		make      func(t *testing.T, prefix string)
+		keep      bool
+		want      string
+		canKeep   bool // allowed with --keep-previous
 	}{
 		{name: "a directory with a manifest.json of its own", make: func(t *testing.T, p string) {
 			write(t, filepath.Join(p, "manifest.json"), `{"name":"app"}`)
@@ -339,17 +374,14 @@ func TestInstallRefusesWhatIsNotItsInstall(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, want: "a symlink (to "},
-		{name: "an install with a file of the user's in it", make: func(t *testing.T, p string) {
-			installed(t, p)
+		{name: "an install with a file of the user's in it", installed: true, make: func(t *testing.T, p string) {
 			write(t, filepath.Join(p, "pydemo", "notes.txt"), "mine\n")
 		}, want: "an epbuild install holding 1 paths its manifest does not list (pydemo/notes.txt)", canKeep: true},
-		{name: "an install whose manifest was edited", make: func(t *testing.T, p string) {
-			installed(t, p)
+		{name: "an install whose manifest was edited", installed: true, make: func(t *testing.T, p string) {
 			b, _ := os.ReadFile(filepath.Join(p, manifest.ManifestName))
 			write(t, filepath.Join(p, manifest.ManifestName), strings.Replace(string(b), `"recipe": "demo"`, `"recipe": "dem0"`, 1))
 		}, want: "manifest.json changed since install"},
-		{name: "an install whose receipt is a symlink", make: func(t *testing.T, p string) {
-			installed(t, p)
+		{name: "an install whose receipt is a symlink", installed: true, make: func(t *testing.T, p string) {
 			outside := filepath.Join(t.TempDir(), "receipt")
 			b, _ := os.ReadFile(filepath.Join(p, manifest.ReceiptName))
 			write(t, outside, string(b))
@@ -366,6 +398,10 @@ func TestInstallRefusesWhatIsNotItsInstall(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/keep=%v", tc.name, keep), func(t *testing.T) {
 				parent := t.TempDir()
 				prefix := filepath.Join(parent, "data")
+				if tc.installed {
+					prefix = pristineInstall(t)
+					parent = filepath.Dir(prefix)
+				}
 				tc.make(t, prefix)
 				before := snapshotTree(t, parent)
 				res, err := install.Install(context.Background(), install.InstallOptions{Artifact: artifacts(t).B, Prefix: prefix, KeepPrevious: keep, Version: "test"})
@@ -528,9 +564,8 @@ func TestInstallRejectsBadArtifacts(t *testing.T) {
 // the new one) and nothing beside it but its staging directory, which the next install
 // removes.
 func TestInstallKilledAtAnyMoment(t *testing.T) {
-	parent, tmp := t.TempDir(), t.TempDir()
-	prefix := filepath.Join(parent, "demo")
-	mustInstall(t, artifacts(t).A, prefix, false)
+	prefix, tmp := pristineInstall(t), t.TempDir()
+	parent := filepath.Dir(prefix)
 	sums := map[string]string{sumOf(t, artifacts(t).A): artifacts(t).A, sumOf(t, artifacts(t).B): artifacts(t).B}
 	other := func() string {
 		r := filesOK(t, prefix)
@@ -550,9 +585,9 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 		return cmd
 	}
 	// full runs, to know how long an install takes here and when in it the prefix changes
-	// (watched from here): the slowest of three, a loaded machine runs the trials slower
+	// (watched from here): the slower of two, a loaded machine runs the trials slower
 	var full, swapAt time.Duration
-	for range 3 {
+	for range 2 {
 		target := other()
 		cmd := child(target)
 		start := time.Now()
@@ -583,13 +618,11 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 	if swapAt == 0 {
 		swapAt = full
 	}
-	seed := uint64(time.Now().UnixNano())
-	rng := rand.New(rand.NewPCG(seed, 1))
-	t.Logf("seed %d; one install takes %v, the prefix changes after %v", seed, full, swapAt)
-	// stratified: the even trials are killed at a random point of their slice of the
-	// time before the swap; the odd ones around the swap and after it, while the old
-	// install is removed and the process ends
-	const trials = 10 // stratified over the install: 10 cover its slices; more cost make test time
+	t.Logf("one install takes %v, the prefix changes after %v", full, swapAt)
+	// spread, not drawn at random: the even trials are killed in the middle of their
+	// slice of the time before the swap; the odd ones after the swap, spread over what is
+	// left, while the old install is removed and the process ends
+	const trials = 6 // three slices before the swap, three after; more cost make test time
 	completed, swapped, kept := 0, 0, 0
 	for i := range trials {
 		target := other()
@@ -599,7 +632,7 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		u := (float64(i/2) + rng.Float64()) / (trials / 2)
+		u := (float64(i/2) + 0.5) / (trials / 2)
 		delay := time.Duration(u * 0.95 * float64(swapAt))
 		waited := make(chan error, 1)
 		go func() { waited <- cmd.Wait() }()
@@ -657,9 +690,8 @@ func TestInstallKilledAtAnyMoment(t *testing.T) {
 // between the first two leaves the old install in the staging directory and no prefix.
 // The next install puts it back before anything else: with --keep-previous it is kept.
 func TestInstallPutsBackWhatAKilledSwapMovedAside(t *testing.T) {
-	parent := t.TempDir()
-	prefix := filepath.Join(parent, "demo")
-	mustInstall(t, artifacts(t).A, prefix, false)
+	prefix := pristineInstall(t)
+	parent := filepath.Dir(prefix)
 	stage := filepath.Join(parent, ".demo"+installStageInfix+"123")
 	if err := os.Mkdir(stage, 0o700); err != nil {
 		t.Fatal(err)

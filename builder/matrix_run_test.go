@@ -18,15 +18,16 @@ import (
 	"github.com/epbuild/epbuild/recipes"
 )
 
-// demoMatrix runs the demo recipe's matrix over one axis with a test command, in cache.
-func demoMatrix(t *testing.T, cache, axis, test string) *MatrixRun {
+// demoMatrix runs the demo recipe's matrix over one axis with a test command, in cache,
+// with sets applied to every cell.
+func demoMatrix(t *testing.T, cache, axis, test string, sets ...string) *MatrixRun {
 	t.Helper()
 	a, err := compat.ParseAxis(axis)
 	if err != nil {
 		t.Fatal(err)
 	}
 	run, err := RunMatrix(context.Background(), MatrixRunOptions{
-		MatrixOptions: MatrixOptions{Options: Options{Library: recipes.NewLibrary(), Recipe: "demo", CacheDir: cache, Log: log.New(io.Discard)},
+		MatrixOptions: MatrixOptions{Options: Options{Library: recipes.NewLibrary(), Recipe: "demo", CacheDir: cache, Sets: sets, Log: log.New(io.Discard)},
 			Axes: []compat.Axis{a}},
 		Out: filepath.Join(t.TempDir(), "out"), Test: test, Metrics: []string{`channels: ([0-9]+)`, `(?P<lanes>[0-9]+) lanes`},
 		Version: "test", Environ: os.Environ(), Getenv: os.Getenv,
@@ -96,8 +97,9 @@ cd / && python3 -c 'import pydemo; c = pydemo.Channel(1); print("channels:", c.c
 		t.Errorf("cell b's test log %s: %v %q", b.TestLog, err, log)
 	}
 
-	// a cell whose build fails comes first; the next one still runs (and reuses libdemo)
-	run = demoMatrix(t, cache, "libdemo.options.CMAKE_C_FLAGS=-fno-such-option-epbuild,-O2", test)
+	// a cell whose build fails comes first; the next one still runs (it is cell a again,
+	// -O2 being the recipe's flags: found made, not built again)
+	run = demoMatrix(t, cache, "libdemo.options.CMAKE_C_FLAGS=-fno-such-option-epbuild,-O2", test, "pydemo.env.DEMO_TAG=a")
 	if len(run.Cells) != 2 || !run.Failed() {
 		t.Fatalf("cells %+v", run.Cells)
 	}

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
-	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,11 +38,10 @@ func demoRun(t testing.TB, dir, out string, force ...string) (*Result, error) {
 }
 
 func TestDemoEndToEnd(t *testing.T) {
-	dir, out := t.TempDir(), t.TempDir()
-	res, err := demoRun(t, dir, out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// the cold run is the warm demo's (built cold through demoRun's entry point); the
+	// reruns below run on a copy of its cache, at another path
+	w := warmBuild(t)
+	res, dir, out := w.res, warmCache(t), t.TempDir()
 	for _, s := range res.Stages {
 		if s.Cached {
 			t.Errorf("cold run found %s %s cached", s.Stage, s.Component)
@@ -78,7 +77,8 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatalf("installed demo does not run: %v\n%s", err, b)
 	}
 
-	// a rerun does no work and gives the same artifact
+	// a rerun in another cache holding the same stages does no work and gives the same
+	// artifact
 	res2, err := demoRun(t, dir, out)
 	if err != nil {
 		t.Fatal(err)
@@ -104,19 +104,16 @@ func TestDemoEndToEnd(t *testing.T) {
 	if res3.SHA256 != res.SHA256 {
 		t.Errorf("a forced rebuild changed the artifact: %s vs %s", res3.SHA256, res.SHA256)
 	}
-	// another cache, another output directory (the warm demo's, built cold): the same bytes
-	res4 := warmBuild(t).res
-	if res4.SHA256 != res.SHA256 {
-		t.Errorf("the artifact depends on the cache location: %s vs %s", res4.SHA256, res.SHA256)
-	}
-	// the wheel beside it too: a forced rebuild and another cache give the same bytes
+	// the forced rebuild ran in another cache than the cold run, into another output
+	// directory: the artifact does not depend on the cache location
+	// the wheel beside it too: a forced rebuild in another cache gives the same bytes
 	if len(res.Wheels) != 1 || filepath.Base(filepath.Dir(res.Wheels[0])) != WheelDir(res.Plan) {
 		t.Fatalf("wheels beside the artifact: %v", res.Wheels)
 	}
 	want := mustReadFile(t, res.Wheels[0])
-	for i, r := range []*Result{res3, res4} {
+	for i, r := range []*Result{res2, res3} {
 		if len(r.Wheels) != 1 || !bytes.Equal(mustReadFile(t, r.Wheels[0]), want) {
-			t.Errorf("build %d gave another wheel: %v", i+3, r.Wheels)
+			t.Errorf("build %d gave another wheel: %v", i+2, r.Wheels)
 		}
 	}
 }
@@ -130,8 +127,8 @@ func mustReadFile(t *testing.T, p string) []byte {
 	return b
 }
 
-// TestDemoKilled kills the demo run at random moments; each next run completes and
-// yields the identical artifact.
+// TestDemoKilled kills the demo run at moments spread over it; each next run completes
+// and yields the identical artifact.
 func TestDemoKilled(t *testing.T) {
 	if os.Getenv("EPBUILD_TEST_CHILD") == "demo" {
 		if _, err := demoRun(t, os.Getenv("EPBUILD_TEST_DIR"), os.Getenv("EPBUILD_TEST_OUT")); err != nil {
@@ -139,45 +136,75 @@ func TestDemoKilled(t *testing.T) {
 		}
 		return
 	}
-	ref := warmBuild(t).res
-	trials := 12 // kills land in every stage at 12 already (cold every 5th); more cost make test time
-	if testing.Short() {
-		trials = 5
-	}
+	w := warmBuild(t)
+	ref := w.res
 	dir, out := t.TempDir(), t.TempDir()
-	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
-	killed := 0
-	for i := 0; i < trials; i++ {
-		if i%5 == 0 {
-			// start cold again now and then, so kills land in every stage
-			os.RemoveAll(dir)
-			os.MkdirAll(dir, 0o755)
-		}
+	child := func() *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestDemoKilled$")
 		// the child's temporary files land where the test cleans up, even when it is killed
 		cmd.Env = append(os.Environ(), "EPBUILD_TEST_CHILD=demo", "EPBUILD_TEST_DIR="+dir, "EPBUILD_TEST_OUT="+out, "TMPDIR="+t.TempDir())
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		return cmd
+	}
+	killed := 0
+	// kill runs a child after at; it fails the test where the child failed on its own
+	kill := func(what string, at time.Duration) {
+		t.Helper()
+		cmd := child()
+		var b bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &b, &b
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		select {
-		case <-done:
-		case <-time.After(time.Duration(rng.Intn(1500)) * time.Millisecond):
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: the run failed before the kill after %v: %v\n%s", what, at, err, b.String())
+			}
+		case <-time.After(at):
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-done
 			killed++
 		}
+	}
+	// the next run completes, with the reference's bytes
+	complete := func(what string) {
+		t.Helper()
 		res, err := demoRun(t, dir, out)
 		if err != nil {
-			t.Fatalf("trial %d: the run after a kill failed: %v", i, err)
+			t.Fatalf("%s: the run after the kill failed: %v", what, err)
 		}
 		if res.SHA256 != ref.SHA256 {
-			t.Fatalf("trial %d: artifact %s after a kill, want %s", i, res.SHA256, ref.SHA256)
+			t.Fatalf("%s: artifact %s after a kill, want %s", what, res.SHA256, ref.SHA256)
 		}
 	}
-	t.Logf("%d of %d runs killed midway", killed, trials)
+	// kill points spread over the stages, not drawn at random. One cold build, killed
+	// early (probe, fetch, patch), midway (the builds) and late (checks, packing): each
+	// next run goes on from what the killed one left, and is killed in turn, or completes.
+	last := 0.0
+	for _, f := range []float64{0.1, 0.45, 0.8} {
+		kill(fmt.Sprintf("cold, %.0f%% in", f*100), time.Duration((f-last)*float64(w.took)))
+		last = f
+	}
+	complete("cold")
+	// runs on the made cache (reading it, the output) killed across such a run in a
+	// child, timed once; each next run completes
+	start := time.Now()
+	if b, err := child().CombinedOutput(); err != nil {
+		t.Fatalf("a rerun in a child: %v\n%s", err, b)
+	}
+	rerun := time.Since(start)
+	for _, f := range []float64{0.35, 0.7} {
+		what := fmt.Sprintf("a rerun, %.0f%% in", f*100)
+		kill(what, time.Duration(f*float64(rerun)))
+		complete(what)
+	}
+	t.Logf("%d of 5 runs killed midway (a cold build takes %v, a rerun %v)", killed, w.took, rerun)
+	if killed < 3 {
+		t.Errorf("only %d of 5 runs were killed midway", killed)
+	}
 }
 
 // A cold run into a cache that does not exist yet keeps its rule findings (plan and
@@ -195,10 +222,9 @@ func TestColdRunKeepsFindings(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("Findings alone made the cache %s: %v", dir, err)
 	}
-	if _, err := demoRun(t, dir, t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
-	kept, err := filepath.Glob(filepath.Join(dir, "compat", "*.json"))
+	// the warm demo's cache is what a cold run into a cache that did not exist left
+	// (nothing else runs in it: tests run on copies)
+	kept, err := filepath.Glob(filepath.Join(warmBuild(t).dir, "cache", "compat", "*.json"))
 	if err != nil || len(kept) != 2 {
 		t.Fatalf("after a cold run the cache keeps findings %v (%v), want the plan's and preflight's", kept, err)
 	}

@@ -30,12 +30,10 @@ import (
 	"github.com/epbuild/epbuild/recipes"
 )
 
-// freshInstall installs demo artifact A into a new prefix.
+// freshInstall returns demo artifact A as install left it (a copy of one install).
 func freshInstall(t *testing.T) string {
 	t.Helper()
-	prefix := filepath.Join(t.TempDir(), "demo")
-	mustInstall(t, artifacts(t).A, prefix, false)
-	return prefix
+	return pristineInstall(t)
 }
 
 func mustVerify(t *testing.T, prefix string) *verify.VerifyReport {
