@@ -6,12 +6,13 @@
 // The stages live in packages of their own, one floor per step, and imports run one way,
 // downward (layering_test.go keeps it so):
 //
-//	builder (Open, Job: order and policy; the runner, the matrix run, the mirror)
+//	builder (Open, Job: order and policy; the runner, the matrix run)
 //	  -> install              an artifact put in place, checked, its receipt; its tests
 //	  -> cachegc, verify      what a cache holds; what is checked of a build and an install
 //	  -> envsh                the environment of a build's products, env.sh
 //	  -> manifest             what a build and an install leave on record
 //	  -> toolchain            what the build host offers a plan
+//	  -> mirror               the sources a set of plans needs, for a builder offline
 //	  -> plan, store          what a build will be; where its stages are kept
 //	  -> disk, source, ...    leaves: files on disk, sources, archives, inspection, quoting
 //
@@ -31,9 +32,10 @@
 // (source/gitobj), a checkout's system calls (source/dirhandle), the node's sysroot
 // (host/sysroot) and the zstd seekable format of artifact format 2 (archive/seekable) did.
 //
+// The mirror writer was turned around to move out: it takes plans and a fetcher
+// (mirror.Job), not the root's Job, and the root's Mirror hands it those.
+//
 // Still at the root, to be moved the same way: the stage runner and its steps (run.go,
 // steps.go, repro*.go, jobs.go, sources.go), packaging and exports (artifact.go,
-// exports.go, compare.go, buildcache.go), install (install.go), the build facts
-// (facts.go), the matrix run and the mirror writer. forward.go keeps three names that
-// builder/sbom's tests reach at the root while that package changes beside this split.
+// exports.go, compare.go, buildcache.go), the build facts (facts.go) and the matrix run.
 package builder

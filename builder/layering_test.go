@@ -20,6 +20,8 @@ var layers = [][]string{
 	{"disk", "diff", "sbom", "source"},
 	// what a build will be, and where its stages are kept
 	{"plan", "store"},
+	// the sources a set of plans needs, written out for a builder without network
+	{"mirror"},
 	// what the build host offers a plan; the fixtures the tests of builder and verify share
 	{"toolchain", "internal/fixture"},
 	// what a build and an install leave on record

@@ -17,6 +17,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/envsh"
+	"github.com/epbuild/epbuild/builder/mirror"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/store"
@@ -735,7 +736,7 @@ func (j *Job) Fetch(ctx context.Context, out string) ([]FetchReport, error) {
 		return nil, err
 	}
 	// outside the stage store: no space in the cache or in out is said here (exit 3)
-	places := []disk.Place{{Dir: j.cache.Dir(), Fix: store.FixCacheSpace}, {Dir: out, Fix: fixOutSpace}}
+	places := []disk.Place{{Dir: j.cache.Dir(), Fix: store.FixCacheSpace}, {Dir: out, Fix: disk.FixOutSpace}}
 	var reps []FetchReport
 	for _, c := range j.Plan.Components {
 		var err error
@@ -771,7 +772,19 @@ func (j *Job) Fetch(ctx context.Context, out string) ([]FetchReport, error) {
 	return reps, nil
 }
 
-const fixOutSpace = "free space there or choose a directory on a larger file system, then rerun (what is fetched stays in the cache)"
+// Mirror writes into dir what the jobs need (builder/mirror), each job's sources read
+// through its own fetcher and cache.
+func Mirror(ctx context.Context, dir string, jobs ...*Job) (mirror.Report, error) {
+	in := make([]mirror.Job, 0, len(jobs))
+	for _, j := range jobs {
+		src, err := j.Sources()
+		if err != nil {
+			return mirror.Report{Dir: dir}, err
+		}
+		in = append(in, mirror.Job{Plan: j.Plan, Fetcher: src.Main, CacheDir: j.cache.Dir()})
+	}
+	return mirror.Write(ctx, dir, in...)
+}
 
 // MatrixOptions configure BuildMatrix: the recipe (its Options) and the axes; none: the
 // recipe's own matrix: field.

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"maps"
 	"math"
-	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -1133,10 +1132,4 @@ func writeSidecar(path, sum string) error {
 		return fmt.Errorf("write %s: %w", side, err)
 	}
 	return nil
-}
-
-// isEmbedded reports whether a URL names an embedded repository.
-func isEmbedded(raw string) bool {
-	u, err := url.Parse(raw)
-	return err == nil && u.Host == EmbeddedHost
 }

@@ -44,7 +44,7 @@ func NewSources(c *cache.Cache, mirror string, l *log.Logger, progress source.Pr
 // only: its host does not exist anywhere else, so a mirror that cannot be laid out is
 // the error (no space in the cache, most likely), never a lookup of that host.
 func (s *FetchSources) For(rawURL string) (*source.Fetcher, error) {
-	if !isEmbedded(rawURL) {
+	if !embedded.Served(rawURL) {
 		return s.Main, nil
 	}
 	s.once.Do(func() {

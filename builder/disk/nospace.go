@@ -139,3 +139,6 @@ func WriteOutput(path string, b []byte) error {
 	err := WriteFileAtomic(path, b)
 	return NoSpaceOr(err, "write "+path, filepath.Dir(path), int64(len(b)), "free space there, or write it elsewhere with -o FILE")
 }
+
+// FixOutSpace is the fix for an output directory (artifact, mirror) that ran out of space.
+const FixOutSpace = "free space there or choose a directory on a larger file system, then rerun (what is fetched stays in the cache)"

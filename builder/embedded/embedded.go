@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -33,6 +34,12 @@ var src embed.FS
 // Host is the URL host of the embedded repositories: a reserved name that never
 // resolves, so such a source can only come from the embedded mirror.
 const Host = "epbuild.invalid"
+
+// Served reports whether a URL names an embedded repository (its host is Host).
+func Served(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && u.Host == Host
+}
 
 // Repo is one embedded repository: src/<Group>/<Name>, one commit tagged v<Version>.
 type Repo struct {

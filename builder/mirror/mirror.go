@@ -1,4 +1,4 @@
-package builder
+package mirror
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	"github.com/gofrs/flock"
 
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/embedded"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/builder/store"
@@ -32,13 +34,13 @@ import (
 
 // Names inside a mirror.
 const (
-	MirrorIndexName = "epbuild-mirror.json"
+	IndexName       = "epbuild-mirror.json"
 	mirrorPythonDir = "python"
 	requirementsTxt = "requirements.txt"
 )
 
-// MirrorReport says what a mirror holds.
-type MirrorReport struct {
+// Report says what a mirror holds.
+type Report struct {
 	Dir      string `json:"dir"`
 	Git      int    `json:"git"`
 	Archives int    `json:"archives"`
@@ -79,26 +81,31 @@ type mirrorEntry struct {
 	Python   []PythonNeed `json:"python,omitempty"`
 }
 
-// Mirror writes into dir exactly what the jobs need: every pinned source and every
+// Job is what a mirror needs of one planned recipe: its plan, the fetcher that reads its
+// sources (the build's cache and mirror) and that cache's directory, for the error that
+// says where space ran out.
+type Job struct {
+	Plan     *plan.Plan
+	Fetcher  *source.Fetcher
+	CacheDir string
+}
+
+// Write writes into dir exactly what the jobs need: every pinned source and every
 // upstream commit their patch sets read, laid out by URL, and names the Python packages
 // they take from the build host's environment. dir is whole or untouched on failure.
-func Mirror(ctx context.Context, dir string, jobs ...*Job) (MirrorReport, error) {
+func Write(ctx context.Context, dir string, jobs ...Job) (Report, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return MirrorReport{Dir: dir}, &UsageError{Err: fmt.Errorf("mirror %s: %w", dir, err)}
+		return Report{Dir: dir}, &plan.UsageError{Err: fmt.Errorf("mirror %s: %w", dir, err)}
 	}
-	rep := MirrorReport{Dir: abs, Index: filepath.Join(abs, MirrorIndexName)}
+	rep := Report{Dir: abs, Index: filepath.Join(abs, IndexName)}
 	var gits []source.Git
 	var archives []source.Archive
 	var main *source.Fetcher
 	var cacheDir string
 	var entries []mirrorEntry
 	for _, j := range jobs {
-		src, err := j.Sources()
-		if err != nil {
-			return rep, err
-		}
-		main, cacheDir = src.Main, j.cache.Dir()
+		main, cacheDir = j.Fetcher, j.CacheDir
 		e := mirrorEntry{Recipe: j.Plan.Recipe, PlanKey: j.Plan.Key, Written: time.Now().UTC().Truncate(time.Second)}
 		addGit := func(g source.Git) {
 			gits = append(gits, g)
@@ -106,7 +113,7 @@ func Mirror(ctx context.Context, dir string, jobs ...*Job) (MirrorReport, error)
 		}
 		for _, c := range j.Plan.Components {
 			switch {
-			case c.Source.Git != nil && !isEmbedded(c.Source.Git.URL):
+			case c.Source.Git != nil && !embedded.Served(c.Source.Git.URL):
 				addGit(source.Git{URL: c.Source.Git.URL, Commit: c.Source.Git.Commit, Ref: c.Source.Git.Ref})
 			case c.Source.Archive != nil:
 				a := c.Source.Archive
@@ -173,9 +180,9 @@ func Mirror(ctx context.Context, dir string, jobs ...*Job) (MirrorReport, error)
 			}
 		}
 	}
-	err = writeMirror(ctx, main, target, gits, archives, entries, &rep)
+	err = write(ctx, main, target, gits, archives, entries, &rep)
 	// outside the stage store: no space in the mirror or the cache is said here
-	err = disk.NoSpaceIn(err, "write the mirror "+abs, disk.Place{Dir: target, Fix: fixOutSpace}, disk.Place{Dir: cacheDir, Fix: store.FixCacheSpace})
+	err = disk.NoSpaceIn(err, "write the mirror "+abs, disk.Place{Dir: target, Fix: disk.FixOutSpace}, disk.Place{Dir: cacheDir, Fix: store.FixCacheSpace})
 	if err != nil && !fresh {
 		for _, p := range created {
 			_ = os.RemoveAll(p)
@@ -202,8 +209,8 @@ func appendIfAbsent(list []string, p string) []string {
 	return list
 }
 
-// writeMirror fills dir: the sources, the Python requirements, then the index.
-func writeMirror(ctx context.Context, f *source.Fetcher, dir string, gits []source.Git, archives []source.Archive, entries []mirrorEntry, rep *MirrorReport) error {
+// write fills dir: the sources, the Python requirements, then the index.
+func write(ctx context.Context, f *source.Fetcher, dir string, gits []source.Git, archives []source.Archive, entries []mirrorEntry, rep *Report) error {
 	if err := f.WriteMirror(ctx, dir, gits, archives); err != nil {
 		return err
 	}
@@ -211,9 +218,9 @@ func writeMirror(ctx context.Context, f *source.Fetcher, dir string, gits []sour
 		return fmt.Errorf("mirror %s: %w", rep.Dir, err)
 	}
 	idx := mirrorIndex{Format: 1}
-	if b, err := os.ReadFile(filepath.Join(dir, MirrorIndexName)); err == nil {
+	if b, err := os.ReadFile(filepath.Join(dir, IndexName)); err == nil {
 		if err := json.Unmarshal(b, &idx); err != nil || idx.Format != 1 {
-			return fmt.Errorf("mirror %s: %s is not an index this epbuild reads (%v)", rep.Dir, MirrorIndexName, err)
+			return fmt.Errorf("mirror %s: %s is not an index this epbuild reads (%v)", rep.Dir, IndexName, err)
 		}
 	}
 	for _, e := range entries {
@@ -242,7 +249,7 @@ func writeMirror(ctx context.Context, f *source.Fetcher, dir string, gits []sour
 	if err != nil {
 		return err
 	}
-	if err := disk.WriteFileAtomic(filepath.Join(dir, MirrorIndexName), append(b, '\n')); err != nil {
+	if err := disk.WriteFileAtomic(filepath.Join(dir, IndexName), append(b, '\n')); err != nil {
 		return fmt.Errorf("mirror %s: %w", rep.Dir, err)
 	}
 	return nil
