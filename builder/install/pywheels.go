@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/quote"
@@ -86,17 +87,20 @@ func pythonWheels(ctx context.Context, py string, env []string, m *manifest.Mani
 		if !apply {
 			return notes, &WheelMissingError{Python: py, Wheel: w, Path: path, Have: have}
 		}
-		cmd := exec.CommandContext(ctx, py, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--no-index", "--disable-pip-version-check", path)
+		pctx, cancel := context.WithTimeout(ctx, pipTimeout)
+		cmd := exec.CommandContext(pctx, py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", "--no-index", "--disable-pip-version-check", path)
 		cmd.Env = env
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			return notes, fmt.Errorf("install %s into the Python environment of %s: %w: %s", w.File, py, err, quote.Term(quote.Tail(out.String(), 600)))
+		out := &headBuffer{max: maxToolOutput}
+		cmd.Stdout, cmd.Stderr = out, out
+		err = cmd.Run()
+		cancel()
+		if err != nil {
+			return notes, fmt.Errorf("install %s into the Python environment of %s: %w: %s", quote.Term(w.File), quote.Term(py), err, quote.Term(quote.Tail(out.String(), 600)))
 		}
 		if now, err := distVersion(ctx, py, env, w.Replaces.Package); err != nil {
 			return notes, err
 		} else if now != w.Version {
-			return notes, fmt.Errorf("install %s into the Python environment of %s: pip exited 0, and the environment has %s %s", w.File, py, quote.Term(w.Replaces.Package), quote.Term(now))
+			return notes, fmt.Errorf("install %s into the Python environment of %s: pip exited 0, and the environment has %s %s", quote.Term(w.File), quote.Term(py), quote.Term(w.Replaces.Package), quote.Term(now))
 		}
 		was := "none"
 		if have != "" {
@@ -116,11 +120,14 @@ try:
     print(m.version(sys.argv[1]))
 except m.PackageNotFoundError:
     print("")`
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-I", "-c", prog, pkg)
 	cmd.Env = env
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	stdout, stderr := &headBuffer{max: maxToolOutput}, &headBuffer{max: maxToolOutput}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	err := cmd.Run()
+	out := stdout.Bytes()
 	if err != nil {
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			return "", fmt.Errorf("read the version of %s: no Python interpreter %s (give one with --python): %w", pkg, quote.Term(py), err)
@@ -128,4 +135,26 @@ except m.PackageNotFoundError:
 		return "", fmt.Errorf("read the version of %s in the Python environment of %s: %w: %s", pkg, py, err, quote.Term(quote.Tail(stderr.String(), 400)))
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// Bounds of the Python runs: the version probe imports nothing but importlib; pip
+// installs one local wheel offline.
+const (
+	probeTimeout  = time.Minute
+	pipTimeout    = 10 * time.Minute
+	maxToolOutput = 64 << 10
+)
+
+// headBuffer keeps the first max bytes written to it and drops the rest: a program's
+// output read into an error message stays bounded.
+type headBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (h *headBuffer) Write(b []byte) (int, error) {
+	if room := h.max - h.Len(); room > 0 {
+		h.Buffer.Write(b[:min(len(b), room)])
+	}
+	return len(b), nil
 }
