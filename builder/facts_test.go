@@ -280,3 +280,23 @@ func TestBuildFactsOfTheWheel(t *testing.T) {
 		t.Errorf("no NVSHMEM: %v %v", facts, notes)
 	}
 }
+
+// A rule left undecided by a build fact is decided by building, not by a mirror: the
+// refusal's fix says which, and both when both are unknown.
+func TestUndecidedFix(t *testing.T) {
+	fact := "build fact nvshmem.rc-layout is not recorded (it is read from the built tree)"
+	history := "whether deepep 309785a94ded contains 29d31c095796"
+	for _, c := range []struct {
+		qs        []string
+		want, not string
+	}{
+		{[]string{fact}, "--allow-undecided builds, and the rules judge again", "--mirror"},
+		{[]string{history}, "Give --mirror DIR", "judge again"},
+		{[]string{history, fact}, "decide the rest; the build facts are read by the build", ""},
+	} {
+		got := undecidedFix(c.qs)
+		if !strings.Contains(got, c.want) || (c.not != "" && strings.Contains(got, c.not)) {
+			t.Errorf("%q: %q", c.qs, got)
+		}
+	}
+}

@@ -236,9 +236,30 @@ func (e *RulesError) Error() string {
 		if len(where) > 0 {
 			msg += " (asked: " + strings.Join(where, "; ") + ")"
 		}
-		parts = append(parts, msg+". Give --mirror DIR with a clone that holds the commit's history to decide them, or --allow-undecided to go on")
+		parts = append(parts, msg+". "+undecidedFix(questions))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// undecidedFix says how to decide what the rules could not: a commit's history comes from
+// a mirror; a build fact (the RC layout NVSHMEM's headers typedef) exists only once the
+// build has read it, and the rules judge again with it before anything is packaged.
+func undecidedFix(questions []string) string {
+	var history, facts bool
+	for _, q := range questions {
+		if strings.Contains(q, "build fact ") {
+			facts = true
+		} else {
+			history = true
+		}
+	}
+	switch {
+	case facts && !history:
+		return "They are facts the build reads (NVSHMEM's headers): --allow-undecided builds, and the rules judge again with what the build read before it packages"
+	case facts:
+		return "Give --mirror DIR with a clone that holds the commit's history to decide the rest; the build facts are read by the build: --allow-undecided builds, and the rules judge again with them before it packages"
+	}
+	return "Give --mirror DIR with a clone that holds the commit's history to decide them, or --allow-undecided to go on"
 }
 
 // buildHostVerdict joins the two judgements of the build host before any work: what the
