@@ -336,6 +336,16 @@ func usePrebuilt(doc *recipes.Doc, c *recipes.Component, rel compat.Release, kin
 			opts = append(opts, k+"="+v)
 		}
 	}
+	if compat.CUDAMajor(tc.CUDA, "") != major {
+		// chosen by torch's build tag (+cu130), a label: the toolchain now asks for that
+		// major, so preflight holds it against the build host's nvcc itself
+		m, _ := strconv.Atoi(major)
+		narrow := fmt.Sprintf(">=%d.0, <%d.0", m, m+1)
+		if tc.CUDA != "" {
+			narrow = tc.CUDA + ", " + narrow
+		}
+		doc.Recipe.Toolchain.CUDA = narrow
+	}
 	c.Version = rel.Version
 	c.Source = recipes.Source{Archive: &recipes.ArchiveSource{URL: pin.Archive.URL, SHA256: pin.Archive.SHA256, Strip: pin.Archive.Strip}}
 	c.Build = []recipes.Step{{Command: &recipes.CommandStep{Run: PrebuiltCopy()}}}

@@ -48,6 +48,10 @@ func TestApplyCatalogPrebuilt(t *testing.T) {
 				t.Errorf("%v: want %q in the notes:\n%s", c.sets, want, notes)
 			}
 		}
+		// the CUDA major the archive was chosen for is what preflight checks nvcc against
+		if got := compat.CUDAMajor(p.Toolchain.CUDA, ""); got != "12" && got != "13" {
+			t.Errorf("%v: toolchain cuda %q does not hold the archive's major", c.sets, p.Toolchain.CUDA)
+		}
 		// DeepEP builds against it as before
 		if dp, _ := p.Component("deepep"); dp.Build[0].PythonExtension.Env["NVSHMEM_DIR"] != "{{nvshmem.prefix}}" {
 			t.Errorf("deepep: %+v", dp.Build[0])
