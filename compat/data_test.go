@@ -349,13 +349,24 @@ func TestParseAxis(t *testing.T) {
 	}
 	// bundled keeps the component in the Python environment (torch's NCCL) instead of a release
 	b, err := ParseAxis("nccl=bundled,2.28.3-1")
-	if err != nil || b.Set("bundled") != "nccl.source=python" || b.Set("2.28.3-1") != "nccl.version=2.28.3-1" {
+	if err != nil || !slices.Equal(b.Sets("bundled"), []string{"nccl.source=python"}) ||
+		!slices.Equal(b.Sets("2.28.3-1"), []string{"nccl.version=2.28.3-1"}) {
 		t.Errorf("%+v %v", b, err)
 	}
-	if c, err := ParseAxis("nccl.env.X=bundled"); err != nil || c.Set("bundled") != "nccl.env.X=bundled" {
+	if c, err := ParseAxis("nccl.env.X=bundled"); err != nil || !slices.Equal(c.Sets("bundled"), []string{"nccl.env.X=bundled"}) {
 		t.Errorf("bundled on a key axis is a plain value: %+v %v", c, err)
 	}
-	for _, bad := range []string{"nvshmem", "=1", "nvshmem=", "nvshmem=3.4.x", "nvshmem=3.4.5,3.4.5", "NV=1", "nccl=bundled,bundled"} {
+	// a version with a source kind: the wheel, the release from source and the archive in one axis
+	d, err := ParseAxis("nvshmem=bundled,3.4.5:git,3.3.20:archive")
+	if err != nil || !slices.Equal(d.Sets("3.4.5:git"), []string{"nvshmem.version=3.4.5", "nvshmem.source=git"}) ||
+		!slices.Equal(d.Sets("3.3.20:archive"), []string{"nvshmem.version=3.3.20", "nvshmem.source=archive"}) {
+		t.Errorf("%+v %v", d, err)
+	}
+	if e, err := ParseAxis("nccl.env.X=1:2"); err != nil || !slices.Equal(e.Sets("1:2"), []string{"nccl.env.X=1:2"}) {
+		t.Errorf("a key axis's value is kept whole: %+v %v", e, err)
+	}
+	for _, bad := range []string{"nvshmem", "=1", "nvshmem=", "nvshmem=3.4.x", "nvshmem=3.4.5,3.4.5", "NV=1", "nccl=bundled,bundled",
+		"nvshmem=3.4.5:pip", "nvshmem=3.4.5:", "nvshmem=3.4.x:git"} {
 		if _, err := ParseAxis(bad); err == nil {
 			t.Errorf("%q should not parse", bad)
 		}

@@ -26,16 +26,28 @@ type Axis struct {
 // the Python environment there (the NCCL torch ships) instead of building a release.
 const Bundled = "bundled"
 
-// Set is the --set override that gives this axis the value v.
-func (a Axis) Set(v string) string {
-	if v == Bundled && a.Key == a.Name+".version" {
-		return a.Name + ".source=python"
+// Source kinds an axis value may name after its version (3.4.5:git): the catalogue's pin
+// of that kind, as --set COMPONENT.source=KIND picks it. Without one a version keeps the
+// recipe's kind: single-node's NVSHMEM is the Python environment's wheel, so its
+// nvshmem=3.4.5 pins that wheel, and nvshmem=3.4.5:git builds NVIDIA's v3.4.5 from source.
+var axisSources = []string{"git", "archive"}
+
+// Sets are the --set overrides that give this axis the value v.
+func (a Axis) Sets(v string) []string {
+	if a.Key != a.Name+".version" {
+		return []string{a.Key + "=" + v}
 	}
-	return a.Key + "=" + v
+	if v == Bundled {
+		return []string{a.Name + ".source=python"}
+	}
+	if ver, kind, ok := strings.Cut(v, ":"); ok {
+		return []string{a.Key + "=" + ver, a.Name + ".source=" + kind}
+	}
+	return []string{a.Key + "=" + v}
 }
 
-// ParseAxis reads NAME=V1,V2,...; a component name's values must be vendor versions (or
-// bundled).
+// ParseAxis reads NAME=V1,V2,...; a component name's values must be vendor versions,
+// each with an optional source kind (3.4.5:git, 3.3.20:archive), or bundled.
 func ParseAxis(s string) (Axis, error) {
 	name, vals, ok := strings.Cut(s, "=")
 	name = strings.TrimSpace(name)
@@ -60,8 +72,13 @@ func NewAxis(name string, values []string) (Axis, error) {
 			continue
 		}
 		if strings.HasSuffix(a.Key, ".version") && v != Bundled {
-			if _, err := ParseVersion(v); err != nil {
+			ver, kind, hasKind := strings.Cut(v, ":")
+			if _, err := ParseVersion(ver); err != nil {
 				return Axis{}, fmt.Errorf("axis %s: %w (or %s: the one the Python environment ships)", name, err, Bundled)
+			}
+			if hasKind && !slices.Contains(axisSources, kind) {
+				return Axis{}, fmt.Errorf("axis %s: value %s: source kind %q is not one of %s (3.4.5:git builds the release from source)",
+					name, v, kind, strings.Join(axisSources, ", "))
 			}
 		}
 		if slices.Contains(a.Values, v) {
@@ -133,7 +150,7 @@ func BuildMatrix(ctx context.Context, recipe string, axes []Axis, base []string,
 		name := []string{recipe}
 		for i, a := range axes {
 			vals[a.Name] = combo[i]
-			sets = append(sets, a.Set(combo[i]))
+			sets = append(sets, a.Sets(combo[i])...)
 			name = append(name, a.Name+"="+combo[i])
 		}
 		f, err := facts(sets)

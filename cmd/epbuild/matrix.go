@@ -36,7 +36,11 @@ the mirror's repositories to the history that decides.
 
 On a component axis the value bundled keeps the component the recipe takes from the
 Python environment (torch's own NCCL) where the other values build a release of the
-catalogue from source: --axis nccl=bundled,2.21.5-1,2.28.3-1.
+catalogue from source: --axis nccl=bundled,2.21.5-1,2.28.3-1. A version may name the
+catalogue's pin kind it takes, VERSION:git or VERSION:archive (--set C.source=KIND):
+--axis nvshmem=3.4.5:git,3.3.20:archive where the recipe builds NVSHMEM (efa-aws); in a
+recipe that takes it from the Python environment (single-node) a bare version pins the
+wheel, and :git is refused (no build steps).
 
 Formats: text (default), json (cells and exclusions), github (a strategy.matrix value:
 {"include": [...]}), gitlab (a parallel: matrix: block).
@@ -131,7 +135,7 @@ epbuild matrix run RECIPE --axis ... builds, installs, verifies and tests each c
 		},
 	}
 	cmd.AddCommand(newMatrixRunCmd(app))
-	cmd.Flags().StringArrayVar(&axes, "axis", nil, "an axis, COMPONENT=V1,V2,... (bundled: the Python environment's; repeatable); default: the recipe's matrix: field")
+	cmd.Flags().StringArrayVar(&axes, "axis", nil, "an axis, COMPONENT=V1,V2,... (bundled: the Python environment's; VERSION:git or VERSION:archive: that pin kind; repeatable); default: the recipe's matrix: field")
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "an override applied to every cell: `KEY=VALUE` (repeatable; the keys: epbuild show --help)")
 	cmd.Flags().StringVar(&format, "format", "text", "output: text, json, github or gitlab")
 	_ = cmd.RegisterFlagCompletionFunc("format", oneOf("text", "json", "github", "gitlab"))
