@@ -18,6 +18,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/stage"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/builder/verify"
 	"github.com/epbuild/epbuild/compat"
@@ -182,11 +183,11 @@ func describeError(err error, code int) errorJSON {
 	e := errorJSON{ExitCode: code, Message: err.Error()}
 	var (
 		intr *interrupted
-		be   *builder.BuildError
+		be   *stage.BuildError
 		re   *builder.RulesError
 		pe   *toolchain.PreflightError
 		ns   *disk.NoSpaceError
-		pa   *builder.PatchError
+		pa   *stage.PatchError
 		cf   *verify.ChecksFailed
 		rs   recipes.Errors
 		r1   *recipes.Error
