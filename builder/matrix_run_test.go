@@ -13,6 +13,7 @@ import (
 	"github.com/charmbracelet/log"
 
 	"github.com/epbuild/epbuild/builder/matrix"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -116,7 +117,7 @@ cd / && python3 -c 'import pydemo; c = pydemo.Channel(1); print("channels:", c.c
 func TestMatrixRunOptions(t *testing.T) {
 	for _, o := range []MatrixRunOptions{{Run: matrix.Options{Test: "{{x.y}}", Out: "o"}}, {Run: matrix.Options{Metrics: []string{"("}, Out: "o"}}, {}} {
 		o.Library, o.Recipe = recipes.NewLibrary(), "demo"
-		var ue *UsageError
+		var ue *plan.UsageError
 		if _, err := RunMatrix(context.Background(), o); err == nil || !errors.As(err, &ue) {
 			t.Errorf("%+v: %v", o, err)
 		}

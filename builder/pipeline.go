@@ -464,7 +464,7 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*stage.Runner, err
 	}
 	for _, f := range opts.Force {
 		if f != "all" && !slices.Contains(store.StageOrder, f) {
-			return nil, &UsageError{Err: fmt.Errorf("--force=%s: use all, patch, build, check or package", f)}
+			return nil, &plan.UsageError{Err: fmt.Errorf("--force=%s: use all, patch, build, check or package", f)}
 		}
 	}
 	t := time.Now()
@@ -561,7 +561,7 @@ func (e *NotReproducibleError) ExitCode() int { return 1 }
 // CacheFrom (it is a build); an artifact that built the same twice goes to CacheTo.
 func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*stage.Result, error) {
 	if opts.PlanOnly {
-		return nil, &UsageError{Err: errors.New("--rebuild-check builds: it does not go with --plan")}
+		return nil, &plan.UsageError{Err: errors.New("--rebuild-check builds: it does not go with --plan")}
 	}
 	r, err := j.runner(ctx, opts)
 	if err != nil {
@@ -582,7 +582,7 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*stage.Resu
 	defer func() { _ = disk.MakeWritable(dir); _ = os.RemoveAll(dir) }()
 	res2, varied, err := r.Rebuild(ctx, j.Plan, dir)
 	if err != nil {
-		return res, fmt.Errorf("rebuild check: the second build failed: %w", err)
+		return res, err
 	}
 	rep, err := diff.Compare(ctx, res.Artifact, res2.Artifact, diff.Options{TempDir: dir})
 	if err != nil {
@@ -608,17 +608,13 @@ func torchNCCL(p *plan.Plan) bool {
 	return ok && c.Source.Python != nil
 }
 
-// UsageError is a bad option value: exit 2 (plan.UsageError, which the stages below the
-// root return too).
-type UsageError = plan.UsageError
-
 // checkSourceDateEpoch refuses a SOURCE_DATE_EPOCH that is not whole seconds, before any work.
 func checkSourceDateEpoch(sde string) error {
 	if sde == "" {
 		return nil
 	}
 	if n, err := strconv.ParseInt(sde, 10, 64); err != nil || n < 0 {
-		return &UsageError{Err: fmt.Errorf("SOURCE_DATE_EPOCH=%q: give whole seconds since 1970 (e.g. $(git log -1 --format=%%ct)), or unset it to use the newest pinned commit's time", sde)}
+		return &plan.UsageError{Err: fmt.Errorf("SOURCE_DATE_EPOCH=%q: give whole seconds since 1970 (e.g. $(git log -1 --format=%%ct)), or unset it to use the newest pinned commit's time", sde)}
 	}
 	return nil
 }
@@ -862,7 +858,7 @@ func (j *Job) checkIgnoreRules() error {
 	}
 	for _, id := range j.opts.IgnoreRules {
 		if _, ok := rules.Get(id); !ok {
-			return &UsageError{Err: fmt.Errorf("--ignore-rule %s: no such rule; the closest: %s (`epbuild compat list` shows them all)",
+			return &plan.UsageError{Err: fmt.Errorf("--ignore-rule %s: no such rule; the closest: %s (`epbuild compat list` shows them all)",
 				quote.Term(id), strings.Join(rules.Closest(id, 3), ", "))}
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // them, and no live one can be using them. A staging directory of a live process is
 // left alone.
 func StagingDir(parent, prefix string) (string, func(), error) {
-	RemoveStaleStaging(parent, prefix)
+	removeStaleStaging(parent, prefix)
 	for range 3 {
 		dir, err := os.MkdirTemp(parent, prefix)
 		if err != nil {
@@ -38,9 +38,9 @@ func StagingDir(parent, prefix string) (string, func(), error) {
 	return "", nil, fmt.Errorf("create a staging directory in %s: removed by another run as it was made, three times", parent)
 }
 
-// RemoveStaleStaging removes the directories prefix* in parent whose lock nobody holds.
+// removeStaleStaging removes the directories prefix* in parent whose lock nobody holds.
 // It is best effort: what cannot be removed stays for the next run.
-func RemoveStaleStaging(parent, prefix string) {
+func removeStaleStaging(parent, prefix string) {
 	ents, err := os.ReadDir(parent)
 	if err != nil {
 		return

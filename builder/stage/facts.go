@@ -47,7 +47,7 @@ func buildFacts(p *plan.Plan, comps []manifest.ComponentResult) (facts, notes ma
 				notes[manifest.FactHeaderVersion] = "the nvshmem component installed no files"
 				continue
 			}
-			f, n := NVSHMEMIncludeFacts(filepath.Join(c.Prefix, "include"))
+			f, n := nvshmemIncludeFacts(filepath.Join(c.Prefix, "include"))
 			maps.Copy(facts, f)
 			maps.Copy(notes, n)
 		case "deepep":
@@ -131,10 +131,10 @@ func parseHiddenSizes(src []byte) ([]string, error) {
 	return sizes, nil
 }
 
-// NVSHMEMIncludeFacts reads the build facts of an NVSHMEM include directory: the RC-QP
+// nvshmemIncludeFacts reads the build facts of an NVSHMEM include directory: the RC-QP
 // layout from nvshmem_common_ibgda.h and the version from nvshmem_version.h. A fact that
 // cannot be read is left out, with a note naming the file and why.
-func NVSHMEMIncludeFacts(include string) (facts, notes map[string]string) {
+func nvshmemIncludeFacts(include string) (facts, notes map[string]string) {
 	facts, notes = map[string]string{}, map[string]string{}
 	path := filepath.Join(include, filepath.FromSlash(ibgdaHeader))
 	if layout, err := readRCLayout(path); err != nil {
@@ -164,7 +164,7 @@ func readRCLayout(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read the IBGDA header: %w", err)
 	}
-	layout, err := ParseRCLayout(b)
+	layout, err := parseRCLayout(b)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", path, err)
 	}
@@ -181,13 +181,13 @@ var (
 	rcAnyRe = regexp.MustCompile(`\bnvshmemi_ibgda_device_state_t\s*;`)
 )
 
-// ParseRCLayout reads which layout nvshmem_common_ibgda.h gives
+// parseRCLayout reads which layout nvshmem_common_ibgda.h gives
 // nvshmemi_ibgda_device_state_t: v1 or v2 for `typedef nvshmemi_ibgda_device_state_v1|v2
 // nvshmemi_ibgda_device_state_t;`, v1 for the plain struct of releases before the
 // versioned ones. Comments and whitespace do not matter. Two definitions (say, under
 // #if and #else) or none of these forms is undecided: an error naming the lines, never
 // a guess.
-func ParseRCLayout(src []byte) (string, error) {
+func parseRCLayout(src []byte) (string, error) {
 	code := stripCComments(src)
 	type def struct {
 		layout string

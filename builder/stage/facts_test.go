@@ -54,7 +54,7 @@ func TestParseRCLayout(t *testing.T) {
 		{"an unknown form", "\ntypedef struct nvshmemi_ibgda_device_state_v3 nvshmemi_ibgda_device_state_t;\n", "", []string{"line 2", "undecided", "does not know"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := ParseRCLayout([]byte(c.src))
+			got, err := parseRCLayout([]byte(c.src))
 			if got != c.want {
 				t.Errorf("layout %q, want %q (%v)", got, c.want, err)
 			}
@@ -92,19 +92,19 @@ func writeNVSHMEMInclude(t *testing.T, dir, typedef string, version [3]string) s
 
 func TestNVSHMEMIncludeFacts(t *testing.T) {
 	inc := writeNVSHMEMInclude(t, t.TempDir(), typedefV2, [3]string{"3", "5", "0"})
-	facts, notes := NVSHMEMIncludeFacts(inc)
+	facts, notes := nvshmemIncludeFacts(inc)
 	if facts[manifest.FactRCLayout] != "v2" || facts[manifest.FactHeaderVersion] != "3.5.0" || notes != nil {
 		t.Errorf("facts %v, notes %v", facts, notes)
 	}
 	// no IBGDA header: the layout is unset, and the note says why
 	inc = writeNVSHMEMInclude(t, t.TempDir(), "", [3]string{"3", "2", "5"})
-	facts, notes = NVSHMEMIncludeFacts(inc)
+	facts, notes = nvshmemIncludeFacts(inc)
 	if _, ok := facts[manifest.FactRCLayout]; ok || facts[manifest.FactHeaderVersion] != "3.2.5" || !strings.Contains(notes[manifest.FactRCLayout], "no IBGDA header") {
 		t.Errorf("no IBGDA header: facts %v, notes %v", facts, notes)
 	}
 	// two typedefs: undecided, naming the file
 	inc = writeNVSHMEMInclude(t, t.TempDir(), typedefV1+"\n"+typedefV2, [3]string{"3", "5", "0"})
-	facts, notes = NVSHMEMIncludeFacts(inc)
+	facts, notes = nvshmemIncludeFacts(inc)
 	hdr := filepath.Join(inc, "device_host_transport", "nvshmem_common_ibgda.h")
 	if _, ok := facts[manifest.FactRCLayout]; ok || !strings.Contains(notes[manifest.FactRCLayout], hdr) || !strings.Contains(notes[manifest.FactRCLayout], "undecided") {
 		t.Errorf("two typedefs: facts %v, notes %v", facts, notes)
@@ -118,7 +118,7 @@ func TestNVSHMEMIncludeFacts(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, notes = NVSHMEMIncludeFacts(inc); !strings.Contains(notes[manifest.FactRCLayout], fifo) {
+	if _, notes = nvshmemIncludeFacts(inc); !strings.Contains(notes[manifest.FactRCLayout], fifo) {
 		t.Errorf("a FIFO: %v", notes)
 	}
 }

@@ -40,7 +40,8 @@ type CacheReport struct {
 // Rebuild builds p a second time from nothing, as r would, in a stage store of its own
 // under dir (dir/elsewhere/cache; the fetched sources are shared) with its artifact in
 // dir/out, changing what users change between builds (varyRebuild): the rebuild
-// check's second build. It says what it changed. r is left as it was.
+// check's second build. It says what it changed; its errors say they are the rebuild
+// check's. r is left as it was.
 func (r *Runner) Rebuild(ctx context.Context, p *plan.Plan, dir string) (*Result, []string, error) {
 	again := *r
 	var err error
@@ -56,7 +57,10 @@ func (r *Runner) Rebuild(ctx context.Context, p *plan.Plan, dir string) (*Result
 	r.Log.Info("rebuild check: building again from nothing", "store", again.Store.Dir(), "varied", strings.Join(varied, "; "))
 	res, err := again.Run(ctx, p)
 	restore()
-	return res, varied, err
+	if err != nil {
+		return nil, nil, fmt.Errorf("rebuild check: the second build failed: %w", err)
+	}
+	return res, varied, nil
 }
 
 // varyRebuild changes, for the second build of a rebuild check, what users change

@@ -18,6 +18,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/stage"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/builder/verify"
@@ -192,7 +193,7 @@ func describeError(err error, code int) errorJSON {
 		rs   recipes.Errors
 		r1   *recipes.Error
 		ue   usageError
-		bue  *builder.UsageError
+		bue  *plan.UsageError
 	)
 	switch {
 	case errors.As(err, &intr):
