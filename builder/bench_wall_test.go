@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder/benchcmp"
+	"github.com/epbuild/epbuild/builder/internal/fixture"
+	"github.com/epbuild/epbuild/builder/stage"
 )
 
 // TestCompareWall: a whole cold `epbuild recipe` of a recipe shaped as single-node,
@@ -26,7 +28,7 @@ func TestCompareWall(t *testing.T) {
 	benchcmp.Skip(t)
 	benchcmp.Need(t, "git", "cc", "python3")
 	const standStill = 3.0
-	s := newShape(t, map[string]map[string]string{
+	s := fixture.NewShape(t, map[string]map[string]string{
 		"ext": {
 			"setup.py": `import os, time
 from setuptools import setup, Extension
@@ -79,7 +81,7 @@ components:
 			tb.Fatal(err)
 		}
 		defer os.RemoveAll(dir)
-		return benchcmp.Shell(tb, dir, `EPBUILD_CACHE="$PWD/cache" "$1" recipe "$2" --mirror "$3" -o out --log-level error >/dev/null`, bin, s.recipe, s.mirror)
+		return benchcmp.Shell(tb, dir, `EPBUILD_CACHE="$PWD/cache" "$1" recipe "$2" --mirror "$3" -o out --log-level error >/dev/null`, bin, s.Recipe, s.Mirror)
 	}
 	hand := func(tb testing.TB) benchcmp.Sample {
 		dir, err := os.MkdirTemp(tmp, "hand-")
@@ -89,20 +91,20 @@ components:
 		defer os.RemoveAll(dir)
 		return benchcmp.Shell(tb, dir, `mkdir egg && git clone -q "$1" ext && cd ext && git checkout -q "$(git rev-parse HEAD)" &&
 STAND_IN_SECONDS="$2" python3 setup.py -q egg_info --egg-base ../egg build --build-lib ../lib --build-temp ../tmp >/dev/null`,
-			filepath.Join(s.mirror, "example.invalid", "shape", "ext.git"), fmt.Sprint(standStill))
+			filepath.Join(s.Mirror, "example.invalid", "shape", "ext.git"), fmt.Sprint(standStill))
 	}
 	res := benchcmp.Compare(t, benchcmp.Rounds(5), ours, hand)
 
 	// where epbuild's time goes, from one more run: the sum of its stages is what a run of
 	// one stage at a time would take
 	dir := t.TempDir()
-	cmd := exec.Command(bin, "recipe", s.recipe, "--mirror", s.mirror, "-o", filepath.Join(dir, "out"), "--json", "--log-level", "error")
+	cmd := exec.Command(bin, "recipe", s.Recipe, "--mirror", s.Mirror, "-o", filepath.Join(dir, "out"), "--json", "--log-level", "error")
 	cmd.Env = append(os.Environ(), "EPBUILD_CACHE="+filepath.Join(dir, "cache"))
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("epbuild recipe: %v", err)
 	}
-	var run Result
+	var run stage.Result
 	if err := json.Unmarshal(out, &run); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/cachegc"
 	"github.com/epbuild/epbuild/builder/store"
-	"github.com/epbuild/epbuild/builder/toolchain"
 )
 
 // The helper process of TestKilledRunLeftovers: it makes a stage output and, midway,
@@ -108,60 +107,6 @@ func TestKilledRunLeftovers(t *testing.T) {
 	s2.Close()
 	if _, err := os.Stat(live); err != nil {
 		t.Errorf("gc or a run removed what a live run makes: %v", err)
-	}
-}
-
-// The build directory's lock: a FIFO or another user's file where it goes, or another
-// user's lock directory, is refused at once with what is wrong; the ones beside the
-// directory (where an older epbuild locks) are ignored when unsafe.
-func TestBuildDirLockRefusesFIFOAndOthersFiles(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root to give files to another user")
-	}
-	root := t.TempDir()
-	dir := filepath.Join(root, "epbuild-libdemo-0123456789ab")
-	priv := filepath.Join(root, fmt.Sprintf("epbuild-locks-%d", os.Getuid()))
-	lock := filepath.Join(priv, filepath.Base(dir)+".lock")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	say := func(any, ...any) {}
-	// an older epbuild's place holds a FIFO: ignored, the build goes on
-	if err := syscall.Mkfifo(dir+".lock", 0o666); err != nil {
-		t.Fatal(err)
-	}
-	unlock, err := lockBuildDir(ctx, dir, say)
-	if err != nil {
-		t.Fatal(err)
-	}
-	unlock()
-	refused := func(what, want string) {
-		t.Helper()
-		_, err := lockBuildDir(ctx, dir, say)
-		var pe *toolchain.PreflightError
-		if !errors.As(err, &pe) || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: %v", what, err)
-		}
-	}
-	os.Remove(lock)
-	if err := syscall.Mkfifo(lock, 0o666); err != nil {
-		t.Fatal(err)
-	}
-	refused("a FIFO", "not a regular file")
-	os.Remove(lock)
-	if err := os.WriteFile(lock, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(lock, 65534, 65534); err != nil {
-		t.Fatal(err)
-	}
-	refused("another user's file", "owned by")
-	os.Remove(lock)
-	if err := os.Chown(priv, 65534, 65534); err != nil {
-		t.Fatal(err)
-	}
-	refused("another user's lock directory", "not yours")
-	if ctx.Err() != nil {
-		t.Error("a lock waited")
 	}
 }
 

@@ -6,7 +6,10 @@
 // The stages live in packages of their own, one floor per step, and imports run one way,
 // downward (layering_test.go keeps it so):
 //
-//	builder (Open, Job: order and policy; the runner, the matrix run)
+//	builder (Open, Job: order and policy: the rules, the cache, the rebuild check)
+//	  -> matrix               the matrix run: cells built by the pipeline, installed, tested
+//	  -> stage                the stage runner: patch, build, check, package; a run's Result
+//	  -> pack                 an artifact from staged prefixes; SBOM, wheels; publishing
 //	  -> install              an artifact put in place, checked, its receipt; its tests
 //	  -> cachegc, verify      what a cache holds; what is checked of a build and an install
 //	  -> envsh                the environment of a build's products, env.sh
@@ -32,10 +35,19 @@
 // (source/gitobj), a checkout's system calls (source/dirhandle), the node's sysroot
 // (host/sysroot) and the zstd seekable format of artifact format 2 (archive/seekable) did.
 //
-// The mirror writer was turned around to move out: it takes plans and a fetcher
-// (mirror.Job), not the root's Job, and the root's Mirror hands it those.
+// The root keeps the order and the policy only: Open and the Job's methods, the rules at
+// each stage (RulesError, rulesAfterBuild, CheckInstall), the shared build cache's policy
+// (buildcache.go: when to take an artifact from it, when to store one) and the rebuild
+// check's verdict. Each piece below it was turned around to move out, so that it needs
+// no Job: the mirror writer takes plans and a fetcher (mirror.Job); the runner takes a
+// store, sources and a toolchain, and asks the rules after the build through a function
+// the Job gives it (stage.Runner.AfterBuild); the matrix run gets the matrix and a cell's
+// build as functions (matrix.Options), a rule that stops a cell as a *matrix.RefusedError.
 //
-// Still at the root, to be moved the same way: the stage runner and its steps (run.go,
-// steps.go, repro*.go, jobs.go, sources.go), packaging and exports (artifact.go,
-// exports.go, compare.go, buildcache.go), the build facts (facts.go) and the matrix run.
+// Why stage sits on pack, and pack on install: the package stage's body is pack.Write,
+// which takes what it packs (pack.Input) and no runner, so that how an artifact's bytes
+// are made reads without how a build runs; pack reads an artifact it did not write (the
+// SBOM of a pushed artifact) through install's checked reader. stage.Result records what
+// the root's policy added to a run too (its rebuild check and cache report), so that the
+// command line prints one record; those two types are data, in stage beside Result.
 package builder

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"github.com/epbuild/epbuild/builder/install"
+	"github.com/epbuild/epbuild/builder/pack"
 
 	"context"
 	"errors"
@@ -284,7 +285,7 @@ func TestEnvScriptPrefixes(t *testing.T) {
 			}
 		}
 		for _, format := range []string{"lua", "tcl"} {
-			mod, err := Module(ModuleOptions{Prefix: prefix, Name: "t", Version: "1"})
+			mod, err := pack.Module(pack.ModuleOptions{Prefix: prefix, Name: "t", Version: "1"})
 			var b []byte
 			if err == nil {
 				b, err = map[string]func(modulefile.Module) ([]byte, error){"lua": modulefile.Lua, "tcl": modulefile.Tcl}[format](mod)

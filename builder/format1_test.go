@@ -14,6 +14,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/pack"
 )
 
 // format1 rewrites a format-2 artifact as epbuild wrote format 1: the same tar entries
@@ -52,7 +53,7 @@ func format1(t *testing.T, art []byte) []byte {
 		return strings.Compare(strings.TrimSuffix(a.h.Name, "/"), strings.TrimSuffix(b.h.Name, "/"))
 	})
 	var out bytes.Buffer
-	zw, err := zstd.NewWriter(&out, zstd.WithEncoderLevel(zstdLevel))
+	zw, err := zstd.NewWriter(&out, zstd.WithEncoderLevel(zstd.SpeedDefault))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,10 +100,10 @@ func TestFormat1ArtifactStillWorks(t *testing.T) {
 	if _, _, _, err := manifest.CheckArtifact(ctx, old); err != nil {
 		t.Errorf("the artifact check of push and pull: %v", err)
 	}
-	if _, err := SBOM(ctx, old, "test", SBOMCredits{}); err != nil {
+	if _, err := pack.SBOM(ctx, old, "test", pack.SBOMCredits{}); err != nil {
 		t.Errorf("sbom: %v", err)
 	}
-	rep, err := Diff(ctx, old, a, 1<<30)
+	rep, err := pack.Diff(ctx, old, a, 1<<30)
 	if err != nil || !rep.Equal {
 		t.Errorf("diff of format 1 and format 2 of one tree: %+v (%v), want equal", rep, err)
 	}

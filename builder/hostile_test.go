@@ -14,6 +14,7 @@ import (
 
 	"github.com/epbuild/epbuild/builder/internal/fixture"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/stage"
 	"github.com/epbuild/epbuild/patches"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -88,8 +89,8 @@ func TestHostilePatchSets(t *testing.T) {
 			}
 			before := snapshotTree(t, parent)
 			pc := &plan.PlanComponent{Component: recipes.Component{Name: "victim"}, PatchSets: []*patches.Set{set}}
-			_, _, err = ApplySets(context.Background(), nil, pc, tree, patches.Options{})
-			var pe *PatchError
+			_, _, err = stage.ApplySets(context.Background(), nil, pc, tree, patches.Options{})
+			var pe *stage.PatchError
 			if !errors.As(err, &pe) || pe.ExitCode() != 1 {
 				t.Fatalf("got %v; want a PatchError, exit 1", err)
 			}

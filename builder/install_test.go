@@ -2,6 +2,7 @@ package builder
 
 import (
 	"github.com/epbuild/epbuild/builder/internal/fixture"
+	"github.com/epbuild/epbuild/builder/stage"
 
 	"github.com/epbuild/epbuild/builder/install"
 
@@ -71,7 +72,7 @@ var shared demoBuild
 type warmDemo struct {
 	once sync.Once
 	dir  string
-	res  *Result
+	res  *stage.Result
 	took time.Duration // how long the cold build took
 	err  error
 }

@@ -1,7 +1,9 @@
 package builder
 
 import (
+	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/install"
+	"github.com/epbuild/epbuild/builder/stage"
 
 	"context"
 	"errors"
@@ -35,20 +37,20 @@ func TestNCCLFromSourceEndToEnd(t *testing.T) {
 	fixture.NeedTools(t, "gcc", "python3", "make", "git")
 	// the fixture NCCL repository: v2.21.5-1, then v2.22.3-1
 	work := t.TempDir()
-	gitIn(t, work, "init", "-q", "-b", "master")
+	fixture.Git(t, work, "init", "-q", "-b", "master")
 	fixture.WriteFile(t, filepath.Join(work, "src", "nccl.c"), fixture.NCCLSource)
 	fixture.WriteFile(t, filepath.Join(work, "src", "Makefile"), fixture.NCCLMakefile)
 	commits := map[string]string{}
 	for _, v := range []string{"2.21.5", "2.22.3"} {
 		f := strings.Split(v, ".")
 		fixture.WriteFile(t, filepath.Join(work, "makefiles", "version.mk"), fmt.Sprintf("NCCL_MAJOR := %s\nNCCL_MINOR := %s\nNCCL_PATCH := %s\nNCCL_SUFFIX :=\nPKG_REVISION := 1\n", f[0], f[1], f[2]))
-		gitIn(t, work, "add", "-A")
-		gitIn(t, work, "commit", "-q", "-m", "NCCL "+v)
-		gitIn(t, work, "tag", "v"+v+"-1")
-		commits[v] = gitIn(t, work, "rev-parse", "HEAD")
+		fixture.Git(t, work, "add", "-A")
+		fixture.Git(t, work, "commit", "-q", "-m", "NCCL "+v)
+		fixture.Git(t, work, "tag", "v"+v+"-1")
+		commits[v] = fixture.Git(t, work, "rev-parse", "HEAD")
 	}
 	mirror := t.TempDir()
-	gitIn(t, work, "clone", "-q", "--bare", work, filepath.Join(mirror, "example.invalid", "nvidia", "nccl.git"))
+	fixture.Git(t, work, "clone", "-q", "--bare", work, filepath.Join(mirror, "example.invalid", "nvidia", "nccl.git"))
 
 	// a recipe whose nccl component has single-node's build steps and preload
 	doc, err := recipes.NewLibrary().Load("single-node")
@@ -82,7 +84,7 @@ env:
   NCCL_NVLS_ENABLE: "0"
 `)
 	cache, out := filepath.Join(t.TempDir(), "cache"), t.TempDir()
-	build := func(sets ...string) (*Result, error) {
+	build := func(sets ...string) (*stage.Result, error) {
 		// no CUDA here: R40 (NCCL < 2.27.3 with CUDA 13) cannot be decided, and needs not be
 		j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: recipe, Sets: sets, CacheDir: cache, Mirror: mirror, Log: log.New(io.Discard),
 			AllowUndecided: true})
@@ -115,7 +117,12 @@ env:
 		}
 		return p
 	}
-	if n := installedNCCL(context.Background(), prefix, environ); n == nil || n.Version != "2.21.5" ||
+	// (as the matrix run reads it: the NCCL a process with the install's env runs)
+	ienv, err := envsh.InstallEnv(prefix, environ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := toolchain.ProbeNCCL(context.Background(), "", ienv, nil); n.Version != "2.21.5" ||
 		!strings.HasPrefix(resolved(n.Path), resolved(filepath.Join(prefix, "nccl", "lib"))+"/") || n.TorchHeader != "2.28.9" {
 		t.Errorf("the cell's NCCL: %+v", n)
 	}

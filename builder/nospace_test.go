@@ -2,11 +2,12 @@ package builder
 
 import (
 	"github.com/epbuild/epbuild/builder/install"
+	"github.com/epbuild/epbuild/builder/internal/fixture"
+	"github.com/epbuild/epbuild/builder/stage"
 
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -25,7 +26,7 @@ func TestFullDisk(t *testing.T) {
 	if os.Getenv("EPBUILD_TEST_CHILD") != "fulldisk" {
 		env = append(env, envDemoSHA256+"="+warmBuild(t).res.SHA256)
 	}
-	out, ok := inMountNamespace(t, "TestFullDisk", "fulldisk", fullDiskChild, env...)
+	out, ok := fixture.InMountNamespace(t, "TestFullDisk", "fulldisk", fullDiskChild, env...)
 	if !ok {
 		return
 	}
@@ -34,32 +35,6 @@ func TestFullDisk(t *testing.T) {
 			t.Log(strings.TrimSpace(l))
 		}
 	}
-}
-
-// inMountNamespace runs child in a copy of this test binary, in a mount namespace of its
-// own (so that the tmpfs mounts it makes outlive nothing), with env added to its
-// environment, and returns its output. In that copy it runs child and reports false; where
-// no namespace can be made, or the copy skipped, the test skips.
-func inMountNamespace(t *testing.T, test, name string, child func(*testing.T), env ...string) (string, bool) {
-	t.Helper()
-	if os.Getenv("EPBUILD_TEST_CHILD") == name {
-		child(t)
-		return "", false
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v")
-	cmd.Env = append(append(os.Environ(), env...), "EPBUILD_TEST_CHILD="+name, "GORACE=atexit_sleep_ms=0", "TMPDIR="+t.TempDir())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	out, err := cmd.CombinedOutput()
-	var se *os.SyscallError
-	switch {
-	case errors.As(err, &se) || errors.Is(err, syscall.EPERM):
-		t.Skipf("cannot make a mount namespace here to mount a small file system in: %v", err)
-	case err != nil:
-		t.Fatalf("the child: %v\n%s", err, out)
-	case strings.Contains(string(out), "--- SKIP"):
-		t.Skipf("the child skipped:\n%s", out)
-	}
-	return string(out), true
 }
 
 // smallFS mounts a tmpfs of size (mount's syntax: 64k) at a new directory.
@@ -115,7 +90,7 @@ func fullDiskChild(t *testing.T) {
 	cache := smallFS(t, "64k")
 	out := t.TempDir()
 	failures := 0
-	var ref *Result
+	var ref *stage.Result
 	for _, size := range []string{"64k", "160k", "288k", "64m"} {
 		resize(t, cache, size)
 		res, err := demoRun(t, cache, out)

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/internal/fixture"
+	"github.com/epbuild/epbuild/builder/pack"
 )
 
 // TestOutputSetWholeOrNothing: the artifact, its .sha256, its SBOM and its wheels are
@@ -20,7 +22,7 @@ func TestOutputSetWholeOrNothing(t *testing.T) {
 		// the child runs on a copy of the warm demo's cache: what it tests is the output
 		env = append(env, "EPBUILD_TEST_DIR="+warmCache(t))
 	}
-	inMountNamespace(t, "TestOutputSetWholeOrNothing", "outputset", outputSetChild, env...)
+	fixture.InMountNamespace(t, "TestOutputSetWholeOrNothing", "outputset", outputSetChild, env...)
 }
 
 func outputSetChild(t *testing.T) {
@@ -58,7 +60,7 @@ func outputSetChild(t *testing.T) {
 	out := t.TempDir()
 	name := filepath.Base(ref.Artifact)
 	dead := "999999999"
-	leftovers := []string{name + ".tmp-" + dead, name + ".sha256.tmp-" + dead, name + SBOMSuffix + ".tmp-" + dead,
+	leftovers := []string{name + ".tmp-" + dead, name + ".sha256.tmp-" + dead, name + pack.SBOMSuffix + ".tmp-" + dead,
 		strings.TrimSuffix(name, ".tar.zst") + ".wheels.tmp-" + dead}
 	kept := []string{"notes.txt.tmp-" + dead, name + ".tmp-1"}
 	for _, n := range append(leftovers, kept...) {

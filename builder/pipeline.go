@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"maps"
 	"os"
@@ -15,8 +14,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/matrix"
+	"github.com/epbuild/epbuild/builder/pack"
+	"github.com/epbuild/epbuild/builder/stage"
+	"github.com/epbuild/epbuild/builder/verify"
+
 	"github.com/epbuild/epbuild/builder/disk"
-	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/mirror"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
@@ -27,7 +30,6 @@ import (
 
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/diff"
-	"github.com/epbuild/epbuild/builder/inspect"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
@@ -67,7 +69,7 @@ type Job struct {
 	opts Options
 
 	cache   *cache.Cache // opened on first use: a rule check needs none
-	sources *FetchSources
+	sources *stage.FetchSources
 	rules   *compat.Rules
 	history *compat.History
 }
@@ -119,7 +121,7 @@ func (j *Job) Cache() (*cache.Cache, error) {
 }
 
 // Sources opens the fetchers over the cache and the mirror.
-func (j *Job) Sources() (*FetchSources, error) {
+func (j *Job) Sources() (*stage.FetchSources, error) {
 	if j.sources != nil {
 		return j.sources, nil
 	}
@@ -127,7 +129,7 @@ func (j *Job) Sources() (*FetchSources, error) {
 	if err != nil {
 		return nil, err
 	}
-	src, err := NewSources(c, j.opts.Mirror, j.opts.Log, j.opts.Progress)
+	src, err := stage.NewSources(c, j.opts.Mirror, j.opts.Log, j.opts.Progress)
 	if err != nil {
 		return nil, err
 	}
@@ -413,9 +415,9 @@ type BuildOptions struct {
 	// PlanOnly computes the stage keys and what is cached, and does no work.
 	PlanOnly bool
 	// Repro: where builds run, and whether the reproducibility measures are on.
-	Repro Repro
+	Repro stage.Repro
 	// Watch shows the build steps while they run (nil: nothing does).
-	Watch Watcher
+	Watch stage.Watcher
 	// CacheFrom is the shared build cache looked in before any stage; CacheTo the one a
 	// successful build is stored in (buildcache.go). nil: none.
 	CacheFrom, CacheTo ArtifactCache
@@ -427,8 +429,8 @@ type BuildOptions struct {
 // of PlanOnly has the stage keys and no artifact. With CacheFrom, a plan the cache holds
 // is taken from it before the probe, and no stage runs; with CacheTo, a successful
 // build is stored there. Neither fails the build (buildcache.go).
-func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
-	var cached CacheReport
+func (j *Job) Build(ctx context.Context, opts BuildOptions) (*stage.Result, error) {
+	var cached stage.CacheReport
 	if res, err := j.fromCache(ctx, opts, &cached); res != nil || err != nil {
 		return withCache(res, err, j.toCache(ctx, opts, res, &cached), &cached)
 	}
@@ -438,7 +440,7 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 	}
 	defer r.Close()
 	if opts.PlanOnly {
-		return &Result{Plan: j.Plan, Stages: r.Keys(j.Plan)}, nil
+		return &stage.Result{Plan: j.Plan, Stages: r.Keys(j.Plan)}, nil
 	}
 	t := time.Now()
 	if err := j.preflight(ctx, r); err != nil {
@@ -456,13 +458,13 @@ func (j *Job) Build(ctx context.Context, opts BuildOptions) (*Result, error) {
 // patch stages (unless PlanOnly) and probes the toolchain meanwhile: everything a run
 // needs, short of preflight, which decides before anything is built. The caller closes
 // the runner.
-func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
+func (j *Job) runner(ctx context.Context, opts BuildOptions) (*stage.Runner, error) {
 	if err := checkSourceDateEpoch(opts.SourceDateEpoch); err != nil {
 		return nil, err
 	}
 	for _, f := range opts.Force {
 		if f != "all" && !slices.Contains(store.StageOrder, f) {
-			return nil, &UsageError{Err: fmt.Errorf("--force=%s: use all, patch, build, check or package", f)}
+			return nil, &plan.UsageError{Err: fmt.Errorf("--force=%s: use all, patch, build, check or package", f)}
 		}
 	}
 	t := time.Now()
@@ -501,20 +503,17 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 		store.Close()
 		return nil, err
 	}
-	r := &Runner{
+	r := &stage.Runner{
 		Store: store, Sources: src, Log: j.opts.Log, Environ: opts.Environ,
 		OutDir: opts.OutDir, Force: opts.Force, AllowApplied: opts.AllowApplied, KeepFailed: opts.KeepFailed, Version: opts.Version,
 		SourceDateEpoch: opts.SourceDateEpoch, Findings: findings, Repro: opts.Repro, Watch: opts.Watch,
 	}
 	probeCtx, stop := context.WithCancel(ctx)
 	if !opts.PlanOnly {
-		r.startPatches(ctx, j.Plan)
+		r.StartPatches(ctx, j.Plan)
 		// The probe's Python runs (torch's NCCL imports torch) and the import checks share
 		// the bytecode they compile: compiling torch is most of an import of it.
-		if dir, err := os.MkdirTemp("", "epbuild-pycache-"); err == nil {
-			r.pycache = dir
-			probeCtx = inspect.WithBytecodeDir(probeCtx, dir)
-		}
+		probeCtx = r.SharedBytecode(probeCtx)
 	}
 	prober := &toolchain.Prober{Getenv: getenv, Packages: pkgs, Torch: j.Plan.Toolchain.Torch != "",
 		CMakePackages: toolchain.NeedsCMakePackages(j.Plan), Prefixes: toolchain.CMakePrefixPath(j.Plan), NCCL: torchNCCL(j.Plan)}
@@ -522,15 +521,15 @@ func (j *Job) runner(ctx context.Context, opts BuildOptions) (*Runner, error) {
 	// preflight decides and the builds run: Run takes it before the package stage
 	t = time.Now()
 	tc, finish := prober.ProbeLater(probeCtx, filepath.Join(c.Dir(), "toolchain"))
-	r.Toolchain, r.probing = tc, &probing{stop: stop, finish: finish}
-	r.afterBuild = j.rulesAfterBuild
+	r.Probing(tc, stop, finish)
+	r.AfterBuild = j.rulesAfterBuild
 	j.opts.Log.Debug("probed the toolchain", "seconds", since(t))
 	return r, nil
 }
 
 // preflight stops a run whose build host lacks something (exit 3) or that the rules stop
 // on the probed toolchain; the rules' findings join the runner's.
-func (j *Job) preflight(ctx context.Context, r *Runner) error {
+func (j *Job) preflight(ctx context.Context, r *stage.Runner) error {
 	pre, err := j.findings(ctx, r.Toolchain, true)
 	if err := buildHostVerdict(toolchain.Preflight(j.Plan, r.Toolchain), err); err != nil {
 		return err
@@ -539,21 +538,10 @@ func (j *Job) preflight(ctx context.Context, r *Runner) error {
 	return nil
 }
 
-// RebuildCheck is a second build of the plan, at another location, compared with the first.
-type RebuildCheck struct {
-	Equal  bool   `json:"equal"`
-	SHA256 string `json:"sha256"`
-	// Varied says what the second build changed of what users change between builds.
-	Varied []string `json:"varied"`
-	// Kept is where the second artifact was kept, when it differs from the first.
-	Kept string       `json:"kept,omitempty"`
-	Diff *diff.Report `json:"diff"`
-}
-
 // NotReproducibleError is a rebuild check whose two artifacts differ: the job failed.
 type NotReproducibleError struct {
 	Recipe string
-	Check  *RebuildCheck
+	Check  *stage.RebuildCheck
 	First  string // the first artifact's sha256
 }
 
@@ -571,9 +559,9 @@ func (e *NotReproducibleError) ExitCode() int { return 1 }
 // *NotReproducibleError when they differ, keeping the second beside the first
 // (OutDir/rebuild/). The result's Rebuild holds the comparison. It does not look in
 // CacheFrom (it is a build); an artifact that built the same twice goes to CacheTo.
-func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, error) {
+func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*stage.Result, error) {
 	if opts.PlanOnly {
-		return nil, &UsageError{Err: errors.New("--rebuild-check builds: it does not go with --plan")}
+		return nil, &plan.UsageError{Err: errors.New("--rebuild-check builds: it does not go with --plan")}
 	}
 	r, err := j.runner(ctx, opts)
 	if err != nil {
@@ -592,66 +580,25 @@ func (j *Job) BuildAndCheck(ctx context.Context, opts BuildOptions) (*Result, er
 		return res, fmt.Errorf("rebuild check: %w", err)
 	}
 	defer func() { _ = disk.MakeWritable(dir); _ = os.RemoveAll(dir) }()
-	again := *r
-	if again.Store, err = store.OpenStore(filepath.Join(dir, "elsewhere", "cache")); err != nil {
+	res2, varied, err := r.Rebuild(ctx, j.Plan, dir)
+	if err != nil {
 		return res, err
-	}
-	defer again.Store.Close()
-	again.OutDir, again.Force, again.early, again.probing = filepath.Join(dir, "out"), nil, nil, nil
-	varied, restore, err := varyRebuild(&again, dir)
-	if err != nil {
-		return res, fmt.Errorf("rebuild check: %w", err)
-	}
-	j.opts.Log.Info("rebuild check: building again from nothing", "store", again.Store.Dir(), "varied", strings.Join(varied, "; "))
-	res2, err := again.Run(ctx, j.Plan)
-	restore()
-	if err != nil {
-		return res, fmt.Errorf("rebuild check: the second build failed: %w", err)
 	}
 	rep, err := diff.Compare(ctx, res.Artifact, res2.Artifact, diff.Options{TempDir: dir})
 	if err != nil {
 		return res, fmt.Errorf("rebuild check: %w", err)
 	}
-	res.Rebuild = &RebuildCheck{Equal: rep.Equal, SHA256: res2.SHA256, Varied: varied, Diff: rep}
+	res.Rebuild = &stage.RebuildCheck{Equal: rep.Equal, SHA256: res2.SHA256, Varied: varied, Diff: rep}
 	if rep.Equal {
-		var cached CacheReport // an artifact that builds the same twice is worth sharing
+		var cached stage.CacheReport // an artifact that builds the same twice is worth sharing
 		return withCache(res, nil, j.toCache(ctx, opts, res, &cached), &cached)
 	}
 	kept := filepath.Join(filepath.Dir(res.Artifact), "rebuild", filepath.Base(res.Artifact))
-	if err := publishArtifact(res2.Artifact, kept, res2.SHA256); err != nil {
+	if err := pack.PublishArtifact(res2.Artifact, kept, res2.SHA256); err != nil {
 		return res, fmt.Errorf("rebuild check: keep the second artifact: %w", err)
 	}
 	res.Rebuild.Kept = kept
 	return res, &NotReproducibleError{Recipe: j.Plan.Recipe, Check: res.Rebuild, First: res.SHA256}
-}
-
-// varyRebuild changes, for the second build of a rebuild check, what users change
-// between builds and what must not reach the bytes: the cache (already another), the
-// build root, the job count, the caller's time zone and umask. restore gives the umask
-// back. It says what it changed.
-func varyRebuild(r *Runner, dir string) (varied []string, restore func(), err error) {
-	varied = append(varied, "cache "+r.Store.Dir())
-	if !r.Repro.Off {
-		root := filepath.Join(dir, "root")
-		if err := os.Mkdir(root, 0o700); err != nil {
-			return nil, nil, err
-		}
-		r.Repro.Root = root
-		varied = append(varied, "build root "+root)
-	}
-	tc := *r.Toolchain
-	if tc.Jobs > 1 {
-		tc.Jobs = max(1, tc.Jobs/2)
-	} else {
-		tc.Jobs = 2
-	}
-	r.Toolchain = &tc
-	varied = append(varied, fmt.Sprintf("jobs %d", tc.Jobs))
-	r.Environ = envsh.WithEnv(r.Environ, map[string]string{"TZ": "Pacific/Chatham"}) // +12:45, a zone few build hosts have
-	varied = append(varied, "TZ=Pacific/Chatham")
-	old := setUmask(0o077)
-	varied = append(varied, "umask 077")
-	return varied, func() { setUmask(old) }, nil
 }
 
 // torchNCCL reports whether the plan takes NCCL from the Python environment: the NCCL
@@ -661,17 +608,13 @@ func torchNCCL(p *plan.Plan) bool {
 	return ok && c.Source.Python != nil
 }
 
-// UsageError is a bad option value: exit 2 (plan.UsageError, which the stages below the
-// root return too).
-type UsageError = plan.UsageError
-
 // checkSourceDateEpoch refuses a SOURCE_DATE_EPOCH that is not whole seconds, before any work.
 func checkSourceDateEpoch(sde string) error {
 	if sde == "" {
 		return nil
 	}
 	if n, err := strconv.ParseInt(sde, 10, 64); err != nil || n < 0 {
-		return &UsageError{Err: fmt.Errorf("SOURCE_DATE_EPOCH=%q: give whole seconds since 1970 (e.g. $(git log -1 --format=%%ct)), or unset it to use the newest pinned commit's time", sde)}
+		return &plan.UsageError{Err: fmt.Errorf("SOURCE_DATE_EPOCH=%q: give whole seconds since 1970 (e.g. $(git log -1 --format=%%ct)), or unset it to use the newest pinned commit's time", sde)}
 	}
 	return nil
 }
@@ -715,10 +658,10 @@ func (j *Job) Patch(ctx context.Context, opts PatchOptions) ([]PatchReport, erro
 			continue
 		}
 		tree := filepath.Join(root, c.Name)
-		if err := Materialize(ctx, src, &c, tree); err != nil {
+		if err := stage.Materialize(ctx, src, &c, tree); err != nil {
 			return nil, err // no tree to patch: nothing to report
 		}
-		sets, effects, err := ApplySets(ctx, src, &c, tree, opts.Options)
+		sets, effects, err := stage.ApplySets(ctx, src, &c, tree, opts.Options)
 		rep := PatchReport{Component: c.Name, Sets: sets, Effects: effects}
 		if opts.Out != "" {
 			rep.Tree = tree
@@ -784,7 +727,7 @@ func (j *Job) Fetch(ctx context.Context, out string) ([]FetchReport, error) {
 		rep := FetchReport{Component: c.Name, Pin: c.Source.Pin()}
 		if out != "" {
 			rep.Dest = filepath.Join(out, c.Name)
-			if err := Materialize(ctx, src, &c, rep.Dest); err != nil {
+			if err := stage.Materialize(ctx, src, &c, rep.Dest); err != nil {
 				return reps, disk.NoSpaceIn(err, "lay out "+c.Name+" in "+rep.Dest, places...)
 			}
 		}
@@ -854,6 +797,52 @@ func BuildMatrix(ctx context.Context, opts MatrixOptions) (*compat.Matrix, error
 	return compat.BuildMatrix(ctx, opts.Recipe, axes, opts.Sets, rules, anc, facts, opts.AllowUndecided)
 }
 
+// MatrixRunOptions configure RunMatrix: the matrix (MatrixOptions), the run's own
+// options (matrix.Options, its Matrix and Build set by RunMatrix), and what a cell's
+// build takes besides them, as for Build.
+type MatrixRunOptions struct {
+	MatrixOptions
+	Run             matrix.Options
+	SourceDateEpoch string
+	Repro           stage.Repro
+}
+
+// RunMatrix builds the matrix (BuildMatrix) and runs its allowed cells one after another
+// (matrix.Run), each built as Build builds a job of the recipe with the cell's sets.
+func RunMatrix(ctx context.Context, opts MatrixRunOptions) (*matrix.Report, error) {
+	if opts.Log == nil {
+		opts.Log = log.New(io.Discard)
+	}
+	run := opts.Run
+	if run.Getenv == nil {
+		run.Getenv = os.Getenv
+	}
+	if run.Log == nil {
+		run.Log = opts.Log
+	}
+	run.Matrix = func(ctx context.Context) (*compat.Matrix, error) { return BuildMatrix(ctx, opts.MatrixOptions) }
+	run.Build = func(ctx context.Context, sets []string, dir string) (*stage.Result, error) {
+		o := opts.Options
+		o.Sets = sets
+		j, err := Open(o)
+		if err != nil {
+			return nil, err
+		}
+		res, err := j.Build(ctx, BuildOptions{OutDir: dir, Version: run.Version, SourceDateEpoch: opts.SourceDateEpoch,
+			Environ: run.Environ, Getenv: run.Getenv, Repro: opts.Repro})
+		var re *RulesError
+		if errors.As(err, &re) {
+			var ids []string
+			for _, f := range re.Findings {
+				ids = append(ids, f.ID)
+			}
+			return res, &matrix.RefusedError{Rules: ids, Err: err}
+		}
+		return res, err
+	}
+	return matrix.Run(ctx, run)
+}
+
 // since is the seconds since t, to the millisecond: the debug log's timings.
 func since(t time.Time) float64 { return float64(time.Since(t).Milliseconds()) / 1000 }
 
@@ -869,7 +858,7 @@ func (j *Job) checkIgnoreRules() error {
 	}
 	for _, id := range j.opts.IgnoreRules {
 		if _, ok := rules.Get(id); !ok {
-			return &UsageError{Err: fmt.Errorf("--ignore-rule %s: no such rule; the closest: %s (`epbuild compat list` shows them all)",
+			return &plan.UsageError{Err: fmt.Errorf("--ignore-rule %s: no such rule; the closest: %s (`epbuild compat list` shows them all)",
 				quote.Term(id), strings.Join(rules.Closest(id, 3), ", "))}
 		}
 	}

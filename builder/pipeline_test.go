@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/internal/fixture"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
@@ -22,32 +23,19 @@ type labRepo struct {
 	a, b, c     string
 }
 
-func gitIn(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull, "HOME="+dir,
-		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.invalid", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.invalid",
-		"GIT_AUTHOR_DATE=2025-01-01T00:00:00Z", "GIT_COMMITTER_DATE=2025-01-01T00:00:00Z")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
 func newLabRepo(t *testing.T) *labRepo {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skipf("the test repository is made with the git CLI: %v", err)
 	}
 	work := t.TempDir()
-	gitIn(t, work, "init", "-q", "-b", "main")
+	fixture.Git(t, work, "init", "-q", "-b", "main")
 	r := &labRepo{mirror: t.TempDir(), url: "https://example.invalid/lab/deep"}
 	for i, name := range []string{"a", "b", "c"} {
 		os.WriteFile(filepath.Join(work, "f"), []byte(name+"\n"), 0o644)
-		gitIn(t, work, "add", "f")
-		gitIn(t, work, "commit", "-q", "-m", name)
-		id := gitIn(t, work, "rev-parse", "HEAD")
+		fixture.Git(t, work, "add", "f")
+		fixture.Git(t, work, "commit", "-q", "-m", name)
+		id := fixture.Git(t, work, "rev-parse", "HEAD")
 		switch i {
 		case 0:
 			r.a = id
@@ -57,8 +45,8 @@ func newLabRepo(t *testing.T) *labRepo {
 			r.c = id
 		}
 	}
-	gitIn(t, work, "tag", "-a", "v2.0.1", "-m", "release", r.c)
-	gitIn(t, work, "clone", "-q", "--bare", work, filepath.Join(r.mirror, "example.invalid", "lab", "deep.git"))
+	fixture.Git(t, work, "tag", "-a", "v2.0.1", "-m", "release", r.c)
+	fixture.Git(t, work, "clone", "-q", "--bare", work, filepath.Join(r.mirror, "example.invalid", "lab", "deep.git"))
 	return r
 }
 

@@ -15,14 +15,15 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
-	"github.com/epbuild/epbuild/builder/verify"
+	"github.com/epbuild/epbuild/builder/internal/fixture"
+	"github.com/epbuild/epbuild/builder/pack"
+	"github.com/epbuild/epbuild/builder/stage"
+	"github.com/epbuild/epbuild/compat"
 
 	"github.com/charmbracelet/log"
 
 	"github.com/epbuild/epbuild/builder/disk"
-	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/builder/toolchain"
@@ -112,6 +113,15 @@ func TestDemoReproducibleAcrossMachines(t *testing.T) {
 	}
 }
 
+// buildRecord is what a build stage records of its host and directories beside its logs
+// (logs/build.json), read back as a user of the cache would.
+type buildRecord struct {
+	Host *stage.BuildHost  `json:"host"`
+	Dir  string            `json:"dir"`
+	Out  string            `json:"out,omitempty"`
+	Env  map[string]string `json:"env"`
+}
+
 func readBuildRecord(t *testing.T, cache, comp string) buildRecord {
 	t.Helper()
 	logs, _ := filepath.Glob(filepath.Join(cache, "stages", "build", "*", "logs", "build.json"))
@@ -138,53 +148,13 @@ func artifactManifest(t *testing.T, out string) []byte {
 	if len(arts) != 1 {
 		t.Fatalf("artifacts in %s: %v", out, arts)
 	}
-	return readManifestWithTar(t, arts[0])
-}
-
-// readManifestWithTar reads the manifest out of an artifact with the tar CLI, a reader
-// that is not epbuild's.
-func readManifestWithTar(t *testing.T, art string) []byte {
-	t.Helper()
-	b, err := exec.Command("tar", "--zstd", "-xOf", art, manifest.ManifestName).Output()
-	if err != nil {
-		t.Fatalf("read the manifest of %s: %v", art, err)
-	}
-	return b
-}
-
-// decodeManifestWithTar is readManifestWithTar, decoded.
-func decodeManifestWithTar(t *testing.T, art string) manifest.Manifest {
-	t.Helper()
-	var m manifest.Manifest
-	if err := json.Unmarshal(readManifestWithTar(t, art), &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return fixture.ReadManifestWithTar(t, arts[0])
 }
 
 // repoFixture is a git repository served from a mirror laid out by URL, and a recipe file
 // that builds it.
 type repoFixture struct {
 	mirror, recipe string
-}
-
-// commitFiles commits files (path → content) to a new repository with the git CLI and
-// returns its work tree and the commit.
-func commitFiles(t *testing.T, files map[string]string, msg string) (work, commit string) {
-	t.Helper()
-	work = t.TempDir()
-	gitIn(t, work, "init", "-q", "-b", "main")
-	for p, data := range files {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(work, p)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(work, p), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gitIn(t, work, "add", ".")
-	gitIn(t, work, "commit", "-q", "-m", msg)
-	return work, gitIn(t, work, "rev-parse", "HEAD")
 }
 
 // newFixture commits files to a repository at example.invalid/fixture/NAME and writes a
@@ -194,9 +164,9 @@ func newFixture(t *testing.T, name string, files map[string]string, body string)
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skipf("the fixture repository is made with the git CLI: %v", err)
 	}
-	work, commit := commitFiles(t, files, "fixture")
+	work, commit := fixture.Commit(t, files, "fixture")
 	mirror := t.TempDir()
-	gitIn(t, work, "clone", "-q", "--bare", work, filepath.Join(mirror, "example.invalid", "fixture", name+".git"))
+	fixture.Git(t, work, "clone", "-q", "--bare", work, filepath.Join(mirror, "example.invalid", "fixture", name+".git"))
 	recipe := filepath.Join(t.TempDir(), name+".yaml")
 	body = strings.NewReplacer("URL", "https://example.invalid/fixture/"+name, "COMMIT", commit).Replace(body)
 	if err := os.WriteFile(recipe, []byte(body), 0o644); err != nil {
@@ -215,7 +185,7 @@ func (f repoFixture) job(t *testing.T, cache string) *Job {
 	return j
 }
 
-func (f repoFixture) build(t *testing.T, cache, out string, repro Repro) (*Result, error) {
+func (f repoFixture) build(t *testing.T, cache, out string, repro stage.Repro) (*stage.Result, error) {
 	t.Helper()
 	res, err := f.job(t, cache).Build(context.Background(), BuildOptions{OutDir: out, Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: repro})
 	var pe *toolchain.PreflightError
@@ -277,16 +247,16 @@ components:
 func TestFileMacroMapped(t *testing.T) {
 	f := fileMacroFixture(t)
 	base := t.TempDir()
-	a, err := f.build(t, filepath.Join(base, "a"), filepath.Join(base, "outa"), Repro{})
+	a, err := f.build(t, filepath.Join(base, "a"), filepath.Join(base, "outa"), stage.Repro{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := f.build(t, filepath.Join(base, "deeper", "still", "b"), filepath.Join(base, "outb"), Repro{})
+	b, err := f.build(t, filepath.Join(base, "deeper", "still", "b"), filepath.Join(base, "outb"), stage.Repro{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.SHA256 != b.SHA256 {
-		rep, _ := Diff(context.Background(), a.Artifact, b.Artifact, 0)
+		rep, _ := pack.Diff(context.Background(), a.Artifact, b.Artifact, 0)
 		t.Fatalf("two caches, two artifacts: %s and %s\n%+v", a.SHA256, b.SHA256, rep)
 	}
 	inst := t.TempDir()
@@ -321,11 +291,11 @@ func TestFileMacroMapped(t *testing.T) {
 
 	// with the measures off, the build directory in the cache is what __FILE__ says
 	offCache := filepath.Join(base, "off")
-	off, err := f.build(t, offCache, filepath.Join(base, "outoff"), Repro{Off: true})
+	off, err := f.build(t, offCache, filepath.Join(base, "outoff"), stage.Repro{Off: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Diff(context.Background(), a.Artifact, off.Artifact, 0)
+	rep, err := pack.Diff(context.Background(), a.Artifact, off.Artifact, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +325,7 @@ func TestBuildRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := j.Build(context.Background(), BuildOptions{PlanOnly: true, Version: "test", Getenv: os.Getenv, Repro: Repro{Root: root}})
+	plan, err := j.Build(context.Background(), BuildOptions{PlanOnly: true, Version: "test", Getenv: os.Getenv, Repro: stage.Repro{Root: root}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +340,7 @@ func TestBuildRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(left, "src", "junk.c"), []byte("#error left behind\n"), 0o644)
-	res, err := j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: root}})
+	res, err := j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: stage.Repro{Root: root}})
 	var pe *toolchain.PreflightError
 	if errors.As(err, &pe) {
 		t.Skipf("the demo cannot build here: %v", err)
@@ -404,140 +374,34 @@ func TestBuildRoot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: bad}})
+		_, err = j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: stage.Repro{Root: bad}})
 		if !errors.As(err, &pe) || !strings.Contains(err.Error(), "EPBUILD_BUILD_ROOT") {
 			t.Errorf("%s root: %v", name, err)
 		}
 	}
 }
 
-// A build root on a file system mounted noexec is refused before any work; one that
-// fills up during the build is named as full (exit 3). Real tmpfs mounts, in a mount
-// namespace of a child process (as TestFullDisk makes them).
+// A build root that fills up during the build is named as full (exit 3). Real tmpfs
+// mounts, in a mount namespace of a child process (as TestFullDisk makes them).
 func TestBuildRootMounts(t *testing.T) {
-	inMountNamespace(t, "TestBuildRootMounts", "rootmounts", buildRootMountsChild)
+	fixture.InMountNamespace(t, "TestBuildRootMounts", "rootmounts", buildRootMountsChild)
 }
 
 func buildRootMountsChild(t *testing.T) {
-	// mounts made here stay in this process's namespace
-	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-		t.Skipf("cannot make the mounts private: %v", err)
-	}
-	mount := func(flags uintptr, size string) string {
-		dir, err := os.MkdirTemp("", "buildroot-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := syscall.Mount("tmpfs", dir, "tmpfs", flags, "size="+size+",mode=1777"); err != nil {
-			t.Skipf("cannot mount a tmpfs here: %v", err)
-		}
-		t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-		return dir
-	}
-	noexec, exec := mount(syscall.MS_NOEXEC, "1m"), mount(0, "1m")
-	if err := checkBuildRoot(noexec); err == nil || !strings.Contains(err.Error(), "noexec") {
-		t.Errorf("a noexec root: %v", err)
-	}
-	if err := checkBuildRoot(exec); err != nil {
-		t.Errorf("a sticky tmpfs root: %v", err)
-	}
+	fixture.PrivateMounts(t)
 	// the demo's CMake build does not fit in 96k
-	small := mount(0, "96k")
+	small := fixture.MountTmpfs(t, 0, "96k")
 	j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: "demo", CacheDir: t.TempDir(), Log: log.New(io.Discard)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: small}})
+	_, err = j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: stage.Repro{Root: small}})
 	var ns *disk.NoSpaceError
 	if !errors.As(err, &ns) || ns.Path != small || ns.ExitCode() != 3 || !strings.Contains(err.Error(), "EPBUILD_BUILD_ROOT") {
 		t.Errorf("a full build root: %v", err)
 	}
 	if ents, _ := os.ReadDir(small); len(ents) > 2 {
 		t.Errorf("left in the full root: %v", ents)
-	}
-}
-
-func TestParseRepro(t *testing.T) {
-	env := func(kv ...string) func(string) string {
-		m := map[string]string{}
-		for i := 0; i < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
-		}
-		return func(k string) string { return m[k] }
-	}
-	if r, err := ParseRepro(env()); err != nil || r.Off || r.root() != DefaultBuildRoot {
-		t.Errorf("%+v %v", r, err)
-	}
-	if r, err := ParseRepro(env("EPBUILD_REPRO", "off", "EPBUILD_BUILD_ROOT", "/scratch/builds")); err != nil || !r.Off || r.root() != "/scratch/builds" {
-		t.Errorf("%+v %v", r, err)
-	}
-	for _, kv := range [][]string{{"EPBUILD_REPRO", "no"}, {"EPBUILD_BUILD_ROOT", "relative"}, {"EPBUILD_BUILD_ROOT", "/with space"},
-		{"EPBUILD_BUILD_ROOT", "/a,b"}, {"EPBUILD_BUILD_ROOT", "/trailing/"}} {
-		var ue *UsageError
-		if _, err := ParseRepro(env(kv...)); !errors.As(err, &ue) || !strings.Contains(err.Error(), kv[0]) {
-			t.Errorf("%v: %v", kv, err)
-		}
-	}
-	if (Repro{}).key() == (Repro{Off: true}).key() {
-		t.Error("the measures must change the build keys")
-	}
-	if (Repro{}).key() != (Repro{Root: "/scratch"}).key() {
-		t.Error("the build root must not change the build keys")
-	}
-}
-
-// The wrappers give nvcc a seed named after the output inside the build directory and
-// -objtemp when it compiles, whether in nvcc's place or as a launcher; a stand-in nvcc
-// records the arguments it gets. The launcher runs any other program as it is.
-func TestNVCCWrappers(t *testing.T) {
-	dir := t.TempDir()
-	fake := filepath.Join(dir, "cuda", "bin", "nvcc")
-	os.MkdirAll(filepath.Dir(fake), 0o755)
-	echo := "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\n"
-	os.WriteFile(fake, []byte(echo), 0o755)
-	other := filepath.Join(dir, "c++")
-	os.WriteFile(other, []byte(echo), 0o755)
-	work := filepath.Join(dir, "epbuild-deepep-0123456789ab")
-	out := filepath.Join(dir, "scratch", "epbuild-deepep-0123456789ab")
-	w, err := writeNVCCWrappers(&workDir{path: work, out: out}, &toolchain.Toolchain{NVCC: fake, NVCCRandomSeed: true, NVCCObjTemp: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := func(script string, args ...string) string {
-		out, err := exec.Command(script, args...).Output()
-		if err != nil {
-			t.Fatalf("%v: %v", args, err)
-		}
-		return strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", "|")
-	}
-	for _, c := range []struct {
-		script string
-		args   []string
-		want   string
-	}{
-		// torch: a compile, and a device link whose first argument is an object
-		{w.nvcc, []string{"--generate-dependencies-with-compile", "-c", work + "/src/a b.cu", "-o", work + "/build/a.o"},
-			"-objtemp|--frandom-seed=build/a.o|--generate-dependencies-with-compile|-c|" + work + "/src/a b.cu|-o|" + work + "/build/a.o"},
-		{w.nvcc, []string{work + "/build/a.o", "-o", work + "/build/dlink.o", "-dlink"},
-			"--frandom-seed=build/dlink.o|" + work + "/build/a.o|-o|" + work + "/build/dlink.o|-dlink"},
-		// an object in the build directory under another root: the seed is the same as
-		// in the source directory's
-		{w.nvcc, []string{"-c", work + "/src/a.cu", "-o", out + "/build/a.o"},
-			"-objtemp|--frandom-seed=build/a.o|-c|" + work + "/src/a.cu|-o|" + out + "/build/a.o"},
-		// CMake: a relative object
-		{w.launcher, []string{fake, "-x", "cu", "-dc", "k.cu", "-o", "CMakeFiles/t.dir/k.cu.o"},
-			"-objtemp|--frandom-seed=CMakeFiles/t.dir/k.cu.o|-x|cu|-dc|k.cu|-o|CMakeFiles/t.dir/k.cu.o"},
-		{w.launcher, []string{other, "-shared", "-o", "libt.so"}, "-shared|-o|libt.so"},
-		// NCCL's make: dependencies of a -dc compile, printed, and its version
-		{w.nvcc, []string{"-M", "-dc", "k.cu"}, "-M|-dc|k.cu"},
-		{w.nvcc, []string{"--version"}, "--version"},
-	} {
-		if got := run(c.script, c.args...); got != c.want {
-			t.Errorf("%s %q:\n got %s\nwant %s", filepath.Base(c.script), c.args, got, c.want)
-		}
-	}
-	if w, _ := writeNVCCWrappers(&workDir{path: work, out: work}, &toolchain.Toolchain{NVCC: fake}); w.nvcc != "" || w.launcher != "" {
-		t.Error("wrappers for an nvcc that takes neither flag")
 	}
 }
 
@@ -636,7 +500,7 @@ components:
 		}
 		return os.Getenv(k)
 	}
-	defer setUmask(setUmask(0o077))
+	defer syscall.Umask(syscall.Umask(0o077))
 	res, err := f.job(t, t.TempDir()).Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test",
 		Environ: append(os.Environ(), "CFLAGS=-DFROM_USER", "LANG=de_DE.UTF-8"), Getenv: getenv})
 	if err != nil {
@@ -669,7 +533,8 @@ components:
 		"CMAKE_CUDA_COMPILER_LAUNCHER": work + "/.epbuild/nvcc-launcher",
 		"NVCC":                         work + "/.epbuild/nvcc", // {{nvcc}}: what NCCL's make takes
 	}
-	if v := gccVersion(t); v != "" && prefixMapFlags("envcheck", &workDir{path: work, out: work}, &toolchain.Toolchain{GCC: v}) != nil {
+	// gcc 8 and later map the build directory away (-ffile-prefix-map)
+	if v, err := compat.ParseVersion(gccVersion(t)); err == nil && !v.Less(compat.MustVersion("8")) {
 		want["CFLAGS"] = "-DFROM_USER -ffile-prefix-map=" + work + "=envcheck"
 		want["CXXFLAGS"] = "-ffile-prefix-map=" + work + "=envcheck"
 		want["NVCC_APPEND_FLAGS"] = "-Xcompiler=-ffile-prefix-map=" + work + "=envcheck"
@@ -686,7 +551,7 @@ components:
 	if !strings.HasPrefix(string(args), "-objtemp\n--frandom-seed=src/../build/k.o\n-c\n") {
 		t.Errorf("nvcc ran with:\n%s", args)
 	}
-	if res.Host == nil || res.Host.Jobs == 0 || res.Host.BuildRoot != DefaultBuildRoot {
+	if res.Host == nil || res.Host.Jobs == 0 || res.Host.BuildRoot != stage.DefaultBuildRoot {
 		t.Errorf("host record: %+v", res.Host)
 	}
 	// the step wrote under umask 022, whatever epbuild's: a wheel keeps the modes
@@ -704,33 +569,13 @@ func gccVersion(t *testing.T) string {
 	return strings.TrimSpace(string(out))
 }
 
-// Check results name a staged prefix in the cache by the path it has in the artifact;
-// a prefix outside the store (a wheel in site-packages) is the environment's and stays.
-func TestStoreRelative(t *testing.T) {
-	store := "/home/u/.cache/epbuild"
-	deep := store + "/stages/build/0123/prefix"
-	nv := store + "/stages/build/4567/prefix"
-	wheel := "/usr/lib/python3/dist-packages/nvidia/nvshmem"
-	in := []verify.CheckResult{{ID: "deepep.runpath", Read: deep + "/python/deep_ep_cpp.so (DT_NEEDED)",
-		Expected: "libnvshmem_host.so.3 from nvshmem (" + nv + ")", Found: nv + "/lib/libnvshmem_host.so.3 via " + wheel + "/lib"}}
-	out := storeRelative(in, store, map[string]string{"deepep": deep, "nvshmem": nv, "wheel": wheel})
-	want := verify.CheckResult{ID: "deepep.runpath", Read: "deepep/python/deep_ep_cpp.so (DT_NEEDED)",
-		Expected: "libnvshmem_host.so.3 from nvshmem (nvshmem)", Found: "nvshmem/lib/libnvshmem_host.so.3 via " + wheel + "/lib"}
-	if out[0] != want {
-		t.Errorf("\n got %+v\nwant %+v", out[0], want)
-	}
-	if in[0].Read == out[0].Read {
-		t.Error("the input was changed in place")
-	}
-}
-
 // Two builds of one plan in two caches at the same time share the build directory of
 // each key: the lock beside it makes the second wait for the first, and both give the
 // same bytes.
 func TestConcurrentBuildsOfOneKey(t *testing.T) {
 	root := t.TempDir()
 	type out struct {
-		res *Result
+		res *stage.Result
 		err error
 	}
 	done := make(chan out, 2)
@@ -741,7 +586,7 @@ func TestConcurrentBuildsOfOneKey(t *testing.T) {
 				done <- out{err: err}
 				return
 			}
-			res, err := j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: root}})
+			res, err := j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test", Environ: os.Environ(), Getenv: os.Getenv, Repro: stage.Repro{Root: root}})
 			done <- out{res, err}
 		}()
 	}
@@ -762,7 +607,7 @@ func TestConcurrentBuildsOfOneKey(t *testing.T) {
 	}
 	// a lock file per build key in this user's lock directory beside the source
 	// directories, in /tmp whatever the root; nothing else left there
-	private := filepath.Join(DefaultBuildRoot, fmt.Sprintf("epbuild-locks-%d", os.Getuid()))
+	private := filepath.Join(stage.DefaultBuildRoot, fmt.Sprintf("epbuild-locks-%d", os.Getuid()))
 	var locks int
 	for _, st := range a.res.Stages {
 		if st.Stage != "build" {
@@ -772,7 +617,7 @@ func TestConcurrentBuildsOfOneKey(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(private, name+".lock")); err == nil {
 			locks++
 		}
-		if _, err := os.Stat(filepath.Join(DefaultBuildRoot, name)); err == nil && !heldByAnother(t, filepath.Join(private, name+".lock")) {
+		if _, err := os.Stat(filepath.Join(stage.DefaultBuildRoot, name)); err == nil && !heldByAnother(t, filepath.Join(private, name+".lock")) {
 			// another test package building the same plan at this moment holds it
 			t.Errorf("left: %s", name)
 		}
@@ -792,14 +637,14 @@ func TestSameBytesAnyRootAnyVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test-1", Environ: os.Environ(), Getenv: os.Getenv, Repro: Repro{Root: root}})
+	second, err := j.Build(context.Background(), BuildOptions{OutDir: t.TempDir(), Version: "test-1", Environ: os.Environ(), Getenv: os.Getenv, Repro: stage.Repro{Root: root}})
 	if err != nil {
 		t.Fatalf("root %s: %v", root, err)
 	}
 	if first.SHA256 != second.SHA256 {
 		t.Errorf("two roots, two artifacts: %s and %s", first.SHA256, second.SHA256)
 	}
-	keys := func(r *Result) map[string]string {
+	keys := func(r *stage.Result) map[string]string {
 		m := map[string]string{}
 		for _, s := range r.Stages {
 			m[s.Stage+"/"+s.Component] = s.Key
@@ -808,27 +653,6 @@ func TestSameBytesAnyRootAnyVersion(t *testing.T) {
 	}
 	if a, b := keys(first), keys(second); !maps.Equal(a, b) {
 		t.Errorf("the stage keys depend on the root:\n%v\n%v", a, b)
-	}
-}
-
-// An archive source's time is its newest file's, whatever the directories' times.
-func TestNewestFileTime(t *testing.T) {
-	dir := t.TempDir()
-	for name, sec := range map[string]int64{"a": 1600000000, "sub/b": 1700000000, "sub/c": 1650000000} {
-		p := filepath.Join(dir, name)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, []byte(name), 0o644)
-		tm := time.Unix(sec, 0)
-		if err := os.Chtimes(p, tm, tm); err != nil {
-			t.Fatal(err)
-		}
-	}
-	os.Symlink("a", filepath.Join(dir, "link"))
-	if got := newestFileTime(dir); got != 1700000000 {
-		t.Errorf("%d", got)
-	}
-	if got := newestFileTime(t.TempDir()); got != 0 {
-		t.Errorf("an empty tree: %d", got)
 	}
 }
 

@@ -16,14 +16,16 @@ import (
 
 	"github.com/charmbracelet/log"
 
+	"github.com/epbuild/epbuild/builder/pack"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/stage"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 )
 
 // demoRun runs the embedded demo recipe with its cache under dir through the pipeline's
 // entry point, as `epbuild recipe demo` does, and returns the result.
-func demoRun(t testing.TB, dir, out string, force ...string) (*Result, error) {
+func demoRun(t testing.TB, dir, out string, force ...string) (*stage.Result, error) {
 	t.Helper()
 	j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: "demo", CacheDir: dir, Log: log.New(io.Discard), Progress: source.ProgressLines})
 	if err != nil {
@@ -107,11 +109,11 @@ func TestDemoEndToEnd(t *testing.T) {
 	// the forced rebuild ran in another cache than the cold run, into another output
 	// directory: the artifact does not depend on the cache location
 	// the wheel beside it too: a forced rebuild in another cache gives the same bytes
-	if len(res.Wheels) != 1 || filepath.Base(filepath.Dir(res.Wheels[0])) != WheelDir(res.Plan) {
+	if len(res.Wheels) != 1 || filepath.Base(filepath.Dir(res.Wheels[0])) != pack.WheelDir(res.Plan) {
 		t.Fatalf("wheels beside the artifact: %v", res.Wheels)
 	}
 	want := mustReadFile(t, res.Wheels[0])
-	for i, r := range []*Result{res2, res3} {
+	for i, r := range []*stage.Result{res2, res3} {
 		if len(r.Wheels) != 1 || !bytes.Equal(mustReadFile(t, r.Wheels[0]), want) {
 			t.Errorf("build %d gave another wheel: %v", i+2, r.Wheels)
 		}

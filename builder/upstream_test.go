@@ -14,6 +14,7 @@ import (
 	"github.com/epbuild/epbuild/builder/internal/fixture"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/stage"
 	"github.com/epbuild/epbuild/patches"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -31,7 +32,7 @@ func TestUpstreamRecipes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := NewSources(c, mirror, log.New(io.Discard), source.ProgressLines)
+	src, err := stage.NewSources(c, mirror, log.New(io.Discard), source.ProgressLines)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestUpstreamRecipes(t *testing.T) {
 			}
 			pin := pc.Source.Pin()
 			tree := filepath.Join(t.TempDir(), pc.Name)
-			err := Materialize(ctx, src, &pc, tree)
+			err := stage.Materialize(ctx, src, &pc, tree)
 			if want, ok := absent[strings.TrimPrefix(pin, "sha256:")]; ok {
 				if err == nil || !strings.Contains(err.Error(), want) {
 					t.Errorf("%s %s (%s): want an error saying %q, got %v", name, pc.Name, pin, want, err)
@@ -76,7 +77,7 @@ func TestUpstreamRecipes(t *testing.T) {
 				t.Errorf("%s %s: fetch %s: %v", name, pc.Name, pin, err)
 				continue
 			}
-			sets, effects, err := ApplySets(ctx, src, &pc, tree, patches.Options{})
+			sets, effects, err := stage.ApplySets(ctx, src, &pc, tree, patches.Options{})
 			if err != nil {
 				t.Errorf("%s %s: %v", name, pc.Name, err)
 				continue

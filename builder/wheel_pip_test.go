@@ -1,20 +1,18 @@
 package builder
 
 import (
-	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/verify"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/pack"
+	"github.com/epbuild/epbuild/builder/verify"
+
 	"github.com/epbuild/epbuild/builder/envsh"
-	"github.com/epbuild/epbuild/builder/plan"
-	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/builder/wheel"
-	"github.com/epbuild/epbuild/recipes"
 )
 
 // TestWheelWithPip: pip (in a venv python3 -m venv made) sees the package an install
@@ -23,7 +21,7 @@ import (
 // library.
 func TestWheelWithPip(t *testing.T) {
 	arts := artifacts(t)
-	whl := filepath.Join(filepath.Dir(arts.A), WheelDir(arts.Plan), "pydemo-1.0.0-py3-none-any.whl")
+	whl := filepath.Join(filepath.Dir(arts.A), pack.WheelDir(arts.Plan), "pydemo-1.0.0-py3-none-any.whl")
 	if err := wheel.Check(whl); err != nil {
 		t.Fatal(err)
 	}
@@ -80,31 +78,5 @@ func TestWheelWithPip(t *testing.T) {
 	out, err = run(append(base, "DEMO_LIB="+lib, "DEMO_LANE_MAPPING=0:2,1:1"), "-c", fmt.Sprintf("import pydemo; print(pydemo.__file__.startswith(%q), pydemo.Channel(1).describe())", venv))
 	if err != nil || strings.TrimSpace(out) != "True channel 1 of 4, 1 lanes" {
 		t.Fatalf("the pip-installed package: %v\n%s", err, out)
-	}
-}
-
-// TestWheelPreflight: a recipe asking for a wheel needs setuptools, as any setup.py
-// build does, and nothing more (the wheel and build modules are not used); without
-// setuptools the preflight names it before any work (exit 3).
-func TestWheelPreflight(t *testing.T) {
-	res, err := plan.NewResolver(recipes.NewLibrary())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := res.Resolve("demo", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pc, _ := p.Component("pydemo"); !wantsWheel(pc) {
-		t.Fatal("the demo recipe asks for no wheel")
-	}
-	tc := &toolchain.Toolchain{Python: "/usr/bin/python3", PythonVersion: "3.11.2", Setuptools: "65.5.0", GCC: "12.2.0", CMake: "3.25.1"}
-	if err := toolchain.Preflight(p, tc); err != nil {
-		t.Errorf("setuptools without the wheel module: %v", err)
-	}
-	tc.Setuptools = ""
-	var pe *toolchain.PreflightError
-	if err := toolchain.Preflight(p, tc); !errors.As(err, &pe) || pe.ExitCode() != 3 || !strings.Contains(err.Error(), "python setuptools") {
-		t.Errorf("no setuptools: %v", err)
 	}
 }

@@ -14,11 +14,11 @@ import (
 
 	"github.com/charmbracelet/log"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/benchcmp"
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/stage"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -52,7 +52,7 @@ func TestCompareDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := builder.NewSources(c, mirror, log.New(io.Discard), source.ProgressLines)
+	src, err := stage.NewSources(c, mirror, log.New(io.Discard), source.ProgressLines)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestCompareDrift(t *testing.T) {
 	set := pc.PatchSets[0]
 	var patch []byte
 	if d := set.Patches[0].UpstreamDiff; d != nil {
-		if patch, err = builder.Upstream(src).Diff(ctx, *d); err != nil {
+		if patch, err = stage.Upstream(src).Diff(ctx, *d); err != nil {
 			t.Fatal(err)
 		}
 	} else if patch, err = os.ReadFile(filepath.Join(set.Origin(), set.Patches[0].File)); err != nil {

@@ -19,10 +19,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/stage"
 	"github.com/epbuild/epbuild/patches"
 )
 
@@ -173,7 +173,7 @@ type Break struct {
 const unbounded = 1 << 30
 
 // Run tries every patch set of the plan's components on the commits opts chooses.
-func Run(ctx context.Context, p *plan.Plan, s builder.Sources, opts Options) (*Report, error) {
+func Run(ctx context.Context, p *plan.Plan, s stage.Sources, opts Options) (*Report, error) {
 	rep := &Report{Recipe: p.Recipe}
 	if _, ok := p.Component(opts.Component); opts.Component != "" && !ok {
 		return nil, &BadInput{Msg: fmt.Sprintf("--component %s: the recipe %s has no such component", opts.Component, p.Recipe)}
@@ -217,7 +217,7 @@ func (e *BadInput) Error() string { return e.Msg }
 // ExitCode marks bad input.
 func (e *BadInput) ExitCode() int { return 2 }
 
-func runComponent(ctx context.Context, c *plan.PlanComponent, url, pinned string, s builder.Sources, opts Options) (*Table, error) {
+func runComponent(ctx context.Context, c *plan.PlanComponent, url, pinned string, s stage.Sources, opts Options) (*Table, error) {
 	f, err := s.For(url)
 	if err != nil {
 		return nil, err
@@ -228,7 +228,7 @@ func runComponent(ctx context.Context, c *plan.PlanComponent, url, pinned string
 	}
 	defer repo.Close()
 	t := &Table{Component: c.Name, Repo: url}
-	up := builder.Upstream(s)
+	up := stage.Upstream(s)
 	sets := make([]*patches.PreparedSet, len(c.PatchSets))
 	for i, set := range c.PatchSets {
 		if sets[i], err = patches.Prepare(ctx, set, up); err != nil {

@@ -17,10 +17,10 @@ import (
 
 	"github.com/charmbracelet/log"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/stage"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -204,7 +204,7 @@ func (h *history) drift(t *testing.T, opts Options) *Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := builder.NewSources(c, h.mirror, log.New(io.Discard), source.ProgressLines)
+	src, err := stage.NewSources(c, h.mirror, log.New(io.Discard), source.ProgressLines)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestDriftRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := cache.Open(t.TempDir())
-	src, _ := builder.NewSources(c, h.mirror, log.New(io.Discard), source.ProgressLines)
+	src, _ := stage.NewSources(c, h.mirror, log.New(io.Discard), source.ProgressLines)
 	for _, opts := range []Options{{Commits: "v1...v2"}, {Commits: "nope..v2"}, {Commits: "0000000.."}, {Commits: h.base[:6] + ".."}, {Component: "other"}, {Repos: map[string]string{"other": "https://example.invalid/x/lib"}}} {
 		_, err := Run(context.Background(), plan, src, opts)
 		var bad *BadInput
@@ -324,7 +324,7 @@ func TestDriftRanges(t *testing.T) {
 		}
 	}
 	// without a mirror there is no history
-	nomirror, _ := builder.NewSources(c, "", log.New(io.Discard), source.ProgressLines)
+	nomirror, _ := stage.NewSources(c, "", log.New(io.Discard), source.ProgressLines)
 	if _, err := Run(context.Background(), plan, nomirror, Options{}); err == nil || !strings.Contains(err.Error(), "give a mirror") {
 		t.Errorf("no mirror: %v", err)
 	}
@@ -339,7 +339,7 @@ func (h *history) driftErr(t *testing.T, opts Options) error {
 		t.Fatal(err)
 	}
 	c, _ := cache.Open(t.TempDir())
-	src, _ := builder.NewSources(c, h.mirror, log.New(io.Discard), source.ProgressLines)
+	src, _ := stage.NewSources(c, h.mirror, log.New(io.Discard), source.ProgressLines)
 	_, err = Run(context.Background(), plan, src, opts)
 	return err
 }

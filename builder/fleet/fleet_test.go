@@ -15,13 +15,13 @@ import (
 	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/host/sysroot"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/stage"
 	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/builder/verify"
 
 	"github.com/charmbracelet/log"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/embedded"
 	"github.com/epbuild/epbuild/builder/install"
@@ -75,7 +75,7 @@ func installDemo(dir string) (string, string, error) {
 		return "", "", err
 	}
 	l := log.New(io.Discard)
-	src, err := builder.NewSources(c, "", l, source.ProgressOff)
+	src, err := stage.NewSources(c, "", l, source.ProgressOff)
 	if err != nil {
 		return "", "", err
 	}
@@ -84,7 +84,7 @@ func installDemo(dir string) (string, string, error) {
 		return "", "", err
 	}
 	tc := (&toolchain.Prober{Getenv: os.Getenv}).Probe(ctx)
-	r := &builder.Runner{Store: st, Sources: src, Log: l, Toolchain: tc, Environ: os.Environ(), OutDir: filepath.Join(dir, "out"), Version: "test"}
+	r := &stage.Runner{Store: st, Sources: src, Log: l, Toolchain: tc, Environ: os.Environ(), OutDir: filepath.Join(dir, "out"), Version: "test"}
 	out, err := r.Run(ctx, p)
 	if err != nil {
 		return "", "", err

@@ -38,8 +38,8 @@ type Manifest struct {
 	Components      []ComponentResult    `json:"components"`
 	Env             map[string]string    `json:"env,omitempty"`
 	Findings        []compat.Finding     `json:"findings,omitempty"`
-	// BuildFacts are what the build read of what it built (the builder's facts.go: nvshmem.rc-layout,
-	// nvshmem.header-version), for the rules after the build; BuildFactNotes say why one
+	// BuildFacts are what the build read of what it built (builder/stage's facts.go:
+	// nvshmem.rc-layout, nvshmem.header-version), for the rules after the build; BuildFactNotes say why one
 	// is not there. Absent where nothing was read: a plan without NVSHMEM keeps its bytes.
 	BuildFacts     map[string]string `json:"build_facts,omitempty"`
 	BuildFactNotes map[string]string `json:"build_fact_notes,omitempty"`

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/benchcmp"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/oci/ocitest"
+	"github.com/epbuild/epbuild/builder/pack"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -68,7 +68,7 @@ func bigArtifact(t *testing.T, size int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	art := filepath.Join(dir, "out", builder.ArtifactName(p)) // pull names files by the manifest
+	art := filepath.Join(dir, "out", pack.ArtifactName(p)) // pull names files by the manifest
 	if err := os.MkdirAll(filepath.Dir(art), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/pack"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/sign"
 )
@@ -38,7 +38,7 @@ func NewBuildCache(c *Client, ref string) (*BuildCache, error) {
 }
 
 // Fetch pulls the artifact of plan p into dir; nil when the repository has no tag p.Key.
-func (b *BuildCache) Fetch(ctx context.Context, p *plan.Plan, dir string) (*builder.CachedArtifact, error) {
+func (b *BuildCache) Fetch(ctx context.Context, p *plan.Plan, dir string) (*pack.Fetched, error) {
 	res, err := b.Client.PullPlan(ctx, b.Repo, p.Key, dir)
 	var nf *NotFoundError
 	switch {
@@ -47,7 +47,7 @@ func (b *BuildCache) Fetch(ctx context.Context, p *plan.Plan, dir string) (*buil
 	case err != nil:
 		return nil, err
 	}
-	return &builder.CachedArtifact{Artifact: res.Artifact, SHA256: res.SHA256, Manifest: res.Manifest,
+	return &pack.Fetched{Artifact: res.Artifact, SHA256: res.SHA256, Manifest: res.Manifest,
 		SBOM: res.SBOM, Wheels: res.Wheels, From: res.Ref + "@" + res.Digest}, nil
 }
 

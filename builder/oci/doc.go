@@ -56,7 +56,7 @@
 //
 // File names come from the manifest inside the artifact (recipe, plan key), never from
 // layer titles, which must agree. Pull downloads into a flocked staging directory in the
-// output directory (builder.StagingDir), moves the files into place once checked, and
+// output directory (pack.StagingDir), moves the files into place once checked, and
 // removes the staging directories of runs that died.
 //
 // Credentials come from the Docker config and its credential helpers, as docker and oras

@@ -19,8 +19,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/pack"
 )
 
 // fakeRegistry is a misbehaving registry on 127.0.0.1: it serves one OCI manifest under
@@ -354,7 +354,7 @@ func TestPullRemovesStagingOfKilledPull(t *testing.T) {
 	}
 
 	// a live one beside it must stay
-	live, release, err := builder.StagingDir(out, ".epbuild-pull-")
+	live, release, err := pack.StagingDir(out, ".epbuild-pull-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/registry/remote"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/pack"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/recipes/userfile"
@@ -227,7 +227,7 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (res *PullResult
 			_ = os.Remove(d) // only when empty: what else is there stays
 		}
 	}()
-	tmp, release, err := builder.StagingDir(dir, ".epbuild-pull-")
+	tmp, release, err := pack.StagingDir(dir, ".epbuild-pull-")
 	if err != nil {
 		return nil, fmt.Errorf("pull %s: %w", ref, err)
 	}
@@ -318,7 +318,7 @@ func (c *Client) Pull(ctx context.Context, ref Ref, dir string) (res *PullResult
 		switch {
 		case strings.HasSuffix(mv.to, ".whl"):
 			res.Wheels = append(res.Wheels, dst)
-		case mv.to == name+builder.SBOMSuffix:
+		case mv.to == name+pack.SBOMSuffix:
 			res.SBOM = dst
 		}
 	}
@@ -340,7 +340,7 @@ func artifactNameOf(m *manifest.Manifest) (string, error) {
 	if !isPlanKey(m.PlanKey) {
 		return "", fmt.Errorf("the plan key in the artifact's manifest, %q, is not 64 lowercase hex digits", m.PlanKey)
 	}
-	return builder.ArtifactName(&plan.Plan{Recipe: m.Recipe, Key: m.PlanKey}), nil
+	return pack.ArtifactName(&plan.Plan{Recipe: m.Recipe, Key: m.PlanKey}), nil
 }
 
 // mkdirAll is os.MkdirAll that says which directories it made, outermost first, so

@@ -23,6 +23,7 @@ import (
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/install"
 	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/pack"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/sbom"
 	"github.com/epbuild/epbuild/builder/source"
@@ -323,7 +324,7 @@ func TestDemoSBOM(t *testing.T) {
 			}
 		}
 	}
-	if w := m.Wheels[0]; hashes[builder.WheelDir(m.Plan)+"/"+w.File] != w.SHA256 {
+	if w := m.Wheels[0]; hashes[pack.WheelDir(m.Plan)+"/"+w.File] != w.SHA256 {
 		t.Errorf("the wheel %s is not in the SBOM with its sha256", w.File)
 	}
 	if len(hashes) != files+len(m.Wheels) {
@@ -368,7 +369,7 @@ func TestDemoSBOM(t *testing.T) {
 		t.Errorf("%d diffs carried, want the demo's 2", texts)
 	}
 	// the supplier and authors given to epbuild sbom
-	credited, err := builder.SBOM(ctx, res.Artifact, "9.9.9-test", builder.SBOMCredits{Supplier: "ACME HPC \"ops\"", Authors: []string{"Site Team", "Ana"}})
+	credited, err := pack.SBOM(ctx, res.Artifact, "9.9.9-test", pack.SBOMCredits{Supplier: "ACME HPC \"ops\"", Authors: []string{"Site Team", "Ana"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +381,7 @@ func TestDemoSBOM(t *testing.T) {
 		t.Errorf("supplier and authors: %+v", cb.Metadata)
 	}
 	for _, from := range []string{res.Artifact, prefix} {
-		got, err := builder.SBOM(ctx, from, "9.9.9-test", builder.SBOMCredits{})
+		got, err := pack.SBOM(ctx, from, "9.9.9-test", pack.SBOMCredits{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,7 +37,8 @@ type Toolchain struct {
 	// CCCL is $CUDA_HOME/include/cccl when it exists: CUDA 13 moved cuda/std there (R12).
 	CCCL string `json:"cccl,omitempty"`
 	// NVCCRandomSeed and NVCCObjTemp: this nvcc takes --frandom-seed (CUDA 12.9 and
-	// later) and --objdir-as-tempdir, which make its output reproducible (see repro.go).
+	// later) and --objdir-as-tempdir, which make its output reproducible (see
+	// builder/stage/repro.go).
 	NVCCRandomSeed bool `json:"nvcc_random_seed,omitempty"`
 	NVCCObjTemp    bool `json:"nvcc_objtemp,omitempty"`
 

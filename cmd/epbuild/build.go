@@ -14,6 +14,7 @@ import (
 	"github.com/epbuild/epbuild/builder/oci"
 	"github.com/epbuild/epbuild/builder/progress"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/stage"
 )
 
 // sourceFlags are shared by the commands that fetch: --set, --mirror.
@@ -57,7 +58,7 @@ func (app *App) fetchProgress() source.ProgressMode {
 // watchSteps shows the build steps while they run: a live line per step on a terminal
 // (stderr, CI unset), else a heartbeat log line per step every interval. The returned
 // function ends the display.
-func (app *App) watchSteps(every time.Duration) (builder.Watcher, func()) {
+func (app *App) watchSteps(every time.Duration) (stage.Watcher, func()) {
 	mode := progress.Detect(app.Err, app.Getenv)
 	if app.logFormat == "json" {
 		mode = progress.Lines
@@ -169,7 +170,7 @@ is a warning too, and the build starts.`,
 			if rebuildCheck && cacheFrom != "" {
 				return usageError{errors.New("--rebuild-check builds the plan twice here: it does not go with --cache-from")}
 			}
-			repro, err := builder.ParseRepro(app.Getenv)
+			repro, err := stage.ParseRepro(app.Getenv)
 			if err != nil {
 				return err
 			}
@@ -291,7 +292,7 @@ func (app *App) buildCaches(from, to string, reg *registryFlags) (builder.Artifa
 	return caches[0], caches[1], nil
 }
 
-func writeStages(w io.Writer, ev []builder.StageEvent, planned bool) {
+func writeStages(w io.Writer, ev []stage.StageEvent, planned bool) {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "STAGE\tCOMPONENT\tKEY\tSTATE")
 	for _, e := range ev {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/stage"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -182,7 +182,7 @@ func (app *App) completeSet(_ *cobra.Command, args []string, toComplete string) 
 // completeStages completes --force values.
 func completeStages(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
 	var out []string
-	for _, s := range append([]string{"all"}, builder.Stages()...) {
+	for _, s := range append([]string{"all"}, stage.Stages()...) {
 		if strings.HasPrefix(s, toComplete) {
 			out = append(out, s)
 		}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/diff"
+	"github.com/epbuild/epbuild/builder/pack"
 	"github.com/epbuild/epbuild/builder/quote"
 )
 
@@ -52,7 +52,7 @@ than --max-extract; 3 the machine lacks something (no room to unpack an artifact
 			if err != nil {
 				return usageError{fmt.Errorf("--max-extract %s: %w", quote.Term(maxExtract), err)}
 			}
-			rep, err := builder.Diff(cmd.Context(), args[0], args[1], limit)
+			rep, err := pack.Diff(cmd.Context(), args[0], args[1], limit)
 			if err != nil {
 				return err
 			}

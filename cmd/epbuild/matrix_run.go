@@ -15,7 +15,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder"
+	"github.com/epbuild/epbuild/builder/matrix"
 	"github.com/epbuild/epbuild/builder/source"
+	"github.com/epbuild/epbuild/builder/stage"
 	"github.com/epbuild/epbuild/compat"
 )
 
@@ -74,7 +76,7 @@ it may name {{prefix}} (the cell's install), {{COMPONENT.prefix}} and {{COMPONEN
 			if !asJSON {
 				testOut = app.Err // the test's output is a log: results stay on stdout
 			}
-			repro, err := builder.ParseRepro(app.Getenv)
+			repro, err := stage.ParseRepro(app.Getenv)
 			if err != nil {
 				return err
 			}
@@ -82,8 +84,9 @@ it may name {{prefix}} (the cell's install), {{COMPONENT.prefix}} and {{COMPONEN
 				MatrixOptions: builder.MatrixOptions{Axes: ax, Options: builder.Options{
 					Library: app.library(), Recipe: args[0], Sets: sets, CacheDir: app.Getenv("EPBUILD_CACHE"), Mirror: mirror,
 					Log: app.Log, Progress: source.ProgressAuto, IgnoreRules: ignore, AllowUndecided: allowUndecided}},
-				Out: out, Test: test, Metrics: metrics, TestTimeout: testTimeout, TestOutput: testOut,
-				Version: version, SourceDateEpoch: app.Getenv("SOURCE_DATE_EPOCH"), Environ: os.Environ(), Getenv: app.Getenv, Repro: repro,
+				Run: matrix.Options{Out: out, Test: test, Metrics: metrics, TestTimeout: testTimeout, TestOutput: testOut,
+					Version: version, Environ: os.Environ(), Getenv: app.Getenv},
+				SourceDateEpoch: app.Getenv("SOURCE_DATE_EPOCH"), Repro: repro,
 			})
 			if run == nil {
 				return err
@@ -122,7 +125,7 @@ it may name {{prefix}} (the cell's install), {{COMPONENT.prefix}} and {{COMPONEN
 }
 
 // writeMatrixRun prints the results table, then each failed cell's error.
-func writeMatrixRun(w io.Writer, run *builder.MatrixRun) {
+func writeMatrixRun(w io.Writer, run *matrix.Report) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CELL\tBUILD\tVERIFY\tTEST\tMETRICS\tBUILD s\tREUSED")
 	for _, c := range run.Cells {
@@ -135,7 +138,7 @@ func writeMatrixRun(w io.Writer, run *builder.MatrixRun) {
 			verify += fmt.Sprintf(" %d/%d", c.Counts["pass"], c.Counts["pass"]+c.Counts["fail"]+c.Counts["warn"]+c.Counts["skip"])
 		}
 		test := c.Test
-		if c.Test == builder.StepFail && c.TestExit != 0 {
+		if c.Test == matrix.StepFail && c.TestExit != 0 {
 			test += " (" + strconv.Itoa(c.TestExit) + ")"
 		}
 		var ms []string
@@ -150,7 +153,7 @@ func writeMatrixRun(w io.Writer, run *builder.MatrixRun) {
 			ms = append(ms, m.Name+"="+strings.Join(vs, ","))
 		}
 		secs, reused := "-", "-"
-		if c.Build != builder.StepExcluded {
+		if c.Build != matrix.StepExcluded {
 			secs = fmt.Sprintf("%.1f", c.BuildSeconds)
 			reused = fmt.Sprintf("%d/%d", len(c.Reused), len(c.Reused)+len(c.Built))
 			if len(c.Reused) > 0 {

@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/modulefile"
+	"github.com/epbuild/epbuild/builder/pack"
 	"github.com/epbuild/epbuild/builder/quote"
 )
 
@@ -68,7 +68,7 @@ Exit codes: 0 done; 2 bad input (no install at the prefix, a bad --as or --forma
 			default:
 				return usageError{fmt.Errorf("--format %q: use lua or tcl", format)}
 			}
-			mod, err := builder.Module(builder.ModuleOptions{Prefix: prefix, Name: name, Version: ver})
+			mod, err := pack.Module(pack.ModuleOptions{Prefix: prefix, Name: name, Version: ver})
 			if err != nil {
 				return err
 			}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/stage"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/builder/verify"
 	"github.com/epbuild/epbuild/compat"
@@ -182,16 +184,16 @@ func describeError(err error, code int) errorJSON {
 	e := errorJSON{ExitCode: code, Message: err.Error()}
 	var (
 		intr *interrupted
-		be   *builder.BuildError
+		be   *stage.BuildError
 		re   *builder.RulesError
 		pe   *toolchain.PreflightError
 		ns   *disk.NoSpaceError
-		pa   *builder.PatchError
+		pa   *stage.PatchError
 		cf   *verify.ChecksFailed
 		rs   recipes.Errors
 		r1   *recipes.Error
 		ue   usageError
-		bue  *builder.UsageError
+		bue  *plan.UsageError
 	)
 	switch {
 	case errors.As(err, &intr):

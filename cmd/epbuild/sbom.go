@@ -5,14 +5,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/epbuild/epbuild/builder"
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/pack"
 )
 
 func newSBOMCmd(app *App) *cobra.Command {
 	var (
 		out string
-		cr  builder.SBOMCredits
+		cr  pack.SBOMCredits
 	)
 	cmd := &cobra.Command{
 		Use:   "sbom ARTIFACT|PREFIX [-o FILE] [--supplier NAME] [--author NAME]...",
@@ -39,7 +39,7 @@ epbuild that built it and the one that wrote the BOM, and, when given, the suppl
 Exit codes: 0 done; 2 not an artifact or install (or a damaged one).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := builder.SBOM(cmd.Context(), args[0], version, cr)
+			b, err := pack.SBOM(cmd.Context(), args[0], version, cr)
 			if err != nil {
 				return err
 			}

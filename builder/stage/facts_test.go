@@ -1,26 +1,21 @@
-package builder
+package stage
 
 import (
 	"github.com/epbuild/epbuild/builder/install"
 
 	"context"
-	"encoding/json"
-	"errors"
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
-	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/internal/fixture"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
-	"github.com/epbuild/epbuild/recipes"
 )
 
 // The one line of NVSHMEM's nvshmem_common_ibgda.h each layout is known by.
@@ -59,7 +54,7 @@ func TestParseRCLayout(t *testing.T) {
 		{"an unknown form", "\ntypedef struct nvshmemi_ibgda_device_state_v3 nvshmemi_ibgda_device_state_t;\n", "", []string{"line 2", "undecided", "does not know"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := ParseRCLayout([]byte(c.src))
+			got, err := parseRCLayout([]byte(c.src))
 			if got != c.want {
 				t.Errorf("layout %q, want %q (%v)", got, c.want, err)
 			}
@@ -97,19 +92,19 @@ func writeNVSHMEMInclude(t *testing.T, dir, typedef string, version [3]string) s
 
 func TestNVSHMEMIncludeFacts(t *testing.T) {
 	inc := writeNVSHMEMInclude(t, t.TempDir(), typedefV2, [3]string{"3", "5", "0"})
-	facts, notes := NVSHMEMIncludeFacts(inc)
+	facts, notes := nvshmemIncludeFacts(inc)
 	if facts[manifest.FactRCLayout] != "v2" || facts[manifest.FactHeaderVersion] != "3.5.0" || notes != nil {
 		t.Errorf("facts %v, notes %v", facts, notes)
 	}
 	// no IBGDA header: the layout is unset, and the note says why
 	inc = writeNVSHMEMInclude(t, t.TempDir(), "", [3]string{"3", "2", "5"})
-	facts, notes = NVSHMEMIncludeFacts(inc)
+	facts, notes = nvshmemIncludeFacts(inc)
 	if _, ok := facts[manifest.FactRCLayout]; ok || facts[manifest.FactHeaderVersion] != "3.2.5" || !strings.Contains(notes[manifest.FactRCLayout], "no IBGDA header") {
 		t.Errorf("no IBGDA header: facts %v, notes %v", facts, notes)
 	}
 	// two typedefs: undecided, naming the file
 	inc = writeNVSHMEMInclude(t, t.TempDir(), typedefV1+"\n"+typedefV2, [3]string{"3", "5", "0"})
-	facts, notes = NVSHMEMIncludeFacts(inc)
+	facts, notes = nvshmemIncludeFacts(inc)
 	hdr := filepath.Join(inc, "device_host_transport", "nvshmem_common_ibgda.h")
 	if _, ok := facts[manifest.FactRCLayout]; ok || !strings.Contains(notes[manifest.FactRCLayout], hdr) || !strings.Contains(notes[manifest.FactRCLayout], "undecided") {
 		t.Errorf("two typedefs: facts %v, notes %v", facts, notes)
@@ -123,7 +118,7 @@ func TestNVSHMEMIncludeFacts(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, notes = NVSHMEMIncludeFacts(inc); !strings.Contains(notes[manifest.FactRCLayout], fifo) {
+	if _, notes = nvshmemIncludeFacts(inc); !strings.Contains(notes[manifest.FactRCLayout], fifo) {
 		t.Errorf("a FIFO: %v", notes)
 	}
 }
@@ -145,13 +140,13 @@ components:
 // manifest put DeepEP on the _v2 side (R3 before 29d31c0 at plan, R24 at the host), where
 // the label leaves them undecided.
 func TestBuildRecordsRCLayout(t *testing.T) {
-	s := newShape(t, map[string]map[string]string{"nvshmem": {
+	s := fixture.NewShape(t, map[string]map[string]string{"nvshmem": {
 		"include/device_host_transport/nvshmem_common_ibgda.h": ibgdaHeaderText(typedefV2),
 		"include/non_abi/nvshmem_version.h":                    versionHeaderText("3", "5", "0"),
 	}}, factsRecipe)
-	r, p := s.runner(t, 1)
+	r, p := shapeRunner(t, s, 1)
 	var asked map[string]string
-	r.afterBuild = func(_ context.Context, _ *toolchain.Toolchain, build map[string]string) ([]compat.Finding, error) {
+	r.AfterBuild = func(_ context.Context, _ *toolchain.Toolchain, build map[string]string) ([]compat.Finding, error) {
 		asked = build
 		return nil, nil
 	}
@@ -208,63 +203,6 @@ func TestBuildRecordsRCLayout(t *testing.T) {
 	}
 }
 
-// The rules after the build stop a plan the recorded layout decides against, saying
-// what the build read; the other layout passes.
-func TestRulesAfterBuild(t *testing.T) {
-	j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: "gcp-b200", AllowUndecided: true, CacheDir: filepath.Join(t.TempDir(), "cache"),
-		Sets: []string{"nvshmem.commit=2c7f5a37b16d74166b7dfd30014bb1de1c6aaa0a", "nvshmem.version=3.5.0-0",
-			"deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b", "env.NVSHMEM_SYMMETRIC_SIZE=4G", "nccl.package=nvidia-nccl-cu13"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = j.rulesAfterBuild(context.Background(), gpuMachine(), map[string]string{manifest.FactRCLayout: "v2"})
-	var re *RulesError
-	var ae *AfterBuildError
-	if !errors.As(err, &re) || !errors.As(err, &ae) || !slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.Name() == "R3/qp-layout" }) ||
-		!strings.Contains(err.Error(), "nvshmem.rc-layout=v2") {
-		t.Fatalf("want R3 after the build read _v2, got %v", err)
-	}
-	fs, err := j.rulesAfterBuild(context.Background(), gpuMachine(), map[string]string{manifest.FactRCLayout: "v1"})
-	if errors.As(err, &re) && slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.ID == "R3" }) {
-		t.Fatalf("_v1: %v", err)
-	}
-	if slices.ContainsFunc(fs, func(f compat.Finding) bool { return f.ID == "R3" }) {
-		t.Errorf("_v1: R3 found: %v", compat.IDs(fs))
-	}
-}
-
-// compat check --prefix: the rules on an install read its manifest's build facts; the
-// same install without them leaves R3 undecided.
-func TestCheckInstallReadsBuildFacts(t *testing.T) {
-	p := fixture.PlanOf(t, "gcp-b200", "nvshmem.commit=2c7f5a37b16d74166b7dfd30014bb1de1c6aaa0a", "nvshmem.version=3.5.0-0",
-		"deepep.commit=e995aa22db1f5d204e5841cc8e73c670c772494b")
-	installed := func(build map[string]string) string {
-		dir := t.TempDir()
-		b, err := json.MarshalIndent(manifest.Manifest{Format: manifest.ManifestFormat, Recipe: p.Recipe, Plan: p, BuildFacts: build,
-			PlanKey: "test", Files: []archive.Entry{{Path: "env.sh", Mode: 0o644}}}, "", "  ")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, manifest.ManifestName), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
-	opts := Options{AllowUndecided: true, CacheDir: filepath.Join(t.TempDir(), "cache")}
-	_, fs, err := CheckInstall(context.Background(), installed(map[string]string{manifest.FactRCLayout: "v2"}), opts)
-	var re *RulesError
-	if !errors.As(err, &re) || !slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.Name() == "R3/qp-layout" && !f.Unknown }) {
-		t.Fatalf("recorded _v2: want R3, got %v (%v)", err, compat.IDs(fs))
-	}
-	_, fs, err = CheckInstall(context.Background(), installed(nil), opts)
-	if errors.As(err, &re) && slices.ContainsFunc(re.Findings, func(f compat.Finding) bool { return f.ID == "R3" }) {
-		t.Fatalf("nothing recorded: R3 stops: %v", err)
-	}
-	if !slices.ContainsFunc(fs, func(f compat.Finding) bool { return f.Name() == "R3/qp-layout" && f.Unknown }) {
-		t.Errorf("nothing recorded: want R3 undecided, got %v", compat.IDs(fs))
-	}
-}
-
 // A recipe that takes the NVSHMEM wheel reads the facts from the wheel's package
 // (nvidia/nvshmem/include); a plan without NVSHMEM records nothing (its manifest keeps
 // its bytes).
@@ -278,25 +216,5 @@ func TestBuildFactsOfTheWheel(t *testing.T) {
 	}
 	if facts, notes := buildFacts(&plan.Plan{Recipe: "demo"}, []manifest.ComponentResult{{Name: "libdemo", Prefix: pkg}}); facts != nil || notes != nil {
 		t.Errorf("no NVSHMEM: %v %v", facts, notes)
-	}
-}
-
-// A rule left undecided by a build fact is decided by building, not by a mirror: the
-// refusal's fix says which, and both when both are unknown.
-func TestUndecidedFix(t *testing.T) {
-	fact := "build fact nvshmem.rc-layout is not recorded (it is read from the built tree)"
-	history := "whether deepep 309785a94ded contains 29d31c095796"
-	for _, c := range []struct {
-		qs        []string
-		want, not string
-	}{
-		{[]string{fact}, "--allow-undecided builds, and the rules judge again", "--mirror"},
-		{[]string{history}, "Give --mirror DIR", "judge again"},
-		{[]string{history, fact}, "decide the rest; the build facts are read by the build", ""},
-	} {
-		got := undecidedFix(c.qs)
-		if !strings.Contains(got, c.want) || (c.not != "" && strings.Contains(got, c.not)) {
-			t.Errorf("%q: %q", c.qs, got)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package builder
+package stage
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/internal/fixture"
 )
 
 const failingRecipe = `name: failing
@@ -24,10 +26,10 @@ components:
 // TestKeepFailed: a failed build's directory is removed, unless KeepFailed keeps it
 // (its path in the error), holding what the step wrote; the next build removes it.
 func TestKeepFailed(t *testing.T) {
-	s := newShape(t, map[string]map[string]string{"broken": {"README": "broken\n"}}, failingRecipe)
+	s := fixture.NewShape(t, map[string]map[string]string{"broken": {"README": "broken\n"}}, failingRecipe)
 	build := func(keep bool) *BuildError {
 		t.Helper()
-		r, p := s.runner(t, 1)
+		r, p := shapeRunner(t, s, 1)
 		r.KeepFailed = keep
 		_, err := r.Run(context.Background(), p)
 		var be *BuildError

@@ -1,11 +1,10 @@
-package builder
+package stage
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"path/filepath"
@@ -13,13 +12,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/charmbracelet/log"
 	"github.com/epbuild/epbuild/builder/inspect"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
-	"github.com/epbuild/epbuild/builder/toolchain"
-	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
@@ -51,7 +47,7 @@ func buildFacts(p *plan.Plan, comps []manifest.ComponentResult) (facts, notes ma
 				notes[manifest.FactHeaderVersion] = "the nvshmem component installed no files"
 				continue
 			}
-			f, n := NVSHMEMIncludeFacts(filepath.Join(c.Prefix, "include"))
+			f, n := nvshmemIncludeFacts(filepath.Join(c.Prefix, "include"))
 			maps.Copy(facts, f)
 			maps.Copy(notes, n)
 		case "deepep":
@@ -135,10 +131,10 @@ func parseHiddenSizes(src []byte) ([]string, error) {
 	return sizes, nil
 }
 
-// NVSHMEMIncludeFacts reads the build facts of an NVSHMEM include directory: the RC-QP
+// nvshmemIncludeFacts reads the build facts of an NVSHMEM include directory: the RC-QP
 // layout from nvshmem_common_ibgda.h and the version from nvshmem_version.h. A fact that
 // cannot be read is left out, with a note naming the file and why.
-func NVSHMEMIncludeFacts(include string) (facts, notes map[string]string) {
+func nvshmemIncludeFacts(include string) (facts, notes map[string]string) {
 	facts, notes = map[string]string{}, map[string]string{}
 	path := filepath.Join(include, filepath.FromSlash(ibgdaHeader))
 	if layout, err := readRCLayout(path); err != nil {
@@ -168,7 +164,7 @@ func readRCLayout(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read the IBGDA header: %w", err)
 	}
-	layout, err := ParseRCLayout(b)
+	layout, err := parseRCLayout(b)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", path, err)
 	}
@@ -185,13 +181,13 @@ var (
 	rcAnyRe = regexp.MustCompile(`\bnvshmemi_ibgda_device_state_t\s*;`)
 )
 
-// ParseRCLayout reads which layout nvshmem_common_ibgda.h gives
+// parseRCLayout reads which layout nvshmem_common_ibgda.h gives
 // nvshmemi_ibgda_device_state_t: v1 or v2 for `typedef nvshmemi_ibgda_device_state_v1|v2
 // nvshmemi_ibgda_device_state_t;`, v1 for the plain struct of releases before the
 // versioned ones. Comments and whitespace do not matter. Two definitions (say, under
 // #if and #else) or none of these forms is undecided: an error naming the lines, never
 // a guess.
-func ParseRCLayout(src []byte) (string, error) {
+func parseRCLayout(src []byte) (string, error) {
 	code := stripCComments(src)
 	type def struct {
 		layout string
@@ -254,92 +250,19 @@ func stripCComments(src []byte) []byte {
 }
 
 // recordBuildFacts reads the build facts of the built components for the manifest and,
-// when there are any, has the rules evaluated again with them (afterBuild).
+// when there are any, has the rules evaluated again with them (AfterBuild).
 func (r *Runner) recordBuildFacts(ctx context.Context, p *plan.Plan, comps []manifest.ComponentResult) error {
 	r.buildFacts, r.buildFactNotes = buildFacts(p, comps)
 	for _, k := range slices.Sorted(maps.Keys(r.buildFactNotes)) {
 		r.Log.Info("build fact not recorded: "+quote.Term(r.buildFactNotes[k]), "fact", k)
 	}
-	if len(r.buildFacts) == 0 || r.afterBuild == nil {
+	if len(r.buildFacts) == 0 || r.AfterBuild == nil {
 		return nil
 	}
-	fs, err := r.afterBuild(ctx, r.Toolchain, r.buildFacts)
+	fs, err := r.AfterBuild(ctx, r.Toolchain, r.buildFacts)
 	if err != nil {
 		return err
 	}
 	r.Findings = fs
 	return nil
-}
-
-// rulesAfterBuild evaluates the rules of the plan and preflight stages again with the
-// build facts: a rule the version label left undecided (a git tree of NVSHMEM) is decided
-// by the header the build read. The findings replace the run's; an error-level one stops
-// the run before the package stage. tc nil: the plan stage only.
-func (j *Job) rulesAfterBuild(ctx context.Context, tc *toolchain.Toolchain, build map[string]string) ([]compat.Finding, error) {
-	rules, anc, err := j.rulesAndAncestry()
-	if err != nil {
-		return nil, err
-	}
-	var all []compat.Finding
-	for _, stage := range []compat.Stage{compat.StagePlan, compat.StagePreflight} {
-		if stage == compat.StagePreflight && tc == nil {
-			break // no toolchain recorded: the preflight rules have nothing to read
-		}
-		facts := plan.FactsFromPlan(j.Plan)
-		if stage == compat.StagePreflight {
-			facts = toolchain.PreflightFacts(facts, j.Plan, tc)
-		}
-		facts.Build = maps.Clone(build)
-		fs, err := compat.Evaluate(ctx, rules, facts, stage, anc)
-		if err != nil {
-			return nil, fmt.Errorf("check %s against the compatibility rules with what the build read: %w", j.Plan.Recipe, err)
-		}
-		all = append(all, fs...)
-		if err := j.policy(fs, stage); err != nil {
-			return all, &AfterBuildError{Facts: build, Err: err}
-		}
-	}
-	return all, nil
-}
-
-// AfterBuildError is a rule that the facts the build read (Manifest.BuildFacts) decided
-// against the plan.
-type AfterBuildError struct {
-	Facts map[string]string
-	Err   error
-}
-
-func (e *AfterBuildError) Error() string {
-	var kv []string
-	for _, k := range compat.BuildKeys {
-		if v, ok := e.Facts[k]; ok {
-			kv = append(kv, k+"="+v)
-		}
-	}
-	return fmt.Sprintf("after the build, with what it read of the headers and the tree it compiled (%s): %v", strings.Join(kv, ", "), e.Err)
-}
-
-func (e *AfterBuildError) Unwrap() error { return e.Err }
-
-// CheckInstall evaluates the rules of the plan and preflight stages on the install at
-// prefix: the plan, the build's toolchain and the build facts its manifest records (the
-// rules a build evaluated before reading its headers, decided now by them). opts gives
-// the policy and the ancestry sources (Library, Recipe and Sets are not used).
-func CheckInstall(ctx context.Context, prefix string, opts Options) (*plan.Plan, []compat.Finding, error) {
-	m, _, err := manifest.ReadInstalledManifest(prefix)
-	if err != nil {
-		return nil, nil, err
-	}
-	if m.Plan == nil {
-		return nil, nil, fmt.Errorf("the manifest of %s records no plan", prefix)
-	}
-	if opts.Log == nil {
-		opts.Log = log.New(io.Discard)
-	}
-	j := &Job{Plan: m.Plan, opts: opts}
-	if err := j.checkIgnoreRules(); err != nil {
-		return nil, nil, err
-	}
-	fs, err := j.rulesAfterBuild(ctx, m.Toolchain, m.BuildFacts)
-	return m.Plan, fs, err
 }

@@ -1,4 +1,4 @@
-package builder
+package pack
 
 import (
 	"context"
@@ -21,22 +21,42 @@ import (
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/store"
+	"github.com/epbuild/epbuild/builder/toolchain"
+	"github.com/epbuild/epbuild/compat"
 )
 
 // zstdLevel is pinned: the level changes the artifact's bytes.
 const zstdLevel = zstd.SpeedDefault
 
-func (r *Runner) sourceDateEpoch(res *Result) (int64, error) {
-	if r.SourceDateEpoch != "" {
-		n, err := strconv.ParseInt(r.SourceDateEpoch, 10, 64)
+// Input is what the package stage packs and records: the plan, its components as built
+// (their prefixes and commit times), and what the manifest records beside them.
+type Input struct {
+	Plan       *plan.Plan
+	Components []manifest.ComponentResult
+	// SourceDateEpoch, when set, stamps the artifact; else the newest pinned commit's time.
+	SourceDateEpoch string
+	// Toolchain is the build's: the manifest records it, the wheels require its Python
+	// packages.
+	Toolchain *toolchain.Toolchain
+	// Findings are the compatibility rules' warnings; BuildFacts and BuildFactNotes what
+	// the build read of its headers and trees.
+	Findings                   []compat.Finding
+	BuildFacts, BuildFactNotes map[string]string
+	// Version is epbuild's: in the SBOM beside the artifact, not in its bytes.
+	Version string
+}
+
+func sourceDateEpoch(set string, comps []manifest.ComponentResult) (int64, error) {
+	if set != "" {
+		n, err := strconv.ParseInt(set, 10, 64)
 		if err != nil || n < 0 {
-			return 0, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a number of seconds", r.SourceDateEpoch)
+			return 0, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a number of seconds", set)
 		}
 		return n, nil
 	}
 	// default: the newest pinned commit's time, so the same pins give the same bytes
 	var t int64
-	for _, c := range res.Components {
+	for _, c := range comps {
 		if c.CommitTime > t {
 			t = c.CommitTime
 		}
@@ -44,22 +64,23 @@ func (r *Runner) sourceDateEpoch(res *Result) (int64, error) {
 	return t, nil
 }
 
-// packageStage writes env.sh and the manifest and packs them with the staged prefixes,
-// each under its component's name, reproducibly into dir/<artifact>.
-func (r *Runner) packageStage(ctx context.Context, p *plan.Plan, res *Result, dir string) error {
-	return r.pack(ctx, p, res, dir, func() ([]manifest.ComponentResult, error) { return res.Components, nil })
-}
-
-// pack is packageStage with the components' results as the manifest records them
-// coming from checked, which pack calls when every file is hashed: Run hashes the
-// prefixes while the checks run, and the manifest, the artifact's first entry, is written
-// then. An error from checked stops the pack; res's components give the prefixes and times.
-func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string, checked func() ([]manifest.ComponentResult, error)) error {
-	sde, err := r.sourceDateEpoch(res)
+// Write writes env.sh and the manifest and packs them with the staged prefixes of
+// in.Components, each under its component's name, reproducibly into dir/<artifact>,
+// with its .sha256, its SBOM and its wheels beside it. The components' results as the
+// manifest records them come from checked, which Write calls when every file is hashed:
+// the runner hashes the prefixes while the checks run, and the manifest, the artifact's
+// first entry, is written then. An error from checked stops the pack; nil checked:
+// in.Components are the results.
+func Write(ctx context.Context, in Input, dir string, checked func() ([]manifest.ComponentResult, error)) error {
+	p := in.Plan
+	if checked == nil {
+		checked = func() ([]manifest.ComponentResult, error) { return in.Components, nil }
+	}
+	sde, err := sourceDateEpoch(in.SourceDateEpoch, in.Components)
 	if err != nil {
 		return err
 	}
-	comps := res.Components
+	comps := in.Components
 	// The prefixes are packed where they are: no tree is laid out for the artifact.
 	var mounts []archive.Mount
 	prefixes := map[string]string{}
@@ -69,11 +90,11 @@ func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string
 			prefixes[c.Name] = c.Prefix
 		}
 	}
-	script, err := envsh.ScriptWith(p, func(c string) string { return prefixes[c] }, installedComponents(p, res))
+	script, err := envsh.ScriptWith(p, func(c string) string { return prefixes[c] }, installedComponents(p, comps))
 	if err != nil {
 		return err
 	}
-	wheels, err := packWheels(p, res, dir, sde, r.Toolchain.PythonPackages)
+	wheels, err := packWheels(p, comps, dir, sde, in.Toolchain.PythonPackages)
 	if err != nil {
 		return err
 	}
@@ -81,8 +102,8 @@ func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string
 	plan.File = ""
 	m := manifest.Manifest{
 		Format: manifest.ManifestFormat, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
-		SourceDateEpoch: sde, Toolchain: r.Toolchain.Record(), Env: p.Env, Findings: r.Findings,
-		BuildFacts: r.buildFacts, BuildFactNotes: r.buildFactNotes, Wheels: wheels,
+		SourceDateEpoch: sde, Toolchain: in.Toolchain.Record(), Env: p.Env, Findings: in.Findings,
+		BuildFacts: in.BuildFacts, BuildFactNotes: in.BuildFactNotes, Wheels: wheels,
 	}
 	out := filepath.Join(dir, ArtifactName(p))
 	f, err := os.Create(out)
@@ -121,8 +142,8 @@ func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string
 	}
 	// who built it is provenance: in the SBOM beside the artifact, not in its bytes
 	built := m
-	built.Epbuild = r.Version
-	bom, err := sbomBytes(&built, filepath.Base(out), rep.SHA256, r.Version, SBOMCredits{})
+	built.Epbuild = in.Version
+	bom, err := sbomBytes(&built, filepath.Base(out), rep.SHA256, in.Version, SBOMCredits{})
 	if err != nil {
 		return fmt.Errorf("package %s: %w", p.Recipe, err)
 	}
@@ -130,15 +151,22 @@ func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string
 }
 
 // installedComponents lists the components whose files the artifact carries.
-func installedComponents(p *plan.Plan, res *Result) []string {
+func installedComponents(p *plan.Plan, comps []manifest.ComponentResult) []string {
 	var out []string
-	for _, c := range res.Components {
+	for _, c := range comps {
 		pc, _ := p.Component(c.Name)
 		if pc.Source.Python == nil && c.Prefix != "" {
 			out = append(out, c.Name)
 		}
 	}
 	return out
+}
+
+// Set is an output set where it was published: the artifact, its sha256, the SBOM beside
+// it and the wheels (WheelDir).
+type Set struct {
+	Artifact, SHA256, SBOM string
+	Wheels                 []string
 }
 
 // tmpPrefix marks a file or directory of an output set being written: NAME.tmp-PID in
@@ -148,19 +176,19 @@ const tmpPrefix = ".tmp-"
 
 func tmpName(path string) string { return path + tmpPrefix + strconv.Itoa(os.Getpid()) }
 
-// publishSet writes the output set of a build into outDir whole or not at all: the
+// Publish writes the output set of a build into outDir whole or not at all: the
 // artifact, ARTIFACT.sha256, ARTIFACT.cdx.json and the wheels (WheelDir), copied from the
 // package stage's dir. Each is first written under a temporary name beside its final
 // one; only when all are complete are they renamed into place, the sidecars first and
 // the artifact last, so that whoever sees the artifact sees its sidecars (an artifact
 // already there from an earlier build of the same plan holds the same bytes). On any
 // failure what was written is removed. A full file system is a NoSpaceError (exit 3).
-func publishSet(p *plan.Plan, dir, outDir, sum string) (*Result, error) {
+func Publish(p *plan.Plan, dir, outDir, sum string) (*Set, error) {
 	src := filepath.Join(dir, ArtifactName(p))
-	res := &Result{SHA256: sum, Artifact: filepath.Join(outDir, ArtifactName(p))}
+	res := &Set{SHA256: sum, Artifact: filepath.Join(outDir, ArtifactName(p))}
 	res.SBOM = res.Artifact + SBOMSuffix
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return nil, publishErr(err, src, res.Artifact)
+		return nil, PublishError(err, src, res.Artifact)
 	}
 	removeLeftoverTemps(outDir)
 	var ws []manifest.WheelFile
@@ -174,9 +202,9 @@ func publishSet(p *plan.Plan, dir, outDir, sum string) (*Result, error) {
 			os.RemoveAll(m.tmp)
 		}
 	}
-	fail := func(err error, from, to string) (*Result, error) {
+	fail := func(err error, from, to string) (*Set, error) {
 		undo()
-		return nil, publishErr(err, from, to)
+		return nil, PublishError(err, from, to)
 	}
 	if len(ws) > 0 {
 		wd := filepath.Join(outDir, WheelDir(p))
@@ -192,7 +220,7 @@ func publishSet(p *plan.Plan, dir, outDir, sum string) (*Result, error) {
 				err = fmt.Errorf("the stored wheel %s has sha256 %s, its record says %s: the cache is damaged; rebuild it with --force=package", from, got, w.SHA256)
 			}
 			if err != nil {
-				return fail(err, from, wd) // publishErr names wd's directory: outDir
+				return fail(err, from, wd) // PublishError names wd's directory: outDir
 			}
 			res.Wheels = append(res.Wheels, filepath.Join(wd, w.File))
 		}

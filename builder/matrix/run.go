@@ -1,11 +1,10 @@
-package builder
+package matrix
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/verify"
 	"io"
 	"maps"
 	"os"
@@ -17,6 +16,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/stage"
+	"github.com/epbuild/epbuild/builder/verify"
+
 	"github.com/charmbracelet/log"
 
 	"github.com/epbuild/epbuild/builder/envsh"
@@ -27,16 +30,8 @@ import (
 	"github.com/epbuild/epbuild/compat"
 )
 
-// The matrix run: what the GitHub workflow's GPU job does per cell, here, one cell after
-// another, for a site with a GPU box or a Slurm allocation and no runners. Each allowed
-// cell is built (through the one stage store: what cells share is built once), installed
-// into a prefix of its own (install verifies the tree before it is put in place), and its
-// test command run with the install's env and the cell's; a cell that fails does not stop
-// the ones after it.
-
-// MatrixRunOptions configure RunMatrix.
-type MatrixRunOptions struct {
-	MatrixOptions
+// Options configure Run.
+type Options struct {
 	// Out holds a directory per cell: its artifact, its install (prefix/) and its test's
 	// log and working directory.
 	Out string
@@ -51,15 +46,30 @@ type MatrixRunOptions struct {
 	TestTimeout time.Duration
 	// TestOutput receives the test's output as it runs (besides its log); nil: the log only.
 	TestOutput io.Writer
-	// Version, SourceDateEpoch, Environ and Getenv are as for Build; Environ is also the
-	// base environment of the test, under the install's env.sh and the cell's env.
-	Version         string
-	SourceDateEpoch string
-	Environ         []string
-	Getenv          func(string) string
-	// Repro is as for Build: where builds run, whether the measures are on.
-	Repro Repro
+	// Version is epbuild's (the install's receipt); Environ the base environment of the
+	// test, under the install's env.sh and the cell's env; Getenv what verify's clean
+	// environment is read from (nil: os.Getenv). Build gets them too.
+	Version string
+	Environ []string
+	Getenv  func(string) string
+	Log     *log.Logger
+	// Matrix makes the matrix, once the options are checked: the cells to run and those
+	// the rules exclude.
+	Matrix func(ctx context.Context) (*compat.Matrix, error)
+	// Build builds a cell: the recipe with the cell's sets, its artifact into dir. A
+	// *RefusedError says a compatibility rule stops the cell.
+	Build func(ctx context.Context, sets []string, dir string) (*stage.Result, error)
 }
+
+// RefusedError is a cell's build that a compatibility rule stopped (Rules: their ids),
+// on the plan or on this build host.
+type RefusedError struct {
+	Rules []string
+	Err   error
+}
+
+func (e *RefusedError) Error() string { return e.Err.Error() }
+func (e *RefusedError) Unwrap() error { return e.Err }
 
 // Outcomes of a cell's steps.
 const (
@@ -80,8 +90,8 @@ type Metric struct {
 	Values  []float64 `json:"values"`
 }
 
-// MatrixCellResult is one cell of a matrix run.
-type MatrixCellResult struct {
+// Cell is one cell of a matrix run.
+type Cell struct {
 	Name   string            `json:"name"`
 	Dir    string            `json:"dir,omitempty"`
 	Values map[string]string `json:"values"`
@@ -119,7 +129,7 @@ type MatrixCellResult struct {
 
 // OK reports whether the cell ran and passed, or was not to run here (excluded or
 // refused by a rule, which the table shows with its rule ids).
-func (c *MatrixCellResult) OK() bool {
+func (c *Cell) OK() bool {
 	switch c.Build {
 	case StepExcluded, StepRefused:
 		return true
@@ -129,34 +139,34 @@ func (c *MatrixCellResult) OK() bool {
 	return false
 }
 
-// MatrixRun is a whole matrix run.
-type MatrixRun struct {
-	Recipe string             `json:"recipe"`
-	Axes   []compat.Axis      `json:"axes"`
-	Test   string             `json:"test,omitempty"`
-	Cells  []MatrixCellResult `json:"cells"`
+// Report is a whole matrix run.
+type Report struct {
+	Recipe string        `json:"recipe"`
+	Axes   []compat.Axis `json:"axes"`
+	Test   string        `json:"test,omitempty"`
+	Cells  []Cell        `json:"cells"`
 }
 
 // Failed reports whether a cell that ran failed.
-func (r *MatrixRun) Failed() bool {
-	return slices.ContainsFunc(r.Cells, func(c MatrixCellResult) bool { return !c.OK() })
+func (r *Report) Failed() bool {
+	return slices.ContainsFunc(r.Cells, func(c Cell) bool { return !c.OK() })
 }
 
-// RunMatrix builds the matrix (BuildMatrix) and runs its allowed cells one after another.
+// Run makes the matrix (opts.Matrix) and runs its allowed cells one after another.
 // The error is for what stops the whole run: bad options, a matrix that cannot be made, a
 // cancelled context; a cell's failure is in its result.
-func RunMatrix(ctx context.Context, opts MatrixRunOptions) (*MatrixRun, error) {
+func Run(ctx context.Context, opts Options) (*Report, error) {
 	metrics, err := compileMetrics(opts.Metrics)
 	if err != nil {
 		return nil, err
 	}
 	if opts.Test != "" {
 		if _, err := expandTest(opts.Test, func(string) (string, bool) { return "x", true }); err != nil {
-			return nil, &UsageError{Err: fmt.Errorf("--test: %w", err)}
+			return nil, &plan.UsageError{Err: fmt.Errorf("--test: %w", err)}
 		}
 	}
 	if opts.Out == "" {
-		return nil, &UsageError{Err: errors.New("matrix run: no output directory")}
+		return nil, &plan.UsageError{Err: errors.New("matrix run: no output directory")}
 	}
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
@@ -164,23 +174,23 @@ func RunMatrix(ctx context.Context, opts MatrixRunOptions) (*MatrixRun, error) {
 	if opts.Log == nil {
 		opts.Log = log.New(io.Discard)
 	}
-	m, err := BuildMatrix(ctx, opts.MatrixOptions)
+	m, err := opts.Matrix(ctx)
 	if err != nil {
 		return nil, err
 	}
-	run := &MatrixRun{Recipe: m.Recipe, Axes: m.Axes, Test: opts.Test}
+	run := &Report{Recipe: m.Recipe, Axes: m.Axes, Test: opts.Test}
 	for i, c := range m.Cells {
 		if err := ctx.Err(); err != nil {
 			return run, err
 		}
-		cr := MatrixCellResult{Name: c.Name, Values: c.Values, Sets: c.Sets, Env: maps.Clone(c.Env),
+		cr := Cell{Name: c.Name, Values: c.Values, Sets: c.Sets, Env: maps.Clone(c.Env),
 			Dir: filepath.Join(opts.Out, cellDir(i, m, c.Values)), Verify: StepSkipped, Test: StepSkipped}
 		opts.Log.Info("matrix cell", "cell", c.Name, "of", fmt.Sprintf("%d/%d", i+1, len(m.Cells)))
 		runCell(ctx, opts, metrics, &cr)
 		run.Cells = append(run.Cells, cr)
 	}
 	for _, e := range m.Excluded {
-		run.Cells = append(run.Cells, MatrixCellResult{Name: e.Name, Values: e.Values, Sets: e.Sets, Build: StepExcluded,
+		run.Cells = append(run.Cells, Cell{Name: e.Name, Values: e.Values, Sets: e.Sets, Build: StepExcluded,
 			Rules: append(slices.Clone(e.Rules), suffixAll(e.Undecided, " undecided")...), Verify: StepSkipped, Test: StepSkipped})
 	}
 	return run, ctx.Err()
@@ -213,17 +223,9 @@ func cellDir(i int, m *compat.Matrix, values map[string]string) string {
 }
 
 // runCell builds, installs (verifying) and tests one cell, recording each step.
-func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regexp, cr *MatrixCellResult) {
-	o := opts.Options
-	o.Sets = cr.Sets
-	j, err := Open(o)
-	if err != nil {
-		cr.Build, cr.Error = StepFail, err.Error()
-		return
-	}
+func runCell(ctx context.Context, opts Options, metrics []*regexp.Regexp, cr *Cell) {
 	start := time.Now()
-	res, err := j.Build(ctx, BuildOptions{OutDir: cr.Dir, Version: opts.Version, SourceDateEpoch: opts.SourceDateEpoch,
-		Environ: opts.Environ, Getenv: opts.Getenv, Repro: opts.Repro})
+	res, err := opts.Build(ctx, cr.Sets, cr.Dir)
 	cr.BuildSeconds = time.Since(start).Seconds()
 	if res != nil {
 		for _, s := range res.Stages {
@@ -235,14 +237,14 @@ func runCell(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regex
 			}
 		}
 	}
-	var re *RulesError
+	var re *RefusedError
 	var pe *toolchain.PreflightError
 	switch {
 	case errors.As(err, &re):
 		cr.Build, cr.Error = StepRefused, err.Error()
-		for _, f := range re.Findings {
-			if !slices.Contains(cr.Rules, f.ID) {
-				cr.Rules = append(cr.Rules, f.ID)
+		for _, id := range re.Rules {
+			if !slices.Contains(cr.Rules, id) {
+				cr.Rules = append(cr.Rules, id)
 			}
 		}
 		return
@@ -310,7 +312,7 @@ func installedNCCL(ctx context.Context, prefix string, base []string) *toolchain
 
 // runTest runs the cell's test command with env.sh's env and the cell's, in a fresh
 // directory of the cell, its output to a log (and opts.TestOutput), and reads the metrics.
-func runTest(ctx context.Context, opts MatrixRunOptions, metrics []*regexp.Regexp, cr *MatrixCellResult, res *Result) {
+func runTest(ctx context.Context, opts Options, metrics []*regexp.Regexp, cr *Cell, res *stage.Result) {
 	trees := map[string]string{}
 	for _, c := range res.Components {
 		trees[c.Name] = c.Tree
@@ -415,7 +417,7 @@ func compileMetrics(exprs []string) ([]*regexp.Regexp, error) {
 	for _, e := range exprs {
 		re, err := regexp.Compile(e)
 		if err != nil {
-			return nil, &UsageError{Err: fmt.Errorf("--metric %q: %w", e, err)}
+			return nil, &plan.UsageError{Err: fmt.Errorf("--metric %q: %w", e, err)}
 		}
 		out = append(out, re)
 	}

@@ -1,4 +1,4 @@
-package builder
+package pack
 
 import (
 	"bytes"
@@ -15,28 +15,27 @@ import (
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
-	"github.com/epbuild/epbuild/builder/plan"
-	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/builder/toolchain"
 )
 
 // twoPassPackage is the package stage as it was before it packed in one pass: lay out,
 // HashTree for the manifest, Pack with env.sh as an extra file and the manifest made
 // beforehand.
-func twoPassPackage(t *testing.T, r *Runner, p *plan.Plan, res *Result) []byte {
+func twoPassPackage(t *testing.T, in Input) []byte {
+	p := in.Plan
 	t.Helper()
 	ctx := context.Background()
-	sde, err := r.sourceDateEpoch(res)
+	sde, err := sourceDateEpoch(in.SourceDateEpoch, in.Components)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tree := filepath.Join(t.TempDir(), "tree")
-	for _, c := range res.Components {
+	for _, c := range in.Components {
 		if err := linkTree(c.Prefix, filepath.Join(tree, c.Name)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	script, err := envsh.EnvScript(p, tree, installedComponents(p, res))
+	script, err := envsh.EnvScript(p, tree, installedComponents(p, in.Components))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +49,7 @@ func twoPassPackage(t *testing.T, r *Runner, p *plan.Plan, res *Result) []byte {
 	plan.File = ""
 	m := manifest.Manifest{
 		Format: manifest.ManifestFormat, Recipe: p.Recipe, PlanKey: p.Key, Plan: &plan,
-		SourceDateEpoch: sde, Toolchain: r.Toolchain, Components: res.Components, Env: p.Env, Findings: r.Findings, Files: entries,
+		SourceDateEpoch: sde, Toolchain: in.Toolchain, Components: in.Components, Env: p.Env, Findings: in.Findings, Files: entries,
 	}
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -88,7 +87,7 @@ func TestPackageStageSameBytes(t *testing.T) {
 		}
 	}
 	tmp := t.TempDir()
-	res := &Result{Plan: plan}
+	in := Input{Plan: plan, Version: "test", Toolchain: &toolchain.Toolchain{OS: "linux"}}
 	for i, c := range plan.Components {
 		// libdemo sorts before manifest.json, pydemo after it.
 		prefix := filepath.Join(tmp, c.Name)
@@ -108,16 +107,11 @@ func TestPackageStageSameBytes(t *testing.T) {
 		if err := os.Symlink("m00", filepath.Join(prefix, "lib", "current")); err != nil {
 			t.Fatal(err)
 		}
-		res.Components = append(res.Components, manifest.ComponentResult{Name: c.Name, Prefix: prefix, CommitTime: 1700000000 + int64(i)})
+		in.Components = append(in.Components, manifest.ComponentResult{Name: c.Name, Prefix: prefix, CommitTime: 1700000000 + int64(i)})
 	}
-	store, err := store.OpenStore(filepath.Join(tmp, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &Runner{Store: store, Version: "test", Toolchain: &toolchain.Toolchain{OS: "linux"}}
-	want := twoPassPackage(t, r, plan, res)
+	want := twoPassPackage(t, in)
 	out := t.TempDir()
-	if err := r.packageStage(context.Background(), plan, res, out); err != nil {
+	if err := Write(context.Background(), in, out, nil); err != nil {
 		t.Fatal(err)
 	}
 	art := filepath.Join(out, ArtifactName(plan))
@@ -140,7 +134,6 @@ func TestPackageStageSameBytes(t *testing.T) {
 // linkTree mirrors src at dst with hard links (a copy where links fail), as the package
 // stage laid out its tree before it packed the prefixes in place.
 func linkTree(src, dst string) error {
-	buf := make([]byte, 1<<20)
 	return filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
 		if err != nil {
 			return err
@@ -160,7 +153,11 @@ func linkTree(src, dst string) error {
 			if os.Link(p, t) == nil {
 				return nil
 			}
-			return copyFile(p, t, fi.Mode().Perm(), buf)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(t, b, fi.Mode().Perm())
 		}
 		return nil
 	})

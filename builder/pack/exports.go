@@ -1,4 +1,4 @@
-package builder
+package pack
 
 import (
 	"context"
@@ -53,9 +53,9 @@ func wantsWheel(c *plan.PlanComponent) bool {
 // packWheels packs the python/ tree of each component that asks for a wheel into
 // dir/wheels, stamped with sde, and records them in dir/wheels.json. pkgs are the
 // Python environment's packages the build recorded (the toolchain's).
-func packWheels(p *plan.Plan, res *Result, dir string, sde int64, pkgs map[string]toolchain.PythonPackage) ([]manifest.WheelFile, error) {
+func packWheels(p *plan.Plan, comps []manifest.ComponentResult, dir string, sde int64, pkgs map[string]toolchain.PythonPackage) ([]manifest.WheelFile, error) {
 	var out []manifest.WheelFile
-	for _, c := range res.Components {
+	for _, c := range comps {
 		pc, ok := p.Component(c.Name)
 		if !ok || !wantsWheel(pc) {
 			continue
@@ -74,7 +74,7 @@ func packWheels(p *plan.Plan, res *Result, dir string, sde int64, pkgs map[strin
 		}
 		out = append(out, manifest.WheelFile{Component: c.Name, Info: info})
 	}
-	for _, c := range res.Components {
+	for _, c := range comps {
 		pc, ok := p.Component(c.Name)
 		if !ok {
 			continue
@@ -331,22 +331,22 @@ func sbomBytes(m *manifest.Manifest, artifact, sum, tool string, cr SBOMCredits)
 func SBOM(ctx context.Context, path, tool string, cr SBOMCredits) ([]byte, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
+		return nil, &plan.UsageError{Err: fmt.Errorf("sbom: %w", err)}
 	}
 	if st.IsDir() {
 		m, raw, err := manifest.ReadInstalledManifest(path)
 		if err != nil {
-			return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
+			return nil, &plan.UsageError{Err: fmt.Errorf("sbom: %w", err)}
 		}
 		art, sum := "", ""
 		r, err := manifest.ReadReceipt(path)
 		switch {
 		case err == nil && r.ManifestSHA256 != manifest.SHA256Hex(raw):
-			return nil, &UsageError{Err: fmt.Errorf("sbom: %s changed since install (the receipt pins sha256 %s): run epbuild verify-install --prefix %s", filepath.Join(path, manifest.ManifestName), store.ShortKey(r.ManifestSHA256), path)}
+			return nil, &plan.UsageError{Err: fmt.Errorf("sbom: %s changed since install (the receipt pins sha256 %s): run epbuild verify-install --prefix %s", filepath.Join(path, manifest.ManifestName), store.ShortKey(r.ManifestSHA256), path)}
 		case err == nil:
 			art, sum = r.Artifact, r.SHA256
 		case !errors.Is(err, fs.ErrNotExist):
-			return nil, &UsageError{Err: fmt.Errorf("sbom: %w", err)}
+			return nil, &plan.UsageError{Err: fmt.Errorf("sbom: %w", err)}
 		}
 		return sbomBytes(m, art, sum, tool, cr)
 	}
@@ -378,11 +378,11 @@ type ModuleOptions struct {
 func Module(opts ModuleOptions) (modulefile.Module, error) {
 	prefix, err := filepath.Abs(opts.Prefix)
 	if err != nil {
-		return modulefile.Module{}, &UsageError{Err: err}
+		return modulefile.Module{}, &plan.UsageError{Err: err}
 	}
 	m, _, err := manifest.ReadInstalledManifest(prefix)
 	if err != nil {
-		return modulefile.Module{}, &UsageError{Err: fmt.Errorf("module: %w", err)}
+		return modulefile.Module{}, &plan.UsageError{Err: fmt.Errorf("module: %w", err)}
 	}
 	env, py, ld, err := envsh.RuntimeParts(m.Plan, manifest.InstalledPrefixes(m, prefix))
 	if err != nil {
@@ -443,7 +443,7 @@ func Module(opts ModuleOptions) (modulefile.Module, error) {
 	if err := mod.Check(); err != nil {
 		var ne *modulefile.NameError
 		if errors.As(err, &ne) {
-			return mod, &UsageError{Err: fmt.Errorf("module of %s: %w", prefix, err)}
+			return mod, &plan.UsageError{Err: fmt.Errorf("module of %s: %w", prefix, err)}
 		}
 		return mod, fmt.Errorf("module of %s: %w", prefix, err)
 	}

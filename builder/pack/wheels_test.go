@@ -1,8 +1,9 @@
-package builder
+package pack
 
 import (
 	"archive/zip"
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/toolchain"
@@ -61,12 +61,12 @@ func TestNCCLReplacementWheel(t *testing.T) {
 	lib := []byte("\x7fELF not really, but the bytes torch will load\n")
 	prefix := ncclPrefix(t, lib)
 	p := ncclWheelPlan(&recipes.PythonWheel{Package: "nvidia-nccl-cu13", Dir: "nvidia/nccl", Files: []string{"lib/libnccl.so.2", "include"}})
-	res := &Result{Components: []manifest.ComponentResult{{Name: "nccl", Prefix: prefix}}}
+	comps := []manifest.ComponentResult{{Name: "nccl", Prefix: prefix}}
 	pkgs := map[string]toolchain.PythonPackage{"nvidia-nccl-cu13": {Version: "2.28.9"}}
 	pack := func() manifest.WheelFile {
 		t.Helper()
 		dir := t.TempDir()
-		ws, err := packWheels(p, res, dir, 1700000000, pkgs)
+		ws, err := packWheels(p, comps, dir, 1700000000, pkgs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,48 +133,41 @@ func TestNCCLReplacementWheelRefuses(t *testing.T) {
 	if err := os.Symlink("/etc/hostname", filepath.Join(prefix, "include", "leak.h")); err != nil {
 		t.Fatal(err)
 	}
-	res := &Result{Components: []manifest.ComponentResult{{Name: "nccl", Prefix: prefix}}}
+	comps := []manifest.ComponentResult{{Name: "nccl", Prefix: prefix}}
 	for files, want := range map[string]string{"include": "outside the component's prefix", "lib/libnccl.so.3": "lib/libnccl.so.3: the build installed no such file"} {
 		p := ncclWheelPlan(&recipes.PythonWheel{Package: "nvidia-nccl-cu13", Dir: "nvidia/nccl", Files: []string{files}})
-		if _, err := packWheels(p, res, t.TempDir(), 0, nil); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := packWheels(p, comps, t.TempDir(), 0, nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", files, err, want)
 		}
 	}
-	ws, err := packWheels(ncclWheelPlan(nil), res, t.TempDir(), 0, nil)
+	ws, err := packWheels(ncclWheelPlan(nil), comps, t.TempDir(), 0, nil)
 	if err != nil || len(ws) != 0 {
 		t.Errorf("no python-wheel: %v %+v", err, ws)
 	}
 }
 
-// The build host's checks of DeepEP see the NCCL built from source, which its wheel is
-// not installed yet to provide: preloaded for them (never in env.sh), with the recipe's
-// check-env; a recipe taking torch's NCCL preloads nothing.
-func TestStagedCheckEnv(t *testing.T) {
-	open := func(sets ...string) *plan.Plan {
-		j, err := Open(Options{Library: recipes.NewLibrary(), Recipe: "deepep-v2", CacheDir: filepath.Join(t.TempDir(), "cache"), Sets: sets})
-		if err != nil {
-			t.Fatalf("plan: %v", err)
-		}
-		return j.Plan
+// TestWheelPreflight: a recipe asking for a wheel needs setuptools, as any setup.py
+// build does, and nothing more (the wheel and build modules are not used); without
+// setuptools the preflight names it before any work (exit 3).
+func TestWheelPreflight(t *testing.T) {
+	res, err := plan.NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
 	}
-	p := open("nccl.version=2.30.7-1")
-	deepep, _ := p.Component("deepep")
-	nccl, _ := p.Component("nccl")
-	prefixes := map[string]string{"nccl": "/st/nccl", "deepep": "/st/deepep", "fmt": "/st/fmt"}
-	env := []string{"PATH=/usr/bin", "LD_PRELOAD=/opt/x.so"}
-	got := stagedCheckEnv(p, deepep, env, prefixes)
-	if v := envsh.Lookup(got, "LD_PRELOAD"); v != "/opt/x.so:/st/nccl/lib/libnccl.so.2" {
-		t.Errorf("deepep's checks preload %q", v)
+	p, err := res.Resolve("demo", nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if v := envsh.Lookup(got, "EP_SUPPRESS_NCCL_CHECK"); v != "1" {
-		t.Errorf("deepep's check-env: %q", v)
+	if pc, _ := p.Component("pydemo"); !wantsWheel(pc) {
+		t.Fatal("the demo recipe asks for no wheel")
 	}
-	if got := stagedCheckEnv(p, nccl, env, prefixes); !slices.Equal(got, env) {
-		t.Errorf("nccl's own checks: %v", got)
+	tc := &toolchain.Toolchain{Python: "/usr/bin/python3", PythonVersion: "3.11.2", Setuptools: "65.5.0", GCC: "12.2.0", CMake: "3.25.1"}
+	if err := toolchain.Preflight(p, tc); err != nil {
+		t.Errorf("setuptools without the wheel module: %v", err)
 	}
-	torchs := open()
-	d2, _ := torchs.Component("deepep")
-	if v := envsh.Lookup(stagedCheckEnv(torchs, d2, env, prefixes), "LD_PRELOAD"); v != "/opt/x.so" {
-		t.Errorf("torch's NCCL: preload %q", v)
+	tc.Setuptools = ""
+	var pe *toolchain.PreflightError
+	if err := toolchain.Preflight(p, tc); !errors.As(err, &pe) || pe.ExitCode() != 3 || !strings.Contains(err.Error(), "python setuptools") {
+		t.Errorf("no setuptools: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package builder
+package stage
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/epbuild/epbuild/builder/cache"
 	"github.com/epbuild/epbuild/builder/disk"
 	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
@@ -90,11 +91,11 @@ func ParseRepro(getenv func(string) string) (Repro, error) {
 	case "off":
 		r.Off = true
 	default:
-		return r, &UsageError{Err: fmt.Errorf("EPBUILD_REPRO=%q: give off (to measure what the reproducibility measures cost) or leave it unset", v)}
+		return r, &plan.UsageError{Err: fmt.Errorf("EPBUILD_REPRO=%q: give off (to measure what the reproducibility measures cost) or leave it unset", v)}
 	}
 	r.Root = getenv("EPBUILD_BUILD_ROOT")
 	if r.Root != "" && (!rootRe.MatchString(r.Root) || filepath.Clean(r.Root) != r.Root) {
-		return r, &UsageError{Err: fmt.Errorf("EPBUILD_BUILD_ROOT=%q: give a clean absolute path of letters, digits and ._/+- (it goes into compiler flags)", r.Root)}
+		return r, &plan.UsageError{Err: fmt.Errorf("EPBUILD_BUILD_ROOT=%q: give a clean absolute path of letters, digits and ._/+- (it goes into compiler flags)", r.Root)}
 	}
 	return r, nil
 }

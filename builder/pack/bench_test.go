@@ -1,4 +1,4 @@
-package builder
+package pack
 
 import (
 	"github.com/epbuild/epbuild/builder/install"
@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/epbuild/epbuild/builder/verify"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -14,11 +13,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/verify"
+
 	"github.com/epbuild/epbuild/builder/archive"
 	"github.com/epbuild/epbuild/builder/benchcmp"
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
-	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/recipes"
 )
@@ -32,7 +32,7 @@ func TestComparePackage(t *testing.T) {
 	benchcmp.Need(t, "tar", "zstd")
 	ctx := context.Background()
 	b := benchPackage(t)
-	r, plan, res, tmp, total, comp := b.r, b.plan, b.res, b.tmp, b.total, b.plan.Components[1].Name
+	in, plan, tmp, total, comp := b.in, b.in.Plan, b.tmp, b.total, b.in.Plan.Components[1].Name
 	var artifact int64
 	ours := func(tb testing.TB) benchcmp.Sample {
 		dir, err := os.MkdirTemp(tmp, "out-")
@@ -40,7 +40,7 @@ func TestComparePackage(t *testing.T) {
 			tb.Fatal(err)
 		}
 		defer os.RemoveAll(dir)
-		d := benchcmp.Time(tb, func() error { return r.packageStage(ctx, plan, res, dir) })
+		d := benchcmp.Time(tb, func() error { return Write(ctx, in, dir, nil) })
 		if fi, err := os.Stat(filepath.Join(dir, ArtifactName(plan))); err == nil {
 			artifact = fi.Size()
 		}
@@ -72,18 +72,18 @@ func TestCompareInstall(t *testing.T) {
 	b := benchPackage(t)
 	// the generated trees hold none of what the demo's checks look for: the install's
 	// verification checks the files alone, as the anchor does
-	b.plan.Env = nil
-	for i := range b.plan.Components {
-		b.plan.Components[i].Checks, b.plan.Components[i].Build = nil, nil
+	b.in.Plan.Env = nil
+	for i := range b.in.Plan.Components {
+		b.in.Plan.Components[i].Checks, b.in.Plan.Components[i].Build = nil, nil
 	}
 	out := filepath.Join(b.tmp, "out")
 	if err := os.Mkdir(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.r.packageStage(ctx, b.plan, b.res, out); err != nil {
+	if err := Write(ctx, b.in, out, nil); err != nil {
 		t.Fatal(err)
 	}
-	art := filepath.Join(out, ArtifactName(b.plan))
+	art := filepath.Join(out, ArtifactName(b.in.Plan))
 	fi, err := os.Stat(art)
 	if err != nil {
 		t.Fatal(err)
@@ -118,12 +118,10 @@ func TestCompareInstall(t *testing.T) {
 	benchcmp.Compare(t, benchcmp.Rounds(5), ours, anchor).Print("install", fmt.Sprintf("bytes=%d", b.total), fmt.Sprintf("artifact=%d", fi.Size()), fmt.Sprintf("cores=%d", benchcmp.Workers()))
 }
 
-// benchPkg is the package comparison's input: a runner, the demo plan and its result
-// with a generated 570 MB prefix as pydemo and a small one as libdemo.
+// benchPkg is the package comparison's input: the demo plan and its components, with a
+// generated 570 MB prefix as pydemo and a small one as libdemo.
 type benchPkg struct {
-	r     *Runner
-	plan  *plan.Plan
-	res   *Result
+	in    Input
 	tmp   string
 	total int64
 }
@@ -157,16 +155,11 @@ func benchPackage(t *testing.T) benchPkg {
 	for i := range plan.Components {
 		plan.Components[i].Patches, plan.Components[i].PatchSets = nil, nil
 	}
-	res := &Result{Plan: plan, Components: []manifest.ComponentResult{
+	in := Input{Plan: plan, Version: "bench", Toolchain: &toolchain.Toolchain{}, Components: []manifest.ComponentResult{
 		{Name: plan.Components[0].Name, Prefix: small, CommitTime: 1700000000},
 		{Name: comp, Prefix: prefix, CommitTime: 1700000000},
 	}}
-	store, err := store.OpenStore(filepath.Join(tmp, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &Runner{Store: store, Version: "bench", Toolchain: &toolchain.Toolchain{}}
-	return benchPkg{r: r, plan: plan, res: res, tmp: tmp, total: total}
+	return benchPkg{in: in, tmp: tmp, total: total}
 }
 
 func mustResolver(t testing.TB) *plan.Resolver {

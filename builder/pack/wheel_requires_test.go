@@ -1,4 +1,4 @@
-package builder
+package pack
 
 import (
 	"archive/zip"
@@ -97,7 +97,7 @@ func TestWheelRequiresWhatItWasBuiltAgainst(t *testing.T) {
 	before, _ := os.ReadFile(installed)
 	out := t.TempDir()
 	pkgs := map[string]toolchain.PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}, "nvidia-nccl-cu13": {Version: "2.28.9"}, "torch": {Version: "2.10.0"}}
-	wheels, err := packWheels(p, &Result{Components: []manifest.ComponentResult{{Name: "pydemo", Prefix: prefix}}}, out, 1700000000, pkgs)
+	wheels, err := packWheels(p, []manifest.ComponentResult{{Name: "pydemo", Prefix: prefix}}, out, 1700000000, pkgs)
 	if err != nil || len(wheels) != 1 {
 		t.Fatalf("packWheels: %v %v", wheels, err)
 	}
@@ -149,7 +149,7 @@ func TestWheelRequiresWhatItWasBuiltAgainst(t *testing.T) {
 	// a Python package whose version the build did not record is an error, not an
 	// unpinned requirement
 	delete(pkgs, "nvidia-nccl-cu13")
-	if _, err := packWheels(p, &Result{Components: []manifest.ComponentResult{{Name: "pydemo", Prefix: prefix}}}, t.TempDir(), 1700000000, pkgs); err == nil ||
+	if _, err := packWheels(p, []manifest.ComponentResult{{Name: "pydemo", Prefix: prefix}}, t.TempDir(), 1700000000, pkgs); err == nil ||
 		!strings.Contains(err.Error(), "nvidia-nccl-cu13") {
 		t.Errorf("an unrecorded version: %v", err)
 	}

@@ -1,4 +1,4 @@
-package builder
+package stage
 
 import (
 	"fmt"
@@ -14,9 +14,6 @@ import (
 	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/patches"
 )
-
-// EmbeddedHost is the URL host served by the embedded mirror (the demo and the tools).
-const EmbeddedHost = embedded.Host
 
 // FetchSources serves every URL from the user's fetcher (network or --mirror) except the
 // embedded repositories (the demo and the tools), which come from a mirror epbuild lays out from its own

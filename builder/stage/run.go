@@ -1,4 +1,4 @@
-package builder
+package stage
 
 import (
 	"context"
@@ -27,13 +27,13 @@ import (
 	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/inspect"
 	"github.com/epbuild/epbuild/builder/manifest"
+	"github.com/epbuild/epbuild/builder/pack"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/source"
 	"github.com/epbuild/epbuild/builder/store"
 	"github.com/epbuild/epbuild/builder/toolchain"
 	"github.com/epbuild/epbuild/compat"
 	"github.com/epbuild/epbuild/patches"
-	"github.com/epbuild/epbuild/recipes/userfile"
 )
 
 // Stages are the stage names, in order (what --force takes, besides all).
@@ -66,7 +66,7 @@ type Runner struct {
 	// Force lists stages to rerun ("all" for every one).
 	Force        []string
 	AllowApplied bool
-	// KeepFailed keeps a failed build step's build directory (BuildOptions.KeepFailed).
+	// KeepFailed keeps a failed build step's build directory (builder.BuildOptions.KeepFailed).
 	KeepFailed bool
 	// Version is epbuild's version, recorded in the manifest.
 	Version string
@@ -78,17 +78,20 @@ type Runner struct {
 	Repro Repro
 	// Watch shows the build steps while they run (nil: nothing does).
 	Watch Watcher
+	// AfterBuild evaluates the rules again with the build facts Run read (facts.go); the
+	// findings replace Findings, an error stops the run before the package stage. nil:
+	// not evaluated again. The policy is the caller's: the runner only asks.
+	AfterBuild func(ctx context.Context, tc *toolchain.Toolchain, build map[string]string) ([]compat.Finding, error)
 
-	// early is the patch stages Build started before preflight (startPatches): Run
+	// early is the patch stages Build started before preflight (StartPatches): Run
 	// takes their outcome.
 	early *patchPhase
 	// pycache is where the Python runs of the run (the probe's, the import checks') keep
 	// the bytecode they compile ("": each run its own).
 	pycache string
 	// buildFacts and buildFactNotes are what Run read of the built tree (facts.go), for
-	// the manifest; afterBuild evaluates the rules with them (nil: not evaluated again).
+	// the manifest; AfterBuild evaluates the rules with them.
 	buildFacts, buildFactNotes map[string]string
-	afterBuild                 func(ctx context.Context, tc *toolchain.Toolchain, build map[string]string) ([]compat.Finding, error)
 	// probing is the part of the toolchain probe still running (Prober.ProbeLater): Run
 	// waits for it before the package stage records the toolchain.
 	probing *probing
@@ -98,6 +101,25 @@ type Runner struct {
 type probing struct {
 	stop   context.CancelFunc
 	finish func()
+}
+
+// Probing gives the runner the toolchain while the probe's last question is still under
+// way (toolchain.Prober.ProbeLater): Run calls finish before the package stage records
+// the toolchain, Close stops it (stop) when no Run took it.
+func (r *Runner) Probing(tc *toolchain.Toolchain, stop context.CancelFunc, finish func()) {
+	r.Toolchain, r.probing = tc, &probing{stop: stop, finish: finish}
+}
+
+// SharedBytecode makes the run's bytecode directory, which the Python runs of the run
+// (the probe's, the import checks') share, and returns ctx carrying it for the probe;
+// Close removes it. ctx as it is when the directory cannot be made.
+func (r *Runner) SharedBytecode(ctx context.Context) context.Context {
+	dir, err := os.MkdirTemp("", "epbuild-pycache-")
+	if err != nil {
+		return ctx
+	}
+	r.pycache = dir
+	return inspect.WithBytecodeDir(ctx, dir)
 }
 
 // toolchainDone waits for the probe's last answer (it completes r.Toolchain).
@@ -222,7 +244,7 @@ func (r *Runner) forced(stage string) bool {
 // Run takes the plan through every stage, each as soon as what it reads is there:
 //
 //   - the patch stages, one component after the other (Build starts them before
-//     preflight, beside the toolchain probe: they need no toolchain; see startPatches);
+//     preflight, beside the toolchain probe: they need no toolchain; see StartPatches);
 //   - the builds, each once the builds it depends on are done: builds that do not depend
 //     on each other run at the same time and share the cores (jobs.go);
 //   - the checks, once every component is built (imports need the whole runtime env),
@@ -313,13 +335,13 @@ func (r *Runner) Run(ctx context.Context, p *plan.Plan) (*Result, error) {
 	if pkgErr != nil {
 		return res, pkgErr
 	}
-	art := filepath.Join(r.Store.Path("package", pk), ArtifactName(p))
-	sum, err := ReadSum(art)
+	art := filepath.Join(r.Store.Path("package", pk), pack.ArtifactName(p))
+	sum, err := pack.ReadSum(art)
 	if err != nil {
 		return res, err
 	}
 	res.SHA256 = sum
-	set, err := publishSet(p, r.Store.Path("package", pk), r.OutDir, sum)
+	set, err := pack.Publish(p, r.Store.Path("package", pk), r.OutDir, sum)
 	if err != nil {
 		return res, err
 	}
@@ -370,11 +392,11 @@ type patchPhase struct {
 	err    error
 }
 
-// startPatches starts the patch stages of p in the background; Run takes their outcome
+// StartPatches starts the patch stages of p in the background; Run takes their outcome
 // (a failure too: it is said after preflight, which decides first), and Close stops
 // them when the run ends before (preflight failed). They need no toolchain, so they
 // run while it is probed; nothing is built before preflight passes.
-func (r *Runner) startPatches(ctx context.Context, p *plan.Plan) {
+func (r *Runner) StartPatches(ctx context.Context, p *plan.Plan) {
 	ctx, cancel := context.WithCancel(ctx)
 	ph := &patchPhase{plan: p, stop: cancel, done: make(chan struct{})}
 	go func() {
@@ -1047,89 +1069,13 @@ func storeRelative(rs []verify.CheckResult, store string, prefixes map[string]st
 	return out
 }
 
-// ArtifactName is <recipe>-<short plan key>.tar.zst.
-func ArtifactName(p *plan.Plan) string { return p.Recipe + "-" + p.Key[:12] + ".tar.zst" }
-
-// ReadSum returns the sha256 recorded beside an artifact (NAME.sha256), computing and
-// recording it if absent or unreadable (a sidecar that is not a small regular file is
-// replaced, not read).
-func ReadSum(path string) (string, error) {
-	if b, err := userfile.ReadFile(path+".sha256", userfile.SumLimit); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 && len(f[0]) == 64 && hexString(f[0]) {
-			return strings.ToLower(f[0]), nil
-		}
-	}
-	sum, err := disk.FileSHA256(path)
-	if err != nil {
-		return "", err
-	}
-	_ = writeSidecar(path, sum)
-	return sum, nil
+// pack is the package stage: res's components give the prefixes and times, checked the
+// results the manifest records (pack.Write).
+func (r *Runner) pack(ctx context.Context, p *plan.Plan, res *Result, dir string, checked func() ([]manifest.ComponentResult, error)) error {
+	return pack.Write(ctx, pack.Input{Plan: p, Components: res.Components, SourceDateEpoch: r.SourceDateEpoch,
+		Toolchain: r.Toolchain, Findings: r.Findings, BuildFacts: r.buildFacts, BuildFactNotes: r.buildFactNotes,
+		Version: r.Version}, dir, checked)
 }
 
-func hexString(s string) bool {
-	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
-			return false
-		}
-	}
-	return true
-}
-
-// publishArtifact copies the stored artifact to dst atomically, unless dst already
-// holds the same bytes, and writes (or repairs) dst.sha256. The copy is hashed as it is
-// written: a store whose artifact and record disagree is not published.
-func publishArtifact(src, dst, sum string) error {
-	if got, err := disk.FileSHA256(dst); err == nil && got == sum {
-		return publishErr(writeSidecar(dst, sum), src, dst)
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return publishErr(err, src, dst)
-	}
-	tmp := dst + ".tmp-" + strconv.Itoa(os.Getpid())
-	got, err := disk.CopyHashed(src, tmp)
-	if err == nil && got != sum {
-		err = fmt.Errorf("the stored artifact %s has sha256 %s, its record says %s: the cache is damaged; rebuild it with --force=package", src, got, sum)
-	}
-	if err == nil {
-		err = os.Rename(tmp, dst)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return publishErr(err, src, dst)
-	}
-	return publishErr(writeSidecar(dst, sum), src, dst)
-}
-
-// publishErr says what failed, and names a full output directory as such (exit 3).
-func publishErr(err error, src, dst string) error {
-	if err == nil {
-		return nil
-	}
-	var need int64
-	if st, serr := os.Stat(src); serr == nil {
-		need = st.Size()
-	}
-	return disk.NoSpaceOr(fmt.Errorf("write artifact %s: %w", dst, err), "write artifact "+dst, filepath.Dir(dst), need,
-		"free space there, or write the artifact elsewhere with -o DIR; the build itself is cached")
-}
-
-// writeSidecar makes path.sha256 say sum, in sha256sum's format, replacing a missing or
-// damaged one atomically (a reader sees the old file or the new one, never a part).
-func writeSidecar(path, sum string) error {
-	line := sum + "  " + filepath.Base(path) + "\n"
-	side := path + ".sha256"
-	if b, err := userfile.ReadFile(side, userfile.SumLimit); err == nil && string(b) == line {
-		return nil
-	}
-	tmp := side + ".tmp-" + strconv.Itoa(os.Getpid())
-	err := os.WriteFile(tmp, []byte(line), 0o644)
-	if err == nil {
-		err = os.Rename(tmp, side)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", side, err)
-	}
-	return nil
-}
+// since is the seconds since t, to the millisecond: the debug log's timings.
+func since(t time.Time) float64 { return float64(time.Since(t).Milliseconds()) / 1000 }
