@@ -4,9 +4,11 @@
 package recipes
 
 import (
+	"encoding/json"
 	"fmt"
 	"path"
 	"reflect"
+	"regexp"
 	"strings"
 )
 
@@ -141,9 +143,93 @@ type TestRun struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Timeout bounds one run (a Go duration: 90s, 20m); its process group is killed then.
 	Timeout string `json:"timeout"`
-	// Bandwidth names regular expressions (Go syntax) read on each line of the test's
-	// output; each has a group named gbps, a number in GB/s.
-	Bandwidth map[string]string `json:"bandwidth,omitempty"`
+	// Bandwidth names how each bandwidth is read from the test's output: a regular
+	// expression (Go syntax) matched on each line, or a label and a value pattern where
+	// the program prints the number on the line after its name (BandwidthPattern).
+	Bandwidth map[string]BandwidthPattern `json:"bandwidth,omitempty"`
+}
+
+// BandwidthPattern is how one bandwidth is read from a test's output, in one of two
+// forms. The plain one, a string, is a pattern matched on each line; each match adds its
+// gbps group, a number in GB/s. The other is a mapping of Label and Value, for a program
+// that prints a figure's name on one line and its number on the next (NCCL EP's
+// ep_bench: "Dispatch (BF16): avg=..." then "throughput: avg=... GB/s"), where a pattern
+// of one line cannot tell the figures apart: Value is read from the line right after a
+// line Label matches, and from no other. The next line only, so that a figure missing
+// from one run is not read from a later figure's line.
+type BandwidthPattern struct {
+	// Line is the plain form; empty in the mapping form.
+	Line string `json:"-"`
+	// Label matches the line before the number's.
+	Label string `json:"label,omitempty"`
+	// Value matches the line after Label's; it has a group named gbps, a number in GB/s.
+	Value string `json:"value,omitempty"`
+}
+
+// Plain reports whether this is the plain form (a pattern of one line).
+func (b BandwidthPattern) Plain() bool { return b.Label == "" && b.Value == "" }
+
+// Compile compiles the patterns: value is the one that captures gbps (Line in the plain
+// form), label is nil in the plain form. The error names the pattern that does not
+// compile (label, value or the plain one).
+func (b BandwidthPattern) Compile() (label, value *regexp.Regexp, err error) {
+	if b.Plain() {
+		value, err = regexp.Compile(b.Line)
+		return nil, value, err
+	}
+	if label, err = regexp.Compile(b.Label); err != nil {
+		return nil, nil, fmt.Errorf("label: %w", err)
+	}
+	if value, err = regexp.Compile(b.Value); err != nil {
+		return nil, nil, fmt.Errorf("value: %w", err)
+	}
+	return label, value, nil
+}
+
+// bandwidthMapping is the mapping form as written, decoded strictly (an unknown key is
+// an error at its line).
+type bandwidthMapping struct {
+	Label string `json:"label"`
+	Value string `json:"value"`
+}
+
+// UnmarshalYAML reads either form (goccy/go-yaml's InterfaceUnmarshaler).
+func (b *BandwidthPattern) UnmarshalYAML(unmarshal func(any) error) error {
+	var s string
+	if err := unmarshal(&s); err == nil {
+		*b = BandwidthPattern{Line: s}
+		return nil
+	}
+	var m bandwidthMapping
+	if err := unmarshal(&m); err != nil {
+		return err
+	}
+	*b = BandwidthPattern{Label: m.Label, Value: m.Value}
+	return nil
+}
+
+// MarshalJSON writes the plain form as the string it was, so that a plan (and its key)
+// reads as before the mapping form existed.
+func (b BandwidthPattern) MarshalJSON() ([]byte, error) {
+	if b.Plain() {
+		return json.Marshal(b.Line)
+	}
+	return json.Marshal(bandwidthMapping{Label: b.Label, Value: b.Value})
+}
+
+// UnmarshalJSON reads either form (a manifest's plan).
+func (b *BandwidthPattern) UnmarshalJSON(data []byte) error {
+	var s string
+	if err := json.Unmarshal(data, &s); err == nil {
+		*b = BandwidthPattern{Line: s}
+		return nil
+	}
+	var m bandwidthMapping
+	if err := json.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("bandwidth: a pattern or {label, value}: %w", err)
+	}
+	*b = BandwidthPattern{Label: m.Label, Value: m.Value}
+	return nil
 }
 
 // NeedRDMA is a test's need of an RDMA device on the node (TestRun.Needs).

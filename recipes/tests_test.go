@@ -1,7 +1,9 @@
 package recipes
 
 import (
+	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -116,5 +118,96 @@ func TestCheckEnvErrors(t *testing.T) {
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), ":22:")):
 			t.Errorf("%s: got %v, want %q at line 22", c.entry, err, c.want)
 		}
+	}
+}
+
+// labelledBench is a test whose bandwidths are read in both forms: a pattern of one line,
+// and a label with the value on the line after it (NCCL EP's ep_bench).
+const labelledBench = `        - name: bench
+          argv: [./ep_bench]
+          timeout: 10m
+          bandwidth:
+            plain: 'avg=(?P<gbps>[0-9.]+) GB/s'
+            dispatch:
+              label: '^Dispatch \(BF16\):'
+              value: '^\s+throughput: avg=(?P<gbps>[0-9.]+) GB/s'
+`
+
+// The mapping form of a bandwidth is loaded and checked at its lines: a pattern that
+// does not compile, a value that captures no number, a missing half, an unknown key.
+func TestBandwidthLabelForm(t *testing.T) {
+	cases := []struct {
+		name, from, to string
+		want           []string
+		at             string // the line of the error holds this text
+	}{
+		{"good", "", "", nil, ""},
+		{"bad label", `'^Dispatch \(BF16\):'`, `'^Dispatch (BF16:'`, []string{"bandwidth pattern dispatch: label:", "Go regular-expression syntax"}, "label: '^Dispatch (BF16:'"},
+		{"bad value", `throughput: avg=(?P<gbps>[0-9.]+) GB/s'`, `throughput: avg=(?P<gbps>[0-9.]+ GB/s'`, []string{"bandwidth pattern dispatch: value:", "Go regular-expression syntax"}, "value: '^"},
+		{"no gbps in value", `throughput: avg=(?P<gbps>[0-9.]+)`, `throughput: avg=([0-9.]+)`, []string{"value has no group named gbps", "(?P<gbps>[0-9.]+)"}, "value: '^"},
+		{"gbps in label", `'^Dispatch \(BF16\):'`, `'^Dispatch (?P<gbps>x):'`, []string{"the label has a group named gbps"}, "label: '^Dispatch (?P<gbps>"},
+		{"no label", "              label: '^Dispatch \\(BF16\\):'\n", "", []string{"bandwidth dispatch needs label"}, "value:"},
+		{"no value", "              value: '^\\s+throughput: avg=(?P<gbps>[0-9.]+) GB/s'\n", "", []string{"bandwidth dispatch needs value", "(?P<gbps>[0-9.]+)"}, "label:"},
+		{"unknown key", "              label:", "              lable:", []string{`unknown field "lable"`}, "lable:"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.from != "" && !strings.Contains(labelledBench, c.from) {
+				t.Fatalf("the case's text %q is not in the fixture", c.from)
+			}
+			body := goodRecipe + goodTests + strings.Replace(labelledBench, c.from, c.to, 1)
+			err := loadAndValidate(t, body)
+			if len(c.want) == 0 {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("no error; want %q", c.want)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			var e *Error
+			var es Errors
+			switch {
+			case errors.As(err, &es):
+				e = es[0]
+			case errors.As(err, &e):
+			}
+			lines := strings.Split(body, "\n")
+			if e == nil || e.Line < 1 || e.Line > len(lines) || !strings.Contains(lines[e.Line-1], c.at) {
+				t.Errorf("error located at %+v, want the line holding %q", e, c.at)
+			}
+		})
+	}
+}
+
+// The plain form reads back as the string it was, so a plan's key does not change; the
+// mapping form round-trips through a manifest's JSON.
+func TestBandwidthPatternJSON(t *testing.T) {
+	run := TestRun{Bandwidth: map[string]BandwidthPattern{
+		"a": {Line: `x=(?P<gbps>\d+)`},
+		"b": {Label: "^L", Value: `v=(?P<gbps>\d+)`},
+	}}
+	b, err := json.Marshal(run.Bandwidth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"a":"x=(?P\u003cgbps\u003e\\d+)","b":{"label":"^L","value":"v=(?P\u003cgbps\u003e\\d+)"}}`; string(b) != want {
+		t.Errorf("JSON %s, want %s", b, want)
+	}
+	var back map[string]BandwidthPattern
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, run.Bandwidth) {
+		t.Errorf("read back %+v, want %+v", back, run.Bandwidth)
+	}
+	if err := json.Unmarshal([]byte(`{"a":3}`), &back); err == nil {
+		t.Error("a number read as a bandwidth pattern")
 	}
 }

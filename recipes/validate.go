@@ -627,14 +627,39 @@ func (d *Doc) validateTests(p string, c *Component, add func(string, string, ...
 			if !compRe.MatchString(name) {
 				add(bp, "bandwidth name %q must start with a letter and use lower-case letters, digits and '-' (dispatch-fp8)", name)
 			}
-			re, err := regexp.Compile(r.Bandwidth[name])
-			switch {
-			case err != nil:
-				add(bp, "bandwidth pattern %s: %v (Go regular-expression syntax)", name, err)
-			case re.SubexpIndex("gbps") < 0:
-				add(bp, "bandwidth pattern %s has no group named gbps: capture the number as (?P<gbps>[0-9.]+)", name)
-			}
+			validateBandwidth(bp, name, r.Bandwidth[name], add)
 		}
+	}
+}
+
+// validateBandwidth checks one bandwidth of a test, in either form: the patterns
+// compile, the one that reads the number captures gbps, and the mapping form has both
+// its label and its value.
+func validateBandwidth(bp, name string, b BandwidthPattern, add func(string, string, ...any)) {
+	if !b.Plain() {
+		switch {
+		case b.Label == "":
+			add(bp, "bandwidth %s needs label: a pattern of the line before the number's ('^Dispatch \\(BF16\\):'), or give one pattern as a string", name)
+			return
+		case b.Value == "":
+			add(bp, "bandwidth %s needs value: a pattern of the line after the label's, capturing the number as (?P<gbps>[0-9.]+)", name)
+			return
+		}
+	}
+	label, re, err := b.Compile()
+	switch {
+	case err != nil && b.Plain():
+		add(bp, "bandwidth pattern %s: %v (Go regular-expression syntax)", name, err)
+	case err != nil:
+		// the field that does not compile, at its own line
+		field, _, _ := strings.Cut(err.Error(), ":")
+		add(bp+"."+field, "bandwidth pattern %s: %v (Go regular-expression syntax)", name, err)
+	case re.SubexpIndex("gbps") < 0 && b.Plain():
+		add(bp, "bandwidth pattern %s has no group named gbps: capture the number as (?P<gbps>[0-9.]+)", name)
+	case re.SubexpIndex("gbps") < 0:
+		add(bp+".value", "bandwidth %s: value has no group named gbps: capture the number as (?P<gbps>[0-9.]+) (the label only finds the line before it)", name)
+	case label != nil && label.SubexpIndex("gbps") >= 0:
+		add(bp+".label", "bandwidth %s: the label has a group named gbps, which is never read: the number is read from value, on the line after the label's", name)
 	}
 }
 

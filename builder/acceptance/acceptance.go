@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/epbuild/epbuild/builder/procgroup"
+	"github.com/epbuild/epbuild/recipes"
 )
 
 // Status of a test.
@@ -34,10 +36,27 @@ const (
 	NotRun = "not-run"
 )
 
-// Pattern is a named bandwidth pattern: a regular expression with a group named gbps.
+// Pattern is a named bandwidth pattern: a regular expression with a group named gbps,
+// matched on every line, or, with Label, only on the line right after one Label matches
+// (recipes.BandwidthPattern).
 type Pattern struct {
-	Name string
-	Re   *regexp.Regexp
+	Name  string
+	Re    *regexp.Regexp
+	Label *regexp.Regexp
+}
+
+// Patterns compiles a test's bandwidths as the recipe declares them, in name order; the
+// error names the bandwidth whose pattern does not compile.
+func Patterns(bw map[string]recipes.BandwidthPattern) ([]Pattern, error) {
+	out := make([]Pattern, 0, len(bw))
+	for _, name := range slices.Sorted(maps.Keys(bw)) {
+		label, re, err := bw[name].Compile()
+		if err != nil {
+			return nil, fmt.Errorf("bandwidth %s: %w", name, err)
+		}
+		out = append(out, Pattern{Name: name, Re: re, Label: label})
+	}
+	return out, nil
 }
 
 // Test is one declared test, ready to run.
@@ -373,22 +392,33 @@ type Meter struct {
 	sum      []float64
 	low      []float64
 	n        []int
+	// after[i]: the line before this one matched pattern i's Label
+	after []bool
 }
 
 // NewMeter reads the values of these patterns.
 func NewMeter(p []Pattern) *Meter {
-	return &Meter{patterns: p, sum: make([]float64, len(p)), low: make([]float64, len(p)), n: make([]int, len(p))}
+	return &Meter{patterns: p, sum: make([]float64, len(p)), low: make([]float64, len(p)), n: make([]int, len(p)), after: make([]bool, len(p))}
 }
 
 // Line reads one line: each pattern that matches adds its gbps value (a pattern may
 // match a line more than once, as DeepEP's low-latency test prints two bandwidths a line).
+// A pattern with a Label reads one value, from the line right after its label's only.
 func (m *Meter) Line(l string) {
 	for i, p := range m.patterns {
 		g := p.Re.SubexpIndex("gbps")
 		if g < 0 {
 			continue
 		}
-		for _, sm := range p.Re.FindAllStringSubmatch(l, -1) {
+		matches := -1
+		if p.Label != nil {
+			matches = 0
+			if m.after[i] {
+				matches = 1
+			}
+			m.after[i] = p.Label.MatchString(l)
+		}
+		for _, sm := range p.Re.FindAllStringSubmatch(l, matches) {
 			v, err := strconv.ParseFloat(sm[g], 64)
 			if err != nil || v < 0 || v != v {
 				continue

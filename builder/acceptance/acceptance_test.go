@@ -3,7 +3,6 @@ package acceptance
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -30,9 +29,9 @@ func recipePatterns(t *testing.T, recipe, component, test string) []Pattern {
 	}
 	for _, r := range c.Tests.Run {
 		if r.Name == test {
-			var out []Pattern
-			for _, n := range slices.Sorted(maps.Keys(r.Bandwidth)) {
-				out = append(out, Pattern{Name: n, Re: regexp.MustCompile(r.Bandwidth[n])})
+			out, err := Patterns(r.Bandwidth)
+			if err != nil {
+				t.Fatal(err)
 			}
 			return out
 		}
@@ -261,5 +260,83 @@ echo "GPU 2: NVIDIA H100 80GB HBM3 (UUID: GPU-4)"
 	}
 	if n, from := GPUs(ctx, []string{"PATH=" + dir, "CUDA_VISIBLE_DEVICES=2,3"}); n != 2 || from != "CUDA_VISIBLE_DEVICES" {
 		t.Errorf("CUDA_VISIBLE_DEVICES: %d (%s)", n, from)
+	}
+}
+
+// nccl-ep's patterns read NCCL EP's ep_bench summary as rank 0 prints it at
+// nccl-ep-v0.1.0 (ep_bench.cu's printf formats, numbers put in), fed through the sink
+// `epbuild test` reads a test's output with, in pieces that split lines: each figure
+// from the line after its name, and nothing from the lines of another figure that look
+// the same (the same "throughput:" line under each name, recv and send under both).
+func TestNCCLEPBenchLabelledLines(t *testing.T) {
+	ll := `
+=== Summary (Low Latency, across 8 ranks) ===
+
+--- Host-observed performance ---
+Dispatch (BF16):  avg=45.10 us, min=40.02 us, max=51.77 us
+                  throughput: avg=163.42 GB/s, min=142.37 GB/s (rank 5), max=184.10 GB/s (rank 2)
+Combine (BF16):   avg=70.31 us, min=66.00 us, max=75.90 us
+                  throughput: avg=209.88 GB/s, min=194.41 GB/s (rank 7), max=223.60 GB/s (rank 0)
+Total (D+C):      avg=118.25 us, min=110.30 us, max=127.00 us
+                  throughput: avg=187.12 GB/s, min=174.23 GB/s (rank 3), max=200.61 GB/s (rank 1)
+
+--- Kernel-only performance ---
+  NOTE: CUPTI support was not compiled.
+
+Byte counts: dispatch=7.37 MB (BF16), combine=14.76 MB (BF16), selections=1024
+`
+	ht := `
+=== Summary (High Throughput BF16, across 8 ranks) ===
+NOTE: total time = kernel time + memcpyD2D + misc
+--- BW based on total time ---
+Dispatch:    total=812.40 us (min=790.11, max=840.73)
+             recv: total_bw=301.55  nvl_bw=301.55  rdma_bw=0.00 GB/s
+             send: total_bw=298.02  nvl_bw=298.02  rdma_bw=0.00 GB/s
+Combine:     total=1402.66 us (min=1380.00, max=1431.25)
+             send: total_bw=174.65  nvl_bw=174.65  rdma_bw=0.00 GB/s
+             recv: total_bw=172.61  nvl_bw=172.61  rdma_bw=0.00 GB/s
+Total (D+C): avg=2230.12 us, min=2201.00 us, max=2262.40 us
+
+--- BW based on kernel time ---
+  NOTE: CUPTI support was not compiled.
+`
+	for _, c := range []struct {
+		test, out string
+		want      map[string]float64
+	}{
+		{"ll-bench", ll, map[string]float64{"dispatch": 163.42, "combine": 209.88, "dispatch-combine": 187.12}},
+		{"ht-bench", ht, map[string]float64{"dispatch-nvl": 301.55, "combine-nvl": 174.65}},
+	} {
+		s := newSink(recipePatterns(t, "nccl-ep", "nccl-ep", c.test), 0)
+		for out := c.out; out != ""; {
+			n := min(7, len(out))
+			if _, err := s.Write([]byte(out[:n])); err != nil {
+				t.Fatal(err)
+			}
+			out = out[n:]
+		}
+		s.flush()
+		got := map[string]Bandwidth{}
+		for _, b := range s.bandwidths() {
+			got[b.Name] = b
+		}
+		if len(got) != len(c.want) {
+			t.Errorf("%s: read %+v, want %v", c.test, got, c.want)
+		}
+		for n, v := range c.want {
+			if w := (Bandwidth{Name: n, GBps: v, MinGBps: v, Samples: 1}); got[n] != w {
+				t.Errorf("%s %s: %+v, want %+v", c.test, n, got[n], w)
+			}
+		}
+	}
+}
+
+// A labelled pattern reads its value from the line right after the label's and from no
+// other: not from a value line further down, nor from one before any label.
+func TestLabelReadsTheNextLineOnly(t *testing.T) {
+	p := []Pattern{{Name: "x", Label: regexp.MustCompile(`^X:`), Re: regexp.MustCompile(`v=(?P<gbps>[0-9.]+)`)}}
+	got := read(p, "v=1\nX:\nv=10 v=99\nv=2\nX:\nnoise\nv=3\nX: v=4\nX:\nv=20")
+	if w := (Bandwidth{Name: "x", GBps: 15, MinGBps: 10, Samples: 2}); got["x"] != w {
+		t.Errorf("read %+v, want %+v (10 and 20 only)", got["x"], w)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -76,12 +75,8 @@ func LoadInstallTests(prefix string, base []string, only []string) (*InstallTest
 			if t.Timeout, err = time.ParseDuration(r.Timeout); err != nil || t.Timeout <= 0 {
 				return nil, &plan.UsageError{Err: fmt.Errorf("%s: test %s: timeout %q is not a duration: the manifest was not written by epbuild", filepath.Join(abs, manifest.ManifestName), full, r.Timeout)}
 			}
-			for _, name := range slices.Sorted(maps.Keys(r.Bandwidth)) {
-				re, err := regexp.Compile(r.Bandwidth[name])
-				if err != nil {
-					return nil, &plan.UsageError{Err: fmt.Errorf("%s: test %s: bandwidth %s: %w", filepath.Join(abs, manifest.ManifestName), full, name, err)}
-				}
-				t.Bandwidth = append(t.Bandwidth, acceptance.Pattern{Name: name, Re: re})
+			if t.Bandwidth, err = acceptance.Patterns(r.Bandwidth); err != nil {
+				return nil, &plan.UsageError{Err: fmt.Errorf("%s: test %s: %w", filepath.Join(abs, manifest.ManifestName), full, err)}
 			}
 			it.Tests = append(it.Tests, t)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -290,7 +291,7 @@ func newSchemaCmd(app *App) *cobra.Command {
 }
 
 func recipeSchema() ([]byte, error) {
-	r := &jsonschema.Reflector{RequiredFromJSONSchemaTags: false, DoNotReference: false}
+	r := &jsonschema.Reflector{RequiredFromJSONSchemaTags: false, DoNotReference: false, Mapper: bandwidthSchema}
 	s := r.Reflect(&recipes.Recipe{})
 	s.ID = "https://github.com/epbuild/epbuild/recipes/schema.json"
 	s.Title = "epbuild recipe"
@@ -299,6 +300,21 @@ func recipeSchema() ([]byte, error) {
 		return nil, fmt.Errorf("encode recipe schema: %w", err)
 	}
 	return append(b, '\n'), nil
+}
+
+// bandwidthSchema gives a test's bandwidth its two forms (recipes.BandwidthPattern): a
+// pattern, or a label and a value; nil for every other type, which is reflected.
+func bandwidthSchema(t reflect.Type) *jsonschema.Schema {
+	if t != reflect.TypeFor[recipes.BandwidthPattern]() {
+		return nil
+	}
+	props := jsonschema.NewProperties()
+	props.Set("label", &jsonschema.Schema{Type: "string", Description: "matches the line before the number's"})
+	props.Set("value", &jsonschema.Schema{Type: "string", Description: "matches the line right after the label's; captures the number as (?P<gbps>...)"})
+	return &jsonschema.Schema{OneOf: []*jsonschema.Schema{
+		{Type: "string", Description: "a pattern matched on each line; captures the number as (?P<gbps>...)"},
+		{Type: "object", Properties: props, Required: []string{"label", "value"}, AdditionalProperties: jsonschema.FalseSchema},
+	}}
 }
 
 func shortPin(p string) string {
