@@ -54,6 +54,77 @@ type Runtime struct {
 	Ranks       *uint32 `json:"ranks,omitempty" jsonschema:"minimum=1"`
 	Hidden      *uint32 `json:"hidden,omitempty" jsonschema:"minimum=1"`
 	LowLatency  *bool   `json:"low-latency,omitempty"`
+	// NVCC says that a component compiles GPU code at run time with the node's nvcc (EPv2,
+	// NCCL EP's high-throughput mode, Hybrid-EP), and where its JIT looks for one. It is
+	// here, not a test's need, because every job needs it, not only the tests: verify-install
+	// --host checks the node for it, and a test that runs the JIT says needs: [nvcc].
+	NVCC *NVCC `json:"nvcc,omitempty"`
+}
+
+// NVCC is a component's run-time compiler: which component runs it, and where it looks.
+type NVCC struct {
+	// Component is the component whose JIT runs nvcc, named in what the checks report.
+	Component string `json:"component"`
+	// Lookup is where the JIT looks for nvcc, in order, in the job's environment; left out,
+	// EPv2's (DefaultNVCCLookup).
+	Lookup []NVCCStep `json:"lookup,omitempty"`
+}
+
+// NVCCStep is one place a JIT looks for nvcc; exactly one of Env, File and Path is set.
+type NVCCStep struct {
+	// Env is a variable that, when set, names the nvcc to run (a path, or a program looked
+	// up on PATH): the lookup ends there, found or not.
+	Env string `json:"env,omitempty" jsonschema:"pattern=^[A-Za-z_][A-Za-z0-9_]*$"`
+	// File is a path that may start with $VAR or ${VAR} ($CUDA_HOME/bin/nvcc); passed over
+	// while a variable it names is unset. Once it is set the lookup ends there, unless
+	// Optional: then a path without an executable goes on to the next step.
+	File     string `json:"file,omitempty"`
+	Optional bool   `json:"optional,omitempty"`
+	// Path is a program looked up on PATH (nvcc); the lookup goes on where there is none.
+	Path string `json:"path,omitempty"`
+}
+
+// DefaultNVCCLookup is where EPv2's JIT looks for nvcc (csrc/jit/compiler.hpp and
+// deep_ep/__init__.py find_cuda_home at 723716f): EP_JIT_NVCC_COMPILER, else CUDA_HOME,
+// else CUDA_PATH, else the toolkit of the nvcc on PATH, else /usr/local/cuda.
+func DefaultNVCCLookup() []NVCCStep {
+	return []NVCCStep{{Env: "EP_JIT_NVCC_COMPILER"}, {File: "$CUDA_HOME/bin/nvcc"}, {File: "$CUDA_PATH/bin/nvcc"}, {Path: "nvcc"}, {File: "/usr/local/cuda/bin/nvcc"}}
+}
+
+// Steps is the lookup order: Lookup, else DefaultNVCCLookup.
+func (n *NVCC) Steps() []NVCCStep {
+	if len(n.Lookup) == 0 {
+		return DefaultNVCCLookup()
+	}
+	return n.Lookup
+}
+
+// fileVarRe is a $VAR or ${VAR} in an nvcc lookup's file.
+var fileVarRe = regexp.MustCompile(`\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))`)
+
+// Expand is File with its variables' values from env; ok is false while one of them is
+// unset or empty (the JIT passes such a step over).
+func (s NVCCStep) Expand(env map[string]string) (file string, ok bool) {
+	ok = true
+	file = fileVarRe.ReplaceAllStringFunc(s.File, func(m string) string {
+		sm := fileVarRe.FindStringSubmatch(m)
+		v := env[sm[1]+sm[2]]
+		ok = ok && v != ""
+		return v
+	})
+	return file, ok
+}
+
+// String writes a step as the lookup's documentation does: $NVCC, $CUDA_HOME/bin/nvcc,
+// nvcc on PATH.
+func (s NVCCStep) String() string {
+	switch {
+	case s.Env != "":
+		return "$" + s.Env
+	case s.File != "":
+		return s.File
+	}
+	return s.Path + " on PATH"
 }
 
 // Toolchain lists requirements on the build host. Versions are vendor versions or
@@ -136,8 +207,10 @@ type TestRun struct {
 	Nodes int `json:"nodes,omitempty" jsonschema:"minimum=1"`
 	// Needs names what the node must have for the test to mean anything; without it the
 	// test is reported as not run, with the reason. rdma: an RDMA device (a verbs NIC
-	// under /sys/class/infiniband), for a test whose traffic cannot take NVLink.
-	Needs []string `json:"needs,omitempty" jsonschema:"uniqueItems=true,enum=rdma"`
+	// under /sys/class/infiniband), for a test whose traffic cannot take NVLink. nvcc: the
+	// nvcc the recipe's runtime.nvcc says the JIT looks for, for a test that compiles
+	// kernels at run time.
+	Needs []string `json:"needs,omitempty" jsonschema:"uniqueItems=true,enum=rdma,enum=nvcc"`
 	// Env is added to the install's runtime env for this test alone (EP_DISABLE_GIN=1: a
 	// path the node cannot take without a NIC), plain values, no LD_PRELOAD.
 	Env map[string]string `json:"env,omitempty"`
@@ -232,11 +305,15 @@ func (b *BandwidthPattern) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// NeedRDMA is a test's need of an RDMA device on the node (TestRun.Needs).
-const NeedRDMA = "rdma"
+// What a test may need of the node (TestRun.Needs): an RDMA device, and the nvcc the
+// recipe's runtime.nvcc says its JIT looks for.
+const (
+	NeedRDMA = "rdma"
+	NeedNVCC = "nvcc"
+)
 
 // TestNeeds are what a test may need of the node (TestRun.Needs).
-func TestNeeds() []string { return []string{NeedRDMA} }
+func TestNeeds() []string { return []string{NeedRDMA, NeedNVCC} }
 
 // MinNodes is how many nodes the test needs (Nodes, at least 1).
 func (t TestRun) MinNodes() int { return max(t.Nodes, 1) }

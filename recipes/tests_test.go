@@ -211,3 +211,97 @@ func TestBandwidthPatternJSON(t *testing.T) {
 		t.Error("a number read as a bandwidth pattern")
 	}
 }
+
+// runtimeNVCC says deepep's JIT looks for nvcc as NCCL EP's does.
+const runtimeNVCC = `runtime:
+  nvcc:
+    component: deepep
+    lookup:
+      - env: NCCL_EP_JIT_NVCC
+      - file: $CUDA_HOME/bin/nvcc
+        optional: true
+      - file: ${CUDA_PATH}/bin/nvcc
+      - path: nvcc
+`
+
+// runtime.nvcc names a component and places to look, each at its line with the fix; a
+// test may need nvcc only where the recipe says where the JIT looks.
+func TestRuntimeNVCC(t *testing.T) {
+	needs := strings.Replace(goodTests, "nodes: 2", "nodes: 2\n          needs: [nvcc]", 1)
+	cases := []struct {
+		name, tests, from, to string
+		want                  string
+		at                    string
+	}{
+		{"good", needs, "", "", "", ""},
+		{"default lookup", needs, "    lookup:\n      - env: NCCL_EP_JIT_NVCC\n      - file: $CUDA_HOME/bin/nvcc\n        optional: true\n      - file: ${CUDA_PATH}/bin/nvcc\n      - path: nvcc\n", "", "", ""},
+		{"no such component", needs, "component: deepep", "component: nccl-ep", `component: the component whose JIT runs nvcc at run time (one of this recipe's), not "nccl-ep"`, "component: nccl-ep"},
+		{"two places", needs, "      - path: nvcc", "      - path: nvcc\n        env: NVCC", "a lookup step is one place", "- path: nvcc"},
+		{"bad variable", needs, "env: NCCL_EP_JIT_NVCC", "env: NCCL-EP", `env: "NCCL-EP" is not a variable name`, "env: NCCL-EP"},
+		{"relative file", needs, "file: $CUDA_HOME/bin/nvcc", "file: bin/nvcc", `file: "bin/nvcc" is not absolute`, "file: bin/nvcc"},
+		{"bad variable syntax", needs, "file: ${CUDA_PATH}/bin/nvcc", "file: ${CUDA_PATH/bin/nvcc", "write a variable as $NAME or ${NAME}", "file: ${CUDA_PATH/bin"},
+		{"path with a slash", needs, "path: nvcc", "path: /usr/bin/nvcc", "use file: for a path", "path: /usr/bin/nvcc"},
+		{"optional env", needs, "      - env: NCCL_EP_JIT_NVCC\n", "      - env: NCCL_EP_JIT_NVCC\n        optional: true\n", "optional applies to a file: step only", "optional: true"},
+		{"unknown key", needs, "component: deepep", "component: deepep\n    compiler: nvcc", `unknown field "compiler"`, "compiler: nvcc"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.from != "" && !strings.Contains(runtimeNVCC, c.from) {
+				t.Fatalf("the case's text %q is not in the fixture", c.from)
+			}
+			body := goodRecipe + c.tests + strings.Replace(runtimeNVCC, c.from, c.to, 1)
+			err := loadAndValidate(t, body)
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want %q", err, c.want)
+			}
+			var e *Error
+			var es Errors
+			switch {
+			case errors.As(err, &es):
+				e = es[0]
+			case errors.As(err, &e):
+			}
+			lines := strings.Split(body, "\n")
+			if e == nil || e.Line < 1 || e.Line > len(lines) || !strings.Contains(lines[e.Line-1], c.at) {
+				t.Errorf("error located at %+v, want the line holding %q", e, c.at)
+			}
+		})
+	}
+	err := loadAndValidate(t, goodRecipe+needs)
+	if err == nil || !strings.Contains(err.Error(), "needs nvcc, and the recipe does not say where the JIT looks for it") || !strings.Contains(err.Error(), "runtime: {nvcc: {component: deepep}}") {
+		t.Errorf("needs: [nvcc] without runtime.nvcc: %v", err)
+	}
+}
+
+// The lookup's files read their variables as a shell does, and a step with one unset is
+// passed over; the default is EPv2's order.
+func TestNVCCStepExpand(t *testing.T) {
+	env := map[string]string{"CUDA_HOME": "/opt/cuda", "EMPTY": ""}
+	for _, c := range []struct {
+		file, want string
+		ok         bool
+	}{
+		{"$CUDA_HOME/bin/nvcc", "/opt/cuda/bin/nvcc", true},
+		{"${CUDA_HOME}/bin/nvcc", "/opt/cuda/bin/nvcc", true},
+		{"$CUDA_PATH/bin/nvcc", "/bin/nvcc", false},
+		{"$EMPTY/bin/nvcc", "/bin/nvcc", false},
+		{"/usr/local/cuda/bin/nvcc", "/usr/local/cuda/bin/nvcc", true},
+	} {
+		if got, ok := (NVCCStep{File: c.file}).Expand(env); got != c.want || ok != c.ok {
+			t.Errorf("%s: %q %v, want %q %v", c.file, got, ok, c.want, c.ok)
+		}
+	}
+	var order []string
+	for _, st := range (&NVCC{Component: "deepep"}).Steps() {
+		order = append(order, st.String())
+	}
+	if got := strings.Join(order, ", "); got != "$EP_JIT_NVCC_COMPILER, $CUDA_HOME/bin/nvcc, $CUDA_PATH/bin/nvcc, nvcc on PATH, /usr/local/cuda/bin/nvcc" {
+		t.Errorf("default order %s", got)
+	}
+}

@@ -112,6 +112,7 @@ func (d *Doc) Validate(patchSets PatchSetLookup) error {
 			add("$.runtime."+n.key, "%s is %s, at least 1 (leave it out when unknown)", n.key, n.what)
 		}
 	}
+	validateNVCC(r.Runtime.NVCC, names, add)
 	for _, comp := range slices.Sorted(maps.Keys(r.Matrix)) {
 		if _, ok := names[comp]; !ok {
 			add("$.matrix", "matrix axis %q names no component of this recipe", comp)
@@ -614,6 +615,8 @@ func (d *Doc) validateTests(p string, c *Component, add func(string, string, ...
 				add(fmt.Sprintf("%s.needs[%d]", rp, k), "unknown need %q: a test can need %s", n, strings.Join(TestNeeds(), ", "))
 			} else if slices.Index(r.Needs, n) != k {
 				add(fmt.Sprintf("%s.needs[%d]", rp, k), "%s is named twice", n)
+			} else if n == NeedNVCC && d.Recipe.Runtime.NVCC == nil {
+				add(fmt.Sprintf("%s.needs[%d]", rp, k), "needs nvcc, and the recipe does not say where the JIT looks for it: declare runtime.nvcc with the component whose JIT runs it (runtime: {nvcc: {component: %s}})", c.Name)
 			}
 		}
 		plainEnv(rp+".env", r.Env, "a test's env holds plain values added to the install's runtime env: no LD_PRELOAD and no templates (set those in the recipe's env)", add)
@@ -628,6 +631,45 @@ func (d *Doc) validateTests(p string, c *Component, add func(string, string, ...
 				add(bp, "bandwidth name %q must start with a letter and use lower-case letters, digits and '-' (dispatch-fp8)", name)
 			}
 			validateBandwidth(bp, name, r.Bandwidth[name], add)
+		}
+	}
+}
+
+// validateNVCC checks runtime.nvcc: a component of the recipe, and each lookup step one
+// place: a variable's name, a path that is absolute once its variables are set, or a
+// program's name.
+func validateNVCC(n *NVCC, names map[string]int, add func(string, string, ...any)) {
+	if n == nil {
+		return
+	}
+	const p = "$.runtime.nvcc"
+	if _, ok := names[n.Component]; !ok {
+		add(p+".component", "runtime.nvcc needs component: the component whose JIT runs nvcc at run time (one of this recipe's), not %q", n.Component)
+	}
+	for i, st := range n.Lookup {
+		sp := fmt.Sprintf("%s.lookup[%d]", p, i)
+		set := 0
+		for _, v := range []string{st.Env, st.File, st.Path} {
+			if v != "" {
+				set++
+			}
+		}
+		switch {
+		case set != 1:
+			add(sp, "a lookup step is one place: env: VAR (the variable names nvcc), file: $CUDA_HOME/bin/nvcc, or path: nvcc (on PATH)")
+		case st.Env != "" && !envRe.MatchString(st.Env):
+			add(sp+".env", "env: %q is not a variable name (NCCL_EP_JIT_NVCC)", st.Env)
+		case st.File != "":
+			if strings.Contains(fileVarRe.ReplaceAllString(st.File, "x"), "$") {
+				add(sp+".file", "file: %q: write a variable as $NAME or ${NAME} ($CUDA_HOME/bin/nvcc)", st.File)
+			} else if !strings.HasPrefix(st.File, "/") && !strings.HasPrefix(st.File, "$") {
+				add(sp+".file", "file: %q is not absolute: start it with / or a variable that holds a directory ($CUDA_HOME/bin/nvcc)", st.File)
+			}
+		case st.Path != "" && (strings.Contains(st.Path, "/") || strings.TrimSpace(st.Path) != st.Path):
+			add(sp+".path", "path: %q is a program's name looked up on PATH (nvcc), not a path: use file: for a path", st.Path)
+		}
+		if st.Optional && st.File == "" {
+			add(sp+".optional", "optional applies to a file: step only (a file that may be missing, after which the lookup goes on)")
 		}
 	}
 }

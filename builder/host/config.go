@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/epbuild/epbuild/compat"
+	"github.com/epbuild/epbuild/recipes"
 )
 
 // Transport is how NVSHMEM reaches other nodes, which decides the checks that apply.
@@ -47,6 +48,9 @@ type Config struct {
 	// CUDA VMM off (NVSHMEM_SYMMETRIC_SIZE, 1 GiB when unset); 0 when VMM is on and the
 	// heap grows as DeepEP allocates.
 	FixedHeapBytes uint64 `json:"fixed_heap_bytes,omitempty"`
+	// NVCC is the recipe's runtime.nvcc: the component whose JIT compiles kernels on the
+	// node, and where it looks for nvcc (nil: nothing is compiled at run time).
+	NVCC *recipes.NVCC `json:"nvcc,omitempty"`
 	// Hosts are the job's nodes (--hosts FILE, or the Slurm allocation), HostsFrom where
 	// they were read; none: the hostname check is skipped.
 	Hosts     []string `json:"-"`

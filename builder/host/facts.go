@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/epbuild/epbuild/recipes"
 )
 
 // Facts are what the compatibility rules may ask of a node (the host: conditions of
@@ -238,65 +240,16 @@ func (r *Node) readNVParams() (nvParams, error) {
 }
 
 // nvcc says whether a job finds an executable nvcc where EPv2 looks for one at run time
-// (csrc/jit/compiler.hpp and deep_ep/__init__.py find_cuda_home at 723716f):
-// EP_JIT_NVCC_COMPILER, else $CUDA_HOME/bin/nvcc with CUDA_HOME, else CUDA_PATH, else
-// the directory above the nvcc on PATH, else /usr/local/cuda.
+// (recipes.DefaultNVCCLookup).
 func (r *Node) nvcc() string {
 	state, _ := r.nvccAt()
 	return state
 }
 
-// nvccAt is nvcc's state (present, absent, "" when not known) and, when present, its path.
+// nvccAt is nvcc's state (present, absent, "" when not known) and, when present, its path,
+// where EPv2 looks.
 func (r *Node) nvccAt() (string, string) {
-	env := r.cfg.Env
-	found := func(p string) (string, string) {
-		ok, err := r.sys.IsExecutable(p)
-		switch {
-		case err != nil:
-			return "", ""
-		case ok:
-			return "present", p
-		}
-		return "absent", ""
-	}
-	onPath := func(name string) string {
-		for _, dir := range strings.Split(env["PATH"], ":") {
-			if path.IsAbs(dir) {
-				if ok, _ := r.sys.IsExecutable(path.Join(dir, name)); ok {
-					return path.Join(dir, name)
-				}
-			}
-		}
-		return ""
-	}
-	if c := env["EP_JIT_NVCC_COMPILER"]; c != "" {
-		if !strings.Contains(c, "/") {
-			if p := onPath(c); p != "" {
-				return "present", p
-			}
-			return "absent", ""
-		}
-		if !path.IsAbs(c) {
-			return "", "" // relative to the job's working directory, which is not known here
-		}
-		return found(c)
-	}
-	home := env["CUDA_HOME"]
-	if home == "" {
-		home = env["CUDA_PATH"]
-	}
-	if home == "" {
-		if p := onPath("nvcc"); p != "" {
-			home = path.Dir(path.Dir(p))
-		}
-	}
-	if home == "" {
-		home = "/usr/local/cuda"
-	}
-	if !path.IsAbs(home) {
-		return "", ""
-	}
-	return found(path.Join(home, "bin", "nvcc"))
+	return FindNVCC(r.sys, r.cfg.Env, recipes.DefaultNVCCLookup())
 }
 
 // nvccVersion is the version of the nvcc EPv2's JIT runs on this node, from the

@@ -75,6 +75,8 @@ func Kinds() []check.Kind[*Node] {
 		one("host.nccl.version", "R18/epv2-nccl", "the NCCL a job loads against the one DeepEP was built with (R18)", (*Node).checkNCCL),
 		withCtx("host.gpu.free-memory", "each GPU's free memory (nvidia-smi) against the recipe's runtime.buffer-bytes, or the whole "+
 			"symmetric heap NVSHMEM reserves with CUDA VMM off (R32)", (*Node).checkFreeMemory),
+		one("host.jit.nvcc", "R29/nvcc-missing", "the nvcc (and CUDA headers) a component that compiles kernels at run time finds on the node, "+
+			"where its JIT looks (the recipe's runtime.nvcc)", (*Node).checkJITNVCC),
 		one("host.hostnames", "", "the job's nodes (--hosts FILE, or the Slurm allocation) have distinct hostnames, this node's among them", (*Node).checkHostnames),
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/epbuild/epbuild/builder/manifest"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
+	"github.com/epbuild/epbuild/recipes"
 )
 
 // InstallTests are the tests an install carries (the recipe's tests: of each component),
@@ -24,6 +25,8 @@ type InstallTests struct {
 	// Env is env.sh's environment over the caller's (InstallEnv).
 	Env   []string
 	Tests []acceptance.Test
+	// NVCC is the recipe's runtime.nvcc, where a test that needs nvcc looks (nil: none).
+	NVCC *recipes.NVCC
 }
 
 // LoadInstallTests reads the tests of the install at prefix from its manifest's plan.
@@ -44,7 +47,7 @@ func LoadInstallTests(prefix string, base []string, only []string) (*InstallTest
 	}
 	// a test must not change the install it tests (verify-install reads its bytecode)
 	env = envsh.WithEnv(env, map[string]string{"PYTHONDONTWRITEBYTECODE": "1"})
-	it := &InstallTests{Prefix: abs, Recipe: m.Plan.Recipe, PlanKey: m.PlanKey, Env: env}
+	it := &InstallTests{Prefix: abs, Recipe: m.Plan.Recipe, PlanKey: m.PlanKey, Env: env, NVCC: m.Plan.Runtime.NVCC}
 	prefixes := manifest.InstalledPrefixes(m, abs)
 	want := map[string]bool{}
 	for _, o := range only {

@@ -441,6 +441,7 @@ func hostConfig(p *plan.Plan, tc *toolchain.Toolchain, sys sysroot.Root, env map
 	if b := p.Runtime.BufferBytes; b != nil {
 		cfg.BufferBytes = *b
 	}
+	cfg.NVCC = p.Runtime.NVCC
 	if nv, ok := p.Component("nvshmem"); ok {
 		cfg.NVSHMEMVersion = nv.Version
 		if nv.Source.Python != nil && tc != nil {

@@ -423,3 +423,35 @@ func TestHostChecksScopedToTheRecipe(t *testing.T) {
 		t.Errorf("host.gpus without a recipe on a node without GPUs: %+v", r)
 	}
 }
+
+// The recipe's runtime.nvcc reaches the node check: on a node without nvcc where the
+// JIT looks, host.jit.nvcc fails with the fix and R29's nvcc-missing (the same thing, for
+// EPv2) is not said twice; with a toolkit at CUDA_HOME both pass. Hybrid-EP reads only
+// CUDA_HOME: nvcc on PATH does not do for it.
+func TestHostJITNVCC(t *testing.T) {
+	root := hostfixture.GCPB200(t)
+	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "deepep-v2"), Mapped: -1, JobEnv: []string{"PATH=/usr/bin"}})
+	if c := fixture.Result(t, rep.Checks, "host.jit.nvcc"); c.Status != check.Fail || !strings.Contains(c.Fix, "set EP_JIT_NVCC_COMPILER") || !strings.Contains(c.Why, "deepep compiles") {
+		t.Errorf("deepep-v2 without nvcc: %+v", c)
+	}
+	if r, ok := check.Find(rep.Checks, "rule.R29/nvcc-missing"); ok {
+		t.Errorf("the rule repeats the node check: %+v", r)
+	}
+	hostfixture.At(t, root).CUDAToolkit("/opt/cuda-13.0")
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "deepep-v2"), Mapped: -1, JobEnv: []string{"CUDA_HOME=/opt/cuda-13.0"}})
+	if c := fixture.Result(t, rep.Checks, "host.jit.nvcc"); c.Status != check.Pass || !strings.Contains(c.Read, "/opt/cuda-13.0/bin/nvcc") {
+		t.Errorf("deepep-v2 with CUDA_HOME: %+v", c)
+	}
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "hybrid-ep"), Mapped: -1, JobEnv: []string{"PATH=/opt/cuda-13.0/bin"}})
+	if c := fixture.Result(t, rep.Checks, "host.jit.nvcc"); c.Status != check.Fail || !strings.Contains(c.Read, "$CUDA_HOME/bin/nvcc") || !strings.Contains(c.Fix, "set CUDA_HOME") {
+		t.Errorf("hybrid-ep with nvcc on PATH only: %+v", c)
+	}
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "nccl-ep"), Mapped: -1, JobEnv: []string{"PATH=/opt/cuda-13.0/bin"}})
+	if c := fixture.Result(t, rep.Checks, "host.jit.nvcc"); c.Status != check.Pass {
+		t.Errorf("nccl-ep with nvcc on PATH: %+v", c)
+	}
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(root), Plan: hostPlan(t, "gcp-b200"), Mapped: -1})
+	if c := fixture.Result(t, rep.Checks, "host.jit.nvcc"); c.Status != check.Skip {
+		t.Errorf("a recipe that compiles nothing at run time: %+v", c)
+	}
+}

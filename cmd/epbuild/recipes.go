@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epbuild/epbuild/builder/disk"
+	"github.com/epbuild/epbuild/builder/host"
 	"github.com/epbuild/epbuild/builder/plan"
 	"github.com/epbuild/epbuild/builder/quote"
 	"github.com/epbuild/epbuild/recipes"
@@ -190,6 +191,10 @@ func writePlan(w io.Writer, p *plan.Plan) {
 		for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 			fmt.Fprintf(w, "  %s=%s\n", k, p.Env[k])
 		}
+	}
+	if n := p.Runtime.NVCC; n != nil {
+		fmt.Fprintf(w, "\nruntime nvcc\n  %s compiles its kernels on the node, with the nvcc at %s (verify-install --host checks it)\n",
+			quote.Term(n.Component), quote.Term(host.NVCCLookup(n)))
 	}
 	for _, n := range p.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)

@@ -55,7 +55,9 @@ says the job spans that many; then start epbuild test on each node of the job, w
 variables the test reads to meet its peers (DeepEP's: MASTER_ADDR, MASTER_PORT,
 WORLD_SIZE, RANK). A test that needs an RDMA device (needs: [rdma] in the recipe: DeepEP
 a84a248's low-latency test, whose NVSHMEM traffic cannot take NVLink) is "not run" on a
-node without one (read under /sys/class/infiniband, or --sysroot's capture).
+node without one (read under /sys/class/infiniband, or --sysroot's capture), and so is a
+test that compiles kernels at run time (needs: [nvcc]) on a node without nvcc where the
+recipe's runtime.nvcc says its JIT looks, in the tests' environment.
 
 One table: each test, pass, fail or not-run, its seconds, the bandwidths it printed (the
 recipe's patterns: name=GB/s, the mean over the lines that matched) and for a failure the
@@ -89,7 +91,7 @@ is no install, --only names no test, a bad flag); 3 this node lacks a test's pro
 				return err
 			}
 			defer done()
-			rep.Tests = acceptance.Run(cmd.Context(), it.Tests, acceptance.Options{Procs: rep.Procs, Nodes: nodes, Env: it.Env, Timeout: timeout, Lacks: nodeLacks(sys)})
+			rep.Tests = acceptance.Run(cmd.Context(), it.Tests, acceptance.Options{Procs: rep.Procs, Nodes: nodes, Env: it.Env, Timeout: timeout, Lacks: nodeLacks(sys, it)})
 			if rep.Tests == nil {
 				rep.Tests = []acceptance.Result{}
 			}
@@ -124,10 +126,12 @@ is no install, --only names no test, a bad flag); 3 this node lacks a test's pro
 	return cmd
 }
 
-// nodeLacks says why the node read through sys cannot give a test what it needs.
-func nodeLacks(sys sysroot.Root) func(string) string {
+// nodeLacks says why the node read through sys cannot give a test of it what it needs.
+func nodeLacks(sys sysroot.Root, it *install.InstallTests) func(string) string {
 	return func(need string) string {
 		switch need {
+		case recipes.NeedNVCC:
+			return lacksNVCC(sys, it)
 		case recipes.NeedRDMA:
 			devs, err := host.RDMADevices(sys)
 			switch {
@@ -140,6 +144,18 @@ func nodeLacks(sys sysroot.Root) func(string) string {
 		}
 		return fmt.Sprintf("needs %q, which this epbuild does not know (a newer epbuild wrote the recipe)", need)
 	}
+}
+
+// lacksNVCC says why a test that compiles kernels at run time cannot run here, in the
+// tests' environment.
+func lacksNVCC(sys sysroot.Root, it *install.InstallTests) string {
+	env := map[string]string{}
+	for _, kv := range it.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return host.LacksNVCC(sys, env, it.NVCC)
 }
 
 // testFailure is the exit the results call for: 3 when a test's program is missing on

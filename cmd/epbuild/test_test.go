@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/acceptance"
 	"github.com/epbuild/epbuild/builder/host/hostfixture"
 	"github.com/epbuild/epbuild/builder/host/sysroot"
+	"github.com/epbuild/epbuild/builder/install"
 	"github.com/epbuild/epbuild/recipes"
 )
 
@@ -149,7 +152,7 @@ func TestTestToFleetReport(t *testing.T) {
 func TestNodeLacksRDMA(t *testing.T) {
 	f := hostfixture.New(t)
 	f.GPU("pci0000:00/0000:00:01.0", 0)
-	lacks := nodeLacks(sysroot.New(f.Root()))
+	lacks := nodeLacks(sysroot.New(f.Root()), &install.InstallTests{})
 	if why := lacks(recipes.NeedRDMA); !strings.Contains(why, "needs an RDMA device") || !strings.Contains(why, "this node has none") {
 		t.Errorf("no RDMA device: %q", why)
 	}
@@ -159,5 +162,47 @@ func TestNodeLacksRDMA(t *testing.T) {
 	f.IBDevice("mlx5_0", "pci0000:00/0000:00:02.0", "mlx5_core", hostfixture.ActiveRoCE([4]byte{10, 0, 0, 1}))
 	if why := lacks(recipes.NeedRDMA); why != "" {
 		t.Errorf("with mlx5_0: %q", why)
+	}
+}
+
+// A test that needs nvcc (needs: [nvcc]) is judged by the recipe's runtime.nvcc, in the
+// tests' environment, on the node read through the sysroot: not run without one, with
+// the reason and the fix; run with one.
+func TestNodeLacksNVCC(t *testing.T) {
+	doc, err := recipes.NewLibrary().Load("nccl-ep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := &install.InstallTests{Env: []string{"PATH=/usr/bin", "CUDA_HOME=/usr/local/cuda-13.0"}, NVCC: doc.Recipe.Runtime.NVCC}
+	f := hostfixture.New(t)
+	why := nodeLacks(sysroot.New(f.Root()), it)(recipes.NeedNVCC)
+	if !strings.Contains(why, "needs nvcc: nccl-ep compiles its kernels at run time") || !strings.Contains(why, "set CUDA_HOME") {
+		t.Errorf("no nvcc: %q", why)
+	}
+	rs := acceptance.Run(context.Background(), []acceptance.Test{{Component: "nccl-ep", Name: "ht", Argv: []string{"./ep_test"}, Needs: []string{recipes.NeedNVCC}}},
+		acceptance.Options{Lacks: nodeLacks(sysroot.New(f.Root()), it)})
+	if len(rs) != 1 || rs[0].Status != acceptance.NotRun || !strings.HasPrefix(rs[0].Reason, "needs nvcc") {
+		t.Errorf("the test without nvcc: %+v", rs)
+	}
+	f.CUDAToolkit("/usr/local/cuda-13.0")
+	if why := nodeLacks(sysroot.New(f.Root()), it)(recipes.NeedNVCC); why != "" {
+		t.Errorf("with /usr/local/cuda-13.0/bin/nvcc: %q", why)
+	}
+}
+
+// show says which component compiles kernels on the node, and where its JIT looks for
+// nvcc, as verify-install --host and epbuild test look.
+func TestShowRuntimeNVCC(t *testing.T) {
+	for recipe, want := range map[string]string{
+		"nccl-ep":   "runtime nvcc\n  nccl-ep compiles its kernels on the node, with the nvcc at $NCCL_EP_JIT_NVCC, else $NVCC, else $CUDA_HOME/bin/nvcc,",
+		"hybrid-ep": "runtime nvcc\n  deepep compiles its kernels on the node, with the nvcc at $CUDA_HOME/bin/nvcc (verify-install --host checks it)",
+		"deepep-v2": "with the nvcc at $EP_JIT_NVCC_COMPILER, else $CUDA_HOME/bin/nvcc",
+	} {
+		if code, out, errs := run(t, nil, "show", recipe); code != 0 || !strings.Contains(out, want) {
+			t.Errorf("show %s: exit %d, want %q\n%s\n%s", recipe, code, want, out, errs)
+		}
+	}
+	if _, out, _ := run(t, nil, "show", "single-node"); strings.Contains(out, "runtime nvcc") {
+		t.Errorf("show single-node: a runtime nvcc it does not declare\n%s", out)
 	}
 }

@@ -339,6 +339,14 @@ func (f *Fixture) Executable(p string) {
 	}
 }
 
+// CUDAToolkit writes a CUDA toolkit at host directory dir as a JIT finds it: an empty
+// executable bin/nvcc and the runtime's header, include/cuda_runtime.h.
+func (f *Fixture) CUDAToolkit(dir string) {
+	f.t.Helper()
+	f.Executable(dir + "/bin/nvcc")
+	f.Write(dir+"/include/cuda_runtime.h", "")
+}
+
 // IMEXChannel creates /dev/nvidia-caps-imex-channels/channel<n> (an empty file here; a
 // character device on a node).
 func (f *Fixture) IMEXChannel(n int) {
