@@ -86,6 +86,12 @@ tell". A component from an archive drifts over a git repository given with
 }
 
 func writeDrift(w io.Writer, rep *drift.Report, changes bool) {
+	if len(rep.Tables) == 0 && len(rep.Skipped) == 0 {
+		// a recipe of pins alone (nccl-ep, hybrid-ep) has nothing to drift: say so, not nothing
+		fmt.Fprintf(w, "%s: no component carries a patch set: nothing to try on upstream commits (its pins move only by an edit of the recipe)\n",
+			quote.Term(rep.Recipe))
+		return
+	}
 	for i, t := range rep.Tables {
 		if i > 0 {
 			fmt.Fprintln(w)

@@ -37,6 +37,10 @@ func TestDriftCommand(t *testing.T) {
 		rep.Tables[0].Rows[0].Sets[0].State != "clean" {
 		t.Fatalf("drift --json: exit %d %+v\n%s", code, rep, errs)
 	}
+	// a recipe without patch sets says so instead of printing nothing
+	if code, out, errs := run(t, env, "drift", "hybrid-ep"); code != 0 || !strings.Contains(out, "hybrid-ep: no component carries a patch set") {
+		t.Errorf("drift hybrid-ep: exit %d\n%s%s", code, out, errs)
+	}
 	// history comes from a mirror; the cache has only pinned commits
 	if code, _, errs := run(t, env, "drift", "gcp-b200"); code != exitBadInput || !strings.Contains(errs, "give a mirror") {
 		t.Errorf("drift without a mirror: exit %d, want 2\n%s", code, errs)
