@@ -127,6 +127,9 @@ func TestRecipeErrors(t *testing.T) {
 		{"unknown dep", strings.Replace(goodRecipe, "depends: [nvshmem]", "depends: [nccl]", 1), nil, []string{"depends on \"nccl\"", "r.yaml:16"}, 0, 0},
 		{"bad env", strings.Replace(goodRecipe, "NVSHMEM_DIR:", "1BAD:", 1), nil, []string{"1BAD"}, 0, 0},
 		{"bad template", strings.Replace(goodRecipe, "{{nvshmem.prefix}}", "{{nvshmem.home}}", 1), nil, []string{"unknown template"}, 0, 0},
+		// the build host's MPI: only where the toolchain requires one, so preflight finds it
+		{"mpi.home without mpi", strings.Replace(goodRecipe, "{{nvshmem.prefix}}", "{{mpi.home}}", 1), nil, []string{"template {{mpi.home}} needs an MPI", "require:"}, 0, 0},
+		{"mpi.home", strings.Replace(strings.Replace(goodRecipe, "{{nvshmem.prefix}}", "{{mpi.home}}", 1), "components:\n", "toolchain:\n  require: [mpi]\ncomponents:\n", 1), nil, nil, 0, 0},
 		{"cycle", strings.Replace(goodRecipe, "        commit: 131da55f643ac87c810ba0bc51d359258bf433a1\n", "        commit: 131da55f643ac87c810ba0bc51d359258bf433a1\n    depends: [deepep]\n", 1), nil, []string{"dependency cycle", "→"}, 0, 0},
 		{"two sources", strings.Replace(goodRecipe, "    source:\n      git:\n        url: https://github.com/NVIDIA/nvshmem", "    source:\n      python: {package: nvidia-nvshmem-cu12}\n      git:\n        url: https://github.com/NVIDIA/nvshmem", 1), nil, []string{"exactly one of git, archive, python"}, 0, 0},
 		{"bad version", strings.Replace(goodRecipe, "3.4.5-0", "3.4.5-rc", 1), nil, []string{"package revision"}, 0, 0},

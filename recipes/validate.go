@@ -451,17 +451,24 @@ func checkURL(p, raw string, add func(string, string, ...any)) {
 
 // validateTemplates checks the {{...}} references in a value: {{prefix}}, {{cuda.home}},
 // {{jobs}}, {{nvcc}} (the nvcc a build step should run: epbuild's reproducible wrapper
-// where there is one), and {{C.prefix}}, {{C.src}}, {{C.version}} for a component C (a
-// dependency, where deps is given).
+// where there is one), {{mpi.home}} (the MPI the toolchain probe found and the manifest
+// records: only with require: [mpi], which makes preflight find one), and {{C.prefix}},
+// {{C.src}}, {{C.version}} for a component C (a dependency, where deps is given).
 func (d *Doc) validateTemplates(p, val string, names map[string]int, deps map[string]bool, add func(string, string, ...any)) {
 	for _, m := range templateRe.FindAllStringSubmatch(val, -1) {
 		ref := m[1]
 		if ref == "prefix" || ref == "cuda.home" || ref == "jobs" || ref == "nvcc" {
 			continue
 		}
+		if ref == "mpi.home" {
+			if !slices.Contains(d.Recipe.Toolchain.Require, "mpi") {
+				add(p, "template {{mpi.home}} needs an MPI on the build host: add mpi to toolchain: require: (preflight then finds it, MPI_HOME first, else the directory above mpicc's bin/)")
+			}
+			continue
+		}
 		comp, field, ok := strings.Cut(ref, ".")
 		if !ok || (field != "prefix" && field != "src" && field != "version") {
-			add(p, "unknown template {{%s}}: use {{prefix}}, {{cuda.home}}, {{jobs}}, {{nvcc}} or {{COMPONENT.prefix|src|version}}", ref)
+			add(p, "unknown template {{%s}}: use {{prefix}}, {{cuda.home}}, {{jobs}}, {{nvcc}}, {{mpi.home}} or {{COMPONENT.prefix|src|version}}", ref)
 			continue
 		}
 		if _, known := names[comp]; !known {

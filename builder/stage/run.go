@@ -883,7 +883,7 @@ func (r *Runner) buildStage(ctx context.Context, p *plan.Plan, c *plan.PlanCompo
 		return fmt.Errorf("build %s: %w", c.Name, err)
 	}
 	t := r.Toolchain
-	vars := map[string]string{"prefix": prefix, "jobs": strconv.Itoa(jobs), "cuda.home": t.CUDAHome, "nvcc": t.NVCC}
+	vars := map[string]string{"prefix": prefix, "jobs": strconv.Itoa(jobs), "cuda.home": t.CUDAHome, "nvcc": t.NVCC, "mpi.home": t.MPIHome}
 	// what the build may name of its dependencies, through stable links when the
 	// measures are on: their paths end up in what it builds (RUNPATH, -I)
 	for _, pc := range p.Components {

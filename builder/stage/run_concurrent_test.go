@@ -323,3 +323,35 @@ components:
 		})
 	}
 }
+
+// {{mpi.home}} gives a step the MPI the toolchain probe found (MPI_HOME with mpi.h, else
+// the directory above mpicc's bin/), the one the manifest records, and {{cuda.home}} its
+// CUDA: a build step names the build host's tools through the probe, not a search of
+// its own.
+func TestHostTemplatesReachSteps(t *testing.T) {
+	s := fixture.NewShape(t, map[string]map[string]string{"one": {"README": "one\n"}}, `name: hosttemplates
+cluster: test
+description: a step that names the build host's MPI and CUDA
+toolchain: {require: [mpi]}
+components:
+  - name: one
+    version: 1.0.0
+    source: {git: {url: "URL_one", commit: COMMIT_one}}
+    build:
+      - command:
+          env: {MPI: "{{mpi.home}}", CUDA: "{{cuda.home}}", CTL: "@CTL@"}
+          run: [sh, -c, 'echo "$MPI" > "$CTL/mpi" && echo "$CUDA" > "$CTL/cuda" && mkdir -p "$DESTDIR$PREFIX" && : > "$DESTDIR$PREFIX/one.txt"']
+    checks: [{file: one.txt}]
+`)
+	r, p := shapeRunner(t, s, 2)
+	r.Toolchain.MPIHome, r.Toolchain.CUDAHome = "/opt/hpcx/ompi", "/opt/cuda-13.0"
+	if _, err := r.Run(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Read(t, "mpi"); got != "/opt/hpcx/ompi" {
+		t.Errorf("{{mpi.home}} gave %q", got)
+	}
+	if got := s.Read(t, "cuda"); got != "/opt/cuda-13.0" {
+		t.Errorf("{{cuda.home}} gave %q", got)
+	}
+}

@@ -241,7 +241,11 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 			break
 		}
 	}
-	if m := look("mpicc"); m != "" {
+	// MPI_HOME first, as MPI builds (NCCL EP's Makefile) read it, else the directory above
+	// mpicc's bin/: the MPI {{mpi.home}} gives a build is the one the manifest records
+	if h := p.Getenv("MPI_HOME"); h != "" && disk.FileExists(filepath.Join(h, "include", "mpi.h")) {
+		t.MPIHome = h
+	} else if m := look("mpicc"); m != "" {
 		t.MPIHome = filepath.Dir(filepath.Dir(m))
 	}
 	if p.CMakePackages {
@@ -515,7 +519,7 @@ func Preflight(p *plan.Plan, t *Toolchain) error {
 		add("GDRCopy", "include/gdrapi.h under GDRCOPY_HOME", "", "install GDRCopy and set GDRCOPY_HOME; or --set nvshmem.options.NVSHMEM_USE_GDRCOPY=0")
 	}
 	if n.MPI && t.MPIHome == "" {
-		add("MPI", "mpicc on PATH", "", "install OpenMPI or turn NVSHMEM_MPI_SUPPORT off")
+		add("MPI", "include/mpi.h under MPI_HOME, or mpicc on PATH", "", "install OpenMPI (mpicc on PATH) or set MPI_HOME to an MPI installation; for NVSHMEM's MPI bootstrap, turning NVSHMEM_MPI_SUPPORT off also does")
 	}
 	preflightCMakePackages(n, t, add)
 	if len(miss) > 0 {
@@ -622,7 +626,7 @@ func (p *Prober) ProbeLater(ctx context.Context, dir string) (t *Toolchain, fini
 // in dir that stores it.
 func (p *Prober) cacheFile(dir string) (key, file string) {
 	var env []string
-	for _, k := range []string{"PATH", "CUDA_HOME", "CUDA_PATH", "LIBFABRIC_HOME", "GDRCOPY_HOME", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME"} {
+	for _, k := range []string{"PATH", "CUDA_HOME", "CUDA_PATH", "LIBFABRIC_HOME", "GDRCOPY_HOME", "MPI_HOME", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME"} {
 		env = append(env, k+"="+p.Getenv(k))
 	}
 	// probe/2: nvcc's reproducibility flags

@@ -99,3 +99,36 @@ func writeSite(t *testing.T, files map[string]string) string {
 	}
 	return site
 }
+
+// MPI comes from MPI_HOME when it holds an MPI (include/mpi.h), as NCCL EP's Makefile
+// reads it, else from the directory above mpicc's bin/; an MPI_HOME without mpi.h is not
+// an MPI. {{mpi.home}} and the manifest take what this finds.
+func TestProbeMPIHome(t *testing.T) {
+	dir := t.TempDir()
+	onPath := filepath.Join(dir, "openmpi")
+	if err := os.MkdirAll(filepath.Join(onPath, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(onPath, "bin", "mpicc"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	named := filepath.Join(dir, "hpcx", "ompi")
+	if err := os.MkdirAll(filepath.Join(named, "include"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(named, "include", "mpi.h"), []byte("/* mpi */\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", filepath.Join(onPath, "bin")) // the probe looks programs up on the process's PATH
+	for _, c := range []struct{ mpiHome, want string }{
+		{"", onPath},
+		{named, named},
+		{filepath.Join(dir, "empty"), onPath},
+	} {
+		env := map[string]string{"PATH": filepath.Join(onPath, "bin"), "MPI_HOME": c.mpiHome}
+		tc := (&Prober{Getenv: func(k string) string { return env[k] }}).Probe(context.Background())
+		if tc.MPIHome != c.want {
+			t.Errorf("MPI_HOME=%q: MPIHome %q, want %q", c.mpiHome, tc.MPIHome, c.want)
+		}
+	}
+}
