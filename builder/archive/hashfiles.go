@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"runtime"
 	"sync"
 )
@@ -97,7 +96,7 @@ func hashFiles[T any](ctx context.Context, workers int, jobs <-chan T, path func
 
 // hashFile hashes the file at p as reading it sees it. buf is the worker's (copyBufSize).
 func hashFile(ctx context.Context, p string, buf []byte) FileSum {
-	f, err := os.Open(p)
+	f, err := openRead(p)
 	if err != nil {
 		return FileSum{Err: err}
 	}
