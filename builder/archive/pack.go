@@ -114,9 +114,9 @@ type item struct {
 // directories included, owner 0:0 without names, one mtime, modes reduced to 0755/0644,
 // symlinks kept verbatim (absolute or escaping targets refused). Each byte of the tree is
 // read once where it can be: a file's sha256 is computed in the read that feeds the
-// archive, files are read straight into the frames the workers compress, and the sha256 of the output is computed
-// as it is written. (With opts.Late, the files are hashed first and read again, from the
-// page cache, when the archive reaches them: see LateFile.)
+// archive, that read goes straight into the frames the workers compress, and the sha256
+// of the output is computed as it is written. (With opts.Late, the files are hashed first
+// and read again, from the page cache, when the archive reaches them: see LateFile.)
 //
 // The tar stream is compressed in the zstd seekable format (see seekable.FrameSize): frames of a
 // fixed size compressed on opts.Workers cores, then the seek table. The bytes depend on
@@ -573,7 +573,7 @@ func readFile(ctx context.Context, it *item, h hash.Hash, w io.ReaderFrom) error
 	case err != nil && ctx.Err() != nil:
 		return ctx.Err()
 	case err != nil:
-		return fmt.Errorf("entry %q: read: %w", it.Path, err)
+		return fmt.Errorf("entry %q: %w", it.Path, err)
 	case total > it.Size:
 		return fmt.Errorf("entry %q: file grew while being packed; do not modify the tree during packing", it.Path)
 	case total < it.Size:
@@ -615,6 +615,9 @@ func (r *limitedFile) Read(p []byte) (int, error) {
 		r.h.Write(p[:n])
 	}
 	r.left -= int64(n)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("read: %w", err)
+	}
 	return n, err
 }
 
