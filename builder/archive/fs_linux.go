@@ -20,3 +20,19 @@ func renameNoReplace(oldpath, newpath string) error {
 	}
 	return nil
 }
+
+// openRead opens name for reading. os.Open tries to register every file it opens with
+// the poller (fcntl, epoll_ctl, fcntl again: a regular file never can be), which costs
+// more than reading a small file; a descriptor handed to os.NewFile is not tried.
+func openRead(name string) (*os.File, error) {
+	for {
+		fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: name, Err: err}
+		}
+		return os.NewFile(uintptr(fd), name), nil
+	}
+}

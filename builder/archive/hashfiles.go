@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"runtime"
 	"sync"
 )
@@ -24,15 +23,15 @@ type FileSum struct {
 	Err  error // the file could not be opened or read; the other fields are unset
 }
 
-// wholeMax: files under it are read whole into a buffer of their lane; bigger ones are
-// mapped (or, where they cannot be, hashed alone: again).
+// wholeMax: files under it are read whole into their worker's buffer; bigger ones are
+// read in chunks.
 const wholeMax = 256 << 10
 
 // HashFiles hashes the file path(job) of every job from jobs on runtime.NumCPU() workers,
 // one file at a time on each, with crypto/sha256 (SHA extensions where the CPU has them),
 // and calls done from the worker with each result. A file under wholeMax bytes is read
-// whole in one read (its bytes go to done); a bigger one is hashed through a mapping, and
-// read instead when the mapping faults or the file changed size (hashOpen). An error from
+// whole in one read (its bytes go to done); a bigger one is read in chunks of the
+// worker's buffer (see HashFile). An error from
 // done stops the hashing, and HashFiles returns the first (or ctx's) once every worker
 // has stopped. The caller closes jobs when it has sent them all, and stops sending when
 // ctx is done: HashFiles does not drain jobs.
@@ -97,7 +96,7 @@ func hashFiles[T any](ctx context.Context, workers int, jobs <-chan T, path func
 
 // hashFile hashes the file at p as reading it sees it. buf is the worker's (copyBufSize).
 func hashFile(ctx context.Context, p string, buf []byte) FileSum {
-	f, err := os.Open(p)
+	f, err := openRead(p)
 	if err != nil {
 		return FileSum{Err: err}
 	}
@@ -107,8 +106,9 @@ func hashFile(ctx context.Context, p string, buf []byte) FileSum {
 		return FileSum{Err: err}
 	}
 	if size := fi.Size(); fi.Mode().IsRegular() && size < wholeMax {
-		// one read of size+1 bytes: a short count is the end of the file
-		data := make([]byte, size+1)
+		// one read of size+1 bytes into the worker's buffer: a short count is the end of
+		// the file (a fresh buffer per file costs more in page faults than the read)
+		data := buf[:size+1]
 		n, err := io.ReadFull(f, data)
 		switch {
 		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
@@ -122,7 +122,7 @@ func hashFile(ctx context.Context, p string, buf []byte) FileSum {
 			return FileSum{Err: fmt.Errorf("read: %w", err)}
 		}
 	}
-	sum, n, err := hashOpen(ctx, f, fi, sha256.New(), buf)
+	sum, n, err := hashReader(ctx, f, sha256.New(), buf)
 	if err != nil {
 		return FileSum{Err: fmt.Errorf("read: %w", err)}
 	}

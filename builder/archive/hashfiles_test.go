@@ -54,7 +54,7 @@ func TestHashFilesAgainstStdlib(t *testing.T) {
 	dir := t.TempDir()
 	want := map[string][]byte{}
 	var paths []string
-	for i, n := range []int{0, 1, 63, 64, 65, 1000, wholeMax - 1, wholeMax, wholeMax + 1, 3*mapChunk + 100, 5 << 20, 4096} {
+	for i, n := range []int{0, 1, 63, 64, 65, 1000, wholeMax - 1, wholeMax, wholeMax + 1, 12<<20 + 100, 5 << 20, 4096} {
 		b := make([]byte, n)
 		for j := range b {
 			b[j] = byte(j*13 + i)
@@ -94,7 +94,7 @@ func TestHashFilesStops(t *testing.T) {
 	if err := os.WriteFile(small, []byte("small"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(big, make([]byte, 4*mapChunk), 0o644); err != nil {
+	if err := os.WriteFile(big, make([]byte, 16<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	feed := func() chan string {

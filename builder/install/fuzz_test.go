@@ -109,7 +109,7 @@ func FuzzInstallExtract(f *testing.F) {
 		m, raw, err := ReadArtifactManifest(ctx, art, int64(len(data)))
 		if err == nil {
 			tree := filepath.Join(stage, "tree")
-			if err := stageArtifact(ctx, art, tree, m, raw); err != nil {
+			if _, err := stageArtifact(ctx, art, tree, m, raw); err != nil {
 				if _, serr := os.Lstat(tree); !os.IsNotExist(serr) {
 					t.Fatalf("a refused artifact left %s (%v)", tree, err)
 				}

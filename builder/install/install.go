@@ -210,7 +210,8 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	defer func() { _ = disk.MakeWritable(stage); _ = os.RemoveAll(stage) }()
 
 	tree := filepath.Join(stage, "tree")
-	if err := stageArtifact(ctx, art, tree, m, raw); err != nil {
+	hashed, err := stageArtifact(ctx, art, tree, m, raw)
+	if err != nil {
 		return nil, disk.NoSpaceOr(err, op, parent, need, fixInstallSpace)
 	}
 	// env.sh learns where it is installed: sh cannot find out by itself
@@ -238,6 +239,8 @@ func Install(ctx context.Context, opts InstallOptions) (*InstallResult, error) {
 	// that fails never reaches the prefix
 	vo := opts.Verify
 	vo.Prefix, vo.Final, vo.Host, vo.Traffic = tree, prefix, false, nil
+	// the extraction hashed every file as it wrote it: the verify does not read them again
+	vo.Hashed = hashed
 	rep, verr := verify.Verify(ctx, vo)
 	if rep != nil {
 		relocateReport(rep, tree, prefix)
@@ -565,8 +568,9 @@ func checkSpace(dir string, need int64, entries int, op string) error {
 // stageArtifact extracts the artifact into tree (which must not exist), stopping once
 // it holds more than m declares, and checks the tree against m as it is written (each
 // file hashed in the extraction's one read of it, checkTree): the manifest extracted
-// must be the one read before, every entry must match it. A failure leaves no tree.
-func stageArtifact(ctx context.Context, art, tree string, m *manifest.Manifest, raw []byte) (err error) {
+// must be the one read before, every entry must match it. A failure leaves no tree. It
+// returns the sha256 of each file written, by path (VerifyOptions.Hashed).
+func stageArtifact(ctx context.Context, art, tree string, m *manifest.Manifest, raw []byte) (hashed map[string]string, err error) {
 	defer func() {
 		if err != nil {
 			_ = disk.MakeWritable(tree)
@@ -577,11 +581,20 @@ func stageArtifact(ctx context.Context, art, tree string, m *manifest.Manifest, 
 	rep, err := archive.ExtractFile(ctx, art, tree, opts)
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("install %s: %w", art, ctx.Err())
+			return nil, fmt.Errorf("install %s: %w", art, ctx.Err())
 		}
-		return manifest.ReadError(ctx, art, err, m, raw)
+		return nil, manifest.ReadError(ctx, art, err, m, raw)
 	}
-	return manifest.CheckTree(art, m, raw, rep.Tree)
+	if err := manifest.CheckTree(art, m, raw, rep.Tree); err != nil {
+		return nil, err
+	}
+	hashed = make(map[string]string, len(rep.Tree))
+	for _, e := range rep.Tree {
+		if e.Type == archive.TypeFile && e.SHA256 != "" {
+			hashed[e.Path] = e.SHA256
+		}
+	}
+	return hashed, nil
 }
 
 // relocateReport makes a report of the staged tree speak of the prefix it is going to.

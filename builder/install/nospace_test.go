@@ -62,7 +62,7 @@ func TestStageFullDisk(t *testing.T) {
 		t.Skipf("cannot mount a tmpfs here: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(tight, syscall.MNT_DETACH); _ = os.Remove(tight) })
-	err = stageArtifact(context.Background(), art, filepath.Join(tight, "tree"), m, raw)
+	_, err = stageArtifact(context.Background(), art, filepath.Join(tight, "tree"), m, raw)
 	if !disk.IsNoSpace(err) {
 		t.Fatalf("extraction into a full file system: %v", err)
 	}

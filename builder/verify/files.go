@@ -137,7 +137,7 @@ func (v *verifier) receipt(context.Context) []CheckResult {
 // files checks every entry against the manifest: one summary check, then one check per
 // problem so that each changed, missing, extra or re-moded path is listed with its own ID.
 func (v *verifier) files(ctx context.Context) []CheckResult {
-	problems, st, err := VerifyFiles(ctx, v.prefix, InstalledEntries(v.prefix, v.m.Files))
+	problems, st, err := verifyFiles(ctx, v.prefix, InstalledEntries(v.prefix, v.m.Files), v.opts.Hashed)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // the caller reports the cancelled context
@@ -230,6 +230,11 @@ type hashJob struct {
 // whose size differs is reported without reading it. The error is for a dir that
 // cannot be walked or a cancelled context; an unreadable entry is a problem.
 func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]manifest.FileProblem, FileStats, error) {
+	return verifyFiles(ctx, dir, want, nil)
+}
+
+// verifyFiles is VerifyFiles, but for the files of hashed (VerifyOptions.Hashed).
+func verifyFiles(ctx context.Context, dir string, want []archive.Entry, hashed map[string]string) ([]manifest.FileProblem, FileStats, error) {
 	var st FileStats
 	root, err := filepath.EvalSymlinks(dir)
 	if err != nil {
@@ -353,6 +358,12 @@ func VerifyFiles(ctx context.Context, dir string, want []archive.Entry) ([]manif
 			if info.Size() != w.Size {
 				// a changed size needs no hash, and says how it changed
 				report(manifest.FileProblem{Path: rel, Kind: manifest.ProblemChanged, Expected: manifest.DescribeContent(w.Size, w.SHA256), Found: manifest.SizeChange(info.Size(), w.Size)})
+				return nil
+			}
+			if sum, ok := hashed[rel]; ok && sum == w.SHA256 {
+				mu.Lock()
+				st.Bytes += w.Size
+				mu.Unlock()
 				return nil
 			}
 			select {

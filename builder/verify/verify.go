@@ -86,6 +86,10 @@ type VerifyOptions struct {
 	Environ []string
 	// FilesOnly stops after the manifest, receipt and file checks (no Python, no env.sh).
 	FilesOnly bool
+	// Hashed gives, by path under Prefix, the sha256 of files whose bytes were hashed as
+	// they were written (install's extraction): a file of the size and sha256 the
+	// manifest expects there is not read again.
+	Hashed map[string]string
 	// Host adds the node's checks and the compatibility rules of the host stage, reading
 	// /sys, /proc and /dev under Sysroot.
 	Host    bool

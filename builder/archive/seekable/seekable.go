@@ -171,6 +171,30 @@ func (fw *Writer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// ReadFrom reads r to its end straight into the frames, without a buffer in between.
+func (fw *Writer) ReadFrom(r io.Reader) (int64, error) {
+	var n int64
+	for {
+		if fw.buf == nil {
+			return n, fw.writeErr() // a flush failed
+		}
+		k, err := r.Read(fw.buf[len(fw.buf):fw.size])
+		fw.buf = fw.buf[:len(fw.buf)+k]
+		n += int64(k)
+		if len(fw.buf) == fw.size {
+			if ferr := fw.flush(); ferr != nil {
+				return n, ferr
+			}
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
 // flush hands the buffer to a worker as the next frame.
 func (fw *Writer) flush() error {
 	out := make(chan frameDone, 1)
