@@ -442,6 +442,10 @@ func hostConfig(p *plan.Plan, tc *toolchain.Toolchain, sys sysroot.Root, env map
 		cfg.BufferBytes = *b
 	}
 	cfg.NVCC = p.Runtime.NVCC
+	if n := p.Runtime.GPUsPerNode; n != nil {
+		cfg.GPUsPerNode = *n
+	}
+	cfg.MNNVL = p.Runtime.MNNVL
 	if nv, ok := p.Component("nvshmem"); ok {
 		cfg.NVSHMEMVersion = nv.Version
 		if nv.Source.Python != nil && tc != nil {
