@@ -60,6 +60,16 @@ func TestGB200NodeChecks(t *testing.T) {
 		t.Error("the capture lacks /proc/devices, which the fix reads")
 	}
 
+	// a capture taken without the recipe answers its checks the same way
+	b = capture(t, sysroot.New(root), Config{Transport: TransportNone, GIDIndex: -1})
+	dir = t.TempDir()
+	if err := sysroot.Extract(bytes.NewReader(b), dir); err != nil {
+		t.Fatal(err)
+	}
+	if got := Run(context.Background(), sysroot.New(dir), gb200Config()); !reflect.DeepEqual(got, rep) {
+		t.Errorf("from a capture taken without the recipe:\n%+v\nfrom the fixture:\n%+v", got, rep)
+	}
+
 	// a recipe that stays on one node asks none of it
 	cfg := gb200Config()
 	cfg.MNNVL, cfg.GPUsPerNode = false, 0
