@@ -28,7 +28,7 @@ func TestGB200NodeChecks(t *testing.T) {
 		"host.gpus": check.Pass, "host.ib.devices": check.Skip, "host.ib.port-state": check.Skip, "host.ib.link-layer": check.Skip,
 		"host.pcie.gpu-nic-pairing": check.Skip, "host.gdrdrv": check.Skip, "host.memlock": check.Pass, "host.nccl.version": check.Skip,
 		"host.gpu.free-memory": check.Skip, "host.jit.nvcc": check.Skip, "host.hostnames": check.Skip,
-		"host.gpus.per-node": check.Pass, "host.mnnvl.imex": check.Pass, "host.mnnvl.fabric": check.Pass,
+		"host.machine": check.Skip, "host.gpus.per-node": check.Pass, "host.mnnvl.imex": check.Pass, "host.mnnvl.fabric": check.Pass,
 	})
 	if c := mustCheck(t, rep, "host.mnnvl.imex"); c.Read != "/dev/nvidia-caps-imex-channels: channel0" {
 		t.Errorf("imex: %q", c.Read)
@@ -148,5 +148,36 @@ func TestMNNVLFabric(t *testing.T) {
 	}
 	if c := mustCheck(t, Run(context.Background(), sysroot.New(root), gb200Config()), "host.mnnvl.fabric"); c.Status != check.Warn || !strings.Contains(c.Read, "nvidia-smi -q") {
 		t.Errorf("no nvidia-smi output: %+v", c)
+	}
+}
+
+// The node's machine, read from the NVIDIA driver's version file (the open modules' line on
+// the GB200 node, the proprietary one on an x86_64 node), against the install's: an x86_64
+// build on a Grace node fails saying where to build; the same machine passes; an unknown
+// build machine, or a node without the driver's file, is skipped.
+func TestHostMachine(t *testing.T) {
+	t.Parallel()
+	gb200 := hostfixture.GB200(t)
+	x86 := hostfixture.New(t)
+	x86.NvidiaVersion(false)
+	for _, tc := range []struct {
+		name, root string
+		machines   []string
+		status     check.Status
+		text       string
+	}{
+		{"x86_64 install on GB200", gb200, []string{"x86_64"}, check.Fail, "Grace node of the GB200/GB300 rack (--set toolchain.host-arch=aarch64)"},
+		{"aarch64 install on GB200", gb200, []string{"aarch64"}, check.Pass, "NVIDIA driver for aarch64 (/proc/driver/nvidia/version); built for aarch64"},
+		{"aarch64 recipe on x86_64", x86.Root(), []string{"aarch64"}, check.Fail, "build on a x86_64 host"},
+		{"either on x86_64", x86.Root(), []string{"x86_64", "aarch64"}, check.Pass, "NVIDIA driver for x86_64"},
+		{"unknown build machine", gb200, nil, check.Skip, "not known"},
+		{"no driver", hostfixture.New(t).Root(), []string{"x86_64"}, check.Skip, "/proc/driver/nvidia/version"},
+	} {
+		cfg := gb200Config()
+		cfg.Machines = tc.machines
+		c := mustCheck(t, Run(context.Background(), sysroot.New(tc.root), cfg), "host.machine")
+		if c.Status != tc.status || !strings.Contains(c.Read+" "+c.Fix, tc.text) {
+			t.Errorf("%s: %+v", tc.name, c)
+		}
 	}
 }

@@ -446,6 +446,10 @@ func hostConfig(p *plan.Plan, tc *toolchain.Toolchain, sys sysroot.Root, env map
 		cfg.GPUsPerNode = *n
 	}
 	cfg.MNNVL = p.Runtime.MNNVL
+	cfg.Machines = slices.Clone(p.Toolchain.HostArch)
+	if tc != nil && tc.Arch != "" {
+		cfg.Machines = []string{toolchain.Machine(tc.Arch)} // what built the install
+	}
 	if nv, ok := p.Component("nvshmem"); ok {
 		cfg.NVSHMEMVersion = nv.Version
 		if nv.Source.Python != nil && tc != nil {

@@ -466,7 +466,7 @@ func TestHostNVL72Node(t *testing.T) {
 	full := hostfixture.GB200(t)
 	hostfixture.At(t, full).CUDAToolkit("/opt/cuda-13.0")
 	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(full), Plan: gb200, Mapped: -1, JobEnv: env})
-	for _, id := range []string{"host.gpus", "host.gpus.per-node", "host.mnnvl.imex", "host.mnnvl.fabric", "host.jit.nvcc"} {
+	for _, id := range []string{"host.gpus", "host.machine", "host.gpus.per-node", "host.mnnvl.imex", "host.mnnvl.fabric", "host.jit.nvcc"} {
 		if c := fixture.Result(t, rep.Checks, id); c.Status != check.Pass {
 			t.Errorf("GB200 node with everything: %s: %+v", id, c)
 		}
@@ -475,6 +475,12 @@ func TestHostNVL72Node(t *testing.T) {
 		if r.Status == check.Fail {
 			t.Errorf("GB200 node with everything: %s fails: %s", r.ID, r.Found)
 		}
+	}
+
+	// an install built on x86_64 (its manifest's toolchain) cannot load on the Grace node
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(full), Plan: hostPlan(t, "hybrid-ep"), Toolchain: &toolchain.Toolchain{OS: "linux", Arch: "amd64"}, Mapped: -1, JobEnv: env})
+	if c := fixture.Result(t, rep.Checks, "host.machine"); c.Status != check.Fail || !strings.Contains(c.Fix, "--set toolchain.host-arch=aarch64") {
+		t.Errorf("an x86_64 install on the GB200 node: %+v", c)
 	}
 
 	noChannel := hostfixture.GB200With(t, hostfixture.GB200Opts{})
