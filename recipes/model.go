@@ -54,6 +54,11 @@ type Runtime struct {
 	Ranks       *uint32 `json:"ranks,omitempty" jsonschema:"minimum=1"`
 	Hidden      *uint32 `json:"hidden,omitempty" jsonschema:"minimum=1"`
 	LowLatency  *bool   `json:"low-latency,omitempty"`
+	// MNNVL says the job shares GPU memory across the nodes of one NVLink domain (a
+	// GB200/GB300 NVL72 rack) through fabric handles (CU_MEM_HANDLE_TYPE_FABRIC): every
+	// node then needs an IMEX channel in the job and GPUs registered with the NVLink
+	// fabric, which verify-install --host checks. Left out (false), a job may use one node.
+	MNNVL bool `json:"mnnvl,omitempty"`
 	// NVCC says that a component compiles GPU code at run time with the node's nvcc (EPv2,
 	// NCCL EP's high-throughput mode, Hybrid-EP), and where its JIT looks for one. It is
 	// here, not a test's need, because every job needs it, not only the tests: verify-install
@@ -139,7 +144,16 @@ type Toolchain struct {
 	Arch []string `json:"arch,omitempty"`
 	// Require names further host facts: rdma-core, libfabric, gdrcopy, nvshmem-wheel, mpi.
 	Require []string `json:"require,omitempty"`
+	// HostArch lists the build host's machines (uname -m: x86_64, aarch64) the recipe
+	// builds on; left out, any. It is the toolchain's, not the runtime's, because nothing
+	// here cross-compiles: the wheels and .so files are the build host's machine code, so
+	// the build host's machine is the nodes'. GB200/GB300 nodes are aarch64 (Grace).
+	HostArch []string `json:"host-arch,omitempty" jsonschema:"uniqueItems=true,enum=x86_64,enum=aarch64"`
 }
+
+// HostArches are the build host machines a recipe may name (toolchain.host-arch), by
+// uname -m.
+func HostArches() []string { return []string{"x86_64", "aarch64"} }
 
 // Component is one thing built (or taken from the environment): nvshmem, deepep, nccl.
 type Component struct {

@@ -12,8 +12,9 @@ COMPONENT.commit=SHA, COMPONENT.ref=REF, COMPONENT.url=URL,
 COMPONENT.sha256=HEX, COMPONENT.strip=N, COMPONENT.package=NAME, COMPONENT.patches=a,b (empty: none),
 COMPONENT.options.KEY=V (every cmake step), COMPONENT.env.KEY=V (every build step),
 env.KEY=V (runtime env; empty value removes it), toolchain.cuda|torch|python|gcc|cmake=V,
-toolchain.arch=sm_90a,sm_100, runtime.buffer-bytes=N (bytes), runtime.gpus-per-node|ranks|hidden=N,
-runtime.low-latency=true|false (runtime keys: empty value leaves the key undeclared)`
+toolchain.arch=sm_90a,sm_100, toolchain.host-arch=x86_64,aarch64 (the build host's uname -m; empty: any),
+runtime.buffer-bytes=N (bytes), runtime.gpus-per-node|ranks|hidden=N,
+runtime.low-latency|mnnvl=true|false (runtime keys: empty value leaves the key undeclared)`
 
 // Apply applies --set overrides in order. Each is `key=value`; see SetHelp. The
 // overridden paths are remembered so that validation errors point at the flag.
@@ -65,8 +66,10 @@ func (d *Doc) apply1(s string) error {
 			t.CMake = val
 		case "arch":
 			t.Arch = splitList(val)
+		case "host-arch":
+			t.HostArch = splitList(val)
 		default:
-			return fmt.Errorf("unknown toolchain key %q (cuda, torch, python, gcc, cmake, arch)", rest)
+			return fmt.Errorf("unknown toolchain key %q (cuda, torch, python, gcc, cmake, arch, host-arch)", rest)
 		}
 		d.set["$.toolchain."+rest] = s
 		return nil
@@ -253,8 +256,17 @@ func (d *Doc) setRuntime(key, val, s string) error {
 			}
 			rt.LowLatency = &b
 		}
+	case key == "mnnvl":
+		rt.MNNVL = false
+		if val != "" {
+			b, err := strconv.ParseBool(val)
+			if err != nil {
+				return fmt.Errorf("runtime.mnnvl is true or false, not %q", val)
+			}
+			rt.MNNVL = b
+		}
 	default:
-		return fmt.Errorf("unknown runtime key %q (buffer-bytes, gpus-per-node, ranks, hidden, low-latency)", key)
+		return fmt.Errorf("unknown runtime key %q (buffer-bytes, gpus-per-node, ranks, hidden, low-latency, mnnvl)", key)
 	}
 	d.set["$.runtime."+key] = s
 	return nil

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -152,6 +153,15 @@ func TestRecipeErrors(t *testing.T) {
 		{"set gpus-per-node not a number", goodRecipe, []string{"runtime.gpus-per-node=four"}, []string{"--set runtime.gpus-per-node=four", "whole number"}, 0, 0},
 		{"set hidden zero", goodRecipe, []string{"runtime.hidden=0"}, []string{"--set runtime.hidden=0", "at least 1"}, 0, 0},
 		{"set low-latency not a bool", goodRecipe, []string{"runtime.low-latency=maybe"}, []string{"--set runtime.low-latency=maybe", "true or false"}, 0, 0},
+		{"host arch", goodRecipe + "toolchain:\n  host-arch: [aarch64, x86_64]\n", nil, nil, 0, 0},
+		{"host arch by Go's name", goodRecipe + "toolchain:\n  host-arch: [arm64]\n", nil, []string{"r.yaml:22:15", `host-arch "arm64": write aarch64`}, 22, 15},
+		{"host arch unknown", goodRecipe + "toolchain:\n  host-arch: [x86_64, riscv64]\n", nil, []string{"r.yaml:22:23", `"riscv64" is no build host machine`, "x86_64 or aarch64 (uname -m", "leave host-arch out"}, 22, 23},
+		{"host arch twice", goodRecipe + "toolchain:\n  host-arch: [aarch64, aarch64]\n", nil, []string{"r.yaml:22:24", "listed twice"}, 22, 24},
+		{"host arch not a list", goodRecipe + "toolchain:\n  host-arch: {a: b}\n", nil, []string{"r.yaml:22"}, 22, 0},
+		{"set host arch amd64", goodRecipe, []string{"toolchain.host-arch=amd64"}, []string{"--set toolchain.host-arch=amd64", "write x86_64"}, 0, 0},
+		{"mnnvl", goodRecipe + "runtime:\n  gpus-per-node: 4\n  mnnvl: true\n", nil, nil, 0, 0},
+		{"mnnvl not a bool", goodRecipe + "runtime:\n  mnnvl: yes-please\n", nil, []string{"r.yaml:22"}, 22, 0},
+		{"set mnnvl not a bool", goodRecipe, []string{"runtime.mnnvl=maybe"}, []string{"--set runtime.mnnvl=maybe", "true or false"}, 0, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -207,6 +217,8 @@ func TestSetOverrides(t *testing.T) {
 		"runtime.ranks=16",
 		"runtime.hidden=7168",
 		"runtime.low-latency=true",
+		"toolchain.host-arch=aarch64",
+		"runtime.mnnvl=true",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -227,8 +239,14 @@ func TestSetOverrides(t *testing.T) {
 		rt.Ranks == nil || *rt.Ranks != 16 || rt.Hidden == nil || *rt.Hidden != 7168 || rt.LowLatency == nil || !*rt.LowLatency {
 		t.Errorf("runtime not overridden: %+v", rt)
 	}
+	if !slices.Equal(r.Toolchain.HostArch, []string{"aarch64"}) || !r.Runtime.MNNVL {
+		t.Errorf("host-arch or mnnvl not overridden: %v %v", r.Toolchain.HostArch, r.Runtime.MNNVL)
+	}
 	if err := doc.Validate(nil); err != nil {
 		t.Fatal(err)
+	}
+	if err := doc.Apply([]string{"toolchain.host-arch=", "runtime.mnnvl="}); err != nil || doc.Recipe.Toolchain.HostArch != nil || doc.Recipe.Runtime.MNNVL {
+		t.Errorf("an empty value leaves host-arch and mnnvl undeclared: %v %+v", err, doc.Recipe)
 	}
 	if err := doc.Apply([]string{"runtime.ranks=", "runtime.low-latency="}); err != nil || doc.Recipe.Runtime.Ranks != nil || doc.Recipe.Runtime.LowLatency != nil {
 		t.Errorf("an empty value leaves the key undeclared: %v %+v", err, doc.Recipe.Runtime)

@@ -38,6 +38,13 @@ var knownRequire = map[string]string{
 	"gtest":         "GoogleTest as a CMake package (GTestConfig.cmake)",
 }
 
+// hostArchAlias maps other spellings of a build host's machine (Go's, Debian's, the
+// kernel's) to the uname -m name host-arch takes.
+var hostArchAlias = map[string]string{
+	"amd64": "x86_64", "x86-64": "x86_64", "x64": "x86_64", "x86_64": "x86_64",
+	"arm64": "aarch64", "aarch64": "aarch64",
+}
+
 // PatchSetLookup tells validation which component a patch set applies to.
 type PatchSetLookup func(name string) (component string, ok bool)
 
@@ -149,6 +156,21 @@ func (d *Doc) validateToolchain(add func(string, string, ...any)) {
 		if !archRe.MatchString(a) {
 			add(fmt.Sprintf("$.toolchain.arch[%d]", i), "GPU architecture %q is not of the form sm_90, sm_90a, sm_100, sm_100f", a)
 		}
+	}
+	seenArch := map[string]bool{}
+	for i, a := range t.HostArch {
+		p := fmt.Sprintf("$.toolchain.host-arch[%d]", i)
+		switch {
+		case slices.Contains(HostArches(), a) && seenArch[a]:
+			add(p, "host-arch %s is listed twice", a)
+		case slices.Contains(HostArches(), a):
+		case hostArchAlias[strings.ToLower(a)] != "":
+			add(p, "host-arch %q: write %s, the build host's uname -m", a, hostArchAlias[strings.ToLower(a)])
+		default:
+			add(p, "host-arch %q is no build host machine this tool knows; write %s (uname -m of the build host), or leave host-arch out to build on any",
+				a, strings.Join(HostArches(), " or "))
+		}
+		seenArch[a] = true
 	}
 	for i, q := range t.Require {
 		switch _, ok := knownRequire[q]; {

@@ -16,7 +16,11 @@ func Capture(ctx context.Context, sys sysroot.Root, cfg Config, w io.Writer) err
 	rec := sysroot.New(sys.Dir()).WithRunner(sys.Runner()) // a fresh record, the same programs
 	Run(ctx, rec, cfg)
 	if cfg.Validate() == nil {
-		NewNode(rec, cfg).Facts(ctx) // what the rules ask of the node
+		n := NewNode(rec, cfg)
+		n.Facts(ctx) // what the rules ask of the node
+		// and what the NVL72 checks read when their recipe is given only later: the
+		// IMEX channel's major, which the fix of a missing channel names
+		n.imexMajor()
 	}
 	if _, _, err := readCounters(rec); err != nil {
 		return fmt.Errorf("capture host state: %w", err)

@@ -51,6 +51,13 @@ type Config struct {
 	// NVCC is the recipe's runtime.nvcc: the component whose JIT compiles kernels on the
 	// node, and where it looks for nvcc (nil: nothing is compiled at run time).
 	NVCC *recipes.NVCC `json:"nvcc,omitempty"`
+	// GPUsPerNode is the recipe's runtime.gpus-per-node (0: not declared); MNNVL its
+	// runtime.mnnvl: the job shares GPU memory across the nodes of one NVLink domain.
+	GPUsPerNode uint32 `json:"gpus_per_node,omitempty"`
+	MNNVL       bool   `json:"mnnvl,omitempty"`
+	// Machines are the build host machines (uname -m) the install's code is for: the
+	// install's, from its manifest, else the recipe's toolchain.host-arch; none: unknown.
+	Machines []string `json:"machines,omitempty"`
 	// Hosts are the job's nodes (--hosts FILE, or the Slurm allocation), HostsFrom where
 	// they were read; none: the hostname check is skipped.
 	Hosts     []string `json:"-"`

@@ -280,21 +280,8 @@ func (r *Node) nvccVersion() string {
 const imexDir = "/dev/nvidia-caps-imex-channels"
 
 func (r *Node) imexChannel() string {
-	names, err := r.sys.Names(imexDir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return "absent"
-	case err != nil:
-		return ""
-	}
-	for _, n := range names {
-		if rest, ok := strings.CutPrefix(n, "channel"); ok && rest != "" && strings.Trim(rest, "0123456789") == "" {
-			if _, err := r.sys.Stat(imexDir + "/" + n); err == nil {
-				return "present"
-			}
-		}
-	}
-	return "absent"
+	_, state := r.imexChannels()
+	return state
 }
 
 // containerCgroup is what cgroup v1 paths of a containerised PID 1 name.

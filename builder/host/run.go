@@ -77,6 +77,12 @@ func Kinds() []check.Kind[*Node] {
 			"symmetric heap NVSHMEM reserves with CUDA VMM off (R32)", (*Node).checkFreeMemory),
 		one("host.jit.nvcc", "R29/nvcc-missing", "the nvcc (and CUDA headers) a component that compiles kernels at run time finds on the node, "+
 			"where its JIT looks (the recipe's runtime.nvcc)", (*Node).checkJITNVCC),
+		one("host.machine", "", "the node's machine (the NVIDIA driver's) against the one the install was built on", (*Node).checkMachine),
+		one("host.gpus.per-node", "", "the GPUs a job sees on the node against the recipe's runtime.gpus-per-node", (*Node).checkGPUsPerNode),
+		one("host.mnnvl.imex", "R30/no-channel R30/no-channel-silent", "an IMEX channel (/dev/nvidia-caps-imex-channels/channel<N>) for a recipe "+
+			"that shares GPU memory across the nodes of an NVLink domain (runtime.mnnvl: GB200/GB300 NVL72)", (*Node).checkIMEXChannel),
+		withCtx("host.mnnvl.fabric", "every GPU registered with the NVLink fabric, in one cluster (nvidia-smi -q, Fabric), for a recipe with runtime.mnnvl",
+			(*Node).checkMNNVLFabric),
 		one("host.hostnames", "", "the job's nodes (--hosts FILE, or the Slurm allocation) have distinct hostnames, this node's among them", (*Node).checkHostnames),
 	}
 }

@@ -55,6 +55,7 @@ func TestGCPB200PassesAndImpliesTheMapping(t *testing.T) {
 		"host.gpus": check.Pass, "host.ib.devices": check.Pass, "host.ib.port-state": check.Pass, "host.ib.link-layer": check.Pass,
 		"host.pcie.gpu-nic-pairing": check.Pass, "host.gdrdrv": check.Skip, "host.memlock": check.Pass, "host.nccl.version": check.Pass,
 		"host.gpu.free-memory": check.Skip, "host.jit.nvcc": check.Skip, "host.hostnames": check.Skip,
+		"host.machine": check.Skip, "host.gpus.per-node": check.Skip, "host.mnnvl.imex": check.Skip, "host.mnnvl.fabric": check.Skip,
 	})
 	want := "0:mlx5_0:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,4:mlx5_4:1,5:mlx5_5:1,6:mlx5_6:1,7:mlx5_7:1"
 	if got := rep.MappingValue(); got != want {
@@ -181,6 +182,7 @@ func TestAWSP5PairsEachH100WithItsFourEFAs(t *testing.T) {
 		"host.gpus": check.Pass, "host.ib.devices": check.Pass, "host.ib.port-state": check.Pass, "host.ib.link-layer": check.Pass,
 		"host.pcie.gpu-nic-pairing": check.Pass, "host.gdrdrv": check.Pass, "host.memlock": check.Pass, "host.nccl.version": check.Skip,
 		"host.gpu.free-memory": check.Skip, "host.jit.nvcc": check.Skip, "host.hostnames": check.Skip,
+		"host.machine": check.Skip, "host.gpus.per-node": check.Skip, "host.mnnvl.imex": check.Skip, "host.mnnvl.fabric": check.Skip,
 	})
 	if g := mustCheck(t, rep, "host.gpus").Read; !strings.HasPrefix(g, "8 GPUs:") {
 		t.Errorf("GPUs %q: the NVSwitches (class 0x068000) must not count", g)
@@ -287,6 +289,7 @@ var knownIDs = map[string]bool{
 	"host.gpus": true, "host.ib.devices": true, "host.ib.port-state": true, "host.ib.link-layer": true,
 	"host.pcie.gpu-nic-pairing": true, "host.gdrdrv": true, "host.memlock": true, "host.nccl.version": true,
 	"host.gpu.free-memory": true, "host.jit.nvcc": true, "host.hostnames": true,
+	"host.machine": true, "host.gpus.per-node": true, "host.mnnvl.imex": true, "host.mnnvl.fabric": true,
 }
 
 func assertStructure(t *testing.T, rep Report) {

@@ -521,11 +521,36 @@ func Preflight(p *plan.Plan, t *Toolchain) error {
 	if n.MPI && t.MPIHome == "" {
 		add("MPI", "include/mpi.h under MPI_HOME, or mpicc on PATH", "", "install OpenMPI (mpicc on PATH) or set MPI_HOME to an MPI installation; for NVSHMEM's MPI bootstrap, turning NVSHMEM_MPI_SUPPORT off also does")
 	}
+	if m := Machine(t.Arch); len(p.Toolchain.HostArch) > 0 && !slices.Contains(p.Toolchain.HostArch, m) {
+		add("build host machine", strings.Join(p.Toolchain.HostArch, " or "), m, hostArchFix(p.Toolchain.HostArch))
+	}
 	preflightCMakePackages(n, t, add)
 	if len(miss) > 0 {
 		return &PreflightError{Recipe: p.Recipe, Missing: miss}
 	}
 	return nil
+}
+
+// Machine is a Go architecture (runtime.GOARCH, the probe's Arch) by the name uname -m
+// gives it, the name a recipe's toolchain.host-arch uses; others are kept as they are.
+func Machine(goarch string) string {
+	switch goarch {
+	case "amd64":
+		return "x86_64"
+	case "arm64":
+		return "aarch64"
+	}
+	return goarch
+}
+
+// hostArchFix says where to build a recipe for other machines: nothing cross-compiles, so
+// the build runs on a host of the nodes' machine.
+func hostArchFix(want []string) string {
+	if slices.Contains(want, "aarch64") {
+		return "build on an aarch64 host, a Grace node of the GB200/GB300 rack (or a Grace Hopper or other aarch64 Linux host with the same CUDA, torch and Python): " +
+			"the artifact's wheels and .so files are aarch64 machine code, which this host does not build"
+	}
+	return "build on a " + strings.Join(want, " or ") + " host: the artifact's wheels and .so files are that machine's code, which this host does not build"
 }
 
 func orAny(s string) string {

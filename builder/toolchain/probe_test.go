@@ -2,10 +2,14 @@ package toolchain
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/recipes"
 )
 
 // A Python package the recipe asks for is found with its version and directory; the
@@ -130,5 +134,46 @@ func TestProbeMPIHome(t *testing.T) {
 		if tc.MPIHome != c.want {
 			t.Errorf("MPI_HOME=%q: MPIHome %q, want %q", c.mpiHome, tc.MPIHome, c.want)
 		}
+	}
+}
+
+// A recipe that names its build host's machine (toolchain.host-arch) is refused, with
+// where to build it, on a host of another machine, and only there: the GB200 variant of
+// hybrid-ep on an x86_64 host says to build on a Grace node; the same toolchain on aarch64,
+// and hybrid-ep itself on x86_64, pass.
+func TestPreflightHostArch(t *testing.T) {
+	res, err := plan.NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolve := func(sets ...string) *plan.Plan {
+		p, err := res.Resolve("hybrid-ep", sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	gb200 := resolve("toolchain.host-arch=aarch64", "runtime.gpus-per-node=4", "runtime.mnnvl=true")
+	host := func(goarch string) *Toolchain {
+		return &Toolchain{OS: "linux", Arch: goarch, CUDA: "13.0", Torch: "2.11.0+cu130", PythonVersion: "3.12.3", Setuptools: "68.1.2", GCC: "13.3.0",
+			PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}, "nvidia-nccl-cu13": {Version: "2.28.9"}}}
+	}
+	err = Preflight(gb200, host("amd64"))
+	var pe *PreflightError
+	if !errors.As(err, &pe) || pe.ExitCode() != 3 || len(pe.Missing) != 1 {
+		t.Fatalf("the GB200 variant on x86_64: %v", err)
+	}
+	if m := pe.Missing[0]; m.What != "build host machine" || m.Need != "aarch64" || m.Found != "x86_64" ||
+		!strings.Contains(m.Fix, "Grace node") || !strings.Contains(m.Fix, "aarch64 machine code") {
+		t.Errorf("the GB200 variant on x86_64: %+v", m)
+	}
+	if err := Preflight(gb200, host("arm64")); err != nil {
+		t.Errorf("the GB200 variant on aarch64: %v", err)
+	}
+	if err := Preflight(resolve(), host("amd64")); err != nil {
+		t.Errorf("hybrid-ep, which names no build host machine, on x86_64: %v", err)
+	}
+	if m := Machine("riscv64"); m != "riscv64" {
+		t.Errorf("a machine uname and Go name alike: %s", m)
 	}
 }

@@ -442,6 +442,14 @@ func hostConfig(p *plan.Plan, tc *toolchain.Toolchain, sys sysroot.Root, env map
 		cfg.BufferBytes = *b
 	}
 	cfg.NVCC = p.Runtime.NVCC
+	if n := p.Runtime.GPUsPerNode; n != nil {
+		cfg.GPUsPerNode = *n
+	}
+	cfg.MNNVL = p.Runtime.MNNVL
+	cfg.Machines = slices.Clone(p.Toolchain.HostArch)
+	if tc != nil && tc.Arch != "" {
+		cfg.Machines = []string{toolchain.Machine(tc.Arch)} // what built the install
+	}
 	if nv, ok := p.Component("nvshmem"); ok {
 		cfg.NVSHMEMVersion = nv.Version
 		if nv.Source.Python != nil && tc != nil {

@@ -455,3 +455,50 @@ func TestHostJITNVCC(t *testing.T) {
 		t.Errorf("a recipe that compiles nothing at run time: %+v", c)
 	}
 }
+
+// hybrid-ep's GB200/GB300 variant (runtime.gpus-per-node 4, runtime.mnnvl) on two
+// captured NVL72 nodes: the one with everything passes the node's shape, its IMEX channel
+// and its fabric; the one without the channel fails host.mnnvl.imex with the fix, and
+// R30, which judges the same channel, is not said twice. hybrid-ep itself asks neither.
+func TestHostNVL72Node(t *testing.T) {
+	gb200 := hostPlan(t, "hybrid-ep", "toolchain.host-arch=aarch64", "runtime.gpus-per-node=4", "runtime.mnnvl=true")
+	env := []string{"CUDA_HOME=/opt/cuda-13.0"}
+	full := hostfixture.GB200(t)
+	hostfixture.At(t, full).CUDAToolkit("/opt/cuda-13.0")
+	rep := checkHost(t, HostOptions{Sysroot: sysroot.New(full), Plan: gb200, Mapped: -1, JobEnv: env})
+	for _, id := range []string{"host.gpus", "host.machine", "host.gpus.per-node", "host.mnnvl.imex", "host.mnnvl.fabric", "host.jit.nvcc"} {
+		if c := fixture.Result(t, rep.Checks, id); c.Status != check.Pass {
+			t.Errorf("GB200 node with everything: %s: %+v", id, c)
+		}
+	}
+	for _, r := range rep.Checks {
+		if r.Status == check.Fail {
+			t.Errorf("GB200 node with everything: %s fails: %s", r.ID, r.Found)
+		}
+	}
+
+	// an install built on x86_64 (its manifest's toolchain) cannot load on the Grace node
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(full), Plan: hostPlan(t, "hybrid-ep"), Toolchain: &toolchain.Toolchain{OS: "linux", Arch: "amd64"}, Mapped: -1, JobEnv: env})
+	if c := fixture.Result(t, rep.Checks, "host.machine"); c.Status != check.Fail || !strings.Contains(c.Fix, "--set toolchain.host-arch=aarch64") {
+		t.Errorf("an x86_64 install on the GB200 node: %+v", c)
+	}
+
+	noChannel := hostfixture.GB200With(t, hostfixture.GB200Opts{})
+	hostfixture.At(t, noChannel).CUDAToolkit("/opt/cuda-13.0")
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(noChannel), Plan: gb200, Mapped: -1, JobEnv: env})
+	if c := fixture.Result(t, rep.Checks, "host.mnnvl.imex"); c.Status != check.Fail || !strings.Contains(c.Fix, "mknod /dev/nvidia-caps-imex-channels/channel0 c 234 0") {
+		t.Errorf("GB200 node without the IMEX channel: %+v", c)
+	}
+	for _, r := range rep.Checks {
+		if strings.HasPrefix(r.ID, "rule.R30/no-channel") {
+			t.Errorf("the rule repeats the node check: %+v", r)
+		}
+	}
+
+	rep = checkHost(t, HostOptions{Sysroot: sysroot.New(noChannel), Plan: hostPlan(t, "hybrid-ep"), Mapped: -1, JobEnv: env})
+	for _, id := range []string{"host.gpus.per-node", "host.mnnvl.imex", "host.mnnvl.fabric"} {
+		if c := fixture.Result(t, rep.Checks, id); c.Status != check.Skip {
+			t.Errorf("hybrid-ep on one node: %s: %+v", id, c)
+		}
+	}
+}

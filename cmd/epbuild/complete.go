@@ -93,7 +93,7 @@ func completeRuleArg(cmd *cobra.Command, args []string, toComplete string) ([]st
 // the toolchain. A test checks that recipes.Doc.Apply takes each.
 var (
 	componentSetKeys = []string{"version", "source", "commit", "ref", "url", "sha256", "strip", "package", "patches"}
-	toolchainSetKeys = []string{"cuda", "torch", "python", "gcc", "cmake", "arch"}
+	toolchainSetKeys = []string{"cuda", "torch", "python", "gcc", "cmake", "arch", "host-arch"}
 	setValues        = map[string][]string{"source": {"git", "archive"}}
 )
 

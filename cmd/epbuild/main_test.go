@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"testing"
 )
@@ -260,5 +261,33 @@ func TestCacheGCShowsForeignNamesSafely(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "tmp", "evil\x1b]0;x\x07")); err != nil {
 		t.Error(err)
+	}
+}
+
+// hybrid-ep's GB200/GB300 variant is three --set flags (the recipe's notes): show says the
+// build host it needs and what a node must have; a build host of another machine exits 3
+// saying where to build, before anything is built.
+func TestHostArchVariant(t *testing.T) {
+	code, out, errs := run(t, nil, "show", "hybrid-ep", "--set", "toolchain.host-arch=aarch64", "--set", "runtime.gpus-per-node=4", "--set", "runtime.mnnvl=true")
+	for _, w := range []string{"build host aarch64 (uname -m", "runtime node\n  4 GPUs a node", "MNNVL: GPU memory shared across the nodes", "IMEX channel"} {
+		if code != 0 || !strings.Contains(out, w) {
+			t.Errorf("show of the GB200 variant: exit %d, no %q\n%s%s", code, w, out, errs)
+		}
+	}
+	if _, out, _ := run(t, nil, "show", "hybrid-ep"); strings.Contains(out, "build host") || strings.Contains(out, "runtime node") {
+		t.Errorf("hybrid-ep itself names no build host nor node shape:\n%s", out)
+	}
+	other, want := "aarch64", "build on an aarch64 host, a Grace node"
+	if goruntime.GOARCH == "arm64" {
+		other, want = "x86_64", "build on a x86_64 host"
+	}
+	env := nodeEnv("EPBUILD_CACHE", filepath.Join(t.TempDir(), "cache"))
+	outDir := t.TempDir()
+	code, out, errs = run(t, env, "recipe", "demo", "-o", outDir, "--set", "toolchain.host-arch="+other)
+	if code != 3 || !strings.Contains(errs, "build host machine: need "+other) || !strings.Contains(errs, want) {
+		t.Errorf("a build host of another machine: exit %d\n%s%s", code, out, errs)
+	}
+	if entries, _ := os.ReadDir(outDir); len(entries) > 0 {
+		t.Errorf("refused at preflight, yet wrote %v", entries)
 	}
 }

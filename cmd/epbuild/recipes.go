@@ -126,6 +126,9 @@ func writePlan(w io.Writer, p *plan.Plan) {
 	}
 	t := p.Toolchain
 	fmt.Fprintf(w, "toolchain cuda %s, torch %s, python %s, arch %s, requires %s\n", orDash(t.CUDA), orDash(t.Torch), orDash(t.Python), orDash(strings.Join(t.Arch, ",")), orDash(strings.Join(t.Require, ",")))
+	if len(t.HostArch) > 0 {
+		fmt.Fprintf(w, "build host %s (uname -m; the wheels and .so files are its machine code: preflight refuses another)\n", quote.Term(strings.Join(t.HostArch, " or ")))
+	}
 	for _, c := range p.Components {
 		fmt.Fprintf(w, "\n%s %s\n", c.Name, c.Version)
 		switch {
@@ -190,6 +193,15 @@ func writePlan(w io.Writer, p *plan.Plan) {
 		fmt.Fprintln(w, "\nruntime env")
 		for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 			fmt.Fprintf(w, "  %s=%s\n", k, p.Env[k])
+		}
+	}
+	if rt := p.Runtime; rt.GPUsPerNode != nil || rt.MNNVL {
+		fmt.Fprintln(w, "\nruntime node")
+		if rt.GPUsPerNode != nil {
+			fmt.Fprintf(w, "  %d GPUs a node (verify-install --host counts them)\n", *rt.GPUsPerNode)
+		}
+		if rt.MNNVL {
+			fmt.Fprintln(w, "  MNNVL: GPU memory shared across the nodes of one NVLink domain; every node needs an IMEX channel and GPUs registered with the NVLink fabric (verify-install --host checks both)")
 		}
 	}
 	if n := p.Runtime.NVCC; n != nil {

@@ -381,6 +381,11 @@ var NoFabric = Fabric{"N/A", "N/A", "N/A", "N/A"}
 // SMIQuery stands in for nvidia-smi -q on GPUs at these PCI addresses, each with its
 // Fabric section; the other sections are abridged.
 func (f *Fixture) SMIQuery(addrs []string, fabric []Fabric) {
+	f.smiQuery("NVIDIA H100 80GB HBM3", "81559 MiB", "81004 MiB", addrs, fabric)
+}
+
+// smiQuery is SMIQuery for GPUs of this product name and memory.
+func (f *Fixture) smiQuery(product, total, free string, addrs []string, fabric []Fabric) {
 	var b strings.Builder
 	b.WriteString("\n==============NVSMI LOG==============\n\n")
 	b.WriteString("Timestamp                                 : Tue Nov 24 13:05:11 2026\n")
@@ -389,7 +394,7 @@ func (f *Fixture) SMIQuery(addrs []string, fabric []Fabric) {
 	for i, a := range addrs {
 		fb := fabric[i]
 		fmt.Fprintf(&b, "GPU %s\n", a)
-		b.WriteString("    Product Name                          : NVIDIA H100 80GB HBM3\n")
+		fmt.Fprintf(&b, "    Product Name                          : %s\n", product)
 		b.WriteString("    Serial Number                         : 1650523012345\n")
 		b.WriteString("    Fabric\n")
 		fmt.Fprintf(&b, "        State                             : %s\n", fb.State)
@@ -397,7 +402,7 @@ func (f *Fixture) SMIQuery(addrs []string, fabric []Fabric) {
 		fmt.Fprintf(&b, "        CliqueId                          : %s\n", fb.CliqueID)
 		fmt.Fprintf(&b, "        ClusterUUID                       : %s\n", fb.ClusterUUID)
 		b.WriteString("        Health\n            Summary                       : N/A\n")
-		b.WriteString("    FB Memory Usage\n        Total                             : 81559 MiB\n        Free                              : 81004 MiB\n")
+		fmt.Fprintf(&b, "    FB Memory Usage\n        Total                             : %s\n        Free                              : %s\n", total, free)
 	}
 	f.Command(b.String(), "nvidia-smi", "-q")
 }
@@ -500,6 +505,73 @@ func AWSP5(t testing.TB) string {
 	nvsw := f.PCIeSwitch(1, 5)
 	for k := 0; k < 4; k++ {
 		f.PCI(nvsw.Endpoint(), "0x10de", "0x068000", 1, "")
+	}
+	return f.root
+}
+
+// GB200Opts varies the GB200 node for the misconfigured cases.
+type GB200Opts struct {
+	// IMEXChannel: /dev/nvidia-caps-imex-channels/channel0 exists (the administrator ran
+	// mknod, or the container runtime passed it in).
+	IMEXChannel bool
+	// GPUs is the node's GPU count (0: the 4 of a GB200 compute tray's node).
+	GPUs int
+	// Fabric is GPU i's Fabric section (nil: registered, State Completed, Status Success).
+	Fabric func(i int) Fabric
+}
+
+// GB200Fabric is what a GPU of a GB200 NVL72 rack that registered with the NVLink fabric
+// reports; every GPU of the rack names the same cluster and clique.
+var GB200Fabric = Fabric{"Completed", "Success", "32766", "5d3a4f62-8c1e-4b7a-9f10-2e6c8b9d7a41"}
+
+// GB200 is a node of a GB200 NVL72 rack with every GPU registered and the IMEX channel.
+func GB200(t testing.TB) string { return GB200With(t, GB200Opts{IMEXChannel: true}) }
+
+// GB200With is a node of a GB200 NVL72 rack (one Grace-Blackwell compute tray's node:
+// aarch64, 2 Grace CPUs, 4 Blackwell GPUs), varied by o:
+//   - documented: the IMEX channel device and its major in /proc/devices (NVIDIA IMEX
+//     guide, "IMEX Channels": "234 nvidia-caps-imex-channels", channel0 minor 0; a capture
+//     holds a device as an empty file), /proc/driver/nvidia/version naming aarch64 (GB200
+//     needs the open kernel modules), nvidia-smi -q's Fabric section (nvmlGpuFabricInfo_t);
+//   - assumed: the GPUs' PCI addresses (one PCI domain per GPU, 0008, 0009, 0018, 0019,
+//     behind a root port, NUMA node 0 for the first two and 1 for the others), the kernel
+//     release, the driver version, the cluster UUID and clique id, the major numbers, the
+//     product name and memory. The ConnectX NICs are left out: the job stays in the NVLink
+//     domain and uses none.
+func GB200With(t testing.TB, o GB200Opts) string {
+	f := New(t)
+	n := o.GPUs
+	if n == 0 {
+		n = 4
+	}
+	f.Kernel("6.8.0-1028-nvidia-64k")
+	f.NvidiaParams(0, "")
+	f.Module("nvidia")
+	f.Write("/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.159.04  Release Build  (dvs-builder@U22-I3-AE18-23-3)  Wed Jun 25 17:27:06 UTC 2025\n"+
+		"GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04) \n")
+	f.Write("/proc/devices", "Character devices:\n  1 mem\n  4 /dev/vc/0\n  4 tty\n  5 /dev/tty\n  5 /dev/console\n 10 misc\n"+
+		"195 nvidia\n195 nvidia-modeset\n195 nvidiactl\n234 nvidia-caps-imex-channels\n235 nvidia-caps\n236 nvidia-uvm\n507 nvidia-nvlink\n\n"+
+		"Block devices:\n  7 loop\n  8 sd\n259 blkext\n")
+	f.Limits("unlimited", "unlimited")
+	domains := []int{0x0008, 0x0009, 0x0018, 0x0019}
+	var addrs []string
+	var fabric []Fabric
+	for i := 0; i < n; i++ {
+		dom := domains[i%len(domains)] + 0x100*(i/len(domains))
+		addr := fmt.Sprintf("%04x:01:00.0", dom)
+		f.PCI(fmt.Sprintf("pci%04x:00/%04x:00:00.0", dom, dom), "0x10de", "0x060400", i/2%2, "pcieport")
+		f.GPU(fmt.Sprintf("pci%04x:00/%04x:00:00.0/%s", dom, dom, addr), i/2%2)
+		addrs = append(addrs, fmt.Sprintf("%08X:01:00.0", dom))
+		fb := GB200Fabric
+		if o.Fabric != nil {
+			fb = o.Fabric(i)
+		}
+		fabric = append(fabric, fb)
+	}
+	f.smiQuery("NVIDIA GB200", "189471 MiB", "188915 MiB", addrs, fabric)
+	f.Mkdir("/dev/nvidia-caps-imex-channels")
+	if o.IMEXChannel {
+		f.IMEXChannel(0)
 	}
 	return f.root
 }
