@@ -9,6 +9,7 @@ import (
 	"path"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -319,6 +320,79 @@ func (b *BandwidthPattern) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
+// ImportCheck is a module python must import from the prefix, and the modules it imports
+// first (After), in order.
+type ImportCheck struct {
+	Module string
+	After  []string
+}
+
+type importMapping struct {
+	Module string   `json:"module" yaml:"module"`
+	After  []string `json:"after" yaml:"after"`
+}
+
+// UnmarshalYAML reads a module name, or {module, after}.
+func (c *ImportCheck) UnmarshalYAML(unmarshal func(any) error) error {
+	var s string
+	if err := unmarshal(&s); err == nil {
+		*c = ImportCheck{Module: s}
+		return nil
+	}
+	var m importMapping
+	if err := unmarshal(&m); err != nil {
+		return err
+	}
+	*c = ImportCheck{Module: m.Module, After: m.After}
+	return nil
+}
+
+// MarshalJSON writes a check with nothing imported first as the module name it was, so
+// that a plan (and its key) reads as before the mapping form existed.
+func (c ImportCheck) MarshalJSON() ([]byte, error) {
+	if len(c.After) == 0 {
+		return json.Marshal(c.Module)
+	}
+	return json.Marshal(importMapping{Module: c.Module, After: c.After})
+}
+
+// UnmarshalJSON reads either form (a manifest's plan).
+func (c *ImportCheck) UnmarshalJSON(data []byte) error {
+	var s string
+	if err := json.Unmarshal(data, &s); err == nil {
+		*c = ImportCheck{Module: s}
+		return nil
+	}
+	var m importMapping
+	if err := json.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("import: a module or {module, after}: %w", err)
+	}
+	*c = ImportCheck{Module: m.Module, After: m.After}
+	return nil
+}
+
+// moduleRe is a Python module's dotted name (uccl.ep).
+var moduleRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+
+func (c *ImportCheck) problems(map[string]int) []checkProblem {
+	var out []checkProblem
+	field := ""
+	if len(c.After) > 0 {
+		field = "module"
+	}
+	if !moduleRe.MatchString(c.Module) {
+		out = append(out, checkProblem{field, fmt.Sprintf("%q is not a Python module name (deep_ep, uccl.ep)", c.Module)})
+	}
+	for k, m := range c.After {
+		if !moduleRe.MatchString(m) {
+			out = append(out, checkProblem{fmt.Sprintf("after[%d]", k), fmt.Sprintf("%q is not a Python module name (torch)", m)})
+		} else if m == c.Module || slices.Contains(c.After[:k], m) {
+			out = append(out, checkProblem{fmt.Sprintf("after[%d]", k), fmt.Sprintf("%s is listed twice: after: names each module imported before %s once", m, c.Module)})
+		}
+	}
+	return out
+}
+
 // What a test may need of the node (TestRun.Needs): an RDMA device, and the nvcc the
 // recipe's runtime.nvcc says its JIT looks for.
 const (
@@ -421,8 +495,11 @@ type CommandStep struct {
 // of the builder's check engine, of the same name: a new kind is a field here, an entry
 // in the engine's registry and its implementation.
 type Check struct {
-	// Import: python3 can import this module from the prefix, from outside the build tree.
-	Import string `json:"import,omitempty"`
+	// Import: python3 can import this module from the prefix, from outside the build tree
+	// (import: MODULE), after others where the module needs them loaded first (import:
+	// {module: uccl.ep, after: [torch]}: an extension that finds libtorch through the torch
+	// already imported).
+	Import *ImportCheck `json:"import,omitempty"`
 	// Arch: the ELF files matching File carry code for these GPU architectures.
 	Arch *ArchCheck `json:"arch,omitempty"`
 	// Symbol: the ELF file defines (or, with Defined false, leaves undefined) a symbol.

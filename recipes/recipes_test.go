@@ -1,6 +1,7 @@
 package recipes
 
 import (
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -364,5 +365,46 @@ func TestApplyPreloads(t *testing.T) {
 	}
 	if err := doc.Validate(nil); err != nil {
 		t.Errorf("the preloaded env validates: %v", err)
+	}
+}
+
+// An import check is a module name, or {module, after}: the module form reads and writes
+// as before (a plan's JSON, and so its key, unchanged); the mapping keeps its order; bad
+// names, a module listed twice and unknown keys are refused where they stand.
+func TestImportCheckForms(t *testing.T) {
+	withChecks := func(checks string) string {
+		return strings.Replace(goodRecipe, "    depends: [nvshmem]\n", "    depends: [nvshmem]\n    checks:\n"+checks, 1)
+	}
+	doc, err := LoadFile(writeRecipe(t, withChecks("      - import: deep_ep\n      - import: {module: uccl.ep, after: [torch, numpy]}\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(nil); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := doc.Recipe.Component("deepep")
+	if len(c.Checks) != 2 || c.Checks[0].Import == nil || c.Checks[0].Import.Module != "deep_ep" || len(c.Checks[0].Import.After) != 0 ||
+		c.Checks[1].Import == nil || c.Checks[1].Import.Module != "uccl.ep" || !slices.Equal(c.Checks[1].Import.After, []string{"torch", "numpy"}) {
+		t.Fatalf("checks read as %+v", c.Checks)
+	}
+	b, err := json.Marshal(c.Checks)
+	if err != nil || string(b) != `[{"import":"deep_ep"},{"import":{"module":"uccl.ep","after":["torch","numpy"]}}]` {
+		t.Fatalf("JSON %s %v", b, err)
+	}
+	var back []Check
+	if err := json.Unmarshal(b, &back); err != nil || back[0].Import.Module != "deep_ep" || !slices.Equal(back[1].Import.After, []string{"torch", "numpy"}) {
+		t.Fatalf("JSON back: %+v %v", back, err)
+	}
+	for _, c := range []struct{ checks, want string }{
+		{"      - import: 'os; import sys'\n", "is not a Python module name"},
+		{"      - import: {module: uccl.ep, after: [torch, torch]}\n", "torch is listed twice"},
+		{"      - import: {module: uccl.ep, after: [uccl.ep]}\n", "listed twice"},
+		{"      - import: {module: uccl.ep, after: ['torch;x']}\n", `"torch;x" is not a Python module name`},
+		{"      - import: {module: uccl.ep, afterr: [torch]}\n", "afterr"},
+	} {
+		err := loadAndValidate(t, withChecks(c.checks))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "r.yaml:") {
+			t.Errorf("%q: %v, want %q at a line of r.yaml", c.checks, err, c.want)
+		}
 	}
 }

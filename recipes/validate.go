@@ -322,7 +322,11 @@ func (d *Doc) validateComponent(i int, names map[string]int, patchSets PatchSetL
 		}
 		if v, ok := spec.(checkedSpec); ok {
 			for _, pr := range v.problems(names) {
-				add(cp+"."+kind+"."+pr.field, "%s", pr.msg)
+				f := cp + "." + kind
+				if pr.field != "" {
+					f += "." + pr.field
+				}
+				add(f, "%s", pr.msg)
 			}
 		}
 	}

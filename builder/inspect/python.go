@@ -62,6 +62,8 @@ const reportMarker = "EPBUILD-INSPECT:"
 
 // The module name comes in argv, never spliced into the program text.
 const importProgram = `import importlib, json, sys
+for first in sys.argv[2:]:
+    importlib.import_module(first)
 m = importlib.import_module(sys.argv[1])
 v = getattr(m, "__version__", None)
 print("` + reportMarker + `" + json.dumps({
@@ -73,16 +75,18 @@ print("` + reportMarker + `" + json.dumps({
 }))
 `
 
-// PythonImport imports module with python and reports where it came from.
+// PythonImport imports module with python and reports where it came from; the modules
+// after are imported first, in order (torch, for an extension that finds libtorch through
+// the torch already loaded).
 // It runs from dir ("" means a fresh empty directory), which must lie
 // outside any source or build tree: Python puts the working directory first
 // on sys.path, and a build tree there would shadow the install. The
 // environment is clean: only env, plus PYTHONNOUSERSITE=1 (so ~/.local
 // cannot shadow the install) unless env sets it. Bytecode is neither read
 // from nor written into the install (pyRun).
-func PythonImport(ctx context.Context, python, module string, env []string, dir string) (ImportResult, error) {
+func PythonImport(ctx context.Context, python, module string, env []string, dir string, after ...string) (ImportResult, error) {
 	res := ImportResult{Module: module}
-	out, stderr, err := runPython(ctx, python, env, dir, importProgram, module)
+	out, stderr, err := runPython(ctx, python, env, dir, importProgram, append([]string{module}, after...)...)
 	res.Stderr = stderr
 	if err != nil {
 		return res, fmt.Errorf("import %s with %s: %w", module, python, err)

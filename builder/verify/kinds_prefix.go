@@ -96,7 +96,8 @@ func checkNVSHMEMOptions(_ context.Context, s *Subject, _ bool) []CheckResult {
 	return []CheckResult{r}
 }
 
-func checkImport(ctx context.Context, s *Subject, module string) []CheckResult {
+func checkImport(ctx context.Context, s *Subject, ic *recipes.ImportCheck) []CheckResult {
+	module := ic.Module
 	if s.inst != nil && s.inst.noRun != "" {
 		return []CheckResult{{ID: "python.import:" + module, Status: check.Skip, Read: s.Root, Found: s.inst.noRun}}
 	}
@@ -105,7 +106,7 @@ func checkImport(ctx context.Context, s *Subject, module string) []CheckResult {
 		return []CheckResult{{ID: s.Component.Name + ".import." + module, Status: check.Fail, Found: err.Error()}}
 	}
 	defer os.RemoveAll(dir)
-	res, ierr := inspect.PythonImport(ctx, s.Python, module, s.Env, dir)
+	res, ierr := inspect.PythonImport(ctx, s.Python, module, s.Env, dir, ic.After...)
 	r := inspect.CheckImportWithin(res, ierr, s.Root)
 	// a build host without the NVIDIA driver cannot load a CUDA extension: that is
 	// not the build's fault; verify-install on a GPU node checks it again

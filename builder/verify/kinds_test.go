@@ -206,3 +206,36 @@ components:
 		}
 	}
 }
+
+// An import check with after: imports those modules first, as an extension that finds
+// libtorch through the torch already loaded needs (UCCL-EP's uccl.ep): without them the
+// module fails to import, with them it imports from the prefix.
+func TestImportCheckAfter(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	prefix := t.TempDir()
+	site := filepath.Join(prefix, "python")
+	for name, body := range map[string]string{
+		"torch_probe/__init__.py": "LOADED = True\n",
+		"uccl_probe/__init__.py":  "import sys\nif 'torch_probe' not in sys.modules:\n    raise ImportError('libc10.so: cannot open shared object file')\n",
+	} {
+		p := filepath.Join(site, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &Subject{Component: &plan.PlanComponent{Component: recipes.Component{Name: "uccl-ep"}}, Root: prefix, Python: "python3",
+		Env: []string{"PYTHONPATH=" + site, "PATH=" + os.Getenv("PATH")}}
+	alone := checkImport(context.Background(), s, &recipes.ImportCheck{Module: "uccl_probe"})
+	if len(alone) != 1 || alone[0].Status != check.Fail || !strings.Contains(alone[0].Found+alone[0].Why, "libc10") {
+		t.Errorf("alone: %+v", alone)
+	}
+	after := checkImport(context.Background(), s, &recipes.ImportCheck{Module: "uccl_probe", After: []string{"torch_probe"}})
+	if len(after) != 1 || after[0].Status != check.Pass {
+		t.Errorf("after torch_probe: %+v", after)
+	}
+}

@@ -150,7 +150,7 @@ ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidi
 	verify := func(p *plan.Plan, tc *toolchain.Toolchain, modules []string, env ...string) CheckResult {
 		t.Helper()
 		for _, m := range modules {
-			p.Components = append(p.Components, plan.PlanComponent{Component: recipes.Component{Name: "m" + m, Checks: []recipes.Check{{Import: m}}}})
+			p.Components = append(p.Components, plan.PlanComponent{Component: recipes.Component{Name: "m" + m, Checks: []recipes.Check{{Import: &recipes.ImportCheck{Module: m}}}}})
 		}
 		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &manifest.Manifest{Plan: p, Toolchain: tc},
 			prefixes: map[string]string{}, env: append(base, env...), mapped: -1}

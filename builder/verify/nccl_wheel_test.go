@@ -55,7 +55,7 @@ func TestNCCLWheelRoute(t *testing.T) {
 			Source:      recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/nccl", Commit: strings.Repeat("a", 40)}},
 			PythonWheel: &recipes.PythonWheel{Package: "nvidia-nccl-cu12", Dir: "nvidia/nccl", Files: []string{"lib/libnccl.so.2", "include"}}}}}}
 		for _, m := range imports {
-			p.Components = append(p.Components, plan.PlanComponent{Component: recipes.Component{Name: "ep", Checks: []recipes.Check{{Import: m}}}})
+			p.Components = append(p.Components, plan.PlanComponent{Component: recipes.Component{Name: "ep", Checks: []recipes.Check{{Import: &recipes.ImportCheck{Module: m}}}}})
 		}
 		m := &manifest.Manifest{Plan: p, Wheels: []manifest.WheelFile{{Component: "nccl", Info: wheel.Info{File: whl},
 			Replaces: &manifest.Replaced{Package: "nvidia-nccl-cu12", Version: "2.28.9"}}}}

@@ -156,8 +156,14 @@ func (v *verifier) oneCopy(ctx context.Context, libs []oneLib) []CheckResult {
 	modules := []string{"torch"}
 	for _, pc := range v.m.Plan.Components {
 		for _, ch := range pc.Checks {
-			if ch.Import != "" && !slices.Contains(modules, ch.Import) {
-				modules = append(modules, ch.Import)
+			if ch.Import == nil {
+				continue
+			}
+			// what the module needs imported first, then the module, each once
+			for _, m := range append(slices.Clone(ch.Import.After), ch.Import.Module) {
+				if !slices.Contains(modules, m) {
+					modules = append(modules, m)
+				}
 			}
 		}
 	}

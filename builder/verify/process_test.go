@@ -124,7 +124,7 @@ _lib = ctypes.CDLL(os.path.join(_here, "lib", "libtorch_nvshmem.so"))
 		}
 		p := &plan.Plan{Recipe: "t", Components: []plan.PlanComponent{nv, {Component: recipes.Component{Name: "deepep", Version: "1.2.1",
 			Source: recipes.Source{Git: &recipes.GitSource{URL: "https://example.invalid/deepep", Commit: strings.Repeat("c", 40)}},
-			Checks: []recipes.Check{{Import: "deep_ep"}}}}}}
+			Checks: []recipes.Check{{Import: &recipes.ImportCheck{Module: "deep_ep"}}}}}}}
 		v := &verifier{opts: VerifyOptions{Python: "python3"}, prefix: inst, m: &manifest.Manifest{Plan: p, Toolchain: tc}, prefixes: prefixes,
 			env: append(CleanEnviron(os.Getenv), append([]string{"PYTHONPATH=" + s + ":" + filepath.Join(inst, "deepep", "python")}, env...)...), mapped: -1}
 		r, ok := check.Find(v.oneCopy(context.Background(), processLibs()), "process.single-nvshmem")

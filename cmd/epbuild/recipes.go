@@ -308,7 +308,7 @@ func newSchemaCmd(app *App) *cobra.Command {
 }
 
 func recipeSchema() ([]byte, error) {
-	r := &jsonschema.Reflector{RequiredFromJSONSchemaTags: false, DoNotReference: false, Mapper: bandwidthSchema}
+	r := &jsonschema.Reflector{RequiredFromJSONSchemaTags: false, DoNotReference: false, Mapper: twoFormSchema}
 	s := r.Reflect(&recipes.Recipe{})
 	s.ID = "https://github.com/epbuild/epbuild/recipes/schema.json"
 	s.Title = "epbuild recipe"
@@ -319,9 +319,21 @@ func recipeSchema() ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// bandwidthSchema gives a test's bandwidth its two forms (recipes.BandwidthPattern): a
-// pattern, or a label and a value; nil for every other type, which is reflected.
-func bandwidthSchema(t reflect.Type) *jsonschema.Schema {
+// twoFormSchema gives the recipe values written in two forms their schema: a test's
+// bandwidth (recipes.BandwidthPattern: a pattern, or a label and a value) and an import
+// check (recipes.ImportCheck: a module, or a module and what it imports first); nil for
+// every other type, which is reflected.
+func twoFormSchema(t reflect.Type) *jsonschema.Schema {
+	if t == reflect.TypeFor[recipes.ImportCheck]() {
+		props := jsonschema.NewProperties()
+		props.Set("module", &jsonschema.Schema{Type: "string", Description: "the module python imports from the prefix"})
+		props.Set("after", &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: "string"}, MinItems: new(uint64(1)),
+			Description: "modules imported first, in order (torch)"})
+		return &jsonschema.Schema{OneOf: []*jsonschema.Schema{
+			{Type: "string", Description: "the module python imports from the prefix"},
+			{Type: "object", Properties: props, Required: []string{"module", "after"}, AdditionalProperties: jsonschema.FalseSchema},
+		}}
+	}
 	if t != reflect.TypeFor[recipes.BandwidthPattern]() {
 		return nil
 	}
