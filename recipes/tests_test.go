@@ -60,26 +60,9 @@ func TestTestsErrors(t *testing.T) {
 				t.Fatalf("the case's text %q is not in the fixture", c.from)
 			}
 			err := loadAndValidate(t, body)
-			if len(c.want) == 0 {
-				if err != nil {
-					t.Fatalf("unexpected error: %v", err)
-				}
+			e, ok := wantErrors(t, err, c.want)
+			if !ok {
 				return
-			}
-			if err == nil {
-				t.Fatalf("no error; want %q", c.want)
-			}
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not contain %q", err, w)
-				}
-			}
-			var e *Error
-			var es Errors
-			switch {
-			case errors.As(err, &es):
-				e = es[0]
-			case errors.As(err, &e):
 			}
 			if e == nil || e.Line != c.line {
 				t.Errorf("error located at %+v, want line %d", e, c.line)
@@ -157,26 +140,9 @@ func TestBandwidthLabelForm(t *testing.T) {
 			}
 			body := goodRecipe + goodTests + strings.Replace(labelledBench, c.from, c.to, 1)
 			err := loadAndValidate(t, body)
-			if len(c.want) == 0 {
-				if err != nil {
-					t.Fatalf("unexpected error: %v", err)
-				}
+			e, ok := wantErrors(t, err, c.want)
+			if !ok {
 				return
-			}
-			if err == nil {
-				t.Fatalf("no error; want %q", c.want)
-			}
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not contain %q", err, w)
-				}
-			}
-			var e *Error
-			var es Errors
-			switch {
-			case errors.As(err, &es):
-				e = es[0]
-			case errors.As(err, &e):
 			}
 			lines := strings.Split(body, "\n")
 			if e == nil || e.Line < 1 || e.Line > len(lines) || !strings.Contains(lines[e.Line-1], c.at) {
@@ -304,4 +270,31 @@ func TestNVCCStepExpand(t *testing.T) {
 	if got := strings.Join(order, ", "); got != "$EP_JIT_NVCC_COMPILER, $CUDA_HOME/bin/nvcc, $CUDA_PATH/bin/nvcc, nvcc on PATH, /usr/local/cuda/bin/nvcc" {
 		t.Errorf("default order %s", got)
 	}
+}
+
+// wantErrors checks err against the substrings want (none: no error) and gives the first
+// located error; ok is false when no error was wanted.
+func wantErrors(t *testing.T, err error, want []string) (e *Error, ok bool) {
+	t.Helper()
+	if len(want) == 0 {
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return nil, false
+	}
+	if err == nil {
+		t.Fatalf("no error; want %q", want)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not contain %q", err, w)
+		}
+	}
+	var es Errors
+	switch {
+	case errors.As(err, &es):
+		e = es[0]
+	case errors.As(err, &e):
+	}
+	return e, true
 }
