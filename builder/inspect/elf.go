@@ -417,3 +417,37 @@ func orNone(dirs []string) string {
 	}
 	return strings.Join(dirs, ":")
 }
+
+// CXXRuntimeMarker is std::locale::id::_M_id() const: libstdc++ defines it, and code
+// compiled against libstdc++'s headers only calls it. A shared object other than
+// libstdc++ itself that exports it carries libstdc++.a linked in.
+const CXXRuntimeMarker = "_ZNKSt6locale2id5_M_idEv"
+
+// SharedCXXRuntime says whether path is a shared library (ET_DYN without a program
+// interpreter: not a PIE executable, which runs in a process of its own) and whether
+// it exports a copy of libstdc++ of its own (CXXRuntimeMarker, libstdc++ itself aside).
+func SharedCXXRuntime(path string) (shared, ownRuntime bool, err error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false, false, fmt.Errorf("read ELF %s: %w", path, err)
+	}
+	defer f.Close()
+	if f.Type != elf.ET_DYN || slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP }) {
+		return false, false, nil
+	}
+	if f.SectionByType(elf.SHT_DYNAMIC) != nil {
+		sonames, err := f.DynString(elf.DT_SONAME)
+		if err != nil {
+			return true, false, fmt.Errorf("read DT_SONAME of %s: %w", path, err)
+		}
+		if len(sonames) > 0 && strings.HasPrefix(sonames[0], "libstdc++.so") {
+			return true, false, nil
+		}
+	}
+	syms, err := f.DynamicSymbols()
+	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+		return true, false, fmt.Errorf("read dynamic symbols of %s: %w", path, err)
+	}
+	own := slices.ContainsFunc(syms, func(s elf.Symbol) bool { return s.Name == CXXRuntimeMarker && s.Section != elf.SHN_UNDEF })
+	return true, own, nil
+}

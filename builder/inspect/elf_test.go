@@ -146,3 +146,37 @@ func TestLookupVersionedSymbol(t *testing.T) {
 		t.Error("a C file read as ELF")
 	}
 }
+
+// A shared object linked with libstdc++.a exports libstdc++'s own runtime
+// (std::locale::id::_M_id); one linked with libstdc++.so does not; libstdc++.so.6 itself
+// and a PIE executable with libstdc++.a are neither judged (an executable runs in a
+// process of its own). All built here by the real g++, the code using std::regex as
+// EPv2's JIT does.
+func TestSharedCXXRuntime(t *testing.T) {
+	gxx := needTool(t, "g++")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "x.cpp")
+	writeFile(t, src, []byte("#include <regex>\n#include <string>\nextern \"C\" int probe(const char* s) { return std::regex_search(std::string(s), std::regex(\"#\\\\s*include\")); }\nint main() { return probe(\"#include\"); }\n"))
+	run(t, dir, gxx, "-O1", "-fPIC", "-c", "-o", "x.o", src)
+	run(t, dir, gxx, "-shared", "-o", "shared.so", "x.o")
+	run(t, dir, gxx, "-shared", "-static-libstdc++", "-o", "static.so", "x.o")
+	run(t, dir, gxx, "-pie", "-static-libstdc++", "-o", "exe", "x.o")
+	libstdcxx := strings.TrimSpace(run(t, dir, gxx, "-print-file-name=libstdc++.so.6"))
+	for _, c := range []struct {
+		path        string
+		shared, own bool
+	}{
+		{filepath.Join(dir, "shared.so"), true, false},
+		{filepath.Join(dir, "static.so"), true, true},
+		{filepath.Join(dir, "exe"), false, false},
+		{libstdcxx, true, false},
+	} {
+		shared, own, err := SharedCXXRuntime(c.path)
+		if err != nil || shared != c.shared || own != c.own {
+			t.Errorf("%s: shared %v own %v (%v), want %v %v", filepath.Base(c.path), shared, own, err, c.shared, c.own)
+		}
+	}
+	if _, _, err := SharedCXXRuntime(src); err == nil || !strings.Contains(err.Error(), src) {
+		t.Errorf("not an ELF file: %v", err)
+	}
+}

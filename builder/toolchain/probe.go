@@ -66,6 +66,13 @@ type Toolchain struct {
 	Ninja string `json:"ninja,omitempty"`
 	Git   string `json:"git,omitempty"`
 
+	// CXX is the C++ compiler the builds run: $CXX (setuptools, torch's cpp_extension and
+	// CMake take it), else g++ on PATH. CXXStaticRuntime: it finds no libstdc++.so, only
+	// libstdc++.a (`$CXX -print-file-name=libstdc++.so` prints the bare name), so every
+	// shared object it links carries a libstdc++ of its own.
+	CXX              string `json:"cxx,omitempty"`
+	CXXStaticRuntime bool   `json:"cxx_static_runtime,omitempty"`
+
 	// RDMACore is the mlx5dv.h found; RDMADataDirect whether it defines
 	// MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT (a fact only: NVSHMEM defines it itself, R22).
 	RDMACore       string `json:"rdma_core,omitempty"`
@@ -101,13 +108,16 @@ func (t *Toolchain) Fingerprint() string {
 	b, _ := json.Marshal(struct {
 		OS, Arch, CUDA, CUDAHome, PythonVersion, Torch, GCC, GXX, CMake string
 		NVCCRandomSeed, NVCCObjTemp                                     bool
+		// a compiler that links libstdc++.a builds other bytes (omitted when false: the
+		// keys of every other toolchain stay as they were)
+		CXXStaticRuntime bool `json:",omitempty"`
 		// empty for plans that need no CMake packages: their keys stay as they were
 		Protobuf       string `json:",omitempty"`
 		ProtobufHeader string `json:",omitempty"`
 		Abseil         string `json:",omitempty"`
 		GTest          string `json:",omitempty"`
 	}{t.OS, t.Arch, t.CUDA, t.CUDAHome, t.PythonVersion, t.Torch, t.GCC, t.GXX, t.CMake,
-		t.NVCCRandomSeed, t.NVCCObjTemp, t.Protobuf, t.ProtobufHeader, t.Abseil, t.GTest})
+		t.NVCCRandomSeed, t.NVCCObjTemp, t.CXXStaticRuntime, t.Protobuf, t.ProtobufHeader, t.Abseil, t.GTest})
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }
@@ -206,11 +216,15 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 			})
 		}
 	}
+	cxx := strings.Fields(p.Getenv("CXX"))
+	if len(cxx) == 0 {
+		cxx = []string{"g++"}
+	}
 	for _, v := range []struct {
 		tool  string
 		field *string
 		first bool // the version is on the first line (gcc's has others further down)
-	}{{"gcc", &t.GCC, true}, {"g++", &t.GXX, true}, {"cmake", &t.CMake, true}, {"ninja", &t.Ninja, false}, {"git", &t.Git, false}} {
+	}{{"gcc", &t.GCC, true}, {"cmake", &t.CMake, true}, {"ninja", &t.Ninja, false}, {"git", &t.Git, false}} {
 		if path := look(v.tool); path != "" {
 			wg.Go(func() {
 				s := out(path, "--version")
@@ -220,6 +234,15 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 				*v.field = firstVer(s)
 			})
 		}
+	}
+	if path := look(cxx[0]); path != "" {
+		t.CXX = path
+		// g++'s version is the one of the C++ compiler the builds run (with its arguments)
+		wg.Go(func() { t.GXX = firstVer(firstLine(out(path, slices.Concat(cxx[1:], []string{"--version"})...))) })
+		wg.Go(func() {
+			s := strings.TrimSpace(out(path, slices.Concat(cxx[1:], []string{"-print-file-name=libstdc++.so"})...))
+			t.CXXStaticRuntime = s != "" && !filepath.IsAbs(s)
+		})
 	}
 	for _, h := range []string{"/usr/include", "/usr/local/include", "/opt/rdma-core/include"} {
 		hdr := filepath.Join(h, "infiniband", "mlx5dv.h")
@@ -506,6 +529,12 @@ func Preflight(p *plan.Plan, t *Toolchain) error {
 	if n.GCC {
 		checkVer("gcc", p.Toolchain.GCC, t.GCC, "install gcc and g++ (build-essential)")
 	}
+	if n.Setuptools && t.CXXStaticRuntime {
+		add("C++ runtime of Python extensions", "libstdc++.so", "only libstdc++.a for "+t.CXX,
+			"a Python extension it links carries a libstdc++ of its own beside the libstdc++.so.6 torch loads (the cxx-runtime check; EPv2 dies of SIGSEGV in std::regex): "+
+				"set CXX and CC to a compiler for which `$CXX -print-file-name=libstdc++.so` prints a path (the distribution's g++ and gcc), "+
+				"or put a directory holding libstdc++.so first on LIBRARY_PATH")
+	}
 	if n.CMake {
 		checkVer("cmake", p.Toolchain.CMake, t.CMake, "install cmake (3.19 or newer)")
 	}
@@ -651,7 +680,7 @@ func (p *Prober) ProbeLater(ctx context.Context, dir string) (t *Toolchain, fini
 // in dir that stores it.
 func (p *Prober) cacheFile(dir string) (key, file string) {
 	var env []string
-	for _, k := range []string{"PATH", "CUDA_HOME", "CUDA_PATH", "LIBFABRIC_HOME", "GDRCOPY_HOME", "MPI_HOME", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME"} {
+	for _, k := range []string{"PATH", "CXX", "LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "LIBFABRIC_HOME", "GDRCOPY_HOME", "MPI_HOME", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME"} {
 		env = append(env, k+"="+p.Getenv(k))
 	}
 	// probe/2: nvcc's reproducibility flags
@@ -695,7 +724,7 @@ func (p *Prober) storeProbe(dir, file, key string, t *Toolchain) {
 			paths = append(paths, lp)
 		}
 	}
-	paths = append(paths, t.NVCC, t.RDMACore, t.ProtobufHeader, t.Abseil, t.GTest)
+	paths = append(paths, t.NVCC, t.CXX, t.RDMACore, t.ProtobufHeader, t.Abseil, t.GTest)
 	if p.CMakePackages {
 		// packages unpacked into a named prefix after a probe found nothing there
 		for _, pre := range p.Prefixes {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -176,4 +177,64 @@ func TestPreflightHostArch(t *testing.T) {
 	if m := Machine("riscv64"); m != "riscv64" {
 		t.Errorf("a machine uname and Go name alike: %s", m)
 	}
+}
+
+// The C++ compiler builds run is $CXX (its first word; the rest are its arguments), else
+// g++ on PATH; one that finds only libstdc++.a is marked, and a recipe with a
+// python-extension step is refused on it with the fix. The compiler standing in for one
+// without libstdc++.so answers -print-file-name as GCC does for a file it cannot find,
+// with the bare name (the GPU host's relocated GCC 13.3 printed "libstdc++.so").
+func TestProbeCXXStaticRuntime(t *testing.T) {
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ here")
+	}
+	dir := t.TempDir()
+	static := filepath.Join(dir, "g++-static")
+	if err := os.WriteFile(static, []byte("#!/bin/sh\n# stands in for a GCC whose lib/gcc has libstdc++.a only\nfor a; do case \"$a\" in -print-file-name=*) echo \"${a#-print-file-name=}\"; exit 0;; esac; done\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	probe := func(cxx string) *Toolchain {
+		env := map[string]string{"CXX": cxx}
+		return (&Prober{Getenv: func(k string) string { return env[k] }}).Probe(context.Background())
+	}
+	if tc := probe(""); tc.CXX != gxx || tc.CXXStaticRuntime {
+		t.Errorf("g++ on PATH: CXX %q static %v, want %s and false (it prints %s)", tc.CXX, tc.CXXStaticRuntime, gxx, mustOut(t, gxx, "-print-file-name=libstdc++.so"))
+	}
+	tc := probe(static + " -m64")
+	if tc.CXX != static || !tc.CXXStaticRuntime {
+		t.Fatalf("CXX with libstdc++.a only: CXX %q static %v", tc.CXX, tc.CXXStaticRuntime)
+	}
+	if tc.Fingerprint() == probe("").Fingerprint() {
+		t.Errorf("a compiler that links libstdc++.a builds other bytes: the build keys must differ")
+	}
+	res, err := plan.NewResolver(recipes.NewLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := &Toolchain{OS: "linux", Arch: "amd64", CUDA: "13.0", Torch: "2.11.0+cu130", PythonVersion: "3.12.3", Setuptools: "68.1.2", GCC: "13.3.0",
+		PythonPackages: map[string]PythonPackage{"nvidia-nvshmem-cu13": {Version: "3.4.5"}, "nvidia-nccl-cu13": {Version: "2.30.7"}},
+		CXX:            static, CXXStaticRuntime: true}
+	v2, err := res.Resolve("deepep-v2", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pe *PreflightError
+	if err := Preflight(v2, host); !errors.As(err, &pe) || len(pe.Missing) != 1 ||
+		pe.Missing[0].Need != "libstdc++.so" || !strings.Contains(pe.Missing[0].Found, static) || !strings.Contains(pe.Missing[0].Fix, "-print-file-name=libstdc++.so") {
+		t.Fatalf("deepep-v2 with a compiler that links libstdc++.a: %v", err)
+	}
+	host.CXXStaticRuntime = false
+	if err := Preflight(v2, host); err != nil {
+		t.Errorf("deepep-v2 with libstdc++.so: %v", err)
+	}
+}
+
+func mustOut(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	b, err := exec.Command(name, args...).Output()
+	if err != nil {
+		t.Fatalf("%s %v: %v", name, args, err)
+	}
+	return strings.TrimSpace(string(b))
 }

@@ -59,6 +59,9 @@ func Checks() *check.Registry[*Subject] {
 			Explain: "each patch set's stated effects hold on the patched tree (a def exists and is called, an include replaced, an env variable read)"},
 		{Name: "effect.prefix", Targets: prefixes, Run: checkPrefixEffects,
 			Explain: "the effects whose patch set says where the file lands hold on the staged and the installed copy: a patch that reached only the source is the field failure"},
+		// what a python-extension step builds
+		{Name: "cxx-runtime", Targets: prefixes, Run: checkCXXRuntime,
+			Explain: "no shared object a python-extension step built exports a libstdc++ of its own (libstdc++.a linked in): Python and torch load libstdc++.so.6, and two C++ runtimes in one process break std::locale facets and exceptions (EPv2's JIT: SIGSEGV in std::regex)"},
 	}
 	kinds = append(kinds, installKinds()...)
 	kinds = append(kinds, processKinds()...)

@@ -3,8 +3,10 @@ package verify
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -297,4 +299,52 @@ func globInside(prefix, pattern string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// checkCXXRuntime looks at the shared objects of a component built by a python-extension
+// step (the modules Python loads beside torch and its libstdc++.so.6): none may export a
+// libstdc++ of its own. A C++ compiler that finds only libstdc++.a links it into every
+// extension it builds, and then two C++ runtimes share one process.
+func checkCXXRuntime(_ context.Context, s *Subject) []CheckResult {
+	if !slices.ContainsFunc(s.Component.Build, func(st recipes.Step) bool { return st.PythonExtension != nil }) {
+		return nil
+	}
+	id := s.Component.Name + ".cxx-runtime"
+	var shared, own []string
+	err := filepath.WalkDir(s.Root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() || !inspect.IsELF(path) {
+			return err
+		}
+		sh, o, err := inspect.SharedCXXRuntime(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(s.Root, path)
+		if sh {
+			shared = append(shared, rel)
+		}
+		if o {
+			own = append(own, rel)
+		}
+		return nil
+	})
+	r := CheckResult{ID: id, Expected: "its shared objects use the process's libstdc++.so.6 (none defines " + inspect.CXXRuntimeMarker + ", std::locale::id::_M_id)"}
+	switch {
+	case err != nil:
+		r.Status, r.Found = check.Fail, err.Error()
+	case len(shared) == 0:
+		return nil
+	case len(own) == 0:
+		r.Status, r.Found = check.Pass, count(len(shared), "shared object")+", none with a libstdc++ of its own"
+	default:
+		r.Status = check.Fail
+		r.Found = strings.Join(own, ", ") + " exports libstdc++'s std::locale::id::_M_id: libstdc++.a is linked in"
+		r.Why = "a Python extension that carries its own libstdc++ runs beside the libstdc++.so.6 that Python and torch load: two C++ runtimes in one process, " +
+			"whose locale facet ids and exception state differ. Measured (2 H200s, DeepEP EPv2): the first std::regex of its JIT died of SIGSEGV in " +
+			"collate<char>::transform; linked against libstdc++.so, the same test passed. It happens where the C++ compiler (CXX) finds only " +
+			"libstdc++.a: `$CXX -print-file-name=libstdc++.so` prints the bare name"
+		r.Fix = "build with a C++ compiler that links libstdc++.so: CXX=g++ CC=gcc of the system (or a directory holding libstdc++.so, a link to the " +
+			"libstdc++.so.6 torch loads, first on LIBRARY_PATH or in COMPONENT.env.LDFLAGS as -L DIR); the preflight names the compiler it found"
+	}
+	return []CheckResult{s.rel(r)}
 }

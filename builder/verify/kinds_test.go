@@ -239,3 +239,57 @@ func TestImportCheckAfter(t *testing.T) {
 		t.Errorf("after torch_probe: %+v", after)
 	}
 }
+
+// cxx-runtime on real extensions: a module linked with libstdc++.a fails with its path and
+// the fix, one linked with libstdc++.so passes, on the staged and the installed prefix;
+// a component without a python-extension step, or with no shared object, gets no result.
+func TestCXXRuntimeKind(t *testing.T) {
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skipf("g++ builds the objects: %v", err)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "m.cpp")
+	if err := os.WriteFile(src, []byte("#include <locale>\nextern \"C\" int facets() { return std::has_facet<std::collate<char>>(std::locale()); }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prefix := func(linkArgs ...string) string {
+		p := t.TempDir()
+		mod := filepath.Join(p, "python", "deep_ep", "_C.cpython-312-x86_64-linux-gnu.so")
+		if err := os.MkdirAll(filepath.Dir(mod), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(gxx, append([]string{"-shared", "-fPIC", "-o", mod, src}, linkArgs...)...).CombinedOutput(); err != nil {
+			t.Fatalf("g++: %v\n%s", err, out)
+		}
+		return p
+	}
+	ext := []recipes.Step{{PythonExtension: &recipes.PythonExtensionStep{}}}
+	run := func(target check.Target, root string, build []recipes.Step) []CheckResult {
+		s := &Subject{Component: &plan.PlanComponent{Component: recipes.Component{Name: "deepep", Build: build}}, Root: root}
+		var out []CheckResult
+		for _, r := range Checks().Run(context.Background(), target, s, nil) {
+			if r.ID == "deepep.cxx-runtime" {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	static, shared := prefix("-static-libstdc++"), prefix()
+	for _, target := range []check.Target{check.Staged, check.Installed} {
+		rs := run(target, static, ext)
+		if len(rs) != 1 || rs[0].Status != check.Fail || !strings.Contains(rs[0].Found, "python/deep_ep/_C.cpython-312-x86_64-linux-gnu.so") ||
+			strings.Contains(rs[0].Found, static) || !strings.Contains(rs[0].Fix, "libstdc++.so") {
+			t.Errorf("%s, linked with libstdc++.a: %+v", target, rs)
+		}
+		if rs := run(target, shared, ext); len(rs) != 1 || rs[0].Status != check.Pass || rs[0].Found != "1 shared object, none with a libstdc++ of its own" {
+			t.Errorf("%s, linked with libstdc++.so: %+v", target, rs)
+		}
+	}
+	if rs := run(check.Staged, static, []recipes.Step{{Command: &recipes.CommandStep{}}}); len(rs) != 0 {
+		t.Errorf("a component with no python-extension step: %+v", rs)
+	}
+	if rs := run(check.Staged, t.TempDir(), ext); len(rs) != 0 {
+		t.Errorf("a prefix with no shared object: %+v", rs)
+	}
+}
