@@ -263,7 +263,7 @@ func sbomInput(m *manifest.Manifest, artifact, sum, tool string, cr SBOMCredits)
 		for _, x := range []sbom.Tool{
 			{Name: "python", Version: t.PythonVersion, Path: t.Python}, {Name: "setuptools", Version: t.Setuptools, Package: true},
 			{Name: "wheel", Version: t.Wheel, Package: true}, {Name: "torch", Version: t.Torch, Package: true},
-			{Name: "cuda", Version: t.CUDA, Path: t.NVCC}, {Name: "gcc", Version: t.GCC}, {Name: "g++", Version: t.GXX},
+			{Name: "cuda", Version: t.CUDA, Path: t.NVCC}, {Name: "gcc", Version: t.GCC}, {Name: "g++", Version: t.GXX, Path: t.CXX},
 			{Name: "cmake", Version: t.CMake}, {Name: "ninja", Version: t.Ninja}, {Name: "git", Version: t.Git},
 			{Name: "protobuf", Version: t.Protobuf, Path: t.ProtobufHeader},
 		} {
