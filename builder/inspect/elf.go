@@ -29,6 +29,8 @@ type ELFInfo struct {
 	Undefined []string `json:"undefined,omitempty"`
 	// symbols are the dynamic symbol table's entries with their details, in file order.
 	symbols []Symbol
+	// interp: the file names a program interpreter (PT_INTERP): an executable, PIE or not
+	interp bool
 }
 
 // Symbol is one entry of the dynamic symbol table.
@@ -56,6 +58,7 @@ func ReadELF(path string) (*ELFInfo, error) {
 		Machine: f.Machine.String(),
 		Class:   f.Class.String(),
 		Type:    f.Type.String(),
+		interp:  slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP }),
 	}
 	if f.SectionByType(elf.SHT_DYNAMIC) != nil {
 		if info.Needed, err = f.DynString(elf.DT_NEEDED); err != nil {
@@ -427,27 +430,12 @@ const CXXRuntimeMarker = "_ZNKSt6locale2id5_M_idEv"
 // interpreter: not a PIE executable, which runs in a process of its own) and whether
 // it exports a copy of libstdc++ of its own (CXXRuntimeMarker, libstdc++ itself aside).
 func SharedCXXRuntime(path string) (shared, ownRuntime bool, err error) {
-	f, err := elf.Open(path)
+	info, err := ReadELF(path)
 	if err != nil {
-		return false, false, fmt.Errorf("read ELF %s: %w", path, err)
+		return false, false, err
 	}
-	defer f.Close()
-	if f.Type != elf.ET_DYN || slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP }) {
+	if info.Type != elf.ET_DYN.String() || info.interp {
 		return false, false, nil
 	}
-	if f.SectionByType(elf.SHT_DYNAMIC) != nil {
-		sonames, err := f.DynString(elf.DT_SONAME)
-		if err != nil {
-			return true, false, fmt.Errorf("read DT_SONAME of %s: %w", path, err)
-		}
-		if len(sonames) > 0 && strings.HasPrefix(sonames[0], "libstdc++.so") {
-			return true, false, nil
-		}
-	}
-	syms, err := f.DynamicSymbols()
-	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-		return true, false, fmt.Errorf("read dynamic symbols of %s: %w", path, err)
-	}
-	own := slices.ContainsFunc(syms, func(s elf.Symbol) bool { return s.Name == CXXRuntimeMarker && s.Section != elf.SHN_UNDEF })
-	return true, own, nil
+	return true, !strings.HasPrefix(info.SONAME, "libstdc++.so") && info.HasDefined(CXXRuntimeMarker), nil
 }
