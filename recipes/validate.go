@@ -488,7 +488,7 @@ func (d *Doc) validateTemplates(p, val string, names map[string]int, deps map[st
 		}
 		if ref == "mpi.home" {
 			if !slices.Contains(d.Recipe.Toolchain.Require, "mpi") {
-				add(p, "template {{mpi.home}} needs an MPI on the build host: add mpi to toolchain: require: (preflight then finds it, MPI_HOME first, else the directory above mpicc's bin/)")
+				add(p, "template {{mpi.home}} needs an MPI on the build host: add mpi to toolchain: require: (preflight then finds it, MPI_HOME first, else where mpicc finds mpi.h)")
 			}
 			continue
 		}

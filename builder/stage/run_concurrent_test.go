@@ -325,7 +325,7 @@ components:
 }
 
 // {{mpi.home}} gives a step the MPI the toolchain probe found (MPI_HOME with mpi.h, else
-// the directory above mpicc's bin/), the one the manifest records, and {{cuda.home}} its
+// where mpicc finds mpi.h), the one the manifest records, and {{cuda.home}} its
 // CUDA: a build step names the build host's tools through the probe, not a search of
 // its own.
 func TestHostTemplatesReachSteps(t *testing.T) {

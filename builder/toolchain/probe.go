@@ -264,12 +264,12 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 			break
 		}
 	}
-	// MPI_HOME first, as MPI builds (NCCL EP's Makefile) read it, else the directory above
-	// mpicc's bin/: the MPI {{mpi.home}} gives a build is the one the manifest records
+	// MPI_HOME first, as MPI builds (NCCL EP's Makefile) read it, else where mpicc finds
+	// mpi.h: the MPI {{mpi.home}} gives a build is the one the manifest records
 	if h := p.Getenv("MPI_HOME"); h != "" && disk.FileExists(filepath.Join(h, "include", "mpi.h")) {
 		t.MPIHome = h
 	} else if m := look("mpicc"); m != "" {
-		t.MPIHome = filepath.Dir(filepath.Dir(m))
+		t.MPIHome = mpiHome(m, out)
 	}
 	if p.CMakePackages {
 		// the system prefixes come after CMAKE_PREFIX_PATH, as CMake searches
@@ -277,6 +277,29 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 	}
 	wg.Wait()
 	return t
+}
+
+// mpiHome is the MPI installation mpicc compiles against: the directory whose include/
+// holds mpi.h, which builds read as $(MPI_HOME)/include and lib. The directory above
+// mpicc's bin/ is not always it: Debian's and Ubuntu's Open MPI has /usr/bin/mpicc and
+// its headers in /usr/lib/x86_64-linux-gnu/openmpi/include. So the wrapper is asked,
+// Open MPI's way (--showme:incdirs) and MPICH's (-show, its -I flags); "" when no
+// include directory it names, nor bin/../include, holds mpi.h.
+func mpiHome(mpicc string, out func(string, ...string) string) string {
+	// each wrapper fails on the other's flag (it hands it to the compiler), giving ""
+	dirs := strings.Fields(out(mpicc, "--showme:incdirs"))
+	for _, f := range strings.Fields(out(mpicc, "-show")) {
+		if d, ok := strings.CutPrefix(f, "-I"); ok {
+			dirs = append(dirs, d)
+		}
+	}
+	dirs = append(dirs, filepath.Join(filepath.Dir(filepath.Dir(mpicc)), "include"))
+	for _, d := range dirs {
+		if filepath.Base(d) == "include" && filepath.IsAbs(d) && disk.FileExists(filepath.Join(d, "mpi.h")) {
+			return filepath.Dir(d)
+		}
+	}
+	return ""
 }
 
 const probeMarker = "EPBUILD-PROBE "
@@ -548,7 +571,7 @@ func Preflight(p *plan.Plan, t *Toolchain) error {
 		add("GDRCopy", "include/gdrapi.h under GDRCOPY_HOME", "", "install GDRCopy and set GDRCOPY_HOME; or --set nvshmem.options.NVSHMEM_USE_GDRCOPY=0")
 	}
 	if n.MPI && t.MPIHome == "" {
-		add("MPI", "include/mpi.h under MPI_HOME, or mpicc on PATH", "", "install OpenMPI (mpicc on PATH) or set MPI_HOME to an MPI installation; for NVSHMEM's MPI bootstrap, turning NVSHMEM_MPI_SUPPORT off also does")
+		add("MPI", "include/mpi.h under MPI_HOME, or an mpicc on PATH whose include directory holds mpi.h", "", "install OpenMPI with its headers (Debian and Ubuntu: libopenmpi-dev) or set MPI_HOME to the MPI installation whose include/ holds mpi.h; for NVSHMEM's MPI bootstrap, turning NVSHMEM_MPI_SUPPORT off also does")
 	}
 	if m := Machine(t.Arch); len(p.Toolchain.HostArch) > 0 && !slices.Contains(p.Toolchain.HostArch, m) {
 		add("build host machine", strings.Join(p.Toolchain.HostArch, " or "), m, hostArchFix(p.Toolchain.HostArch))

@@ -106,34 +106,55 @@ func writeSite(t *testing.T, files map[string]string) string {
 }
 
 // MPI comes from MPI_HOME when it holds an MPI (include/mpi.h), as NCCL EP's Makefile
-// reads it, else from the directory above mpicc's bin/; an MPI_HOME without mpi.h is not
-// an MPI. {{mpi.home}} and the manifest take what this finds.
+// reads it, else from where mpicc finds mpi.h; an MPI_HOME without mpi.h is not an MPI,
+// and neither is a wrapper without headers. The wrappers answer as the real ones do:
+// Ubuntu 24.04's Open MPI (/usr/bin/mpicc, `--showme:incdirs` printing its two include
+// directories under /usr/lib/x86_64-linux-gnu/openmpi, as on the GPU image), MPICH's
+// `-show` (the compiler line, its -I); each fails on the other's flag, as the flag goes
+// to the compiler. {{mpi.home}} and the manifest take what this finds.
 func TestProbeMPIHome(t *testing.T) {
 	dir := t.TempDir()
-	onPath := filepath.Join(dir, "openmpi")
-	if err := os.MkdirAll(filepath.Join(onPath, "bin"), 0o755); err != nil {
-		t.Fatal(err)
+	write := func(path, body string, mode os.FileMode) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), mode); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.WriteFile(filepath.Join(onPath, "bin", "mpicc"), []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	// Debian's layout: the wrapper in /usr/bin, the headers in the multiarch lib dir
+	deb := filepath.Join(dir, "deb", "usr")
+	debHome := filepath.Join(deb, "lib", "x86_64-linux-gnu", "openmpi")
+	write(filepath.Join(debHome, "include", "mpi.h"), "/* mpi */\n", 0o644)
+	write(filepath.Join(deb, "bin", "mpicc"), "#!/bin/sh\n"+
+		`[ "$1" = --showme:incdirs ] && { echo "`+debHome+`/include `+debHome+`/include/openmpi"; exit 0; }`+"\n"+
+		"echo 'gcc: fatal error: no input files' >&2; exit 1\n", 0o755)
+	// MPICH under its own prefix: bin/../include
+	mpich := filepath.Join(dir, "mpich")
+	write(filepath.Join(mpich, "include", "mpi.h"), "/* mpi */\n", 0o644)
+	write(filepath.Join(mpich, "bin", "mpicc"), "#!/bin/sh\n"+
+		`[ "$1" = -show ] && { echo "gcc -I`+mpich+`/include -L`+mpich+`/lib -Wl,-rpath -Wl,`+mpich+`/lib -lmpi"; exit 0; }`+"\n"+
+		"echo 'gcc: error: unrecognized command-line option' >&2; exit 1\n", 0o755)
+	// a wrapper whose MPI has no headers (the runtime package alone)
+	bare := filepath.Join(dir, "bare")
+	write(filepath.Join(bare, "bin", "mpicc"), "#!/bin/sh\nexit 1\n", 0o755)
 	named := filepath.Join(dir, "hpcx", "ompi")
-	if err := os.MkdirAll(filepath.Join(named, "include"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(named, "include", "mpi.h"), []byte("/* mpi */\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", filepath.Join(onPath, "bin")) // the probe looks programs up on the process's PATH
-	for _, c := range []struct{ mpiHome, want string }{
-		{"", onPath},
-		{named, named},
-		{filepath.Join(dir, "empty"), onPath},
+	write(filepath.Join(named, "include", "mpi.h"), "/* mpi */\n", 0o644)
+	for _, c := range []struct{ path, mpiHome, want string }{
+		{deb, "", debHome},
+		{mpich, "", mpich},
+		{bare, "", ""},
+		{deb, named, named},
+		{deb, filepath.Join(dir, "empty"), debHome},
+		{bare, filepath.Join(dir, "empty"), ""},
 	} {
-		env := map[string]string{"PATH": filepath.Join(onPath, "bin"), "MPI_HOME": c.mpiHome}
+		path := filepath.Join(c.path, "bin")
+		t.Setenv("PATH", path) // the probe looks programs up on the process's PATH
+		env := map[string]string{"PATH": path, "MPI_HOME": c.mpiHome}
 		tc := (&Prober{Getenv: func(k string) string { return env[k] }}).Probe(context.Background())
 		if tc.MPIHome != c.want {
-			t.Errorf("MPI_HOME=%q: MPIHome %q, want %q", c.mpiHome, tc.MPIHome, c.want)
+			t.Errorf("mpicc in %s, MPI_HOME=%q: MPIHome %q, want %q", path, c.mpiHome, tc.MPIHome, c.want)
 		}
 	}
 }
