@@ -7,7 +7,7 @@ import (
 )
 
 // SetHelp lists the keys --set accepts, for the command line's help text.
-const SetHelp = `COMPONENT.version=V, COMPONENT.source=git|archive (the catalogue's pin of that kind) or python (keep the Python environment's),
+const SetHelp = `COMPONENT.version=V (a catalogued release switches the pin; an uncatalogued Python package: exactly V), COMPONENT.source=git|archive (the catalogue's pin of that kind) or python (keep the Python environment's),
 COMPONENT.commit=SHA, COMPONENT.ref=REF, COMPONENT.url=URL,
 COMPONENT.sha256=HEX, COMPONENT.strip=N, COMPONENT.package=NAME, COMPONENT.patches=a,b (empty: none),
 COMPONENT.options.KEY=V (every cmake step), COMPONENT.env.KEY=V (every build step),

@@ -120,7 +120,8 @@ func mergeInto(dst, src map[string]string) map[string]string {
 // pin (switching between git and archive). The version becomes the catalogue's spelling
 // ("3.5.19" → "3.5.19-1"). A component the catalogue does not list (deepep) keeps its
 // source, as does a component taken from the Python environment (its version names the
-// wheel's) unless it has build steps: then V is built from the catalogue's pin (NCCL
+// wheel's; for a package the catalogue does not list, nanobind, the environment must have
+// exactly V) unless it has build steps: then V is built from the catalogue's pin (NCCL
 // from NVIDIA/nccl at the release's tag instead of the one torch ships), and --set
 // C.source=python keeps it in the Python environment. A release published only prebuilt
 // (NVSHMEM 3.7) is copied from the vendor's archive for the plan's CUDA major instead of
@@ -165,6 +166,12 @@ func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(versions)) {
 		c, ok := doc.Recipe.Component(name)
+		if ok && !pinned[name] && c.Source.Python != nil && !cat.Has(name) {
+			// a package only the Python environment gives (nanobind): V is the release to
+			// take from there, so preflight asks the environment for that one
+			c.Source.Python.Version = "==" + versions[name]
+			continue
+		}
 		// a component from the Python environment keeps it unless it has steps to build a
 		// release (the NCCL torch ships, or NVIDIA/nccl at V), and source=python keeps it
 		if !ok || pinned[name] || !cat.Has(name) || c.Source.Python != nil && (len(c.Build) == 0 || kinds[name] == "python") {

@@ -183,6 +183,12 @@ func TestApplyCatalog(t *testing.T) {
 	if c, _ := d.Recipe.Component("deepep"); c.Source.Git.Commit != "a84a24808fb0ea732f49b874cc456a69dde69076" {
 		t.Errorf("deepep: %+v", c.Source.Git)
 	}
+	// a Python package the catalogue does not list is taken at V from the environment:
+	// preflight asks for exactly that release (the recipe's pin is another)
+	d, _ = load("uccl-ep", "nanobind.version=3.1.0")
+	if c, _ := d.Recipe.Component("nanobind"); c.Version != "3.1.0" || c.Source.Python == nil || c.Source.Python.Version != "==3.1.0" {
+		t.Errorf("nanobind 3.1.0: %+v %+v", c, c.Source.Python)
+	}
 	d, _ = load("single-node", "nvshmem.version=3.4.5")
 	if c := nv(d); c.Source.Python == nil || c.Version != "3.4.5" {
 		t.Errorf("the NVSHMEM wheel: %+v", c)
