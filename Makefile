@@ -24,8 +24,13 @@ deps:
 # whose own packages' tests run under -race, and under -race they alone took 330 of CI's
 # 600 seconds. The longest race package is named first, so both cores stay busy to the end.
 # go vet is make lint's (CI runs both): vetting twice costs CI a minute.
+# A python3 on PATH that only wraps an interpreter (a pyenv shim runs about thirty shell
+# processes a call: 0.44 s against 0.09 s) is passed over for the tests: the directory of
+# the interpreter it runs goes first on PATH, so they run the same Python, directly.
 test: deps
-	@log=$$(mktemp); \
+	@py=$$(python3 -c 'import os, sys; print("" if os.path.samefile(sys.argv[1], sys.executable) else os.path.dirname(sys.executable))' "$$(command -v python3)" 2>/dev/null); \
+	if [ -n "$$py" ]; then echo "python3 on PATH wraps $$py/python3: the tests run that directly" >&2; PATH="$$py:$$PATH"; export PATH; fi; \
+	log=$$(mktemp); \
 	$(GO) test -count=1 -timeout 12m ./cmd/epbuild >$$log 2>&1 & cmd=$$!; \
 	$(GO) test -race -count=1 -timeout 12m ./builder ./builder/verify $$($(GO) list ./... | grep -v -e '/cmd/epbuild$$' -e '/builder$$' -e '/builder/verify$$'); race=$$?; \
 	wait $$cmd; c=$$?; cat $$log; rm -f $$log; \
