@@ -10,6 +10,14 @@ DEMO_PREFIX ?= out/demo-install
 
 all: build
 
+# A python3 on PATH that only wraps an interpreter (a pyenv shim runs about thirty shell
+# processes a call: 0.44 s against 0.09 s) is passed over by the tests and benchmarks: the
+# directory of the interpreter it runs goes first on PATH, so they run the same Python,
+# directly (a shim doubled the tests' time, and charged each side of a comparison by its
+# number of python3 calls).
+PYTHON_DIRECT = py=$$(python3 -c 'import os, sys; print("" if os.path.samefile(sys.argv[1], sys.executable) else os.path.dirname(sys.executable))' "$$(command -v python3)" 2>/dev/null); \
+	if [ -n "$$py" ]; then echo "python3 on PATH wraps $$py/python3: run that directly" >&2; PATH="$$py:$$PATH"; export PATH; fi;
+
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/epbuild
 
@@ -24,12 +32,8 @@ deps:
 # whose own packages' tests run under -race, and under -race they alone took 330 of CI's
 # 600 seconds. The longest race package is named first, so both cores stay busy to the end.
 # go vet is make lint's (CI runs both): vetting twice costs CI a minute.
-# A python3 on PATH that only wraps an interpreter (a pyenv shim runs about thirty shell
-# processes a call: 0.44 s against 0.09 s) is passed over for the tests: the directory of
-# the interpreter it runs goes first on PATH, so they run the same Python, directly.
 test: deps
-	@py=$$(python3 -c 'import os, sys; print("" if os.path.samefile(sys.argv[1], sys.executable) else os.path.dirname(sys.executable))' "$$(command -v python3)" 2>/dev/null); \
-	if [ -n "$$py" ]; then echo "python3 on PATH wraps $$py/python3: the tests run that directly" >&2; PATH="$$py:$$PATH"; export PATH; fi; \
+	@$(PYTHON_DIRECT) \
 	log=$$(mktemp); \
 	$(GO) test -count=1 -timeout 12m ./cmd/epbuild >$$log 2>&1 & cmd=$$!; \
 	$(GO) test -race -count=1 -timeout 12m ./builder ./builder/verify $$($(GO) list ./... | grep -v -e '/cmd/epbuild$$' -e '/builder$$' -e '/builder/verify$$'); race=$$?; \
@@ -48,7 +52,8 @@ lint:
 # then Go benchmarks. -p 1: one test binary at a time, so no comparison runs beside another.
 # EPBUILD_BENCH_MIRROR=DIR adds runs on real upstream data from a mirror.
 bench:
-	EPBUILD_BENCH=1 $(GO) test -p 1 -count=1 -timeout 60m -run '^TestCompare' -v ./... | grep -E '^(BENCH|--- FAIL|FAIL|ok )'
+	@$(PYTHON_DIRECT) \
+	EPBUILD_BENCH=1 $(GO) test -p 1 -count=1 -timeout 60m -run '^TestCompare' -v ./... | grep -E '^(BENCH|--- FAIL|FAIL|ok )' && \
 	$(GO) test -p 1 -count=1 -timeout 30m -run '^$$' -bench . -benchmem ./...
 
 # The main job, offline, on any machine with gcc, cmake and python3: build epbuild, run the
