@@ -284,20 +284,30 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 // mpicc's bin/ is not always it: Debian's and Ubuntu's Open MPI has /usr/bin/mpicc and
 // its headers in /usr/lib/x86_64-linux-gnu/openmpi/include. So the wrapper is asked,
 // Open MPI's way (--showme:incdirs) and MPICH's (-show, its -I flags); "" when no
-// include directory it names, nor bin/../include, holds mpi.h.
+// directory it names, nor bin/../include, holds mpi.h (a wrapper without its headers).
 func mpiHome(mpicc string, out func(string, ...string) string) string {
 	// each wrapper fails on the other's flag (it hands it to the compiler), giving ""
 	dirs := strings.Fields(out(mpicc, "--showme:incdirs"))
 	for _, f := range strings.Fields(out(mpicc, "-show")) {
 		if d, ok := strings.CutPrefix(f, "-I"); ok {
-			dirs = append(dirs, d)
+			dirs = append(dirs, strings.Trim(d, `"'`)) // Intel MPI quotes its -I
 		}
 	}
 	dirs = append(dirs, filepath.Join(filepath.Dir(filepath.Dir(mpicc)), "include"))
+	headers := false
 	for _, d := range dirs {
-		if filepath.Base(d) == "include" && filepath.IsAbs(d) && disk.FileExists(filepath.Join(d, "mpi.h")) {
+		if !filepath.IsAbs(d) || !disk.FileExists(filepath.Join(d, "mpi.h")) {
+			continue
+		}
+		if filepath.Base(d) == "include" {
 			return filepath.Dir(d)
 		}
+		headers = true
+	}
+	if headers {
+		// headers in a directory of their own (Fedora's /usr/include/openmpi-x86_64):
+		// the installation is the one above mpicc's bin/ (/usr/lib64/openmpi)
+		return filepath.Dir(filepath.Dir(mpicc))
 	}
 	return ""
 }

@@ -109,7 +109,8 @@ func writeSite(t *testing.T, files map[string]string) string {
 // reads it, else from where mpicc finds mpi.h; an MPI_HOME without mpi.h is not an MPI,
 // and neither is a wrapper without headers. The wrappers answer as the real ones do:
 // Ubuntu 24.04's Open MPI (/usr/bin/mpicc, `--showme:incdirs` printing its two include
-// directories under /usr/lib/x86_64-linux-gnu/openmpi, as on the GPU image), MPICH's
+// directories under /usr/lib/x86_64-linux-gnu/openmpi, as on the GPU image), Fedora's
+// (headers in /usr/include/openmpi-x86_64, mpicc in /usr/lib64/openmpi/bin), MPICH's
 // `-show` (the compiler line, its -I); each fails on the other's flag, as the flag goes
 // to the compiler. {{mpi.home}} and the manifest take what this finds.
 func TestProbeMPIHome(t *testing.T) {
@@ -136,6 +137,14 @@ func TestProbeMPIHome(t *testing.T) {
 	write(filepath.Join(mpich, "bin", "mpicc"), "#!/bin/sh\n"+
 		`[ "$1" = -show ] && { echo "gcc -I`+mpich+`/include -L`+mpich+`/lib -Wl,-rpath -Wl,`+mpich+`/lib -lmpi"; exit 0; }`+"\n"+
 		"echo 'gcc: error: unrecognized command-line option' >&2; exit 1\n", 0o755)
+	// Fedora's: headers in a directory of their own, the installation in /usr/lib64/openmpi
+	fed := filepath.Join(dir, "fedora", "usr")
+	fedHome := filepath.Join(fed, "lib64", "openmpi")
+	fedInc := filepath.Join(fed, "include", "openmpi-x86_64")
+	write(filepath.Join(fedInc, "mpi.h"), "/* mpi */\n", 0o644)
+	write(filepath.Join(fedHome, "bin", "mpicc"), "#!/bin/sh\n"+
+		`[ "$1" = --showme:incdirs ] && { echo "`+fedInc+`"; exit 0; }`+"\n"+
+		"echo 'gcc: fatal error: no input files' >&2; exit 1\n", 0o755)
 	// a wrapper whose MPI has no headers (the runtime package alone)
 	bare := filepath.Join(dir, "bare")
 	write(filepath.Join(bare, "bin", "mpicc"), "#!/bin/sh\nexit 1\n", 0o755)
@@ -144,6 +153,7 @@ func TestProbeMPIHome(t *testing.T) {
 	for _, c := range []struct{ path, mpiHome, want string }{
 		{deb, "", debHome},
 		{mpich, "", mpich},
+		{fedHome, "", fedHome},
 		{bare, "", ""},
 		{deb, named, named},
 		{deb, filepath.Join(dir, "empty"), debHome},
