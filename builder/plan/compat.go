@@ -168,8 +168,11 @@ func ApplyCatalog(doc *recipes.Doc, sets []string, cat *compat.Catalog) error {
 		c, ok := doc.Recipe.Component(name)
 		if ok && !pinned[name] && c.Source.Python != nil && !cat.Has(name) {
 			// a package only the Python environment gives (nanobind): V is the release to
-			// take from there, so preflight asks the environment for that one
-			c.Source.Python.Version = "==" + versions[name]
+			// take from there, so preflight asks the environment for that one. A V that is
+			// no version is validation's to report, once, at the flag.
+			if _, err := compat.ParseVersion(versions[name]); err == nil {
+				c.Source.Python.Version = "==" + versions[name]
+			}
 			continue
 		}
 		// a component from the Python environment keeps it unless it has steps to build a

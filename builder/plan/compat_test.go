@@ -189,6 +189,21 @@ func TestApplyCatalog(t *testing.T) {
 	if c, _ := d.Recipe.Component("nanobind"); c.Version != "3.1.0" || c.Source.Python == nil || c.Source.Python.Version != "==3.1.0" {
 		t.Errorf("nanobind 3.1.0: %+v %+v", c, c.Source.Python)
 	}
+	// a V that is no version is reported at the flag alone, not at the recipe's constraint
+	doc, err := recipes.NewLibrary().Load("uccl-ep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := []string{"nanobind.version=>=3"}
+	if err := doc.Apply(bad); err != nil {
+		t.Fatal(err)
+	}
+	if err := ApplyCatalog(doc, bad, cat); err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(nil); err == nil || !strings.Contains(err.Error(), "--set nanobind.version=>=3") || strings.Contains(err.Error(), "uccl-ep.yaml") {
+		t.Errorf("nanobind.version=>=3: %v", err)
+	}
 	d, _ = load("single-node", "nvshmem.version=3.4.5")
 	if c := nv(d); c.Source.Python == nil || c.Version != "3.4.5" {
 		t.Errorf("the NVSHMEM wheel: %+v", c)
