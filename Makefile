@@ -50,7 +50,7 @@ lint:
 # Measurements: comparison tests that print `BENCH <name> ratio=<x>` (epbuild's time over the
 # tool it replaces, run alternately on the same bytes with the same threads; median and min),
 # then Go benchmarks. -p 1: one test binary at a time, so no comparison runs beside another.
-# EPBUILD_BENCH_MIRROR=DIR adds runs on real upstream data from a mirror.
+# EPBUILD_BENCH_MIRROR=DIR adds runs on real upstream data from a mirror (README: what it must hold).
 bench:
 	@$(PYTHON_DIRECT) \
 	EPBUILD_BENCH=1 $(GO) test -p 1 -count=1 -timeout 60m -run '^TestCompare' -v ./... | grep -E '^(BENCH|--- FAIL|FAIL|ok )' && \

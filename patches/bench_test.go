@@ -233,8 +233,12 @@ const (
 
 func archiveCases(t *testing.T, mirror string) []patchCase {
 	repo := filepath.Join(mirror, "github.com", "valgur", "NVSHMEM-archive.git")
-	if _, err := os.Stat(repo); err != nil {
-		t.Fatalf("EPBUILD_BENCH_MIRROR: %v", err)
+	// the release history between the two, which a mirror of the pins alone (epbuild
+	// mirror) does not hold: `make bench` goes on with the synthetic cases and says why
+	if err := exec.Command("git", "--git-dir="+repo, "merge-base", "--is-ancestor", archiveFirst, archive3320).Run(); err != nil {
+		fmt.Printf("BENCH patch-nvshmem-archive skipped: %s does not hold NVSHMEM-archive's history from %s to %s (git clone --mirror of valgur/NVSHMEM-archive does)\n",
+			repo, archiveFirst, archive3320[:7])
+		return nil
 	}
 	tmp := t.TempDir()
 	base, head := filepath.Join(tmp, "base"), filepath.Join(tmp, "head")

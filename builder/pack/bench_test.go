@@ -242,7 +242,7 @@ func TestCompareVerify(t *testing.T) {
 func TestCompareNoop(t *testing.T) {
 	benchcmp.Skip(t)
 	bin := filepath.Join(t.TempDir(), "epbuild")
-	if b, err := exec.Command("go", "build", "-o", bin, "../cmd/epbuild").CombinedOutput(); err != nil {
+	if b, err := exec.Command("go", "build", "-o", bin, "github.com/epbuild/epbuild/cmd/epbuild").CombinedOutput(); err != nil {
 		t.Fatalf("build epbuild: %v %s", err, b)
 	}
 	run := func(tb testing.TB, dir string) benchcmp.Sample {
