@@ -112,11 +112,14 @@ const cloneCommits = `git clone -q --no-checkout "$1" d 2>/dev/null && for c in 
 	`git -C d cat-file -e "$c^{commit}" 2>/dev/null || git -C d fetch -q --depth 1 origin "$c" || exit 1; done`
 
 // anchorRoute says how cloneCommits gets the commits from bare: by the clone alone
-// (local objects, hard-linked), or by a shallow fetch after it, whose pack git makes
-// anew each time; the two differ several times over, so the BENCH line says which.
+// (which hard-links the local objects), or by a shallow fetch after it, whose pack git
+// makes anew each time; the two differ several times over, so the BENCH line says which.
+// It asks the way the anchor does: a clone, then which commits it lacks.
 func anchorRoute(t *testing.T, bare string, commits ...string) string {
+	d := filepath.Join(t.TempDir(), "d")
+	runGit(t, "", "clone", "-q", "--no-checkout", bare, d)
 	for _, c := range commits {
-		if strings.TrimSpace(runGit(t, bare, "for-each-ref", "--contains", c, "refs/heads", "refs/tags")) == "" {
+		if err := exec.Command("git", "-C", d, "cat-file", "-e", c+"^{commit}").Run(); err != nil {
 			return "anchor_route=clone+fetch-depth-1"
 		}
 	}
