@@ -286,11 +286,14 @@ func (p *Prober) Probe(ctx context.Context) *Toolchain {
 // Open MPI's way (--showme:incdirs) and MPICH's (-show, its -I flags); "" when no
 // directory it names, nor bin/../include, holds mpi.h (a wrapper without its headers).
 func mpiHome(mpicc string, out func(string, ...string) string) string {
-	// each wrapper fails on the other's flag (it hands it to the compiler), giving ""
+	// each wrapper fails on the other's flag (it hands it to the compiler), giving "";
+	// MPICH's is asked only when Open MPI's gave nothing: one process where one answers
 	dirs := strings.Fields(out(mpicc, "--showme:incdirs"))
-	for _, f := range strings.Fields(out(mpicc, "-show")) {
-		if d, ok := strings.CutPrefix(f, "-I"); ok {
-			dirs = append(dirs, strings.Trim(d, `"'`)) // Intel MPI quotes its -I
+	if len(dirs) == 0 {
+		for _, f := range strings.Fields(out(mpicc, "-show")) {
+			if d, ok := strings.CutPrefix(f, "-I"); ok {
+				dirs = append(dirs, strings.Trim(d, `"'`)) // Intel MPI quotes its -I
+			}
 		}
 	}
 	dirs = append(dirs, filepath.Join(filepath.Dir(filepath.Dir(mpicc)), "include"))
