@@ -144,8 +144,10 @@ env:
 
 // TestUpstreamNCCLReleases reads the catalogued NVIDIA/nccl releases from the mirror: each
 // has the src/Makefile target lib the recipes build and a version.mk of its release (what
-// nccl-version will compare), and R40 fires, with CUDA 13, exactly on the releases whose
-// cudawrap.h still declares the driver entry points with CUDA's unversioned PFN types.
+// nccl-version will compare), R40 fires, with CUDA 13, exactly on the releases whose
+// cudawrap.h still declares the driver entry points with CUDA's unversioned PFN types,
+// and R53 fires, with torch 2.11, exactly on those whose headers lack one of the NCCL
+// functions torch 2.11's libtorch_cuda.so calls and 2.27.3 lacks.
 func TestUpstreamNCCLReleases(t *testing.T) {
 	mirror := os.Getenv("EPBUILD_TEST_MIRROR")
 	if mirror == "" {
@@ -203,6 +205,18 @@ func TestUpstreamNCCLReleases(t *testing.T) {
 		fired := slices.ContainsFunc(fs, func(f compat.Finding) bool { return f.ID == "R40" && !f.Unknown })
 		if fired != old {
 			t.Errorf("%s: cudawrap.h unversioned %v, R40 fired %v", v, old, fired)
+		}
+		declared := func(fn string) bool {
+			return exec.Command("git", "--git-dir", repo, "grep", "-q", "-E", `ncclResult_t +`+fn+`\(`, commit, "--", "src/nccl.h.in", "src/include").Run() == nil
+		}
+		lacks := !declared("ncclAlltoAll") || !declared("ncclDevCommCreate") || !declared("ncclDevCommDestroy")
+		facts = toolchain.PreflightFacts(plan.FactsFromPlan(p), p, &toolchain.Toolchain{CUDA: "13.0", Torch: "2.11.0+cu130"})
+		if fs, err = compat.Evaluate(context.Background(), rules, facts, compat.StagePreflight, nil); err != nil {
+			t.Fatal(err)
+		}
+		fired = slices.ContainsFunc(fs, func(f compat.Finding) bool { return f.ID == "R53" && !f.Unknown })
+		if fired != lacks {
+			t.Errorf("%s: headers lack a function torch 2.11 calls %v, R53 fired %v", v, lacks, fired)
 		}
 	}
 }

@@ -619,6 +619,15 @@ func ruleTable() []ruleCase {
 			ncclMake("sh", "-c", `make -C src BUILDDIR="$DESTDIR$PREFIX" "$DESTDIR$PREFIX/include/nccl.h"`)), ""},
 		{"R40", "NCCL 2.21.5-1 from git, CUDA 13.0, at plan stage", P, all(ncclLib, nccl("2.21.5-1")), ""},
 
+		{"R53", "NCCL 2.27.3-1 from git, torch 2.11.0+cu130: measured, import torch fails", F, all(ncclLib, nccl("2.27.3-1"), torch("2.11.0+cu130")), "/error"},
+		{"R53", "NCCL 2.28.3-1 from git, torch 2.11.0+cu130: measured, imports", F, all(ncclLib, nccl("2.28.3-1"), torch("2.11.0+cu130")), ""},
+		{"R53", "NCCL 2.29.2-1 from git, torch 2.11.0", F, all(ncclLib, nccl("2.29.2-1"), torch("2.11.0")), ""},
+		{"R53", "NCCL 2.27.3-1 from git, torch 2.10.0: not measured", F, all(ncclLib, nccl("2.27.3-1"), torch("2.10.0")), ""},
+		{"R53", "an older nvidia-nccl wheel in torch 2.11's environment", F, all(nccl("2.27.7"), torch("2.11.0")), "/error"},
+		{"R53", "NCCL 2.27.3-1 headers only (gcp-a3-tcpx's nccl.h), torch 2.11", F, all(ncclGit, cuda("13.0"), nccl("2.27.3-1"), torch("2.11.0"),
+			ncclMake("sh", "-c", `make -C src BUILDDIR="$DESTDIR$PREFIX" "$DESTDIR$PREFIX/include/nccl.h"`)), ""},
+		{"R53", "NCCL 2.27.3-1 from git, no torch on the build host", F, all(ncclLib, nccl("2.27.3-1"), torch("")), "/warn?"},
+
 		// R3: the layout, from the build's header when recorded, else from a release's version
 		{"R3", "v1.2.1 on 3.5.19-1", P, deepepAt(c9af0e0d), "qp-layout/error"},
 		{"R3", "EPv2 on 3.5.19-1", P, deepepAt(cB306af0), "epv2-legacy/warn"},

@@ -270,6 +270,10 @@ func CheckImportWithin(res ImportResult, importErr error, prefix string) check.R
 		Expected: res.Module + " imported from " + prefix,
 	}
 	if importErr != nil {
+		r.Found = "not importable"
+		if lib, sym, ok := UndefinedSymbol(importErr.Error()); ok {
+			r.Found = fmt.Sprintf("not importable: %s calls %s, which no library loaded with it defines", filepath.Base(lib), sym)
+		}
 		return failed(r, importErr)
 	}
 	r.Found = res.File
@@ -283,4 +287,25 @@ func CheckImportWithin(res ImportResult, importErr error, prefix string) check.R
 	r.Status = check.Fail
 	r.Why = fmt.Sprintf("%s was imported from %s, outside %s", res.Module, r.Found, prefix)
 	return r
+}
+
+// UndefinedSymbol reads the dynamic loader's refusal out of an import's error
+// ("ImportError: LIB: undefined symbol: SYM"): LIB calls SYM, and the libraries loaded
+// with it (a dependency older than the one LIB was built against) lack it.
+func UndefinedSymbol(msg string) (lib, sym string, ok bool) {
+	const marker = ": undefined symbol: "
+	i := strings.LastIndex(msg, marker)
+	if i < 0 {
+		return "", "", false
+	}
+	sym = strings.TrimSpace(msg[i+len(marker):])
+	if f := strings.Fields(sym); len(f) > 0 {
+		sym = f[0]
+	}
+	lib = msg[:i]
+	if j := strings.LastIndex(lib, "Error: "); j >= 0 {
+		lib = lib[j+len("Error: "):]
+	}
+	lib = strings.TrimSpace(lib)
+	return lib, sym, sym != "" && lib != ""
 }

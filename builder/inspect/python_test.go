@@ -185,3 +185,34 @@ func TestInstalledPython(t *testing.T) {
 	}
 	t.Logf("%s from %s maps %v", modules[0], res.File, libs)
 }
+
+// An extension the dynamic loader refuses (it calls a function no loaded library
+// defines, as torch 2.11's libtorch_cuda.so does with NCCL 2.27 first in the process):
+// the check says which library wanted which symbol, not only that the import failed.
+func TestPythonImportUndefinedSymbol(t *testing.T) {
+	python := needPython(t)
+	gcc := needTool(t, "gcc")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "undef.c")
+	writeFile(t, src, []byte("extern int ncclDevCommDestroy(void *);\nint call_it(void) { return ncclDevCommDestroy(0); }\n"))
+	lib := filepath.Join(dir, "site", "undef_probe.so")
+	if err := os.MkdirAll(filepath.Dir(lib), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run(t, dir, gcc, "-shared", "-fPIC", "-o", lib, src)
+	res, err := PythonImport(testContext(t), python, "undef_probe", []string{"PYTHONPATH=" + filepath.Dir(lib)}, "")
+	if err == nil {
+		t.Fatalf("the import of an extension calling an undefined function succeeded: %+v", res)
+	}
+	gotLib, sym, ok := UndefinedSymbol(err.Error())
+	if !ok || gotLib != lib || sym != "ncclDevCommDestroy" {
+		t.Errorf("UndefinedSymbol(%q) = %q, %q, %v; want %s, ncclDevCommDestroy", err, gotLib, sym, ok, lib)
+	}
+	r := CheckImportWithin(ImportResult{Module: "undef_probe"}, err, dir)
+	if r.Status != check.Fail || r.Found != "not importable: undef_probe.so calls ncclDevCommDestroy, which no library loaded with it defines" {
+		t.Errorf("check: %+v", r)
+	}
+	if _, _, ok := UndefinedSymbol("import x with python3: exit status 1: ModuleNotFoundError: No module named 'x'"); ok {
+		t.Error("a missing module read as an undefined symbol")
+	}
+}

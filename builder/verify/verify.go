@@ -356,6 +356,9 @@ func (v *verifier) recipeCheck(r CheckResult, pc *plan.PlanComponent, pre string
 			mod := strings.TrimPrefix(r.ID, "python.import:")
 			c.Fix = fmt.Sprintf("source %s in the job; remove other copies of %s from the Python environment (pip uninstall); if it still fails, %s",
 				filepath.Join(v.prefix, manifest.EnvName), mod, v.fix())
+			if lib, sym, ok := inspect.UndefinedSymbol(r.Why); ok {
+				c.Fix = undefinedSymbolFix(filepath.Base(lib), sym)
+			}
 		}
 	default:
 		if c.Why == "" {
@@ -386,4 +389,15 @@ func effectOf(id string, pc *plan.PlanComponent) (effect.Effect, bool) {
 		}
 	}
 	return effect.Effect{}, false
+}
+
+// undefinedSymbolFix is the fix for an import the dynamic loader stopped: reinstalling
+// the same files cannot help, loading the dependency the library was built against can.
+func undefinedSymbolFix(lib, sym string) string {
+	if strings.HasPrefix(sym, "nccl") || strings.HasPrefix(sym, "pnccl") {
+		return fmt.Sprintf("the NCCL this process loads is older than the one %s was built against (it lacks %s): load that NCCL or a newer one, "+
+			"first in the process (process.single-nccl names the file torch binds); torch 2.11 needs NCCL 2.28.3 or later (epbuild compat explain R53)", lib, sym)
+	}
+	return fmt.Sprintf("a library loaded before %s lacks %s: an older release of the library that defines it comes first "+
+		"(LD_PRELOAD, LD_LIBRARY_PATH, another wheel in the Python environment); load the release %s was built against", lib, sym, lib)
 }
