@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/epbuild/epbuild/builder/check"
+	"github.com/epbuild/epbuild/builder/quote"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -270,11 +271,12 @@ func CheckImportWithin(res ImportResult, importErr error, prefix string) check.R
 		Expected: res.Module + " imported from " + prefix,
 	}
 	if importErr != nil {
-		r.Found = "not importable"
+		// the interpreter's words are data: shown escaped
+		r.Status, r.Found, r.Why = check.Fail, "not importable", quote.Term(importErr.Error())
 		if lib, sym, ok := UndefinedSymbol(importErr.Error()); ok {
-			r.Found = fmt.Sprintf("not importable: %s calls %s, which no library loaded with it defines", filepath.Base(lib), sym)
+			r.Found = fmt.Sprintf("not importable: %s calls %s, which no library loaded with it defines", quote.Term(filepath.Base(lib)), quote.Term(sym))
 		}
-		return failed(r, importErr)
+		return r
 	}
 	r.Found = res.File
 	if r.Found == "" {

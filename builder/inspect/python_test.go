@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"errors"
 	"github.com/epbuild/epbuild/builder/check"
 	"os"
 	"path/filepath"
@@ -211,6 +212,11 @@ func TestPythonImportUndefinedSymbol(t *testing.T) {
 	r := CheckImportWithin(ImportResult{Module: "undef_probe"}, err, dir)
 	if r.Status != check.Fail || r.Found != "not importable: undef_probe.so calls ncclDevCommDestroy, which no library loaded with it defines" {
 		t.Errorf("check: %+v", r)
+	}
+	// what the interpreter printed is data: a library named with terminal escapes stays inert
+	hostile := CheckImportWithin(ImportResult{Module: "x"}, errors.New("import x with python3: exit status 1: ImportError: /p/\x1b]0;pwned\a.so: undefined symbol: ncclX\x1b[2J"), dir)
+	if strings.ContainsAny(hostile.Found+hostile.Why, "\x1b\a") || !strings.Contains(hostile.Found, `\x1b`) {
+		t.Errorf("escape sequences from an import error reached the report: %q / %q", hostile.Found, hostile.Why)
 	}
 	if _, _, ok := UndefinedSymbol("import x with python3: exit status 1: ModuleNotFoundError: No module named 'x'"); ok {
 		t.Error("a missing module read as an undefined symbol")

@@ -357,7 +357,7 @@ func (v *verifier) recipeCheck(r CheckResult, pc *plan.PlanComponent, pre string
 			c.Fix = fmt.Sprintf("source %s in the job; remove other copies of %s from the Python environment (pip uninstall); if it still fails, %s",
 				filepath.Join(v.prefix, manifest.EnvName), mod, v.fix())
 			if lib, sym, ok := inspect.UndefinedSymbol(r.Why); ok {
-				c.Fix = undefinedSymbolFix(filepath.Base(lib), sym)
+				c.Fix = undefinedSymbolFix(quote.Term(filepath.Base(lib)), quote.Term(sym))
 			}
 		}
 	default:
