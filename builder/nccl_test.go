@@ -206,8 +206,14 @@ func TestUpstreamNCCLReleases(t *testing.T) {
 		if fired != old {
 			t.Errorf("%s: cudawrap.h unversioned %v, R40 fired %v", v, old, fired)
 		}
+		// git grep exits 1 when nothing matches; anything else is a failure to read, not an absence
 		declared := func(fn string) bool {
-			return exec.Command("git", "--git-dir", repo, "grep", "-q", "-E", `ncclResult_t +`+fn+`\(`, commit, "--", "src/nccl.h.in", "src/include").Run() == nil
+			err := exec.Command("git", "--git-dir", repo, "grep", "-q", "-E", `ncclResult_t +`+fn+`\(`, commit, "--", "src/nccl.h.in", "src/include").Run()
+			var ee *exec.ExitError
+			if err != nil && (!errors.As(err, &ee) || ee.ExitCode() != 1) {
+				t.Fatalf("%s: git grep %s at %s: %v", v, fn, commit, err)
+			}
+			return err == nil
 		}
 		lacks := !declared("ncclAlltoAll") || !declared("ncclDevCommCreate") || !declared("ncclDevCommDestroy")
 		facts = toolchain.PreflightFacts(plan.FactsFromPlan(p), p, &toolchain.Toolchain{CUDA: "13.0", Torch: "2.11.0+cu130"})
