@@ -201,7 +201,7 @@ type RulesError struct {
 }
 
 func (e *RulesError) Error() string {
-	var broken, undecided, questions, where []string
+	var broken, titled, undecided, questions, where []string
 	add := func(list *[]string, s string) {
 		if !slices.Contains(*list, s) {
 			*list = append(*list, s)
@@ -209,7 +209,10 @@ func (e *RulesError) Error() string {
 	}
 	for _, f := range e.Findings {
 		if !f.Unknown {
-			add(&broken, f.ID)
+			if !slices.Contains(broken, f.ID) {
+				broken = append(broken, f.ID)
+				titled = append(titled, f.ID+" ("+f.Title+")")
+			}
 			continue
 		}
 		add(&undecided, f.Name())
@@ -230,7 +233,15 @@ func (e *RulesError) Error() string {
 	}
 	var parts []string
 	if len(broken) > 0 {
-		parts = append(parts, fmt.Sprintf("%s breaks %s (see the fixes above; `epbuild compat explain ID`)", e.Recipe, strings.Join(broken, ", ")))
+		explain := make([]string, len(broken))
+		for i, id := range broken {
+			explain[i] = "`epbuild compat explain " + id + "`"
+		}
+		says := "says"
+		if len(explain) > 1 {
+			says = "say"
+		}
+		parts = append(parts, fmt.Sprintf("%s breaks %s; %s %s why and what to change", e.Recipe, strings.Join(titled, ", "), strings.Join(explain, ", "), says))
 	}
 	if len(undecided) > 0 {
 		msg := fmt.Sprintf("%s: %d error-level rules could not be decided (%s): not known %s", e.Recipe, len(undecided),

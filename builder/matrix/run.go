@@ -22,6 +22,7 @@ import (
 
 	"github.com/charmbracelet/log"
 
+	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/envsh"
 	"github.com/epbuild/epbuild/builder/install"
 	"github.com/epbuild/epbuild/builder/manifest"
@@ -119,12 +120,34 @@ type Cell struct {
 	// NCCL is the NCCL the cell's test runs: the library torch's communicator binds to
 	// with the install's env (ProbeNCCL), not torch's compile-time header version.
 	NCCL *toolchain.NCCLRuntime `json:"nccl,omitempty"`
+	// NVSHMEM is the NVSHMEM DeepEP's host calls bind to in a process with the install's
+	// env, as the install's verify read it (process.single-nvshmem): which file and
+	// release, and whether it is the one the cell built against.
+	NVSHMEM *BoundLibrary `json:"nvshmem,omitempty"`
 	// Test: pass, fail, none or skipped; its exit status, log, seconds and metrics.
 	Test        string   `json:"test"`
 	TestExit    int      `json:"test_exit,omitempty"`
 	TestLog     string   `json:"test_log,omitempty"`
 	TestSeconds float64  `json:"test_seconds,omitempty"`
 	Metrics     []Metric `json:"metrics,omitempty"`
+}
+
+// BoundLibrary is one verify check of the library a process of the install runs.
+type BoundLibrary struct {
+	Check  string `json:"check"`
+	Status string `json:"status"`
+	Found  string `json:"found"`
+}
+
+// boundLibrary is the result of the check id in checks; nil when it did not run or was
+// skipped (nothing of the install binds that library yet).
+func boundLibrary(checks []verify.VerifyCheck, id string) *BoundLibrary {
+	for _, c := range checks {
+		if c.ID == id && c.Status != check.Skip {
+			return &BoundLibrary{Check: c.ID, Status: string(c.Status), Found: c.Found}
+		}
+	}
+	return nil
 }
 
 // OK reports whether the cell ran and passed, or was not to run here (excluded or
@@ -266,6 +289,7 @@ func runCell(ctx context.Context, opts Options, metrics []*regexp.Regexp, cr *Ce
 				cr.Failed = append(cr.Failed, c.ID)
 			}
 		}
+		cr.NVSHMEM = boundLibrary(ir.Report.Checks, "process.single-nvshmem")
 	}
 	if _, ok := res.Plan.Component("nccl"); ok && ir != nil {
 		cr.NCCL = installedNCCL(ctx, cr.Prefix, verify.CleanEnviron(opts.Getenv))

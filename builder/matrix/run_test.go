@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epbuild/epbuild/builder/check"
 	"github.com/epbuild/epbuild/builder/plan"
+	"github.com/epbuild/epbuild/builder/verify"
 	"github.com/epbuild/epbuild/compat"
 )
 
@@ -40,5 +42,26 @@ func TestOptions(t *testing.T) {
 	m := readMetrics(res, []byte("[rank 0] bw: 12.5 GB/s\n[rank 1] bw: 13 GB/s\nbw: x\n"))
 	if len(m) != 1 || m[0].Name != "m1" || !slices.Equal(m[0].Values, []float64{12.5, 13}) {
 		t.Errorf("metrics %+v", m)
+	}
+}
+
+// A cell records the NVSHMEM its install's verify found DeepEP bound to: the process
+// check's result, whatever its status; a skipped check (nothing binds NVSHMEM yet) or
+// another check is not that.
+func TestBoundLibrary(t *testing.T) {
+	checks := []verify.VerifyCheck{
+		{ID: "process.single-nccl", Status: check.Pass, Found: "libnccl.so.2 (2.28.9)"},
+		{ID: "process.single-nvshmem", Status: check.Warn, Found: "deep_ep_cpp binds to prefix/nvshmem/lib/libnvshmem_host.so.3 (3.3.20); torch's maps its own"},
+	}
+	got := boundLibrary(checks, "process.single-nvshmem")
+	if got == nil || got.Check != "process.single-nvshmem" || got.Status != "warn" || !strings.Contains(got.Found, "3.3.20") {
+		t.Errorf("bound: %+v", got)
+	}
+	checks[1].Status = check.Skip
+	if got := boundLibrary(checks, "process.single-nvshmem"); got != nil {
+		t.Errorf("a skipped check recorded: %+v", got)
+	}
+	if got := boundLibrary(nil, "process.single-nvshmem"); got != nil {
+		t.Errorf("no checks: %+v", got)
 	}
 }

@@ -163,11 +163,15 @@ type Result struct {
 	Cache *CacheReport `json:"cache,omitempty"`
 }
 
-// Keys computes every stage key of the plan without doing any work (for --plan).
+// Keys computes the key of every stage a run of the plan runs, in the order a run
+// reports them, without doing any work (for --plan).
 func (r *Runner) Keys(p *plan.Plan) []StageEvent {
 	var ev []StageEvent
 	ks := r.keys(p)
 	for _, c := range p.Components {
+		if c.Source.Python != nil {
+			continue // the environment's package: its key feeds its dependents', no stage runs
+		}
 		k := ks[c.Name]
 		for _, st := range []struct{ stage, key string }{{"patch", k.patch}, {"build", k.build}, {"check", k.check}} {
 			if st.key != "" {
@@ -177,7 +181,7 @@ func (r *Runner) Keys(p *plan.Plan) []StageEvent {
 	}
 	pk := r.packageKey(p, ks)
 	ev = append(ev, StageEvent{Stage: "package", Key: pk, Cached: r.Store.Has("package", pk)})
-	return ev
+	return planOrder(p, ev)
 }
 
 type compKeys struct{ patch, build, check string }
@@ -654,6 +658,11 @@ func (s *stageRecord) ordered(p *plan.Plan) []StageEvent {
 	s.mu.Lock()
 	out := slices.Clone(s.events)
 	s.mu.Unlock()
+	return planOrder(p, out)
+}
+
+// planOrder sorts events in place into plan order (see ordered) and returns them.
+func planOrder(p *plan.Plan, out []StageEvent) []StageEvent {
 	index := map[string]int{}
 	for i, c := range p.Components {
 		index[c.Name] = i

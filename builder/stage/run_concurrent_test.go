@@ -131,6 +131,7 @@ func TestIndependentBuildsRunTogether(t *testing.T) {
 	if err := os.Symlink(r.Store.Dir(), filepath.Join(s.Ctl, "store")); err != nil {
 		t.Fatal(err)
 	}
+	planned := r.Keys(p) // what --plan prints, before the run
 	res, err := r.Run(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
@@ -146,6 +147,16 @@ func TestIndependentBuildsRunTogether(t *testing.T) {
 		"check base", "check long", "check short", "package "}
 	if !slices.Equal(order, want) {
 		t.Errorf("stage table %q, want %q", order, want)
+	}
+	// --plan lists the stages a run runs, with their keys: none for the environment's package
+	for i, e := range planned {
+		if i >= len(res.Stages) || e.Stage != res.Stages[i].Stage || e.Component != res.Stages[i].Component || e.Key != res.Stages[i].Key || e.Cached {
+			t.Errorf("--plan's stages %+v, the run's %+v", planned, res.Stages)
+			break
+		}
+	}
+	if len(planned) != len(res.Stages) {
+		t.Errorf("--plan lists %d stages, the run ran %d", len(planned), len(res.Stages))
 	}
 	var names []string
 	for _, c := range res.Components {

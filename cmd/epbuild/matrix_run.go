@@ -46,7 +46,8 @@ fails does not stop the others. Then one table: cell, build, verify, test, metri
 build seconds and the stages reused; --json for machines, with each cell's nccl: the
 library torch's communicator binds to under the install's env (version, path and how it
 was read), not torch.cuda.nccl.version(), which names the header torch was compiled
-with. Exit 1 when a cell that ran failed; cells a rule excludes or refuses on this host
+with, and its nvshmem: the file and release DeepEP's NVSHMEM calls bind to, as the
+install's verify read it (process.single-nvshmem). Exit 1 when a cell that ran failed; cells a rule excludes or refuses on this host
 are shown with the rule ids.
 
 The test runs under sh -c in DIR/<cell>/test with EPBUILD_PREFIX and EPBUILD_CELL set;
@@ -54,7 +55,7 @@ it may name {{prefix}} (the cell's install), {{COMPONENT.prefix}} and {{COMPONEN
 (the component's patched source tree: DeepEP's tests live there, not in the install):
 
   epbuild matrix run single-node --axis nccl=bundled,2.28.3-1 \
-    --test 'python3 {{deepep.src}}/tests/test_low_latency.py --num-processes 1' \
+    --test 'python3 {{deepep.src}}/tests/test_low_latency.py --num-processes 2' \
     --metric 'Dispatch \+ combine bandwidth: ([0-9.]+)'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
