@@ -211,7 +211,7 @@ func (e *RulesError) Error() string {
 		if !f.Unknown {
 			if !slices.Contains(broken, f.ID) {
 				broken = append(broken, f.ID)
-				titled = append(titled, f.ID+" ("+f.Title+")")
+				titled = append(titled, f.ID+": "+f.Title)
 			}
 			continue
 		}
@@ -241,7 +241,7 @@ func (e *RulesError) Error() string {
 		if len(explain) > 1 {
 			says = "say"
 		}
-		parts = append(parts, fmt.Sprintf("%s breaks %s; %s %s why and what to change", e.Recipe, strings.Join(titled, ", "), strings.Join(explain, ", "), says))
+		parts = append(parts, fmt.Sprintf("%s breaks %s (%s %s why and what to change)", e.Recipe, strings.Join(titled, "; "), strings.Join(explain, ", "), says))
 	}
 	if len(undecided) > 0 {
 		msg := fmt.Sprintf("%s: %d error-level rules could not be decided (%s): not known %s", e.Recipe, len(undecided),

@@ -104,7 +104,7 @@ func TestAncestryFromTheRepositoryAtHand(t *testing.T) {
 	t.Run("decided from the mirror: A is before B", func(t *testing.T) {
 		_, fs, err := open(t, r.a, r.mirror, false)
 		var re *RulesError
-		if !errors.As(err, &re) || re.ExitCode() != 2 || len(fs) != 1 || fs[0].Unknown || !strings.Contains(err.Error(), "lab breaks T1 (deepep before B hangs); `epbuild compat explain T1` says why") {
+		if !errors.As(err, &re) || re.ExitCode() != 2 || len(fs) != 1 || fs[0].Unknown || !strings.Contains(err.Error(), "lab breaks T1: deepep before B hangs (`epbuild compat explain T1` says why") {
 			t.Errorf("findings %+v, %v", fs, err)
 		}
 	})

@@ -353,8 +353,8 @@ func TestUpstreamCompatCheckDecidesFromTheMirror(t *testing.T) {
 		t.Errorf("without a mirror: exit %d\n%s", code, errs)
 	}
 	code, out, errs := run(t, env, "compat", "check", "gcp-b200", "--set", old, "--mirror", mirror)
-	if code != 2 || !strings.Contains(out, "error  R3/qp-layout") || !strings.Contains(out, "error  R4:") || !strings.Contains(errs, "gcp-b200 breaks R3 (NVSHMEM >= 3.5.19 changed the RC-QP layout") ||
-		!strings.Contains(errs, "), R4 (DeepEP before 29d31c0") || !strings.Contains(errs, "`epbuild compat explain R3`, `epbuild compat explain R4` say why") {
+	if code != 2 || !strings.Contains(out, "error  R3/qp-layout") || !strings.Contains(out, "error  R4:") || !strings.Contains(errs, "gcp-b200 breaks R3: NVSHMEM >= 3.5.19 changed the RC-QP layout") ||
+		!strings.Contains(errs, "; R4: DeepEP before 29d31c0") || !strings.Contains(errs, "(`epbuild compat explain R3`, `epbuild compat explain R4` say why") {
 		t.Errorf("with the mirror: exit %d\n%s\n%s", code, out, errs)
 	}
 }
