@@ -47,8 +47,8 @@ build seconds and the stages reused; --json for machines, with each cell's nccl:
 library torch's communicator binds to under the install's env (version, path and how it
 was read), not torch.cuda.nccl.version(), which names the header torch was compiled
 with, and its nvshmem: the file and release DeepEP's NVSHMEM calls bind to, as the
-install's verify read it (process.single-nvshmem). Exit 1 when a cell that ran failed; cells a rule excludes or refuses on this host
-are shown with the rule ids.
+install's verify read it (process.single-nvshmem). Exit 1 when a cell that ran failed;
+cells a rule excludes or refuses on this host are shown with the rule ids.
 
 The test runs under sh -c in DIR/<cell>/test with EPBUILD_PREFIX and EPBUILD_CELL set;
 it may name {{prefix}} (the cell's install), {{COMPONENT.prefix}} and {{COMPONENT.src}}
